@@ -1,0 +1,156 @@
+"""Shared pieces of the on-disk schema: names, version, errors, checksums, atomic writes.
+
+Everything here is pure h5py + numpy (no torch, no MPI), so data_tools and the runtime
+can both import it. The schema itself is documented field by field in ``docs/FORMAT.md``.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+FORMAT_VERSION = 1
+GRAPH_FORMAT = "g3mpi-graph"
+PART_FORMAT = "g3mpi-part"
+PARTITION_FORMAT = "g3mpi-partition"
+
+#: rows per HDF5 chunk for row-chunked 2-D datasets (features)
+ROW_CHUNK_BYTES = 1 << 20
+#: bytes read at a time when hashing or streaming a dataset
+STREAM_BYTES = 64 << 20
+
+
+class FormatError(Exception):
+    """A graph file, partition directory or part file is missing, corrupt or inconsistent.
+
+    The message always names the offending path, so a user on any rank knows which file to fix.
+    """
+
+    def __init__(self, path: os.PathLike | str, message: str):
+        self.path = str(path)
+        self.reason = message
+        super().__init__(f"{self.path}: {message}")
+
+
+def index_dtype(n: int) -> np.dtype:
+    """int32 when every index fits (n < 2**31), int64 otherwise."""
+    return np.dtype(np.int32) if n < 2**31 else np.dtype(np.int64)
+
+
+def row_chunks(num_rows: int, row_bytes: int) -> int | None:
+    """Rows per HDF5 chunk for a row-major 2-D dataset: about ROW_CHUNK_BYTES per chunk."""
+    if num_rows == 0:
+        return None
+    rows = max(1, min(num_rows, ROW_CHUNK_BYTES // max(1, row_bytes)))
+    return rows
+
+
+def array_sha256(arrays) -> str:
+    """sha256 of the raw C-order bytes of one array or of several arrays in turn."""
+    h = hashlib.sha256()
+    if isinstance(arrays, np.ndarray):
+        arrays = [arrays]
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(memoryview(a.reshape(-1).view(np.uint8)))
+    return h.hexdigest()
+
+
+def dataset_sha256(ds) -> str:
+    """sha256 of an h5py dataset's raw bytes, read in row blocks (never the whole dataset at once)."""
+    h = hashlib.sha256()
+    n = ds.shape[0] if ds.shape else 0
+    if n == 0:
+        return h.hexdigest()
+    row_bytes = max(1, ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64)))
+    step = max(1, STREAM_BYTES // row_bytes)
+    for s in range(0, n, step):
+        blk = np.ascontiguousarray(ds[s:s + step])
+        h.update(memoryview(blk.reshape(-1).view(np.uint8)))
+    return h.hexdigest()
+
+
+def file_sha256(path: os.PathLike | str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(STREAM_BYTES)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+class IncrementalSha256:
+    """sha256 of a dataset written in row blocks, in the order they are written."""
+
+    def __init__(self):
+        self._h = hashlib.sha256()
+
+    def update(self, block: np.ndarray) -> None:
+        block = np.ascontiguousarray(block)
+        self._h.update(memoryview(block.reshape(-1).view(np.uint8)))
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def check_output(path: os.PathLike | str, force: bool) -> Path:
+    """Refuse to replace an existing output unless ``force``; return the path."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise FormatError(path, "output already exists (use --force to replace it)")
+    if not path.parent.exists():
+        raise FormatError(path, f"output directory {path.parent} does not exist")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_file(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it over ``path`` only if the block succeeds.
+
+    A crash or exception leaves nothing behind: the temporary file is removed.
+    """
+    path = check_output(path, force)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        if path.is_dir():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory beside ``path``; it replaces ``path`` only if the block succeeds."""
+    path = check_output(path, force)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old / "x")
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def h5_attr_str(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,263 @@
+"""``graph.h5``: one whole graph (CSR of in-edges, features, labels, split masks). See docs/FORMAT.md."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from .common import (FORMAT_VERSION, GRAPH_FORMAT, FormatError, IncrementalSha256, array_sha256,
+                     atomic_file, dataset_sha256, h5_attr_str, index_dtype, row_chunks)
+
+MASKS = ("train_mask", "val_mask", "test_mask")
+SELF_LOOP_POLICIES = ("keep", "drop", "add")
+
+
+@dataclass
+class Graph:
+    """A whole graph in memory. Row v of the CSR lists the sources of the edges into v."""
+
+    indptr: np.ndarray        # int64 [N+1]
+    indices: np.ndarray       # int32/int64 [E]
+    features: np.ndarray      # float32 [N, F]
+    labels: np.ndarray        # int64 [N], -1 = unlabelled
+    train_mask: np.ndarray    # bool [N]
+    val_mask: np.ndarray      # bool [N]
+    test_mask: np.ndarray     # bool [N]
+    attrs: dict
+    orig_ids: np.ndarray | None = None  # int64 [N]: the input's own node ID for each row, if remapped
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indptr[-1])
+
+
+def check_csr(path, indptr: np.ndarray, indices: np.ndarray, num_cols: int, what: str = "CSR") -> None:
+    """Raise FormatError unless indptr is monotone from 0 to len(indices) and every index is in range."""
+    if indptr.ndim != 1 or len(indptr) < 1 or indptr[0] != 0:
+        raise FormatError(path, f"{what}: indptr must start at 0")
+    if indptr[-1] != len(indices):
+        raise FormatError(path, f"{what}: indptr ends at {int(indptr[-1])} but there are {len(indices)} indices")
+    if len(indptr) > 1 and np.any(np.diff(indptr) < 0):
+        raise FormatError(path, f"{what}: indptr is not non-decreasing")
+    if len(indices):
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < 0 or hi >= num_cols:
+            bad = lo if lo < 0 else hi
+            raise FormatError(path, f"{what}: column index {bad} out of range [0, {num_cols})")
+
+
+def check_node_data(path, num_nodes: int, labels, num_classes: int, masks: dict) -> None:
+    if labels.shape != (num_nodes,):
+        raise FormatError(path, f"labels have shape {labels.shape}, expected ({num_nodes},)")
+    if num_nodes and (labels.min() < -1 or labels.max() >= num_classes):
+        raise FormatError(path, f"labels out of range [-1, {num_classes}): found {int(labels.min())}..{int(labels.max())}")
+    total = np.zeros(num_nodes, dtype=np.int8)
+    for name, m in masks.items():
+        if m.shape != (num_nodes,):
+            raise FormatError(path, f"{name} has shape {m.shape}, expected ({num_nodes},)")
+        total += m.astype(np.int8)
+    if np.any(total > 1):
+        raise FormatError(path, f"split masks overlap on {int((total > 1).sum())} nodes")
+    labelled = labels >= 0
+    for name, m in masks.items():
+        if np.any(m & ~labelled):
+            raise FormatError(path, f"{name} contains {int((m & ~labelled).sum())} unlabelled nodes")
+
+
+class GraphWriter:
+    """Write a graph.h5 atomically; features may arrive in row blocks (for generators that stream).
+
+    >>> with GraphWriter(path, num_nodes=N, feature_dim=F, num_classes=C, source="npz") as w:
+    ...     w.write_csr(indptr, indices)
+    ...     for start, block in blocks: w.write_features(start, block)
+    ...     w.write_nodes(labels, train_mask, val_mask, test_mask)
+
+    Everything is validated as it is written (index bounds, finite features, label range, masks);
+    on any error the temporary file is deleted and the output never appears.
+    """
+
+    def __init__(self, path, *, num_nodes: int, feature_dim: int, num_classes: int, source: str,
+                 symmetric: bool = False, self_loops: str = "keep", force: bool = False,
+                 extra_attrs: dict | None = None):
+        if self_loops not in SELF_LOOP_POLICIES:
+            raise ValueError(f"self_loops must be one of {SELF_LOOP_POLICIES}")
+        self.path = Path(path)
+        self.n, self.f, self.c = int(num_nodes), int(feature_dim), int(num_classes)
+        self.attrs = dict(format=GRAPH_FORMAT, version=FORMAT_VERSION, num_nodes=self.n, feature_dim=self.f,
+                          num_classes=self.c, symmetric=bool(symmetric), self_loops=self_loops, source=str(source))
+        self.attrs.update(extra_attrs or {})
+        self.force = force
+        self._feat_next = 0
+        self._feat_hash = IncrementalSha256()
+        self._done = set()
+
+    def __enter__(self):
+        self._ctx = atomic_file(self.path, self.force)
+        tmp = self._ctx.__enter__()
+        try:
+            self.h5 = h5py.File(tmp, "w")
+            chunk = row_chunks(self.n, 4 * self.f)
+            self.feat = self.h5.create_dataset("features", shape=(self.n, self.f), dtype=np.float32,
+                                               chunks=(chunk, self.f) if chunk and self.f else None)
+        except BaseException as e:
+            self._ctx.__exit__(type(e), e, e.__traceback__)
+            raise
+        return self
+
+    def __exit__(self, et, ev, tb):
+        try:
+            if et is None:
+                missing = {"csr", "features", "nodes"} - self._done
+                if missing:
+                    raise FormatError(self.path, f"writer closed without {sorted(missing)}")
+                self.feat.attrs["sha256"] = self._feat_hash.hexdigest()
+                for k, v in self.attrs.items():
+                    self.h5.attrs[k] = v
+            self.h5.close()
+        except BaseException as e:
+            self.h5.close()
+            self._ctx.__exit__(type(e), e, e.__traceback__)
+            raise
+        return self._ctx.__exit__(et, ev, tb)
+
+    def _put(self, name, data):
+        ds = self.h5.create_dataset(name, data=data)
+        ds.attrs["sha256"] = array_sha256(data)
+
+    def write_csr(self, indptr: np.ndarray, indices: np.ndarray) -> None:
+        indptr = np.asarray(indptr, dtype=np.int64)
+        if len(indptr) != self.n + 1:
+            raise FormatError(self.path, f"indptr has {len(indptr)} entries, expected {self.n + 1}")
+        check_csr(self.path, indptr, indices, self.n, "graph CSR")
+        self._put("indptr", indptr)
+        self._put("indices", np.asarray(indices, dtype=index_dtype(self.n)))
+        self.attrs["num_edges"] = int(indptr[-1])
+        self._done.add("csr")
+
+    def write_features(self, start: int, block: np.ndarray) -> None:
+        block = np.asarray(block, dtype=np.float32)
+        if start != self._feat_next:
+            raise ValueError(f"feature blocks must arrive in order: got row {start}, expected {self._feat_next}")
+        if block.ndim != 2 or block.shape[1] != self.f:
+            raise FormatError(self.path, f"feature block has shape {block.shape}, expected (*, {self.f})")
+        if start + len(block) > self.n:
+            raise FormatError(self.path, f"feature rows ({start + len(block)}+) exceed the number of nodes ({self.n})")
+        bad = ~np.isfinite(block)
+        if bad.any():
+            r = int(np.argwhere(bad)[0, 0]) + start
+            raise FormatError(self.path, f"features contain NaN or Inf (first at row {r})")
+        self.feat[start:start + len(block)] = block
+        self._feat_hash.update(block)
+        self._feat_next = start + len(block)
+        if self._feat_next == self.n:
+            self._done.add("features")
+
+    def write_nodes(self, labels, train_mask, val_mask, test_mask, orig_ids=None) -> None:
+        labels = np.asarray(labels, dtype=np.int64)
+        masks = {k: np.asarray(m, dtype=bool) for k, m in zip(MASKS, (train_mask, val_mask, test_mask))}
+        check_node_data(self.path, self.n, labels, self.c, masks)
+        self._put("labels", labels)
+        for k, m in masks.items():
+            self._put(k, m)
+        if orig_ids is not None:
+            orig_ids = np.asarray(orig_ids, dtype=np.int64)
+            if orig_ids.shape != (self.n,):
+                raise FormatError(self.path, f"orig_ids has shape {orig_ids.shape}, expected ({self.n},)")
+            self._put("orig_ids", orig_ids)
+        self._done.add("nodes")
+        if self.n == 0 or self.f == 0:
+            self._done.add("features")
+
+
+def open_graph(path) -> h5py.File:
+    """Open a graph.h5 read-only after checking its format name and version (not its contents)."""
+    path = Path(path)
+    if not path.exists():
+        raise FormatError(path, "no such file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
+    try:
+        fmt = h5_attr_str(f.attrs.get("format", ""))
+        if fmt != GRAPH_FORMAT:
+            raise FormatError(path, f"format is {fmt!r}, expected {GRAPH_FORMAT!r}")
+        ver = int(f.attrs.get("version", -1))
+        if ver != FORMAT_VERSION:
+            raise FormatError(path, f"format version {ver} is not supported (this g3mpi reads version {FORMAT_VERSION})")
+        for name in ("indptr", "indices", "features", "labels", *MASKS):
+            if name not in f:
+                raise FormatError(path, f"dataset {name!r} is missing")
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def verify_checksums(path, f: h5py.File) -> None:
+    for name, ds in f.items():
+        want = ds.attrs.get("sha256")
+        if want is None:
+            raise FormatError(path, f"dataset {name!r} has no sha256 attribute")
+        try:
+            got = dataset_sha256(ds)
+        except OSError as e:
+            raise FormatError(path, f"dataset {name!r} cannot be read (truncated or corrupt?): {e}") from None
+        if got != h5_attr_str(want):
+            raise FormatError(path, f"checksum mismatch in dataset {name!r} (file corrupt)")
+
+
+def load_graph(path, verify: bool = True) -> Graph:
+    """Read a whole graph.h5 into memory, validating checksums, shapes and index bounds."""
+    path = Path(path)
+    with open_graph(path) as f:
+        if verify:
+            verify_checksums(path, f)
+        attrs = {k: (h5_attr_str(v) if isinstance(v, (bytes, str)) else v.item() if hasattr(v, "item") else v)
+                 for k, v in f.attrs.items()}
+        try:
+            g = Graph(indptr=f["indptr"][:], indices=f["indices"][:], features=f["features"][:],
+                      labels=f["labels"][:], train_mask=f["train_mask"][:], val_mask=f["val_mask"][:],
+                      test_mask=f["test_mask"][:], attrs=attrs,
+                      orig_ids=f["orig_ids"][:] if "orig_ids" in f else None)
+        except OSError as e:
+            raise FormatError(path, f"cannot read datasets (truncated or corrupt?): {e}") from None
+    n = int(attrs["num_nodes"])
+    if len(g.indptr) != n + 1:
+        raise FormatError(path, f"indptr has {len(g.indptr)} entries, num_nodes is {n}")
+    check_csr(path, g.indptr, g.indices, n, "graph CSR")
+    if int(attrs["num_edges"]) != g.num_edges:
+        raise FormatError(path, f"num_edges attribute {attrs['num_edges']} != {g.num_edges} stored edges")
+    if g.features.shape != (n, int(attrs["feature_dim"])):
+        raise FormatError(path, f"features have shape {g.features.shape}, expected ({n}, {attrs['feature_dim']})")
+    check_node_data(path, n, g.labels, int(attrs["num_classes"]),
+                    {"train_mask": g.train_mask, "val_mask": g.val_mask, "test_mask": g.test_mask})
+    return g
+
+
+def graph_summary(g: Graph) -> dict:
+    a = g.attrs
+    return dict(num_nodes=g.num_nodes, num_edges=g.num_edges, feature_dim=int(a["feature_dim"]),
+                num_classes=int(a["num_classes"]), symmetric=bool(a["symmetric"]), self_loops=a["self_loops"],
+                source=a["source"], train=int(g.train_mask.sum()), val=int(g.val_mask.sum()),
+                test=int(g.test_mask.sum()), labelled=int((g.labels >= 0).sum()))
+
+
+def write_graph(path, g: Graph, force: bool = False) -> None:
+    """Write an in-memory Graph (all at once)."""
+    a = g.attrs
+    extra = {k: v for k, v in a.items() if k not in ("format", "version", "num_nodes", "num_edges", "feature_dim",
+                                                       "num_classes", "symmetric", "self_loops", "source")}
+    with GraphWriter(path, num_nodes=g.num_nodes, feature_dim=g.features.shape[1], num_classes=int(a["num_classes"]),
+                     source=a.get("source", "unknown"), symmetric=bool(a.get("symmetric", False)),
+                     self_loops=a.get("self_loops", "keep"), force=force, extra_attrs=extra) as w:
+        w.write_csr(g.indptr, g.indices)
+        w.write_features(0, g.features)
+        w.write_nodes(g.labels, g.train_mask, g.val_mask, g.test_mask, g.orig_ids)
+

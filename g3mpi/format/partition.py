@@ -1,0 +1,271 @@
+"""Partition directory: ``meta.json``, ``node_map.h5`` and one ``part-NNNNN.h5`` per part. See docs/FORMAT.md.
+
+A part file holds everything one rank needs and nothing more. Local rows are numbered
+``[owned rows | halo rows]``: owned row i is global (relabelled) node ``owned_start + i``; halo row
+``num_owned + j`` is global node ``halo_ids[j]``. Halo rows are grouped by owner part (ascending), one
+contiguous slice per receive neighbour, sorted by global ID within a slice, so the message from that
+neighbour lands in place. ``send_rows`` lists, per send neighbour, the owned local rows it needs, in
+the order of that neighbour's halo slice.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from .common import (FORMAT_VERSION, PART_FORMAT, PARTITION_FORMAT, FormatError, array_sha256, atomic_file,
+                     file_sha256, h5_attr_str, row_chunks)
+from .graph import check_csr
+
+META_NAME = "meta.json"
+NODE_MAP_NAME = "node_map.h5"
+
+
+def part_name(p: int) -> str:
+    return f"part-{p:05d}.h5"
+
+
+@dataclass
+class PartData:
+    """One rank's share of a partitioned graph (see the module docstring for the numbering)."""
+
+    part_id: int
+    num_parts: int
+    num_nodes: int            # global
+    num_edges: int            # global (self loops removed)
+    feature_dim: int
+    num_classes: int
+    owned_start: int
+    owned_end: int
+    partition_id: str
+    indptr: np.ndarray        # int64 [n_owned+1]
+    indices: np.ndarray       # int32/int64 [local_edges], local columns in [0, n_owned+n_halo)
+    halo_ids: np.ndarray      # int64 [n_halo], global IDs
+    recv_parts: np.ndarray    # int32 [k]
+    recv_offsets: np.ndarray  # int64 [k+1], into halo rows
+    send_parts: np.ndarray    # int32 [k']
+    send_offsets: np.ndarray  # int64 [k'+1], into send_rows
+    send_rows: np.ndarray     # int64 [S], owned local rows
+    in_degree: np.ndarray     # int64 [n_owned+n_halo], global in-degree (no self loops)
+    out_degree: np.ndarray    # int64 [n_owned+n_halo], global out-degree (no self loops)
+    features: np.ndarray      # float32 [n_owned, F]
+    labels: np.ndarray        # int64 [n_owned]
+    train_mask: np.ndarray    # bool [n_owned]
+    val_mask: np.ndarray      # bool [n_owned]
+    test_mask: np.ndarray     # bool [n_owned]
+    orig_ids: np.ndarray      # int64 [n_owned], row in the source graph.h5
+
+    @property
+    def num_owned(self) -> int:
+        return self.owned_end - self.owned_start
+
+    @property
+    def num_halo(self) -> int:
+        return len(self.halo_ids)
+
+    def recv_slice(self, i: int) -> slice:
+        """Local rows of the i-th receive neighbour's halo slice."""
+        n = self.num_owned
+        return slice(n + int(self.recv_offsets[i]), n + int(self.recv_offsets[i + 1]))
+
+    def send_list(self, i: int) -> np.ndarray:
+        return self.send_rows[self.send_offsets[i]:self.send_offsets[i + 1]]
+
+
+SCALARS = ("part_id", "num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes", "owned_start",
+           "owned_end", "partition_id")
+ARRAYS = tuple(f.name for f in fields(PartData) if f.name not in SCALARS)
+
+
+def write_part(path, part: PartData, force: bool = False) -> str:
+    """Write one part file atomically; returns the file's sha256."""
+    with atomic_file(path, force) as tmp:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["format"] = PART_FORMAT
+            f.attrs["version"] = FORMAT_VERSION
+            for k in SCALARS:
+                f.attrs[k] = getattr(part, k)
+            for k in ARRAYS:
+                a = np.ascontiguousarray(getattr(part, k))
+                if k == "features":
+                    chunk = row_chunks(a.shape[0], 4 * a.shape[1])
+                    ds = f.create_dataset(k, data=a, chunks=(chunk, a.shape[1]) if chunk and a.shape[1] else None)
+                else:
+                    ds = f.create_dataset(k, data=a)
+                ds.attrs["sha256"] = array_sha256(a)
+    return file_sha256(path)
+
+
+def read_meta(dirpath) -> dict:
+    dirpath = Path(dirpath)
+    path = dirpath / META_NAME
+    if not dirpath.is_dir():
+        raise FormatError(dirpath, "no such partition directory")
+    if not path.exists():
+        raise FormatError(path, "no such file (not a partition directory?)")
+    try:
+        meta = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise FormatError(path, f"not valid JSON: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != PARTITION_FORMAT:
+        raise FormatError(path, f"format is {meta.get('format') if isinstance(meta, dict) else None!r}, "
+                                f"expected {PARTITION_FORMAT!r}")
+    if meta.get("version") != FORMAT_VERSION:
+        raise FormatError(path, f"format version {meta.get('version')} is not supported "
+                                f"(this g3mpi reads version {FORMAT_VERSION})")
+    for k in ("num_parts", "offsets", "files", "partition_id", "num_nodes"):
+        if k not in meta:
+            raise FormatError(path, f"key {k!r} is missing")
+    p = meta["num_parts"]
+    off = meta["offsets"]
+    if not isinstance(p, int) or p < 1 or len(off) != p + 1 or off[0] != 0 or off[-1] != meta["num_nodes"] \
+            or any(b < a for a, b in zip(off, off[1:])):
+        raise FormatError(path, "offsets are not a non-decreasing list of num_parts+1 values from 0 to num_nodes")
+    return meta
+
+
+def write_meta(dirpath, meta: dict) -> None:
+    (Path(dirpath) / META_NAME).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def owner_of(offsets: np.ndarray, gids: np.ndarray) -> np.ndarray:
+    """Owning part of each global (relabelled) ID, by binary search in the contiguous ranges."""
+    return np.searchsorted(np.asarray(offsets), gids, side="right") - 1
+
+
+def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = True) -> PartData:
+    """Read and validate one part file. Raises FormatError naming the file on any problem.
+
+    ``verify`` checks the whole-file sha256 recorded in meta.json, then every structural invariant
+    that a sparse kernel relies on (so a corrupt index can never reach one).
+    """
+    dirpath = Path(dirpath)
+    meta = meta if meta is not None else read_meta(dirpath)
+    path = dirpath / part_name(part_id)
+    if not 0 <= part_id < meta["num_parts"]:
+        raise FormatError(dirpath, f"part {part_id} does not exist: the partition has {meta['num_parts']} parts")
+    if not path.exists():
+        raise FormatError(path, "no such file")
+    if verify:
+        want = meta["files"].get(path.name)
+        if want is None:
+            raise FormatError(dirpath / META_NAME, f"no checksum recorded for {path.name}")
+        if file_sha256(path) != want:
+            raise FormatError(path, "checksum mismatch with meta.json (file corrupt, truncated or replaced)")
+    try:
+        with h5py.File(path, "r") as f:
+            fmt = h5_attr_str(f.attrs.get("format", ""))
+            if fmt != PART_FORMAT:
+                raise FormatError(path, f"format is {fmt!r}, expected {PART_FORMAT!r}")
+            ver = int(f.attrs.get("version", -1))
+            if ver != FORMAT_VERSION:
+                raise FormatError(path, f"format version {ver} is not supported (reads version {FORMAT_VERSION})")
+            kw = {}
+            for k in SCALARS:
+                if k not in f.attrs:
+                    raise FormatError(path, f"attribute {k!r} is missing")
+                v = f.attrs[k]
+                kw[k] = h5_attr_str(v) if k == "partition_id" else int(v)
+            for k in ARRAYS:
+                if k not in f:
+                    raise FormatError(path, f"dataset {k!r} is missing")
+                kw[k] = f[k][()]
+    except OSError as e:
+        raise FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
+    part = PartData(**kw)
+    check_part(path, part, meta)
+    return part
+
+
+def check_part(path, part: PartData, meta: dict) -> None:
+    """Every invariant of one part file, cheap enough to run on every load."""
+    def bad(msg):
+        raise FormatError(path, msg)
+
+    if part.partition_id != meta["partition_id"]:
+        bad(f"belongs to partition {part.partition_id}, not to this directory's {meta['partition_id']} "
+            "(files from different partitions mixed?)")
+    if part.num_parts != meta["num_parts"]:
+        bad(f"says {part.num_parts} parts, meta.json says {meta['num_parts']}")
+    off = meta["offsets"]
+    pid = part.part_id
+    if not 0 <= pid < part.num_parts:
+        bad(f"part_id {pid} out of range")
+    if path.name != part_name(pid):
+        bad(f"contains part {pid}, expected by its name to contain part {path.name[5:10].lstrip('0') or '0'} "
+            "(part files swapped or renamed?)")
+    if (part.owned_start, part.owned_end) != (off[pid], off[pid + 1]):
+        bad(f"owns [{part.owned_start}, {part.owned_end}) but meta.json assigns [{off[pid]}, {off[pid + 1]})")
+    n, h, N = part.num_owned, part.num_halo, part.num_nodes
+    shapes = dict(indptr=(n + 1,), halo_ids=(h,), in_degree=(n + h,), out_degree=(n + h,),
+                  features=(n, part.feature_dim), labels=(n,), train_mask=(n,), val_mask=(n,), test_mask=(n,),
+                  orig_ids=(n,), recv_offsets=(len(part.recv_parts) + 1,),
+                  send_offsets=(len(part.send_parts) + 1,))
+    for k, shp in shapes.items():
+        if getattr(part, k).shape != shp:
+            bad(f"dataset {k!r} has shape {getattr(part, k).shape}, expected {shp}")
+    for k in ("indptr", "indices", "halo_ids", "recv_offsets", "send_offsets", "send_rows", "in_degree",
+              "out_degree", "labels", "orig_ids", "recv_parts", "send_parts"):
+        if getattr(part, k).dtype.kind not in "iu":
+            bad(f"dataset {k!r} has dtype {getattr(part, k).dtype}, expected an integer type")
+    if part.features.dtype != np.float32:
+        bad(f"features have dtype {part.features.dtype}, expected float32")
+    check_csr(path, part.indptr, part.indices, n + h, "local CSR")
+    hid = part.halo_ids
+    if h:
+        if hid.min() < 0 or hid.max() >= N:
+            bad(f"halo ID out of range [0, {N})")
+        if np.any(np.diff(hid) <= 0):
+            bad("halo IDs are not strictly increasing")
+        if np.any((hid >= part.owned_start) & (hid < part.owned_end)):
+            bad("a halo ID is an owned node")
+    for name, parts, offs, total in (("recv", part.recv_parts, part.recv_offsets, h),
+                                     ("send", part.send_parts, part.send_offsets, len(part.send_rows))):
+        if len(parts) and (parts.min() < 0 or parts.max() >= part.num_parts or np.any(parts == pid)
+                           or np.any(np.diff(parts) <= 0)):
+            bad(f"{name}_parts must be strictly increasing part IDs other than {pid}")
+        if offs[0] != 0 or offs[-1] != total or np.any(np.diff(offs) <= 0):
+            bad(f"{name}_offsets must increase strictly from 0 to {total}")
+    if h:
+        owners = owner_of(off, hid)
+        want = np.repeat(part.recv_parts.astype(np.int64), np.diff(part.recv_offsets))
+        if not np.array_equal(owners, want):
+            bad("halo slices do not match the owners of their IDs")
+    if len(part.send_rows) and (part.send_rows.min() < 0 or part.send_rows.max() >= n):
+        bad(f"send row out of range [0, {n})")
+    if part.num_classes and len(part.labels) and (part.labels.min() < -1 or part.labels.max() >= part.num_classes):
+        bad("labels out of range")
+    if not np.all(np.isfinite(part.features)):
+        bad("features contain NaN or Inf")
+    if np.any(part.in_degree < 0) or np.any(part.out_degree < 0):
+        bad("negative degree")
+    if not np.array_equal(part.in_degree[:n], np.diff(part.indptr)):
+        bad("in_degree of owned rows does not match the local CSR")
+
+
+def write_node_map(path, new_to_orig: np.ndarray, force: bool = False) -> str:
+    with atomic_file(path, force) as tmp:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["format"] = "g3mpi-node-map"
+            f.attrs["version"] = FORMAT_VERSION
+            ds = f.create_dataset("new_to_orig", data=np.asarray(new_to_orig, dtype=np.int64))
+            ds.attrs["sha256"] = array_sha256(np.asarray(new_to_orig, dtype=np.int64))
+    return file_sha256(path)
+
+
+def read_node_map(dirpath, meta: dict | None = None) -> np.ndarray:
+    dirpath = Path(dirpath)
+    meta = meta if meta is not None else read_meta(dirpath)
+    path = dirpath / NODE_MAP_NAME
+    if not path.exists():
+        raise FormatError(path, "no such file")
+    if file_sha256(path) != meta["files"].get(NODE_MAP_NAME):
+        raise FormatError(path, "checksum mismatch with meta.json")
+    with h5py.File(path, "r") as f:
+        m = f["new_to_orig"][()]
+    if m.shape != (meta["num_nodes"],):
+        raise FormatError(path, f"new_to_orig has shape {m.shape}, expected ({meta['num_nodes']},)")
+    return m
