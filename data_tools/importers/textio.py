@@ -65,6 +65,8 @@ def _explain(path, lines, first_line, *, delimiter, usecols, ncols, dtype, comme
             continue
         fields = split_fields(text, delimiter)
         where = f"line {first_line + i}"
+        if usecols is None and ncols is None:
+            ncols = need = len(fields)              # every line must have as many columns as the first
         if need is not None and len(fields) < need:
             return FormatError(path, f"{where}: expected {'at least ' if usecols is not None else ''}{need} "
                                      f"columns, found {len(fields)}: {text[:80]!r}")
