@@ -131,6 +131,8 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
         rows = y.shape[0] if y.ndim else 0
 
     orig_ids = None
+    if rows is None and len(src) == 0:
+        raise FormatError(path, "no edges found (and no --features/--labels to define the nodes)")
     if rows is None:                                   # nodes = the distinct IDs, in increasing order
         orig_ids = np.union1d(np.unique(src), np.unique(dst))
         n = len(orig_ids)
@@ -138,7 +140,8 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
             a[:] = np.searchsorted(orig_ids, a)
     elif ids is not None:                              # rows named by --node-ids
         if ids.ndim != 1 or len(ids) != rows or not np.issubdtype(ids.dtype, np.integer):
-            raise FormatError(node_ids, f"expected integer node IDs of shape [{rows}], got {ids.dtype} {list(ids.shape)}")
+            raise FormatError(node_ids, f"expected integer node IDs of shape [{rows}], "
+                                        f"got {ids.dtype} {list(ids.shape)}")
         order = np.argsort(ids, kind="stable")
         sorted_ids = ids[order].astype(np.int64)
         dup = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
