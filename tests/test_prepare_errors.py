@@ -270,6 +270,8 @@ def test_ogb_bad_files(tmp_path, out_dir):
     fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv", words=["line 3:"])
     (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5,6\n")
     fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv", words=["3 rows", "4 nodes"])
+    (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5,6\n7,8\n9,10\n")
+    fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv", words=["more than 4 rows"])
     (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5,6\n7,inf\n")
     fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv", words=["NaN or Inf", "row 3"])
     (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5,6\n7,8\n")

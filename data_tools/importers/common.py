@@ -49,7 +49,7 @@ class RawGraph:
     src: np.ndarray                # int [E] source row of each edge (u -> v means u is a source of v)
     dst: np.ndarray                # int [E] target row
     feature_dim: int
-    features: np.ndarray | None = None          # float32 [N, F] ...
+    features: np.ndarray | None = None          # [N, F] (any real dtype, possibly a memory map) ...
     feature_blocks: FeatureBlocks | None = None  # ... or generated in row blocks
     labels: np.ndarray | None = None            # int64 [N], -1 = unlabelled; None = no labels
     num_classes: int = 0
@@ -283,7 +283,7 @@ def feature_blocks_of(raw: RawGraph) -> Iterator[tuple[int, np.ndarray]]:
     x = raw.features
     step = max(1, FEATURE_BLOCK_BYTES // max(1, 4 * raw.feature_dim))
     for s in range(0, raw.num_nodes, step):
-        yield s, x[s:s + step]
+        yield s, np.asarray(x[s:s + step], dtype=np.float32)   # also reads a memory-mapped .npy block by block
 
 
 # ---------------------------------------------------------------------------------------------- writing

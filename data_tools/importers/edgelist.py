@@ -60,11 +60,12 @@ def sniff(path: Path, delimiter: str, header: bool | None) -> tuple[str | None, 
     return (None if delim == "auto" else delim), 0
 
 
-def load_npy(path: Path, what: str) -> np.ndarray:
+def load_npy(path: Path, what: str, mmap: bool = False) -> np.ndarray:
+    """np.load without pickle; ``mmap``: map the file instead of reading it (features are streamed)."""
     if not path.exists():
         raise FormatError(path, "no such file")
     try:
-        return np.load(path, allow_pickle=False)
+        return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
     except (ValueError, EOFError, OSError, zipfile.BadZipFile) as e:
         raise FormatError(path, f"not a readable .npy {what} file (truncated, corrupt or pickled?): {e}") from None
 
@@ -107,7 +108,7 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
                   quiet: bool = False) -> RawGraph:
     path = Path(path)
     delim, skip = sniff(path, delimiter, header)
-    x = load_npy(features, "features") if features is not None else None
+    x = load_npy(features, "features", mmap=True) if features is not None else None
     y = load_npy(labels, "labels") if labels is not None else None
     ids = load_npy(node_ids, "node IDs") if node_ids is not None else None
     if ids is not None and x is None and y is None:
@@ -166,8 +167,7 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
 
     feature_blocks = None
     if x is not None:
-        check_features(features, x, n)
-        x = np.ascontiguousarray(x, dtype=np.float32)
+        check_features(features, x, n)             # in row blocks: the memory map is never read whole
         feature_dim = x.shape[1]
     elif feature_dim:
         if feature_dim < 0:
