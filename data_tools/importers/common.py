@@ -198,11 +198,12 @@ def build_in_csr(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, symmetrize
     total = int(indptr[-1])
     del deg
 
-    # 2. fill rows: stable order by target within each chunk, placed at each row's next free slot
+    # 2. fill rows: group each chunk by target, place each group at its row's next free slot (the order
+    #    inside a row does not matter yet: step 3 sorts it)
     indices = np.empty(total, dtype=idt)
     nxt = indptr[:-1].copy()
     for s, d in progress(chunks(), total=n_chunks, desc="fill CSR", disable=True if quiet else None):
-        order = np.argsort(d, kind="stable")
+        order = np.argsort(d)
         ds = d[order]
         starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
         counts = np.diff(np.r_[starts, len(ds)])
