@@ -304,10 +304,12 @@ class HaloExchange:
 
 class CommContext:
     """Per-rank communication state injected into the model: communicator, counters, simulated network,
-    and the allocator of exchange tags (every rank builds its exchanges in the same order)."""
+    and the allocator of exchange tags (every rank builds its exchanges in the same order). Construction
+    duplicates ``comm`` (collective); ``free`` releases everything (collective)."""
 
     def __init__(self, comm, simnet: SimNet | None = None):
-        self.comm = comm
+        # a private communicator: no tag of ours can meet a message of another context or library
+        self.comm = comm.Dup()
         self.simnet = simnet
         self.stats = CommStats()
         self._next = 1
@@ -326,3 +328,6 @@ class CommContext:
         for ex in self._exchanges:
             ex.free()
         self._exchanges = []
+        if self.comm is not None:
+            self.comm.Free()
+            self.comm = None
