@@ -39,14 +39,19 @@ unavailable() { log "unavailable: $*"; exit 3; }
 
 node_name() { hostname -s; }
 
-# pid_alive FILE NAME: the PID in FILE is a live process whose command name is NAME (guards against reused PIDs)
-pid_alive() {
-    local file=$1 name=$2 pid
-    [[ -s $file ]] || return 1
-    pid=$(<"$file")
+# proc_alive PID NAME: PID is a live process (not a zombie awaiting its parent) whose command name is NAME
+# (guards against a PID reused by another program)
+proc_alive() {
+    local pid=$1 name=$2 state
     [[ $pid =~ ^[0-9]+$ ]] || return 1
-    [[ -r /proc/$pid/comm ]] || return 1
-    [[ $(</proc/"$pid"/comm) == "$name" ]]
+    [[ $(cat /proc/"$pid"/comm 2>/dev/null) == "$name" ]] || return 1
+    state=$(awk '/^State:/ { print $2 }' /proc/"$pid"/status 2>/dev/null)
+    [[ -n $state && $state != Z ]]
+}
+
+# pid_alive FILE NAME: the PID recorded in FILE is a live NAME
+pid_alive() {
+    [[ -s $1 ]] && proc_alive "$(<"$1")" "$2"
 }
 
 pidfile_of() {
@@ -240,7 +245,7 @@ stop_daemon() {  # stop_daemon NAME: SIGTERM the recorded PID, wait, SIGKILL if 
     fi
     pid=$(<"$pidf")
     kill -TERM "$pid" 2>/dev/null || true
-    gone() { ! pid_alive "$pidf" "$name"; }
+    gone() { ! proc_alive "$pid" "$name"; }
     if ! wait_for 20 "$name (pid $pid) to exit" gone; then
         log "$name (pid $pid) ignored SIGTERM; sending SIGKILL"
         kill -KILL "$pid" 2>/dev/null || true
@@ -253,6 +258,18 @@ stop_daemon() {  # stop_daemon NAME: SIGTERM the recorded PID, wait, SIGKILL if 
 cmd_stop() {
     local rc=0
     [[ -d $DIR ]] || { log "nothing to stop ($DIR does not exist)"; return 0; }
+    if pid_alive "$(pidfile_of slurmctld)" slurmctld && pid_alive "$(pidfile_of slurmd)" slurmd; then
+        # end the cluster's jobs first, so that slurmd takes their steps (slurmstepd) down with them
+        local jobs
+        jobs=$(SLURM_CONF=$CONF squeue -h -o %i 2>/dev/null || true)
+        if [[ -n $jobs ]]; then
+            log "cancelling jobs: $(tr "\n" " " <<<"$jobs")"
+            # shellcheck disable=SC2086
+            SLURM_CONF=$CONF scancel $jobs || true
+            queue_empty() { [[ -z $(SLURM_CONF=$CONF squeue -h -o %i 2>/dev/null) ]]; }
+            wait_for 30 "the cancelled jobs to end" queue_empty || true
+        fi
+    fi
     # slurmd first (it ends job steps), then the controller, then munge, which both of them use
     stop_daemon slurmd || rc=1
     stop_daemon slurmctld || rc=1
