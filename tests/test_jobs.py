@@ -97,7 +97,7 @@ def test_dry_run_builds_the_mpi_command(tmp_path):
     i = cmd.index(sys.executable)
     assert cmd[i + 1:i + 5] == ["-m", "mpi4py", "-m", "g3mpi.cli.train"]
     tool = cmd[i + 5:]
-    assert tool == ["--parts", str(parts), "--epochs", "5", "--out", str(tmp_path / "run")]
+    assert tool == ["--parts", str(parts), "--epochs", "5", "--out", str(tmp_path / "run"), "--threads", "3"]
     assert "3 thread(s)" in p.stderr
 
 
@@ -112,6 +112,9 @@ def test_dry_run_fills_stage_defaults_from_environment(tmp_path):
     p = launcher("prepare", "--dry-run", "--", "npz", "x.npz", "--out", "mine.h5", G3_GRAPH="other.h5")
     cmd = shlex.split(p.stdout.strip().splitlines()[-1])
     assert cmd[-4:] == ["npz", "x.npz", "--out", "mine.h5"]
+    p = launcher("prepare", "--dry-run", "--", "npz", "x.npz", "-o", "mine.h5", G3_GRAPH="other.h5")
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])
+    assert cmd[-4:] == ["npz", "x.npz", "-o", "mine.h5"]
     # with no arguments prepare makes the embedded default graph (the quickstart's SBM, >= 50k nodes)
     p = launcher("prepare", "--dry-run", G3_GRAPH="g.h5")
     cmd = shlex.split(p.stdout.strip().splitlines()[-1])
@@ -201,3 +204,14 @@ def test_timeout_bounds_a_stage():
     script = f'set -euo pipefail; source {LIB}; g3_setup_env; g3_run sleep 30'
     p = bash(script, G3_TIMEOUT="1s", timeout=60)
     assert p.returncode == 124, p.stderr
+
+
+def test_site_setup_file_and_modules(tmp_path):
+    setup = tmp_path / "site.sh"
+    setup.write_text('module() { echo "module $*" >&2; }\nexport G3_SITE_MARK=$UNSET_VARIABLE_OF_THE_SITE\n')
+    p = bash(f'set -euo pipefail; source {LIB}; g3_setup_env; echo "mark=[$G3_SITE_MARK]"',
+             G3_SETUP=setup, G3_MODULES="gcc/12 openmpi/4.1")
+    assert p.returncode == 0, p.stderr
+    assert "module load gcc/12 openmpi/4.1" in p.stderr and "mark=[]" in p.stdout
+    p = bash(f'set -euo pipefail; source {LIB}; g3_setup_env', G3_MODULES="openmpi")
+    assert p.returncode == 1 and "'module' command is not available" in p.stderr

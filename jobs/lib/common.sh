@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the mpirun launchers (jobs/mpirun/*.sh) and the SLURM batch scripts (jobs/slurm/*.sbatch).
 # Source it; it defines functions only (no side effects at source time).
 #
@@ -30,25 +31,38 @@ g3_die() { echo "$G3_TAG: error: $*" >&2; exit 1; }
 
 g3_in_slurm() { [[ -n ${SLURM_JOB_ID:-} ]]; }
 
-# g3_has_opt OPT ARGS...: ARGS contain OPT as "OPT VALUE" or "OPT=VALUE"
+# g3_has_opt OPTS ARGS...: ARGS contain one of OPTS ("--out|-o") as "OPT VALUE" or "--opt=VALUE"
 g3_has_opt() {
-    local opt=$1 a
+    local opts a o
+    IFS='|' read -r -a opts <<<"$1"
     shift
     for a in "$@"; do
-        [[ $a == "$opt" || $a == "$opt="* ]] && return 0
+        for o in "${opts[@]}"; do
+            [[ $a == "$o" || $a == "$o="* ]] && return 0
+        done
     done
     return 1
 }
 
-# g3_opt_value OPT ARGS...: print the value of OPT in ARGS (last one wins); status 1 if absent
+# g3_opt_value OPTS ARGS...: print the value of the option OPTS ("--parts|-p") in ARGS (last one wins);
+# status 1 if absent
 g3_opt_value() {
-    local opt=$1 found=1 val=""
+    local opts o found=1 val=""
+    IFS='|' read -r -a opts <<<"$1"
     shift
     while (($#)); do
-        case $1 in
-            "$opt") [[ $# -ge 2 ]] && { val=$2; found=0; shift; } ;;
-            "$opt="*) val=${1#"$opt="}; found=0 ;;
-        esac
+        for o in "${opts[@]}"; do
+            if [[ $1 == "$o" && $# -ge 2 ]]; then
+                val=$2
+                found=0
+                shift
+                break
+            elif [[ $1 == "$o="* ]]; then
+                val=${1#"$o="}
+                found=0
+                break
+            fi
+        done
         shift
     done
     ((found == 0)) && printf '%s\n' "$val"
@@ -62,6 +76,10 @@ g3_positive() {
 
 # g3_setup_env: site setup, modules, Python, threads. Sets G3_PY and G3_THREADS.
 g3_setup_env() {
+    # site scripts (Lmod, conda activate, spack) often read unset variables: no `set -u` while they run
+    local had_u=0
+    [[ $- == *u* ]] && had_u=1
+    set +u
     if [[ -n ${G3_SETUP:-} ]]; then
         [[ -r $G3_SETUP ]] || g3_die "G3_SETUP=$G3_SETUP: no such readable file"
         # shellcheck disable=SC1090
@@ -72,6 +90,7 @@ g3_setup_env() {
         # shellcheck disable=SC2086
         module load $G3_MODULES || g3_die "module load $G3_MODULES failed"
     fi
+    ((had_u)) && set -u
     if [[ -n ${G3_PYTHON:-} ]]; then
         G3_PY=$G3_PYTHON
     elif [[ -n ${G3_VENV:-} ]]; then
@@ -244,7 +263,7 @@ g3_args_prepare() {
         # shellcheck disable=SC2206
         args=(${G3_PREPARE_ARGS:-$G3_DEFAULT_PREPARE})
     fi
-    g3_has_opt --out "${args[@]}" || args+=(--out "${G3_GRAPH:-graph.h5}")
+    g3_has_opt "--out|-o" "${args[@]}" || args+=(--out "${G3_GRAPH:-graph.h5}")
     [[ ${G3_FORCE:-0} == 1 ]] && ! g3_has_opt --force "${args[@]}" && args+=(--force)
     G3_ARGS=("${args[@]}")
 }
@@ -260,14 +279,14 @@ g3_args_partition() {
     if [[ -z $first || $first == -* ]]; then
         args=("${G3_GRAPH:-graph.h5}" "${args[@]}")
     fi
-    g3_has_opt --parts "${args[@]}" || args+=(--parts "${G3_NUM_PARTS:-4}")
+    g3_has_opt "--parts|-p" "${args[@]}" || args+=(--parts "${G3_NUM_PARTS:-4}")
     g3_has_opt --method "${args[@]}" || args+=(--method "${G3_METHOD:-metis}")
-    g3_has_opt --out "${args[@]}" || args+=(--out "${G3_PARTS:-parts}")
+    g3_has_opt "--out|-o" "${args[@]}" || args+=(--out "${G3_PARTS:-parts}")
     [[ ${G3_FORCE:-0} == 1 ]] && ! g3_has_opt --force "${args[@]}" && args+=(--force)
     G3_ARGS=("${args[@]}")
 }
 
-# train: g3-train --parts $G3_PARTS --out $G3_OUT [--config $G3_CONFIG] $G3_TRAIN_ARGS ARGS
+# train: g3-train --parts $G3_PARTS --out $G3_OUT [--config $G3_CONFIG] --threads $G3_THREADS $G3_TRAIN_ARGS ARGS
 g3_args_train() {
     local args=()
     # shellcheck disable=SC2206
@@ -275,6 +294,8 @@ g3_args_train() {
     args+=("$@")
     g3_has_opt --parts "${args[@]}" || args=(--parts "${G3_PARTS:-parts}" "${args[@]}")
     g3_has_opt --out "${args[@]}" || args+=(--out "${G3_OUT:-$(g3_default_run_dir train)}")
+    # torch threads per rank, explicitly (OMP_NUM_THREADS is exported too)
+    g3_has_opt --threads "${args[@]}" || args+=(--threads "$G3_THREADS")
     if [[ -n ${G3_CONFIG:-} ]] && ! g3_has_opt --config "${args[@]}"; then
         args+=(--config "$G3_CONFIG")
     fi

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The install step shared by jobs/quickstart.sh and jobs/test.sh. Source it; it defines functions only.
 #
 # Environment:
