@@ -1,0 +1,31 @@
+"""Distributed GraphSAGE layer with mean aggregation and root weight, numerically PyG ``SAGEConv``.
+
+    out_i = W_l mean_{j -> i} x_j + b_l + W_r x_i      (mean = 0 for a node without in-edges)
+
+x [n_owned, in] -> [n_owned, out]. Parameters ``lin_l.weight`` [out, in], ``lin_l.bias`` [out],
+``lin_r.weight`` [out, in], named as in PyG. The mean is linear, so W_l is applied before the exchange when
+in > out (fewer bytes travel) and after it otherwise.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from g3mpi.ops import Aggregation, DistGraph
+
+
+class SAGELayer(nn.Module):
+    def __init__(self, graph: DistGraph, in_dim: int, out_dim: int, name: str = "sage"):
+        super().__init__()
+        self.in_dim, self.out_dim = in_dim, out_dim
+        self.lin_l = nn.Linear(in_dim, out_dim, bias=True)
+        self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
+        self.transform_first = in_dim > out_dim
+        self.agg = Aggregation(graph, "mean", out_dim if self.transform_first else in_dim, name=name)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.transform_first:
+            neigh = self.agg(x @ self.lin_l.weight.t()) + self.lin_l.bias
+        else:
+            neigh = self.lin_l(self.agg(x))
+        return neigh + self.lin_r(x)
