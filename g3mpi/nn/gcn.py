@@ -9,6 +9,7 @@ travel narrower (in > out), and aggregates first otherwise.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from g3mpi.ops import Aggregation, DistGraph
@@ -27,4 +28,4 @@ class GCNLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.transform_first:
             return self.agg(self.lin(x)) + self.bias
-        return self.lin(self.agg(x)) + self.bias
+        return F.linear(self.agg(x), self.lin.weight, self.bias)

@@ -9,6 +9,7 @@ in > out (fewer bytes travel) and after it otherwise.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from g3mpi.ops import Aggregation, DistGraph
@@ -24,8 +25,10 @@ class SAGELayer(nn.Module):
         self.agg = Aggregation(graph, "mean", out_dim if self.transform_first else in_dim, name=name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # W_l and W_r act on the same rows: one matrix product [.., 2*out] (or [.., 2*in] input) instead of two
+        o = self.out_dim
         if self.transform_first:
-            neigh = self.agg(x @ self.lin_l.weight.t()) + self.lin_l.bias
-        else:
-            neigh = self.lin_l(self.agg(x))
-        return neigh + self.lin_r(x)
+            hw = x @ torch.cat([self.lin_l.weight, self.lin_r.weight]).t()
+            return self.agg(hw[:, :o].contiguous()) + self.lin_l.bias + hw[:, o:]
+        z = torch.cat([self.agg(x), x], dim=1)
+        return F.linear(z, torch.cat([self.lin_l.weight, self.lin_r.weight], dim=1), self.lin_l.bias)

@@ -35,12 +35,12 @@ class Schedule:
     def communicates(self) -> bool:
         return self.mode != "nocomm"
 
-    def rows_per_chunk(self, width: int) -> int:
-        """0 = one chunk. Only the pipelined schedule chunks (there is nothing to poll for otherwise),
-        unless a chunk size is forced with a positive ``chunk_rows``."""
+    def rows_per_chunk(self, width: int, pending: int) -> int:
+        """0 = one chunk. Automatic chunking only happens in the pipelined schedule with messages to poll for
+        (``pending`` receives); a positive ``chunk_rows`` forces chunks of that size in every mode."""
         if self.chunk_rows < 0:
             return 0
-        if self.mode != "pipelined" and self.chunk_rows == 0:
+        if self.chunk_rows == 0 and (self.mode != "pipelined" or pending == 0):
             return 0
         return chunk_rows_for(width, self.chunk_rows)
 
@@ -75,7 +75,7 @@ class Schedule:
 
         if self.mode == "blocking":
             compute(self.rest(tr))
-        chunks = blocks.chunks(self.rows_per_chunk(h.shape[1]))
+        chunks = blocks.chunks(self.rows_per_chunk(h.shape[1], tr.num_recvs))
         if len(chunks) == 1:
             out = torch.sparse.mm(chunks[0][1], h)
             compute(self.poll(tr))
@@ -102,7 +102,7 @@ class Schedule:
                 tr.send(i)
         if self.mode == "blocking":
             self.rest(tr)
-        tchunks = blocks.transpose_chunks(self.rows_per_chunk(g.shape[1]))
+        tchunks = blocks.transpose_chunks(self.rows_per_chunk(g.shape[1], tr.num_recvs))
         if len(tchunks) == 1:
             grad = torch.sparse.mm(tchunks[0][2], g)
             self.poll(tr)
