@@ -84,7 +84,32 @@ def _tool(module: str, *args) -> None:
         raise BenchError(f"{' '.join(cmd)} failed (exit {p.returncode}):\n{p.stderr.strip()[-2000:]}")
 
 
+def on_root(fn, *args):
+    """Run ``fn`` on rank 0 only (every rank of a multi-rank g3-bench waits and gets its result or error)."""
+    comm = world()
+    if comm.size == 1:
+        return fn(*args)
+    res, err = None, None
+    if comm.rank == 0:
+        try:
+            res = fn(*args)
+        except Exception as e:  # noqa: BLE001 - reported on every rank
+            err = f"{type(e).__name__}: {e}"
+    res, err = comm.bcast((res, err), root=0)
+    if err:
+        raise BenchError(err)
+    return res
+
+
 def prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
+    return on_root(_prepare_graph, sz, work, seed)
+
+
+def prepare_parts(graph: Path, P: int, work: Path, method: str = "metis") -> Path:
+    return on_root(_prepare_parts, graph, P, work, method)
+
+
+def _prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
     """graph.h5 for the multi-rank suites, generated with g3-prepare (cached in ``work`` by its parameters).
 
     sbm: ``--avg-degree edges/nodes`` (both directions stored, so about ``edges`` directed edges), classes =
@@ -110,7 +135,7 @@ def prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
     return out
 
 
-def prepare_parts(graph: Path, P: int, work: Path, method: str = "metis") -> Path:
+def _prepare_parts(graph: Path, P: int, work: Path, method: str = "metis") -> Path:
     """Partition directory of ``graph`` into P parts with g3-partition (cached)."""
     out = work / f"{graph.stem}.{method}{P}"
     if not (out / "meta.json").exists():
