@@ -120,7 +120,7 @@ def run_suite(suite: str, a, argv) -> dict:
         from .wire import run
         res = run(sz, work, ranks=ranks, models=models)
     elif suite == "schedules":
-        from .schedules import run
+        from .overlap import run
         res = run(sz, work, ranks=ranks, sim_net=a.sim_net, models=models)
     elif suite == "scaling":
         from .scaling import run
