@@ -97,7 +97,7 @@ def sizes_for(suite: str, a):
     if threads < 1:
         raise ValueError("--threads must be >= 1")
     return Sizes(nodes=nodes, edges=edges, dims=dims, epochs=epochs, threads=threads, heads=a.heads,
-                 graph=a.graph or (gen if gen != "random" else "sbm"))
+                 graph=gen if gen == "random" else (a.graph or gen))
 
 
 def run_suite(suite: str, a, argv) -> dict:
