@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--heads", type=int, default=8, help="GAT heads of hidden layers (hidden = heads x channels)")
     ap.add_argument("--graph", choices=("sbm", "rmat"), help="generator of the multi-rank suites")
     ap.add_argument("--sim-net", default="10Gbit,20us", help="schedules: simulated network BANDWIDTH,LATENCY")
+    ap.add_argument("--balance", choices=("nodes", "edges", "both", "train"),
+                    help="schedules: METIS vertex weights of the partition (default edges)")
     ap.add_argument("--repeats", type=int, default=2, help="scaling: alternating launches per configuration")
     ap.add_argument("--max-ranks", type=int, default=8, help="scaling: largest oversubscribed rank count")
     ap.add_argument("--systems", default="g3mpi,pyg-csr,pyg-edge_index",
@@ -124,7 +126,7 @@ def run_suite(suite: str, a, argv) -> dict:
         res = run(sz, work, ranks=ranks, models=models)
     elif suite == "schedules":
         from .overlap import run
-        res = run(sz, work, ranks=ranks, sim_net=a.sim_net, models=models)
+        res = run(sz, work, ranks=ranks, sim_net=a.sim_net, models=models, balance=a.balance or "edges")
     elif suite == "scaling":
         from .scaling import run
         over = tuple(p for p in (1, 2, 4, 8, 16, 32) if p <= (2 if a.smoke else a.max_ranks))

@@ -105,8 +105,8 @@ def prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
     return on_root(_prepare_graph, sz, work, seed)
 
 
-def prepare_parts(graph: Path, P: int, work: Path, method: str = "metis") -> Path:
-    return on_root(_prepare_parts, graph, P, work, method)
+def prepare_parts(graph: Path, P: int, work: Path, method: str = "metis", balance: str = "nodes") -> Path:
+    return on_root(_prepare_parts, graph, P, work, method, balance)
 
 
 def _prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
@@ -135,12 +135,12 @@ def _prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
     return out
 
 
-def _prepare_parts(graph: Path, P: int, work: Path, method: str = "metis") -> Path:
-    """Partition directory of ``graph`` into P parts with g3-partition (cached)."""
-    out = work / f"{graph.stem}.{method}{P}"
+def _prepare_parts(graph: Path, P: int, work: Path, method: str = "metis", balance: str = "nodes") -> Path:
+    """Partition directory of ``graph`` into P parts with g3-partition (cached); ``balance``: METIS weights."""
+    out = work / (f"{graph.stem}.{method}{P}" + ("" if balance == "nodes" else f".{balance}"))
     if not (out / "meta.json").exists():
-        _tool("data_tools.partition", graph, "--parts", P, "--method", method, "--no-progress", "--force",
-              "--out", out)
+        _tool("data_tools.partition", graph, "--parts", P, "--method", method, "--balance", balance,
+              "--no-progress", "--force", "--out", out)
     return out
 
 

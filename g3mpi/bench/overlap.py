@@ -17,10 +17,13 @@ from .common import Sizes, prepare_graph, prepare_parts, progress, ratio, run_wo
 SCHEDULES = ("pipelined", "blocking", "nocomm")
 
 
-def run(sz: Sizes, work: Path, ranks: int = 4, sim_net: str = "10Gbit,20us", models=("gcn", "gat")) -> dict:
+def run(sz: Sizes, work: Path, ranks: int = 4, sim_net: str = "10Gbit,20us", models=("gcn", "gat"),
+        balance: str = "edges") -> dict:
+    """``balance``: METIS vertex weights of the partition (default edges: an R-MAT graph split by node counts
+    leaves one rank with most of the edges, and the others then wait for it whatever the schedule)."""
     graph = prepare_graph(sz, work)
-    parts = prepare_parts(graph, ranks, work)
-    res = dict(graph=graph.name, ranks=ranks, sim_net=sim_net, models={})
+    parts = prepare_parts(graph, ranks, work, balance=balance)
+    res = dict(graph=graph.name, ranks=ranks, sim_net=sim_net, balance=balance, models={})
     for model in models:
         progress(f"schedules: {model} on {ranks} ranks, sim-net {sim_net}")
         out = run_worker(ranks, ["--parts", parts, "--designs", "g3", "--schedules", ",".join(SCHEDULES),
