@@ -22,6 +22,9 @@ from mpi4py import MPI
 
 from .simnet import SimNet
 
+#: sleep between polls while blocked on messages
+POLL_SLEEP_S = 50e-6
+
 
 @dataclass
 class CommStats:
@@ -32,7 +35,11 @@ class CommStats:
     messages_sent: int = 0
     blocked_s: float = 0.0   # wall time spent waiting for messages that had not landed
     comm_s: float = 0.0      # per transfer: posting to last landing, summed over transfers
-    per_exchange: dict = field(default_factory=dict)  # exchange name -> bytes sent
+    per_exchange: dict = field(default_factory=dict)  # transfer name -> {counter: value}
+
+    def add(self, name: str, counter: str, value) -> None:
+        d = self.per_exchange.setdefault(name, {})
+        d[counter] = d.get(counter, 0) + value
 
     def reset(self) -> None:
         self.bytes_sent = self.bytes_recv = self.messages_sent = 0
@@ -103,6 +110,7 @@ class Transfer:
             self._send_reqs += [comm.Send_init(s, p, tag + 1) for s, p in zip(self._stamp_out, self.send_peers)]
             self._recv_reqs += [comm.Recv_init(s, p, tag + 1) for s, p in zip(self._stamp_in, self.recv_peers)]
         self._mpi_done = np.zeros(len(self._recv_reqs), dtype=bool)
+        self._t_data = np.zeros(len(self._recv_reqs))
         self._landed = np.zeros(k, dtype=bool)
         self._posted = False
         self.round_open = False   # set by begin(), cleared by end(): one round may span several callers
@@ -122,9 +130,9 @@ class Transfer:
         """Post every receive (and complete the previous round's sends, long finished by now)."""
         if self._posted:
             raise RuntimeError(f"exchange {self.name}: receives posted twice without completing")
-        self._finish_sends()
         self._t0 = time.perf_counter()
         self._t_last = self._t0
+        self._finish_sends()
         self._mpi_done[:] = False
         self._landed[:] = False
         self._sent[:] = False
@@ -145,7 +153,7 @@ class Transfer:
         self._send_active = True
         self.stats.bytes_sent += self.send_bytes[i]
         self.stats.messages_sent += 1
-        self.stats.per_exchange[self.name] = self.stats.per_exchange.get(self.name, 0) + self.send_bytes[i]
+        self.stats.add(self.name, "bytes_sent", self.send_bytes[i])
 
     def send_all(self) -> None:
         for i in range(len(self.send_peers)):
@@ -179,7 +187,8 @@ class Transfer:
             if self.simnet is not None:
                 if not self._mpi_done[k + i] or now < self._stamp_in[i][0]:
                     continue
-                t_land = float(self._stamp_in[i][0])
+                # visible at the simulated arrival, but never before the data really arrived
+                t_land = max(float(self._stamp_in[i][0]), self._t_data[i])
             else:
                 t_land = now
             self._landed[i] = True
@@ -188,6 +197,7 @@ class Transfer:
             out.append(int(i))
         if out and self._landed.all():
             self.stats.comm_s += self._t_last - self._t0
+            self.stats.add(self.name, "comm_s", self._t_last - self._t0)
             self._posted = False
         return out
 
@@ -200,6 +210,7 @@ class Transfer:
             idx = MPI.Request.Testsome([self._recv_reqs[j] for j in pending])
             if idx:
                 self._mpi_done[pending[idx]] = True
+                self._t_data[pending[idx]] = time.perf_counter()
         return self._deliverable(time.perf_counter())
 
     def wait_some(self) -> list:
@@ -224,11 +235,12 @@ class Transfer:
                         elif delay > 0:
                             time.sleep(min(delay, 20e-6))
                         continue
-                idx = MPI.Request.Waitsome([self._recv_reqs[j] for j in pending])
-                if idx:
-                    self._mpi_done[pending[idx]] = True
+                # poll, then sleep briefly: a busy-waiting rank would steal the core of a rank still
+                # computing what we wait for (ranks often share cores)
+                time.sleep(POLL_SLEEP_S)
         finally:
             self.stats.blocked_s += time.perf_counter() - t0
+            self.stats.add(self.name, "blocked_s", time.perf_counter() - t0)
 
     def wait_all(self) -> list:
         """Block until every receive has landed; returns the indices that landed during this call."""
@@ -244,8 +256,10 @@ class Transfer:
     def _finish_sends(self) -> None:
         if self._send_active:
             t0 = time.perf_counter()
-            MPI.Request.Waitall([r for r in self._send_reqs])
+            while not MPI.Request.Testall(self._send_reqs):
+                time.sleep(POLL_SLEEP_S)
             self.stats.blocked_s += time.perf_counter() - t0
+            self.stats.add(self.name, "send_blocked_s", time.perf_counter() - t0)
             self._send_active = False
 
     def free(self) -> None:
