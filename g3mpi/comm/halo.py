@@ -201,6 +201,18 @@ class Transfer:
             self._posted = False
         return out
 
+    def progress(self) -> None:
+        """Let MPI progress this transfer's messages (marks completions; landing is decided by ``test``)."""
+        if self._posted:
+            pending = np.nonzero(~self._mpi_done)[0]
+            if len(pending):
+                idx = MPI.Request.Testsome([self._recv_reqs[j] for j in pending])
+                if idx:
+                    self._mpi_done[pending[idx]] = True
+                    self._t_data[pending[idx]] = time.perf_counter()
+        elif self._send_active:
+            MPI.Request.Testall(self._send_reqs)
+
     def test(self) -> list:
         """Receive indices that have landed since the last call (never blocks)."""
         if not self._posted:
@@ -297,15 +309,17 @@ class HaloExchange:
         self.backward = Transfer(comm, plan.recv_parts, grad_slices, plan.send_parts, self.grad_bufs, 4 * tag + 2,
                                  stats, simnet, name=self.name + ".bwd")
 
-    def gather(self, h_own: np.ndarray, i: int) -> None:
-        """Copy the rows send neighbour i needs into its send buffer."""
-        np.take(h_own, self.plan.send_idx[i], axis=0, out=self.send_bufs[i])
+    def gather(self, h: np.ndarray, i: int, send_idx=None) -> None:
+        """Copy the rows send neighbour i needs into its send buffer (``send_idx``: positions of those rows
+        in ``h`` when ``h`` holds only some owned rows; default: ``h`` is every owned row)."""
+        idx = self.plan.send_idx[i] if send_idx is None else send_idx[i]
+        np.take(h, idx, axis=0, out=self.send_bufs[i])
 
-    def start_forward(self, h_own: np.ndarray) -> None:
-        """Post the halo receives, gather every send buffer from ``h_own`` and send it at once."""
+    def start_forward(self, h: np.ndarray, send_idx=None) -> None:
+        """Post the halo receives, gather every send buffer from ``h`` and send it at once."""
         self.forward.post_recvs()
         for i in range(len(self.send_bufs)):
-            self.gather(h_own, i)
+            self.gather(h, i, send_idx)
             self.forward.send(i)
 
     def halo_slice(self, i: int) -> np.ndarray:
@@ -337,6 +351,12 @@ class CommContext:
         ex = HaloExchange(self.comm, plan, width, tag, self.stats, self.simnet, dtype, name)
         self._exchanges.append(ex)
         return ex
+
+    def progress(self) -> None:
+        """Drive MPI progress of every exchange in flight (called between chunks of computation)."""
+        for ex in self._exchanges:
+            ex.forward.progress()
+            ex.backward.progress()
 
     def free(self) -> None:
         for ex in self._exchanges:

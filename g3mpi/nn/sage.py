@@ -24,6 +24,19 @@ class SAGELayer(nn.Module):
         self.transform_first = in_dim > out_dim
         self.agg = Aggregation(graph, "mean", out_dim if self.transform_first else in_dim, name=name)
 
+    # row-wise halves of forward, for the inter-layer pipeline (g3mpi.ops.pipeline)
+    def pre(self, x: torch.Tensor):
+        if self.transform_first:
+            hw = x @ torch.cat([self.lin_l.weight, self.lin_r.weight]).t()
+            return hw[:, :self.out_dim].contiguous(), hw[:, self.out_dim:]
+        return x, None
+
+    def post(self, agg: torch.Tensor, aux, x: torch.Tensor) -> torch.Tensor:
+        if self.transform_first:
+            return agg + self.lin_l.bias + aux
+        return F.linear(torch.cat([agg, x], dim=1), torch.cat([self.lin_l.weight, self.lin_r.weight], dim=1),
+                        self.lin_l.bias)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # W_l and W_r act on the same rows: one matrix product [.., 2*out] (or [.., 2*in] input) instead of two
         o = self.out_dim
