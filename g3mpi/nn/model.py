@@ -56,7 +56,9 @@ class GNN(nn.Module):
         self.convs = nn.ModuleList(convs)
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
-        if self.model != "gat" and self.graph.schedule.mode == "pipelined" and self.graph.schedule.interlayer:
+        g = self.graph
+        if (self.model != "gat" and g.schedule.mode == "pipelined" and g.schedule.interlayer
+                and (g.plan.send_parts or g.plan.recv_parts)):
             return forward_pipelined(self, x, key)
         ids = self.graph.orig_ids
         for i, conv in enumerate(self.convs):
