@@ -1,0 +1,220 @@
+"""``g3-inspect``: validate a graph.h5 or a partition directory and print its summary (or JSON, or a plot).
+
+    g3-inspect graph.h5
+    g3-inspect parts/ --json
+    g3-inspect parts/ --plot parts.png
+
+For a graph: checksums, shapes, dtypes, CSR bounds, labels and masks (``g3mpi.format.load_graph``).
+For a partition: meta.json, node_map.h5 and every part file (checksums, shapes, dtypes, indices, via
+``g3mpi.format.read_part``), then what no single part can show: the node map is a permutation and each
+node is owned exactly once, for EVERY pair of parts (p, q) the halo slice of q inside p is exactly
+``owned_start(q) + send rows of q for p`` (and a part sends to p iff p receives from it), halo degrees agree
+with their owners, global out-degrees agree with the edges stored across all parts, and meta.json's totals
+agree with the parts. Any inconsistency: one line ``g3-inspect: error: <path>: <what>``, exit status 1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from g3mpi.format import FormatError, graph_summary, load_graph, part_name, read_meta, read_node_map, read_part
+from g3mpi.format.partition import META_NAME, NODE_MAP_NAME
+
+from .build import summarize
+from .partitioners.cost import CostModel
+
+PROG = "g3-inspect"
+
+
+def cost_model_of(meta: dict) -> CostModel:
+    cm = meta.get("cost_model")
+    if isinstance(cm, dict):
+        try:
+            return CostModel(**cm)
+        except TypeError:
+            pass
+    return CostModel(width=max(1, int(meta.get("feature_dim", 1))))
+
+
+def inspect_graph(path: Path) -> dict:
+    g = load_graph(path)
+    s = graph_summary(g)
+    deg = np.diff(g.indptr)
+    s.update(kind="graph", path=str(path), max_in_degree=int(deg.max()) if len(deg) else 0,
+             self_loop_edges=int((g.indices == np.repeat(np.arange(g.num_nodes), deg)).sum()))
+    return s
+
+
+def inspect_partition(path: Path) -> dict:
+    """Validate a whole partition directory; returns the report (FormatError on any inconsistency)."""
+    meta = read_meta(path)
+    P, N = int(meta["num_parts"]), int(meta["num_nodes"])
+    meta_path = path / META_NAME
+    want_files = {part_name(p) for p in range(P)} | {NODE_MAP_NAME}
+    if set(meta["files"]) != want_files:
+        raise FormatError(meta_path, f"files lists {sorted(set(meta['files']) ^ want_files)} wrongly")
+    extra = sorted(f.name for f in path.glob("part-*.h5") if f.name not in want_files)
+    if extra:
+        raise FormatError(path / extra[0], f"stray part file (the partition has {P} parts)")
+    new_to_orig = read_node_map(path, meta)
+    if not np.array_equal(np.sort(new_to_orig), np.arange(N)):
+        raise FormatError(path / NODE_MAP_NAME, "new_to_orig is not a permutation of 0..N-1")
+    offsets = np.asarray(meta["offsets"], dtype=np.int64)
+    model = cost_model_of(meta)
+    parts, stats = [], []
+    out_deg_seen = np.zeros(N, dtype=np.int64)
+    in_deg_global = np.zeros(N, dtype=np.int64)
+    for p in range(P):
+        part = read_part(path, p, meta)
+        f = path / part_name(p)
+        if not np.array_equal(part.orig_ids, new_to_orig[offsets[p]:offsets[p + 1]]):
+            raise FormatError(f, "orig_ids disagree with node_map.h5")
+        part.features = None  # only the structure is needed from here on
+        gcols = np.concatenate([np.arange(part.owned_start, part.owned_end), part.halo_ids])[part.indices]
+        out_deg_seen += np.bincount(gcols, minlength=N)
+        in_deg_global[part.owned_start:part.owned_end] = part.in_degree[:part.num_owned]
+        parts.append(part)
+    for p, part in enumerate(parts):
+        f = path / part_name(p)
+        rows = np.concatenate([np.arange(part.owned_start, part.owned_end), part.halo_ids])
+        if not np.array_equal(part.in_degree, in_deg_global[rows]):
+            raise FormatError(f, "in_degree of halo rows disagrees with their owners")
+        if not np.array_equal(part.out_degree, out_deg_seen[rows]):
+            raise FormatError(f, "out_degree disagrees with the edges stored across all parts")
+        recv = {int(q): i for i, q in enumerate(part.recv_parts)}
+        for q, other in enumerate(parts):
+            if q == p:
+                continue
+            sends = {int(r): i for i, r in enumerate(other.send_parts)}
+            fq = path / part_name(q)
+            if (q in recv) != (p in sends):
+                raise FormatError(f if q in recv else fq,
+                                  f"part {p} {'receives' if q in recv else 'does not receive'} from part {q} but part "
+                                  f"{q} {'sends' if p in sends else 'does not send'} to it")
+            if q in recv:
+                i, j = recv[q], sends[p]
+                halo = part.halo_ids[part.recv_offsets[i]:part.recv_offsets[i + 1]]
+                want = other.owned_start + other.send_list(j)
+                if not np.array_equal(halo, want):
+                    raise FormatError(f, f"halo slice from part {q} disagrees with {fq.name}'s send list for part {p}")
+        st = dict(part=p, owned=part.num_owned, local_edges=int(part.indptr[-1]), halo=part.num_halo,
+                  send=int(len(part.send_rows)), recv=part.num_halo,
+                  neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
+                  cut_edges=int((part.indices >= part.num_owned).sum()), train=int(part.train_mask.sum()),
+                  val=int(part.val_mask.sum()), test=int(part.test_mask.sum()))
+        comm = st["halo"] + st["send"]
+        c, m = model.layer_costs([st["local_edges"]], [comm])
+        st.update(bytes_per_layer=int(model.layer_bytes([comm])[0]), est_compute_seconds=float(c[0]),
+                  est_comm_seconds=float(m[0]), est_epoch_seconds=float(model.epoch_costs([st["local_edges"]],
+                                                                                          [comm])[0]))
+        stats.append(st)
+    num_edges = sum(s["local_edges"] for s in stats)
+    if int(meta.get("num_edges", num_edges)) != num_edges:
+        raise FormatError(meta_path, f"num_edges {meta['num_edges']} != {num_edges} edges stored in the parts")
+    report = dict(kind="partition", path=str(path), method=meta.get("method"), seed=meta.get("seed"),
+                  feature_dim=meta.get("feature_dim"), num_classes=meta.get("num_classes"),
+                  train=sum(s["train"] for s in stats), val=sum(s["val"] for s in stats),
+                  test=sum(s["test"] for s in stats))
+    report.update(summarize(stats, N, num_edges))
+    cost = np.array([s["est_epoch_seconds"] for s in stats])
+    report.update(est_max_epoch_seconds=float(cost.max()), est_mean_epoch_seconds=float(cost.mean()),
+                  total_bytes_per_layer=int(sum(s["bytes_per_layer"] for s in stats)) // 2,
+                  cost_model=model.to_dict(), parts=stats)
+    for k in ("balance", "objective_before", "objective_after", "iterations", "partition_seconds"):
+        if k in meta:
+            report[k] = meta[k]
+    return report
+
+
+def inspect_path(path) -> dict:
+    path = Path(path)
+    if path.is_dir():
+        return inspect_partition(path)
+    if not path.exists():
+        raise FormatError(path, "no such file or directory")
+    return inspect_graph(path)
+
+
+def fmt_bytes(b: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if b < 1024:
+            return f"{b:.0f}{unit}" if unit == "B" else f"{b:.1f}{unit}"
+        b /= 1024
+    return f"{b:.1f}TiB"
+
+
+def print_report(r: dict, out=sys.stdout) -> None:
+    if r["kind"] == "graph":
+        print(f"graph {r['path']}: OK", file=out)
+        for k in ("num_nodes", "num_edges", "feature_dim", "num_classes", "symmetric", "self_loops", "source",
+                  "labelled", "train", "val", "test", "max_in_degree", "self_loop_edges"):
+            print(f"  {k:<16} {r[k]}", file=out)
+        return
+    print(f"partition {r['path']}: OK ({r['num_parts']} parts, method {r['method']}, seed {r['seed']})", file=out)
+    print(f"  nodes {r['num_nodes']}  edges {r['num_edges']}  features {r['feature_dim']}  classes {r['num_classes']}"
+          f"  train/val/test {r['train']}/{r['val']}/{r['test']}", file=out)
+    cols = ("part", "owned", "local_edges", "halo", "send", "recv", "neighbors", "train", "bytes/layer", "est_epoch_ms")
+    print("  " + " ".join(f"{c:>12}" for c in cols), file=out)
+    for s in r["parts"]:
+        vals = (s["part"], s["owned"], s["local_edges"], s["halo"], s["send"], s["recv"], s["neighbors"], s["train"],
+                fmt_bytes(s["bytes_per_layer"]), f"{1e3 * s['est_epoch_seconds']:.3f}")
+        print("  " + " ".join(f"{v:>12}" for v in vals), file=out)
+    print(f"  edge_cut {r['edge_cut']}  replication_factor {r['replication_factor']:.3f}  "
+          f"node_imbalance {r['node_imbalance']:.3f}  compute_imbalance {r['compute_imbalance']:.3f}  "
+          f"comm_imbalance {r['comm_imbalance']:.3f}  max_comm_rows {r['max_comm_rows']}  "
+          f"est_max_epoch_ms {1e3 * r['est_max_epoch_seconds']:.3f}", file=out)
+
+
+def plot_report(r: dict, out_png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = r["parts"]
+    x = np.arange(len(parts))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(6, 0.35 * len(parts) + 2), 6), sharex=True)
+    ax1.bar(x, [1e3 * s["est_compute_seconds"] for s in parts], label="compute")
+    ax1.bar(x, [1e3 * s["est_comm_seconds"] for s in parts], bottom=[1e3 * s["est_compute_seconds"] for s in parts],
+            label="communication")
+    ax1.set_ylabel("est. ms per layer")
+    ax1.legend()
+    ax1.set_title(f"{Path(r['path']).name}: {r['method']}, {r['num_parts']} parts")
+    ax2.bar(x - 0.2, [s["halo"] for s in parts], width=0.4, label="halo rows (recv)")
+    ax2.bar(x + 0.2, [s["send"] for s in parts], width=0.4, label="send rows")
+    ax2.set_ylabel("rows")
+    ax2.set_xlabel("part")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description="Validate and summarise a graph.h5 or a partition directory.")
+    ap.add_argument("path", type=Path, help="graph.h5 or partition directory")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    ap.add_argument("--plot", type=Path, metavar="FILE.png", help="draw per-part compute and communication bars")
+    a = ap.parse_args(argv)
+    try:
+        r = inspect_path(a.path)
+    except FormatError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    if a.json:
+        print(json.dumps(r, indent=1))
+    else:
+        print_report(r)
+    if a.plot:
+        if r["kind"] != "partition":
+            print(f"{PROG}: error: {a.path}: --plot needs a partition directory", file=sys.stderr)
+            return 1
+        plot_report(r, a.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

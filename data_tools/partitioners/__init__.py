@@ -1,0 +1,13 @@
+"""Node→part assignments: METIS (pymetis), random, and G3's locality-aware refinement.
+
+Each partitioner returns ``(assignment int64 [N], info dict)``; ``data_tools.build.write_partition`` turns an
+assignment into a partition directory. The cost model that ranks partitions lives in :mod:`.cost`.
+"""
+from .cost import CostModel, calibrate, parse_bandwidth, partition_stats, quality
+from .metis import BALANCES, metis_partition, symmetrize
+from .random import random_partition
+
+METHODS = ("metis", "random", "g3")
+
+__all__ = ["BALANCES", "METHODS", "CostModel", "calibrate", "metis_partition", "parse_bandwidth",
+           "partition_stats", "quality", "random_partition", "symmetrize"]

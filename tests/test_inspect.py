@@ -1,0 +1,147 @@
+"""g3-inspect: reports on graphs and partitions; every corruption of a partition is caught and named."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import run_module
+from partition_graphs import random_graph, write
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    d = tmp_path_factory.mktemp("insp")
+    g = random_graph(n=240, m=1200, seed=11)
+    write(g, d / "g.h5")
+    run_module("data_tools.partition", d / "g.h5", "--parts", 4, "--method", "metis", "--out", d / "parts",
+               "--no-progress")
+    return g, d
+
+
+def inspect(path, *args):
+    return run_module("data_tools.inspection", path, *args, check=False)
+
+
+def fails(p, name, what=""):
+    assert p.returncode != 0, p.stdout
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("g3-inspect: error:"), p.stderr
+    assert name in lines[0] and what in lines[0], lines[0]
+
+
+def copy(parts, tmp_path):
+    out = tmp_path / "parts"
+    shutil.copytree(parts / "parts", out)
+    return out
+
+
+def test_graph_report(parts):
+    g, d = parts
+    p = inspect(d / "g.h5", "--json")
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert (r["num_nodes"], r["num_edges"], r["train"]) == (g.num_nodes, g.num_edges, int(g.train_mask.sum()))
+    assert "num_nodes" in inspect(d / "g.h5").stdout
+
+
+def test_partition_report_and_plot(parts, tmp_path):
+    g, d = parts
+    p = inspect(d / "parts", "--json", "--plot", tmp_path / "q.png")
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    for k in ("num_nodes", "num_edges", "num_parts", "edge_cut", "replication_factor", "compute_imbalance",
+              "comm_imbalance", "max_comm_rows", "node_imbalance", "est_max_epoch_seconds", "parts"):
+        assert k in r, k
+    assert r["num_parts"] == 4 and len(r["parts"]) == 4 and r["num_nodes"] == g.num_nodes
+    assert sum(s["halo"] for s in r["parts"]) == sum(s["send"] for s in r["parts"])
+    assert r["max_comm_rows"] == max(s["halo"] + s["send"] for s in r["parts"])
+    assert (tmp_path / "q.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = inspect(d / "parts").stdout
+    assert "local_edges" in table and "max_comm_rows" in table
+
+
+def test_missing_path(tmp_path):
+    fails(inspect(tmp_path / "nothing"), "nothing", "no such file")
+
+
+def test_flipped_byte(parts, tmp_path):
+    out = copy(parts[1], tmp_path)
+    f = out / "part-00002.h5"
+    b = bytearray(f.read_bytes())
+    b[len(b) // 2] ^= 0xFF
+    f.write_bytes(bytes(b))
+    fails(inspect(out), "part-00002.h5", "checksum")
+
+
+def test_truncated_part(parts, tmp_path):
+    out = copy(parts[1], tmp_path)
+    f = out / "part-00001.h5"
+    f.write_bytes(f.read_bytes()[:1000])
+    fails(inspect(out), "part-00001.h5")
+
+
+def test_swapped_parts(parts, tmp_path):
+    out = copy(parts[1], tmp_path)
+    a, b = out / "part-00000.h5", out / "part-00003.h5"
+    os.rename(a, out / "tmp")
+    os.rename(b, a)
+    os.rename(out / "tmp", b)
+    fails(inspect(out), "part-0000")
+
+
+def test_swapped_parts_with_fixed_checksums(parts, tmp_path):
+    """Even with meta.json's checksums updated to match, swapped part files are named."""
+    out = copy(parts[1], tmp_path)
+    a, b = out / "part-00000.h5", out / "part-00003.h5"
+    os.rename(a, out / "tmp")
+    os.rename(b, a)
+    os.rename(out / "tmp", b)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["files"]["part-00000.h5"], meta["files"]["part-00003.h5"] = (meta["files"]["part-00003.h5"],
+                                                                      meta["files"]["part-00000.h5"])
+    (out / "meta.json").write_text(json.dumps(meta))
+    fails(inspect(out), "part-00000.h5", "swapped")
+
+
+def test_missing_part(parts, tmp_path):
+    out = copy(parts[1], tmp_path)
+    (out / "part-00003.h5").unlink()
+    fails(inspect(out), "part-00003.h5", "no such file")
+
+
+def test_halo_send_inconsistency(parts, tmp_path):
+    """A part file rewritten with a consistent checksum but a send list that disagrees with its neighbour."""
+    from g3mpi.format import read_meta, read_part, write_part
+    from g3mpi.format.partition import META_NAME
+    out = copy(parts[1], tmp_path)
+    meta = read_meta(out)
+    p = next(i for i in range(4) if len(read_part(out, i, meta).send_rows) >= 2)
+    part = read_part(out, p, meta)
+    part.send_rows = part.send_rows.copy()
+    s = int(part.send_offsets[0])
+    part.send_rows[s], part.send_rows[s + 1] = part.send_rows[s + 1], part.send_rows[s]
+    if part.send_offsets[1] - part.send_offsets[0] < 2:
+        part.send_rows[s] = (part.send_rows[s] + 1) % part.num_owned
+    name = f"part-{p:05d}.h5"
+    meta["files"][name] = write_part(out / name, part, force=True)
+    (out / META_NAME).write_text(json.dumps(meta))
+    fails(inspect(out), "part-", "send list")
+
+
+def test_meta_wrong_version(parts, tmp_path):
+    out = copy(parts[1], tmp_path)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["version"] = 99
+    (out / "meta.json").write_text(json.dumps(meta))
+    fails(inspect(out), "meta.json", "version")
+
+
+def test_graph_corrupt(parts, tmp_path):
+    g, d = parts
+    bad = tmp_path / "bad.h5"
+    data = bytearray((d / "g.h5").read_bytes())
+    bad.write_bytes(bytes(data[: len(data) - 4096]))
+    fails(inspect(bad), "bad.h5")

@@ -1,0 +1,230 @@
+"""g3-partition: reassembly of every method and P into the exact input graph, invariants, determinism, bad input."""
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import run_module
+from partition_graphs import cora_graph, random_graph, write
+from data_tools.build import strip_self_loops, write_partition
+from data_tools.partitioners import metis_partition, partition_stats, random_partition
+from data_tools.partitioners.cost import out_edges
+from g3mpi.format import read_meta, read_node_map, read_part
+
+METHODS = [("metis", "nodes"), ("metis", "edges"), ("metis", "both"), ("metis", "train"), ("random", None),
+           ("g3", None)]
+PS = (1, 2, 3, 4, 7)
+
+
+@pytest.fixture(scope="module")
+def cora_h5(tmp_path_factory, cora_npz):
+    path = tmp_path_factory.mktemp("cora") / "cora.h5"
+    g = cora_graph(cora_npz)
+    write(g, path)
+    return g, path
+
+
+@pytest.fixture(scope="module")
+def rand_h5(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rand") / "rand.h5"
+    g = random_graph(n=300, m=1500, seed=3)
+    write(g, path)
+    return g, path
+
+
+def partition(graph_path, out, parts, method, balance=None, seed=0, *extra, check=True):
+    args = [graph_path, "--parts", parts, "--method", method, "--out", out, "--seed", seed, "--no-progress", *extra]
+    if balance:
+        args += ["--balance", balance]
+    return run_module("data_tools.partition", *args, check=check)
+
+
+def reassemble(parts_dir):
+    """Edges (as a sorted (src, dst) list), features, labels and masks by ORIGINAL node ID, from the parts alone."""
+    meta = read_meta(parts_dir)
+    n, P = meta["num_nodes"], meta["num_parts"]
+    new_to_orig = read_node_map(parts_dir, meta)
+    feats = np.full((n, meta["feature_dim"]), np.nan, dtype=np.float32)
+    labels = np.full(n, -2, dtype=np.int64)
+    masks = {k: np.zeros(n, dtype=bool) for k in ("train_mask", "val_mask", "test_mask")}
+    owned_count = np.zeros(n, dtype=np.int64)
+    src, dst = [], []
+    for p in range(P):
+        part = read_part(parts_dir, p, meta)
+        orig = part.orig_ids
+        owned_count[orig] += 1
+        feats[orig] = part.features
+        labels[orig] = part.labels
+        for k in masks:
+            masks[k][orig] = getattr(part, k)
+        gid = np.concatenate([np.arange(part.owned_start, part.owned_end), part.halo_ids])
+        rows = np.repeat(np.arange(part.num_owned), np.diff(part.indptr))
+        src.append(new_to_orig[gid[part.indices]])
+        dst.append(orig[rows])
+    assert np.all(owned_count == 1), "every node must be owned exactly once"
+    src, dst = np.concatenate(src), np.concatenate(dst)
+    order = np.lexsort((src, dst))
+    return src[order], dst[order], feats, labels, masks
+
+
+def expected_edges(g):
+    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    dst = np.repeat(np.arange(g.num_nodes), np.diff(indptr))
+    order = np.lexsort((indices, dst))
+    return indices[order], dst[order]
+
+
+@pytest.mark.parametrize("which", ["cora", "rand"])
+@pytest.mark.parametrize("method,balance", METHODS)
+def test_reassembly_exact(which, method, balance, cora_h5, rand_h5, tmp_path):
+    g, path = cora_h5 if which == "cora" else rand_h5
+    want_src, want_dst = expected_edges(g)
+    for P in PS:
+        out = tmp_path / f"p{P}"
+        partition(path, out, P, method, balance, 0, *(("--max-iters", "20") if method == "g3" else ()))
+        src, dst, feats, labels, masks = reassemble(out)
+        assert np.array_equal(src, want_src) and np.array_equal(dst, want_dst), f"edges differ for P={P}"
+        assert np.array_equal(feats, g.features)
+        assert np.array_equal(labels, g.labels)
+        for k, m in masks.items():
+            assert np.array_equal(m, getattr(g, k)), k
+        meta = json.loads((out / "meta.json").read_text())
+        assert meta["num_parts"] == P and meta["method"] == method and meta["num_nodes"] == g.num_nodes
+        assert meta["num_edges"] == len(want_src) and meta["num_edges_input"] == g.num_edges
+        assert "partition_seconds" in meta
+        if method == "metis":
+            assert meta["balance"] == balance
+
+
+def test_cora_acceptance_figures(cora_h5, tmp_path):
+    _, path = cora_h5
+    partition(path, tmp_path / "parts", 4, "metis")
+    r = json.loads(run_module("data_tools.inspection", tmp_path / "parts", "--json").stdout)
+    assert (r["num_nodes"], r["num_edges"], r["num_parts"]) == (2708, 10556, 4)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_stats_match_written_parts(seed, tmp_path):
+    """The cost model's vectorised statistics equal what the builder writes into the part files."""
+    g = random_graph(n=200, m=900, seed=seed)
+    P = 5
+    a = np.random.default_rng(seed).integers(0, P, g.num_nodes)
+    a[:P] = np.arange(P)
+    meta = write_partition(g, a, P, tmp_path / "x", method="random", seed=seed)
+    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    s = partition_stats(*out_edges(indptr, indices), a, P)
+    for k in ("owned", "local_edges", "halo", "send", "cut_edges", "neighbors"):
+        assert list(s[k]) == [st[k] for st in meta["parts"]], k
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_invariants_random_graphs(seed, tmp_path):
+    g = random_graph(n=150 + 37 * seed, m=700 + 100 * seed, seed=10 + seed)
+    path = tmp_path / "g.h5"
+    write(g, path)
+    for method in ("metis", "random", "g3"):
+        out = tmp_path / method
+        partition(path, out, 3 + seed, method, None, seed)
+        r = json.loads(run_module("data_tools.inspection", out, "--json").stdout)  # validates every pair of parts
+        assert sum(p["owned"] for p in r["parts"]) == g.num_nodes
+        if method == "random":
+            owned = [p["owned"] for p in r["parts"]]
+            assert max(owned) - min(owned) <= 1
+        if method == "g3":
+            meta = read_meta(out)
+            owned = np.array([p["owned"] for p in r["parts"]])
+            assert owned.max() <= meta["node_imbalance_limit"] * owned.mean() + 1e-9
+            assert meta["objective_after"] <= meta["objective_before"] + 1e-15
+
+
+@pytest.mark.parametrize("method", ["metis", "random", "g3"])
+def test_deterministic_with_seed(method, rand_h5, tmp_path):
+    _, path = rand_h5
+    maps = []
+    for i in range(2):
+        partition(path, tmp_path / f"a{i}", 4, method, None, 7)
+        maps.append(read_node_map(tmp_path / f"a{i}"))
+    assert np.array_equal(maps[0], maps[1])
+    if method == "random":
+        partition(path, tmp_path / "b", 4, method, None, 8)
+        assert not np.array_equal(maps[0], read_node_map(tmp_path / "b"))
+
+
+def test_library_functions_balanced():
+    g = random_graph(n=400, m=2000, seed=5)
+    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    a, _ = random_partition(g.num_nodes, 7, seed=1)
+    assert np.bincount(a).max() - np.bincount(a).min() <= 1
+    m, info = metis_partition(indptr, indices, 4, balance="edges", seed=0)
+    assert m.shape == (g.num_nodes,) and m.min() >= 0 and m.max() < 4 and info["balance"] == "edges"
+
+
+# --------------------------------------------------------------------------------------------- bad input
+
+def assert_fails(p, path_fragment, what):
+    assert p.returncode != 0
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln]
+    assert lines and lines[-1].startswith("g3-partition: error:"), p.stderr
+    assert path_fragment in lines[-1] and what in lines[-1], lines[-1]
+    assert "Traceback" not in p.stderr
+
+
+def test_missing_graph(tmp_path):
+    p = partition(tmp_path / "nope.h5", tmp_path / "out", 2, "metis", check=False)
+    assert_fails(p, "nope.h5", "no such file")
+    assert not (tmp_path / "out").exists()
+
+
+def test_truncated_graph(rand_h5, tmp_path):
+    _, path = rand_h5
+    bad = tmp_path / "trunc.h5"
+    data = path.read_bytes()
+    bad.write_bytes(data[: len(data) // 2])
+    p = partition(bad, tmp_path / "out", 2, "metis", check=False)
+    assert_fails(p, "trunc.h5", "")
+    assert not (tmp_path / "out").exists()
+
+
+def test_corrupt_graph_checksum(rand_h5, tmp_path):
+    _, path = rand_h5
+    bad = tmp_path / "corrupt.h5"
+    bad.write_bytes(path.read_bytes())
+    with h5py.File(bad, "r+") as f:
+        x = f["features"][()]
+        x[3, 1] += 1.0
+        f["features"][...] = x
+    p = partition(bad, tmp_path / "out", 2, "random", check=False)
+    assert_fails(p, "corrupt.h5", "checksum")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("parts", [0, -3])
+def test_parts_below_one(parts, rand_h5, tmp_path):
+    _, path = rand_h5
+    p = partition(path, tmp_path / "out", parts, "metis", check=False)
+    assert p.returncode != 0 and "--parts" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_parts_above_nodes(rand_h5, tmp_path):
+    g, path = rand_h5
+    p = partition(path, tmp_path / "out", g.num_nodes + 1, "random", check=False)
+    assert_fails(p, "rand.h5", "--parts must be <= N")
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_exists_without_force(rand_h5, tmp_path):
+    _, path = rand_h5
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    p = partition(path, out, 2, "metis", check=False)
+    assert_fails(p, "out", "--force")
+    assert [f.name for f in out.iterdir()] == ["keep.txt"]
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["out"], "nothing left behind"
+    partition(path, out, 2, "metis", None, 0, "--force")
+    assert (out / "meta.json").exists() and not (out / "keep.txt").exists()
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["out"]
