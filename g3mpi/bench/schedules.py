@@ -54,10 +54,8 @@ def rmat_graph(scale: int, edge_factor: int, features: int, classes: int, seed: 
 
 
 def metis_assignment(g, parts: int, seed: int = 0) -> np.ndarray:
-    import pymetis
-    opts = pymetis.Options(seed=seed)
-    _, membership = pymetis.part_graph(parts, xadj=g.indptr, adjncy=g.indices.astype(np.int64), options=opts)
-    return np.asarray(membership, dtype=np.int64)
+    from data_tools.partitioners.metis import metis_partition
+    return metis_partition(g.indptr, g.indices, parts, seed=seed)[0]
 
 
 def main(argv=None) -> int:
