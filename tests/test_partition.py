@@ -10,6 +10,8 @@ import pytest
 from conftest import run_module
 from partition_graphs import cora_graph, random_graph, write
 from data_tools.build import strip_self_loops, write_partition
+from data_tools.inspection import inspect_path
+from data_tools.partition import main as partition_main
 from data_tools.partitioners import metis_partition, partition_stats, random_partition
 from data_tools.partitioners.cost import out_edges
 from g3mpi.format import read_meta, read_node_map, read_part
@@ -35,10 +37,14 @@ def rand_h5(tmp_path_factory):
     return g, path
 
 
-def partition(graph_path, out, parts, method, balance=None, seed=0, *extra, check=True):
+def partition(graph_path, out, parts, method, balance=None, seed=0, *extra, check=True, inproc=False):
+    """Run g3-partition as a command (default), or in this process (``inproc``: same code, no interpreter start)."""
     args = [graph_path, "--parts", parts, "--method", method, "--out", out, "--seed", seed, "--no-progress", *extra]
     if balance:
         args += ["--balance", balance]
+    if inproc:
+        assert partition_main([str(x) for x in args]) == 0
+        return None
     return run_module("data_tools.partition", *args, check=check)
 
 
@@ -84,7 +90,8 @@ def test_reassembly_exact(which, method, balance, cora_h5, rand_h5, tmp_path):
     want_src, want_dst = expected_edges(g)
     for P in PS:
         out = tmp_path / f"p{P}"
-        partition(path, out, P, method, balance, 0, *(("--max-iters", "20") if method == "g3" else ()))
+        partition(path, out, P, method, balance, 0, *(("--max-iters", "20") if method == "g3" else ()),
+                  inproc=P != 4)
         src, dst, feats, labels, masks = reassemble(out)
         assert np.array_equal(src, want_src) and np.array_equal(dst, want_dst), f"edges differ for P={P}"
         assert np.array_equal(feats, g.features)
@@ -127,8 +134,8 @@ def test_invariants_random_graphs(seed, tmp_path):
     write(g, path)
     for method in ("metis", "random", "g3"):
         out = tmp_path / method
-        partition(path, out, 3 + seed, method, None, seed)
-        r = json.loads(run_module("data_tools.inspection", out, "--json").stdout)  # validates every pair of parts
+        partition(path, out, 3 + seed, method, None, seed, inproc=True)
+        r = inspect_path(out)  # validates every part and every pair of parts
         assert sum(p["owned"] for p in r["parts"]) == g.num_nodes
         if method == "random":
             owned = [p["owned"] for p in r["parts"]]
@@ -145,11 +152,11 @@ def test_deterministic_with_seed(method, rand_h5, tmp_path):
     _, path = rand_h5
     maps = []
     for i in range(2):
-        partition(path, tmp_path / f"a{i}", 4, method, None, 7)
+        partition(path, tmp_path / f"a{i}", 4, method, None, 7, inproc=True)
         maps.append(read_node_map(tmp_path / f"a{i}"))
     assert np.array_equal(maps[0], maps[1])
     if method == "random":
-        partition(path, tmp_path / "b", 4, method, None, 8)
+        partition(path, tmp_path / "b", 4, method, None, 8, inproc=True)
         assert not np.array_equal(maps[0], read_node_map(tmp_path / "b"))
 
 
