@@ -42,8 +42,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap = argparse.ArgumentParser(prog=PROG,
+                                 description="Import or generate a graph into one graph.h5 (see docs/PREPARE.md).")
     sub = ap.add_subparsers(dest="kind", required=True, metavar="KIND")
 
     p = sub.add_parser("npz", help="NumPy archive: edge_index, x, y, train/val/test_mask (e.g. cora.npz)")
@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--homophily", type=float, default=None, help="fraction of edges inside a class (default 0.7)")
     p.add_argument("--p-in", type=float, default=None, help="intra-class edge probability (with --p-out)")
     p.add_argument("--p-out", type=float, default=None, help="inter-class edge probability (with --p-in)")
-    p.add_argument("--noise", type=float, default=None, help="std of each feature's Gaussian noise; class centres have unit norm (default 0.5)")
+    p.add_argument("--noise", type=float, default=None,
+                   help="std of each feature's Gaussian noise; class centres have unit norm (default 0.5)")
     _common(p)
 
     p = sub.add_parser("rmat", help="synthetic Graph500-style R-MAT graph (a,b,c,d = .57,.19,.19,.05)")
@@ -133,6 +134,8 @@ def prepare(args: argparse.Namespace) -> dict:
                           seed=args.seed, force=args.force, quiet=args.quiet)
     if not (0 <= opts.train <= 1 and 0 <= opts.val <= 1 and opts.train + opts.val <= 1):
         raise ValueError(f"--train and --val must be fractions with train + val <= 1 (got {opts.train}, {opts.val})")
+    if args.out.is_dir():
+        raise FormatError(args.out, "is a directory, expected a graph.h5 path")
     check_output(args.out, opts.force)          # fail before any heavy work
     inp = getattr(args, "input", None)
     if inp is not None and inp.exists() and args.out.exists() and inp.resolve() == args.out.resolve():

@@ -103,6 +103,11 @@ def test_cora_round_trip(cora_npz, tmp_path):
     d = np.diff(g.indices.astype(np.int64))
     assert np.all((d >= 0) | (np.diff(edges_of(g)[1]) > 0))
     assert oct(os.stat(out).st_mode & 0o777) != "0o600"
+    # cora already lists both directions: symmetrizing changes nothing but the attribute
+    s = prepare("npz", cora_npz, "--out", out, "--force", "--symmetrize")
+    g2 = load_graph(out)
+    assert s["num_edges"] == 10556 and g2.attrs["symmetric"]
+    np.testing.assert_array_equal(g2.indices, g.indices)
 
 
 def test_npz_options(tmp_path):

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import shutil
 
 import numpy as np
 import pytest
@@ -113,6 +112,19 @@ def test_output_exists_without_force(tmp_path, out_dir):
     (out_dir / "g.h5").write_bytes(b"precious")
     fails(out_dir, "npz", f, path=out_dir / "g.h5", words=["already exists", "--force"])
     assert (out_dir / "g.h5").read_bytes() == b"precious"
+
+
+def test_output_is_a_directory(tmp_path, out_dir):
+    f = cora_like(tmp_path / "g.npz")
+    (out_dir / "d.h5").mkdir()
+    fails(out_dir, "npz", f, "--force", path=out_dir / "d.h5", out_name="d.h5", words=["is a directory"])
+    assert (out_dir / "d.h5").is_dir()
+
+
+def test_edgelist_empty(tmp_path, out_dir):
+    f = tmp_path / "e.txt"
+    f.write_text("# nothing here\n\n")
+    fails(out_dir, "edgelist", f, path=f, words=["no edges"])
 
 
 def test_output_directory_missing(tmp_path, out_dir):
@@ -258,6 +270,8 @@ def test_ogb_bad_files(tmp_path, out_dir):
     fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv", words=["line 3:"])
     (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5,6\n")
     fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv", words=["3 rows", "4 nodes"])
+    (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5,6\n7,8\n9,10\n")
+    fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv", words=["more than 4 rows"])
     (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5,6\n7,inf\n")
     fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv", words=["NaN or Inf", "row 3"])
     (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5,6\n7,8\n")

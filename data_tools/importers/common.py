@@ -49,7 +49,7 @@ class RawGraph:
     src: np.ndarray                # int [E] source row of each edge (u -> v means u is a source of v)
     dst: np.ndarray                # int [E] target row
     feature_dim: int
-    features: np.ndarray | None = None          # float32 [N, F] ...
+    features: np.ndarray | None = None          # [N, F] (any real dtype, possibly a memory map) ...
     feature_blocks: FeatureBlocks | None = None  # ... or generated in row blocks
     labels: np.ndarray | None = None            # int64 [N], -1 = unlabelled; None = no labels
     num_classes: int = 0
@@ -198,11 +198,12 @@ def build_in_csr(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, symmetrize
     total = int(indptr[-1])
     del deg
 
-    # 2. fill rows: stable order by target within each chunk, placed at each row's next free slot
+    # 2. fill rows: group each chunk by target, place each group at its row's next free slot (the order
+    #    inside a row does not matter yet: step 3 sorts it)
     indices = np.empty(total, dtype=idt)
     nxt = indptr[:-1].copy()
     for s, d in progress(chunks(), total=n_chunks, desc="fill CSR", disable=True if quiet else None):
-        order = np.argsort(d, kind="stable")
+        order = np.argsort(d)
         ds = d[order]
         starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
         counts = np.diff(np.r_[starts, len(ds)])
@@ -283,7 +284,7 @@ def feature_blocks_of(raw: RawGraph) -> Iterator[tuple[int, np.ndarray]]:
     x = raw.features
     step = max(1, FEATURE_BLOCK_BYTES // max(1, 4 * raw.feature_dim))
     for s in range(0, raw.num_nodes, step):
-        yield s, x[s:s + step]
+        yield s, np.asarray(x[s:s + step], dtype=np.float32)   # also reads a memory-mapped .npy block by block
 
 
 # ---------------------------------------------------------------------------------------------- writing

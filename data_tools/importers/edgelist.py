@@ -60,11 +60,12 @@ def sniff(path: Path, delimiter: str, header: bool | None) -> tuple[str | None, 
     return (None if delim == "auto" else delim), 0
 
 
-def load_npy(path: Path, what: str) -> np.ndarray:
+def load_npy(path: Path, what: str, mmap: bool = False) -> np.ndarray:
+    """np.load without pickle; ``mmap``: map the file instead of reading it (features are streamed)."""
     if not path.exists():
         raise FormatError(path, "no such file")
     try:
-        return np.load(path, allow_pickle=False)
+        return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
     except (ValueError, EOFError, OSError, zipfile.BadZipFile) as e:
         raise FormatError(path, f"not a readable .npy {what} file (truncated, corrupt or pickled?): {e}") from None
 
@@ -107,7 +108,7 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
                   quiet: bool = False) -> RawGraph:
     path = Path(path)
     delim, skip = sniff(path, delimiter, header)
-    x = load_npy(features, "features") if features is not None else None
+    x = load_npy(features, "features", mmap=True) if features is not None else None
     y = load_npy(labels, "labels") if labels is not None else None
     ids = load_npy(node_ids, "node IDs") if node_ids is not None else None
     if ids is not None and x is None and y is None:
@@ -131,6 +132,8 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
         rows = y.shape[0] if y.ndim else 0
 
     orig_ids = None
+    if rows is None and len(src) == 0:
+        raise FormatError(path, "no edges found (and no --features/--labels to define the nodes)")
     if rows is None:                                   # nodes = the distinct IDs, in increasing order
         orig_ids = np.union1d(np.unique(src), np.unique(dst))
         n = len(orig_ids)
@@ -138,7 +141,8 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
             a[:] = np.searchsorted(orig_ids, a)
     elif ids is not None:                              # rows named by --node-ids
         if ids.ndim != 1 or len(ids) != rows or not np.issubdtype(ids.dtype, np.integer):
-            raise FormatError(node_ids, f"expected integer node IDs of shape [{rows}], got {ids.dtype} {list(ids.shape)}")
+            raise FormatError(node_ids, f"expected integer node IDs of shape [{rows}], "
+                                        f"got {ids.dtype} {list(ids.shape)}")
         order = np.argsort(ids, kind="stable")
         sorted_ids = ids[order].astype(np.int64)
         dup = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
@@ -163,8 +167,7 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
 
     feature_blocks = None
     if x is not None:
-        check_features(features, x, n)
-        x = np.ascontiguousarray(x, dtype=np.float32)
+        check_features(features, x, n)             # in row blocks: the memory map is never read whole
         feature_dim = x.shape[1]
     elif feature_dim:
         if feature_dim < 0:

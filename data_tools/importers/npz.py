@@ -51,7 +51,13 @@ def load_npz(path, num_classes: int | None = None) -> RawGraph:
         if present and len(present) != 3:
             raise FormatError(path, f"has {present} but not all of {list(MASKS)}")
         masks = {k: _get(path, z, k) for k in MASKS} if present else None
-        n = int(_get(path, z, "num_nodes")) if "num_nodes" in keys else int(x.shape[0]) if x.ndim else 0
+        if "num_nodes" in keys:
+            nn = _get(path, z, "num_nodes")
+            if nn.size != 1 or not np.issubdtype(nn.dtype, np.integer) or int(nn.reshape(-1)[0]) < 0:
+                raise FormatError(path, f"num_nodes must be one non-negative integer, got {nn.dtype} {list(nn.shape)}")
+            n = int(nn.reshape(-1)[0])
+        else:
+            n = int(x.shape[0]) if x.ndim else 0
         if num_classes is None and "num_classes" in keys:
             num_classes = int(_get(path, z, "num_classes"))
 

@@ -23,7 +23,7 @@ import numpy as np
 from g3mpi.format import FormatError, index_dtype
 
 from .common import RawGraph, check_features, check_labels, check_masks, progress
-from .textio import data_line_number, read_table
+from .textio import data_line_number, read_table, stack_rows
 
 SPLIT_FILES = (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test"))
 
@@ -60,15 +60,17 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     label_f = find(raw_dir, "node-label")
     nn_f = find(raw_dir, "num-node-list", required=False)
 
-    bar = progress(desc="read node-feat", unit="lines", disable=True if quiet else None)
-    x = _concat(read_table(feat_f, delimiter=",", dtype=np.float32, comments=None, bar=bar), 0, np.float32)
-    bar.close()
+    n = None
     if nn_f is not None:
         nn = _concat(read_table(nn_f, delimiter=",", dtype=np.int64, comments=None), 1, np.int64).reshape(-1)
-        if len(nn) != 1:
-            raise FormatError(nn_f, f"expected one graph's node count, found {len(nn)} lines")
+        if len(nn) != 1 or nn[0] < 0:
+            raise FormatError(nn_f, f"expected one graph's node count, found {nn.tolist()[:3]}")
         n = int(nn[0])
-    else:
+    bar = progress(desc="read node-feat", unit="lines", disable=True if quiet else None)
+    x = stack_rows(feat_f, read_table(feat_f, delimiter=",", dtype=np.float32, comments=None, bar=bar), 0,
+                   np.float32, expected_rows=n)
+    bar.close()
+    if n is None:
         n = len(x)
     check_features(feat_f, x, n)
 

@@ -4,7 +4,7 @@ N = 2**scale nodes, M = edge_factor * N directed edges u -> v. Each edge picks o
 adjacency matrix per level with probabilities (a, b, c, d) = (0.57, 0.19, 0.19, 0.05), setting one bit of
 u (c or d) and of v (b or d). As in the Graph500 reference generator the node labels are then scrambled
 by a seeded random permutation, so high-degree nodes are not clustered at low IDs. Edges are generated
-in chunks of vectorised numpy (one uniform draw per edge per level) straight into preallocated int32
+in chunks of vectorised numpy (one 16-bit uniform draw per edge per level) straight into preallocated int32
 arrays (int64 from scale 31). Duplicate edges and self loops are kept unless --dedup / --self-loops drop;
 the Graph500 kernel treats the graph as undirected: use --symmetrize for that.
 
@@ -32,25 +32,29 @@ def rmat_edges(scale: int, edge_factor: int, seed: int = 0, probs=(A, B, C), scr
     if edge_factor < 1:
         raise ValueError("--edge-factor must be >= 1")
     a, b, c = probs
+    if not (min(a, b, c) >= 0 and a + b + c < 1):
+        raise ValueError(f"R-MAT probabilities a, b, c must be >= 0 with a + b + c < 1 (got {probs})")
     n = 1 << scale
     m = edge_factor * n
     idt = index_dtype(n)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x12A7]))
     src = np.empty(m, dtype=idt)
     dst = np.empty(m, dtype=idt)
-    ab, abc = np.float32(a + b), np.float32(a + b + c)
-    fa = np.float32(a)
+    # 16-bit uniform draws against thresholds: probabilities quantised to 1/65536, 2.5x faster than floats
+    fa, ab, abc = (np.uint16(round(p * 65536)) for p in (a, a + b, a + b + c))
     for s in progress(range(0, m, EDGE_CHUNK), desc="rmat edges", disable=True if quiet else None):
         k = min(EDGE_CHUNK, m - s)
         u = np.zeros(k, dtype=idt)
         v = np.zeros(k, dtype=idt)
-        for level in range(scale):
-            r = rng.random(k, dtype=np.float32)
+        for _ in range(scale):                      # one level per bit, most significant first
+            r = rng.integers(0, 1 << 16, size=k, dtype=np.uint16)
             ubit = r >= ab                          # quadrants c, d: lower half (source bit set)
-            vbit = (r >= fa) & (r < ab) | (r >= abc)  # quadrants b, d: right half (target bit set)
-            bit = idt.type(1 << level)
-            u |= ubit.astype(idt) * bit
-            v |= vbit.astype(idt) * bit
+            vbit = (r >= fa) ^ ubit                 # quadrant b: [a, a+b) ...
+            vbit |= r >= abc                        # ... or d: right half (target bit set)
+            u <<= 1
+            u |= ubit
+            v <<= 1
+            v |= vbit
         src[s:s + k] = u
         dst[s:s + k] = v
     if not scramble:

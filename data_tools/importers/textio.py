@@ -18,6 +18,8 @@ import numpy as np
 from g3mpi.format import FormatError
 
 CHUNK_LINES = 1 << 20
+#: text held at once while parsing (wide tables such as OGB node features get fewer lines per chunk)
+CHUNK_BYTES = 32 << 20
 COMMENTS = ("#", "%")
 
 
@@ -47,6 +49,16 @@ def _strip(line: str, comments) -> str:
             if i >= 0:
                 line = line[:i]
     return line.strip()
+
+
+def _markers_in(lines: list[str], comments):
+    """The comment markers that occur in ``lines``: with at most one, np.loadtxt stays on its fast C path
+    (several markers make it preprocess every line in Python)."""
+    if not comments or isinstance(comments, str):
+        return comments
+    text = "".join(lines)
+    found = [c for c in comments if c in text]
+    return found[0] if len(found) == 1 else (found or None)
 
 
 def split_fields(line: str, delimiter: str | None) -> list[str]:
@@ -98,15 +110,18 @@ def read_table(path: Path, *, delimiter: str | None, dtype, usecols=None, ncols:
         for _ in islice(it, skip):
             pass
         line_no = skip + 1
+        step = min(chunk_lines, 4096)             # a small first chunk measures the line length
         while True:
-            lines = list(islice(it, chunk_lines))
+            lines = list(islice(it, step))
             if not lines:
                 return
+            avg = max(1, sum(map(len, lines)) // len(lines))
+            step = max(256, min(chunk_lines, CHUNK_BYTES // avg))
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", UserWarning)   # "input contained no data": comment-only chunk
-                    a = np.loadtxt(lines, dtype=dtype, delimiter=delimiter, usecols=usecols, comments=comments,
-                                   ndmin=2)
+                    a = np.loadtxt(lines, dtype=dtype, delimiter=delimiter, usecols=usecols,
+                                   comments=_markers_in(lines, comments), ndmin=2)
             except ValueError as e:
                 raise _explain(path, lines, line_no, delimiter=delimiter, usecols=usecols, ncols=ncols,
                                dtype=dtype, comments=comments, err=e) from None
@@ -134,3 +149,22 @@ def data_line_number(path: Path, row: int, *, comments=COMMENTS, skip: int = 0) 
             if k == row:
                 return i
     return -1
+
+
+def stack_rows(path: Path, chunks: Iterator[np.ndarray], ncols: int, dtype, expected_rows: int | None = None):
+    """Concatenate row chunks; with ``expected_rows``, into one preallocated array (no second copy).
+
+    Returns the rows read; FormatError if there are more than ``expected_rows``.
+    """
+    if expected_rows is None:
+        chunks = list(chunks)
+        return np.concatenate(chunks) if chunks else np.zeros((0, ncols), dtype=dtype)
+    out, w = None, 0
+    for a in chunks:
+        if out is None:
+            out = np.empty((expected_rows, a.shape[1]), dtype=dtype)
+        if w + len(a) > expected_rows:
+            raise FormatError(path, f"more than {expected_rows} rows: the graph has {expected_rows} nodes")
+        out[w:w + len(a)] = a
+        w += len(a)
+    return out[:w] if out is not None else np.zeros((0, ncols), dtype=dtype)

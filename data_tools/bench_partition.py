@@ -1,0 +1,210 @@
+"""Partitioner benchmark (issue 5): METIS (each balance), random and g3 on RMAT, SBM and Cora, 4/8/16 parts.
+
+    python -m data_tools.bench_partition --out bench_partition.json
+    python -m data_tools.bench_partition --graphs cora,sbm --parts 4,8 --out quick.json
+
+For every graph and P it runs each method on the same in-memory graph in this one process (side by side),
+measures the partitioning time (assignment only; writing part files is the same for every method), and
+computes from the assignment the figures ``g3-inspect`` reports: node imbalance, edge (compute)
+imbalance, ``max_comm_rows``, edge cut and the cost model's estimated max epoch time. It then checks
+issue 5's targets for g3 against the others and prints a table; everything goes to the JSON file.
+
+Graphs: ``rmat18`` and ``rmat20`` (Graph500 RMAT a=.57 b=.19 c=.19, edge factor 16, vertex IDs permuted,
+symmetrized, self loops and duplicates removed), ``sbm`` (planted partition: 100k nodes, 10 blocks, mean
+degree 20, 80% of edges inside a block; symmetrized) and ``cora`` (``--cora``, default
+``<repo>/../shared/datasets/cora.npz``). The generators here are the benchmark's own, seeded and in memory,
+so the benchmark needs no prepared files.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .partitioners.cost import CostModel, DEFAULT_EDGE_SECONDS, calibrate, out_edges, partition_stats, quality
+from .partitioners.g3 import g3_partition
+from .partitioners.metis import metis_partition, symmetrize
+from .partitioners.random import random_partition
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _csr_from_pairs(src, dst, n, symmetric=True):
+    """In-edge CSR (row v lists sources of edges into v), no self loops, no duplicates."""
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    if symmetric:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    a = sp.csr_matrix((np.ones(len(src), dtype=np.int8), (dst, src)), shape=(n, n))
+    a.sum_duplicates()
+    return a.indptr.astype(np.int64), a.indices.astype(np.int64)
+
+
+def rmat(scale: int, edge_factor: int = 16, seed: int = 0, a=0.57, b=0.19, c=0.19, chunk=1 << 22):
+    n, m = 1 << scale, edge_factor << scale
+    rng = np.random.default_rng(seed)
+    src = np.zeros(m, dtype=np.int64)
+    dst = np.zeros(m, dtype=np.int64)
+    for s in range(0, m, chunk):
+        e = min(m, s + chunk)
+        for bit in range(scale):
+            r = rng.random(e - s)
+            down = r >= a + b            # quadrants c, d: source bit set
+            right = ((r >= a) & (r < a + b)) | (r >= a + b + c)  # quadrants b, d: target bit set
+            src[s:e] |= down.astype(np.int64) << bit
+            dst[s:e] |= right.astype(np.int64) << bit
+    perm = rng.permutation(n)
+    return _csr_from_pairs(perm[src], perm[dst], n), np.zeros(n, dtype=bool)
+
+
+def sbm(n: int = 100_000, blocks: int = 10, degree: int = 20, p_in: float = 0.8, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    block = rng.integers(0, blocks, n)
+    members = np.argsort(block, kind="stable")
+    start = np.searchsorted(block[members], np.arange(blocks + 1))
+    m = n * degree // 2
+    src = rng.integers(0, n, m)
+    inside = rng.random(m) < p_in
+    b = block[src]
+    size = start[b + 1] - start[b]
+    dst_in = members[start[b] + (rng.random(m) * size).astype(np.int64)]
+    dst = np.where(inside, dst_in, rng.integers(0, n, m))
+    train = rng.random(n) < 0.1
+    return _csr_from_pairs(src, dst, n), train
+
+
+def cora(path: Path):
+    z = np.load(path)
+    ei = z["edge_index"]
+    return _csr_from_pairs(ei[0], ei[1], int(z["x"].shape[0]), symmetric=False), z["train_mask"]
+
+
+def load(name: str, cora_path: Path):
+    if name.startswith("rmat"):
+        return rmat(int(name[4:]))
+    if name == "sbm":
+        return sbm()
+    if name == "cora":
+        return cora(cora_path)
+    raise SystemExit(f"bench_partition: error: unknown graph {name!r}")
+
+
+def evaluate(src, dst, in_deg, assignment, P, model):
+    st = partition_stats(src, dst, assignment, P, in_degree=in_deg)
+    q = quality(st, model)
+    return dict(node_imbalance=q["node_imbalance"], edge_imbalance=q["compute_imbalance"],
+                max_comm_rows=q["max_comm_rows"], total_comm_rows=q["total_comm_rows"], edge_cut=q["edge_cut"],
+                est_max_epoch_ms=1e3 * q["est_max_epoch_seconds"], comm_imbalance=q["comm_imbalance"])
+
+
+def run_graph(name, indptr, indices, train, parts, model, seed, max_iters, log):
+    rows = []
+    src, dst = out_edges(indptr, indices)
+    in_deg = np.diff(indptr)
+    n = len(indptr) - 1
+    t = time.perf_counter()
+    sym = symmetrize(indptr, indices)
+    t_sym = time.perf_counter() - t
+    log(f"{name}: {n} nodes, {len(indices)} edges (symmetrize {t_sym:.1f}s)")
+    for P in parts:
+        methods = [("metis", b) for b in ("nodes", "edges", "both", "train") if b != "train" or train.any()]
+        methods += [("random", None), ("g3", None)]
+        for method, balance in methods:
+            t = time.perf_counter()
+            if method == "metis":
+                a, info = metis_partition(indptr, indices, P, balance=balance, in_degree=in_deg, train_mask=train,
+                                          seed=seed, sym=sym)
+                secs = time.perf_counter() - t + t_sym  # METIS needs the symmetrized graph: count it
+            elif method == "random":
+                a, info = random_partition(n, P, seed)
+                secs = time.perf_counter() - t
+            else:
+                a, info = g3_partition(indptr, indices, P, model=model, max_iters=max_iters, seed=seed)
+                secs = time.perf_counter() - t
+            row = dict(graph=name, nodes=n, edges=int(len(indices)), parts=P,
+                       method=method + (f"-{balance}" if balance else ""), seconds=round(secs, 3))
+            row.update(evaluate(src, dst, in_deg, a, P, model))
+            if method == "g3":
+                row.update(iterations=info["iterations"], objective_before_ms=1e3 * info["objective_before"],
+                           objective_after_ms=1e3 * info["objective_after"])
+            log(f"  P={P:<3} {row['method']:<12} {secs:7.2f}s  est_max_epoch {row['est_max_epoch_ms']:9.3f} ms  "
+                f"node_imb {row['node_imbalance']:.3f}  edge_imb {row['edge_imbalance']:.3f}  "
+                f"max_comm_rows {row['max_comm_rows']}")
+            rows.append(row)
+    return rows
+
+
+def check_targets(rows):
+    """Issue 5's acceptance targets for g3, per (graph, P)."""
+    out = []
+    keys = sorted({(r["graph"], r["parts"]) for r in rows}, key=lambda k: (k[0], k[1]))
+    for g, P in keys:
+        rs = {r["method"]: r for r in rows if r["graph"] == g and r["parts"] == P}
+        g3, mn = rs["g3"], rs["metis-nodes"]
+        others = [r["est_max_epoch_ms"] for m, r in rs.items() if m != "g3"]
+        c = dict(graph=g, parts=P,
+                 lowest_cost=g3["est_max_epoch_ms"] <= min(others),
+                 node_imbalance_ok=g3["node_imbalance"] <= 1.10 + 1e-9,
+                 edge_imbalance_ok=g3["edge_imbalance"] <= 1.10 + 1e-9,
+                 comm_ratio=g3["max_comm_rows"] / max(1, mn["max_comm_rows"]),
+                 time_ratio=g3["seconds"] / max(1e-9, mn["seconds"]),
+                 cost_ratio_best_other=g3["est_max_epoch_ms"] / min(others))
+        c["comm_ok"] = c["comm_ratio"] <= 0.85
+        c["time_ok"] = c["time_ratio"] <= 3.0
+        c["all_ok"] = all(c[k] for k in ("lowest_cost", "node_imbalance_ok", "edge_imbalance_ok", "comm_ok", "time_ok"))
+        out.append(c)
+    return out
+
+
+def print_table(rows, checks, out=sys.stdout):
+    hdr = f"{'graph':<8} {'P':>3} {'method':<12} {'seconds':>8} {'est_max_ms':>11} {'node_imb':>8} {'edge_imb':>8} " \
+          f"{'max_comm':>9} {'edge_cut':>10}"
+    print(hdr, file=out)
+    for r in rows:
+        print(f"{r['graph']:<8} {r['parts']:>3} {r['method']:<12} {r['seconds']:>8.2f} {r['est_max_epoch_ms']:>11.3f} "
+              f"{r['node_imbalance']:>8.3f} {r['edge_imbalance']:>8.3f} {r['max_comm_rows']:>9} {r['edge_cut']:>10}",
+              file=out)
+    print("\ng3 against issue 5's targets (cost lowest; node, edge imbalance <= 1.10; max_comm_rows <= 0.85x "
+          "metis-nodes; time <= 3x metis-nodes)", file=out)
+    print(f"{'graph':<8} {'P':>3} {'lowest':>7} {'cost/best':>9} {'node':>5} {'edge':>5} {'comm_x':>7} {'time_x':>7} "
+          f"{'all':>4}", file=out)
+    for c in checks:
+        print(f"{c['graph']:<8} {c['parts']:>3} {str(c['lowest_cost']):>7} {c['cost_ratio_best_other']:>9.3f} "
+              f"{str(c['node_imbalance_ok']):>5} {str(c['edge_imbalance_ok']):>5} {c['comm_ratio']:>7.3f} "
+              f"{c['time_ratio']:>7.2f} {str(c['all_ok']):>4}", file=out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="bench_partition", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--graphs", default="cora,sbm,rmat18,rmat20")
+    ap.add_argument("--parts", default="4,8,16")
+    ap.add_argument("--out", type=Path, default=Path("bench_partition.json"))
+    ap.add_argument("--cora", type=Path, default=REPO.parent / "shared" / "datasets" / "cora.npz")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-iters", type=int, default=100)
+    ap.add_argument("--width", type=int, default=128, help="row width of the cost model")
+    ap.add_argument("--calibrate", action="store_true", help="measure the compute coefficient first")
+    a = ap.parse_args(argv)
+    parts = [int(p) for p in a.parts.split(",")]
+    model = CostModel(edge_seconds=calibrate() if a.calibrate else DEFAULT_EDGE_SECONDS, width=a.width)
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+    rows = []
+    for name in a.graphs.split(","):
+        (indptr, indices), train = load(name, a.cora)
+        rows += run_graph(name, indptr, indices, train, parts, model, a.seed, a.max_iters, log)
+        checks = check_targets(rows)
+        a.out.write_text(json.dumps(dict(cost_model=model.to_dict(), rows=rows, checks=checks), indent=1) + "\n")
+    print_table(rows, checks)
+    print(f"\nwritten {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
