@@ -120,6 +120,7 @@ def atomic_file(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
     path = check_output(path, force)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the user's usual permissions
     tmp = Path(tmp)
     try:
         yield tmp
@@ -138,6 +139,7 @@ def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
     """Yield a temporary directory beside ``path``; it replaces ``path`` only if the block succeeds."""
     path = check_output(path, force)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
         yield tmp
         if path.exists():
@@ -150,6 +152,12 @@ def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def h5_attr_str(value) -> str:

@@ -1,0 +1,322 @@
+"""What every importer produces (``RawGraph``) and the shared steps that turn it into a graph.h5.
+
+An importer reads or generates edges (source, target pairs, by node row), node features, labels and
+masks; ``write_raw_graph`` then builds the in-edge CSR (``build_in_csr``), applies the options
+(symmetrize, self-loop policy, deduplication, feature row-normalisation), draws a split if the input
+has none, and writes everything through ``g3mpi.format.GraphWriter`` (atomic, validated, checksummed).
+
+Memory: the CSR is built by counting in-degrees and then filling rows chunk by chunk (no COO copy of
+the edge list beyond the input arrays), then sorting / deduplicating each block of rows in place. Features
+can arrive as row blocks from a generator, so they never sit in memory next to the edge list.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from g3mpi.format import FormatError, GraphWriter, index_dtype
+from g3mpi.format.graph import MASKS, check_node_data
+
+#: edges handled at once when counting / filling the CSR
+EDGE_CHUNK = 1 << 22
+#: edges per block of rows when sorting and deduplicating columns
+SORT_BLOCK = 1 << 23
+#: feature rows written at once
+FEATURE_BLOCK_BYTES = 32 << 20
+
+
+def progress(iterable=None, **kw):
+    """tqdm on stderr, shown only on a terminal (``disable=None``) unless the caller turned it off."""
+    from tqdm import tqdm
+    kw.setdefault("disable", None)
+    kw.setdefault("leave", False)
+    kw.setdefault("dynamic_ncols", True)
+    return tqdm(iterable, **kw)
+
+
+#: a function returning a fresh iterator of feature row blocks (start row, float32 [rows, F])
+FeatureBlocks = Callable[[], Iterator[tuple[int, np.ndarray]]]
+
+
+@dataclass
+class RawGraph:
+    """An imported graph before CSR construction: edges by node row, node data, provenance."""
+
+    path: str                      # the input named in error messages
+    num_nodes: int
+    src: np.ndarray                # int [E] source row of each edge (u -> v means u is a source of v)
+    dst: np.ndarray                # int [E] target row
+    feature_dim: int
+    features: np.ndarray | None = None          # [N, F] (any real dtype, possibly a memory map) ...
+    feature_blocks: FeatureBlocks | None = None  # ... or generated in row blocks
+    labels: np.ndarray | None = None            # int64 [N], -1 = unlabelled; None = no labels
+    num_classes: int = 0
+    masks: dict | None = None                   # {train_mask, val_mask, test_mask}: bool [N]; None = draw a split
+    orig_ids: np.ndarray | None = None
+    source: str = ""
+    symmetric: bool = False                     # edges already contain both directions (no need to symmetrize)
+    simple: bool = False                        # merge duplicate edges whatever the options (generators)
+    extra_attrs: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    """Options common to every importer (one per g3-prepare flag)."""
+
+    symmetrize: bool = False
+    self_loops: str = "keep"          # keep | drop | add
+    dedup: bool = False
+    normalize_features: bool = False
+    train: float = 0.6
+    val: float = 0.2
+    seed: int = 0
+    force: bool = False
+    quiet: bool = False
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+def check_edge_ids(path, src: np.ndarray, dst: np.ndarray, num_nodes: int, what: str = "edge") -> None:
+    """FormatError naming the first edge whose endpoint lies outside [0, num_nodes)."""
+    for name, a in (("source", src), ("target", dst)):
+        for s in range(0, len(a), EDGE_CHUNK):
+            blk = a[s:s + EDGE_CHUNK]
+            bad = (blk < 0) | (blk >= num_nodes)
+            if bad.any():
+                k = int(np.argmax(bad))
+                raise FormatError(path, f"{what} {s + k}: {name} node ID {int(blk[k])} out of range "
+                                        f"[0, {num_nodes})")
+
+
+def check_features(path, x: np.ndarray, num_nodes: int) -> None:
+    if x.ndim != 2:
+        raise FormatError(path, f"features must be 2-D [nodes, dim], got shape {x.shape}")
+    if x.shape[0] != num_nodes:
+        raise FormatError(path, f"features have {x.shape[0]} rows but the graph has {num_nodes} nodes")
+    if not np.issubdtype(x.dtype, np.number) or np.issubdtype(x.dtype, np.complexfloating):
+        raise FormatError(path, f"features have non-numeric dtype {x.dtype}")
+    for s in range(0, len(x), 1 << 16):
+        bad = ~np.isfinite(x[s:s + (1 << 16)])
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            raise FormatError(path, f"features contain NaN or Inf (first at row {s + int(r)}, column {int(c)})")
+
+
+def check_labels(path, y: np.ndarray, num_nodes: int, num_classes: int | None) -> int:
+    """Validate labels (-1 = unlabelled); return the number of classes (given, or max label + 1)."""
+    if y.ndim != 1:
+        raise FormatError(path, f"labels must be 1-D [nodes] (one class per node), got shape {y.shape}")
+    if len(y) != num_nodes:
+        raise FormatError(path, f"labels have {len(y)} entries but the graph has {num_nodes} nodes")
+    if not np.issubdtype(y.dtype, np.integer):
+        if np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
+            pass
+        else:
+            raise FormatError(path, f"labels must be integers, got dtype {y.dtype}")
+    lo = int(y.min()) if len(y) else 0
+    hi = int(y.max()) if len(y) else -1
+    c = hi + 1 if num_classes is None else int(num_classes)
+    if lo < -1 or hi >= c:
+        bad = lo if lo < -1 else hi
+        raise FormatError(path, f"label {bad} out of range [-1, {c})" + ("" if num_classes is None else
+                                                                       f" (--num-classes {c})"))
+    return max(c, 0)
+
+
+def check_masks(path, masks: dict, labels: np.ndarray) -> dict:
+    out = {}
+    for k in MASKS:
+        m = masks[k]
+        if m.dtype != bool:
+            if np.issubdtype(m.dtype, np.integer) and (len(m) == 0 or (m.min() >= 0 and m.max() <= 1)):
+                m = m.astype(bool)
+            else:
+                raise FormatError(path, f"{k} must be boolean, got dtype {m.dtype}")
+        out[k] = m
+    check_node_data(path, len(labels), labels, int(labels.max()) + 1 if len(labels) else 0, out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- split
+
+def random_split(labels: np.ndarray, train: float, val: float, seed: int) -> dict:
+    """Seeded random split of the labelled nodes: fractions ``train`` and ``val``, the rest test."""
+    if not (0 <= train and 0 <= val and train + val <= 1):
+        raise ValueError(f"split fractions must satisfy 0 <= train, val and train + val <= 1 (got {train}, {val})")
+    n = len(labels)
+    lab = np.flatnonzero(labels >= 0)
+    perm = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED])).permutation(lab)
+    n_tr = int(round(train * len(lab)))
+    n_va = int(round(val * len(lab)))
+    masks = {k: np.zeros(n, dtype=bool) for k in MASKS}
+    masks["train_mask"][perm[:n_tr]] = True
+    masks["val_mask"][perm[n_tr:n_tr + n_va]] = True
+    masks["test_mask"][perm[n_tr + n_va:]] = True
+    return masks
+
+
+# ---------------------------------------------------------------------------------------------- CSR
+
+def build_in_csr(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, symmetrize: bool = False,
+                 self_loops: str = "keep", dedup: bool = False, quiet: bool = False):
+    """In-edge CSR of the edges src[i] -> dst[i]: row v lists the sources of the edges into v, sorted.
+
+    ``symmetrize`` adds v -> u for every u -> v and then merges duplicates (like PyG's ``to_undirected``);
+    ``self_loops``: ``keep`` as given, ``drop`` all, ``add`` exactly one per node; ``dedup`` merges
+    repeated edges. Endpoints must already be checked to lie in [0, num_nodes).
+
+    Memory: indices (the output, E or 2E entries) plus indptr and one chunk, besides the inputs:
+    in-degrees are counted first, rows are filled chunk by chunk, then each block of rows is sorted
+    and compacted in place. Returns (indptr int64 [N+1], indices int32/int64 [E']).
+    """
+    n = int(num_nodes)
+    idt = index_dtype(n)
+    dedup = dedup or symmetrize
+    E = len(src)
+    add = self_loops == "add"
+
+    def chunks():
+        for s in range(0, E, EDGE_CHUNK):
+            yield src[s:s + EDGE_CHUNK], dst[s:s + EDGE_CHUNK]
+            if symmetrize:
+                yield dst[s:s + EDGE_CHUNK], src[s:s + EDGE_CHUNK]
+        if add:
+            for s in range(0, n, EDGE_CHUNK):
+                r = np.arange(s, min(n, s + EDGE_CHUNK), dtype=idt)
+                yield r, r
+    n_chunks = ((E + EDGE_CHUNK - 1) // EDGE_CHUNK) * (2 if symmetrize else 1) + \
+        (((n + EDGE_CHUNK - 1) // EDGE_CHUNK) if add else 0)
+
+    # 1. in-degrees
+    deg = np.zeros(n, dtype=np.int64)
+    for s, d in progress(chunks(), total=n_chunks, desc="count degrees", disable=True if quiet else None):
+        deg += np.bincount(d, minlength=n)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    total = int(indptr[-1])
+    del deg
+
+    # 2. fill rows: group each chunk by target, place each group at its row's next free slot (the order
+    #    inside a row does not matter yet: step 3 sorts it)
+    indices = np.empty(total, dtype=idt)
+    nxt = indptr[:-1].copy()
+    for s, d in progress(chunks(), total=n_chunks, desc="fill CSR", disable=True if quiet else None):
+        order = np.argsort(d)
+        ds = d[order]
+        starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
+        counts = np.diff(np.r_[starts, len(ds)])
+        rows = ds[starts].astype(np.int64)
+        rank = np.arange(len(ds), dtype=np.int64) - np.repeat(starts, counts)
+        indices[nxt[rows].repeat(counts) + rank] = s[order]
+        nxt[rows] += counts
+        del order, ds, rank
+    del nxt
+
+    # 3. sort each row's columns, drop duplicates / self loops, compact in place (writes never pass reads)
+    drop_self = self_loops in ("drop",)
+    need_compact = dedup or drop_self or add
+    new_deg = np.diff(indptr) if need_compact else None
+    bounds = _row_blocks(indptr, SORT_BLOCK)
+    w = 0
+    for r0, r1 in progress(bounds, desc="sort rows", disable=True if quiet else None):
+        a, b = int(indptr[r0]), int(indptr[r1])
+        if a == b:
+            continue
+        deg_blk = np.diff(indptr[r0:r1 + 1])
+        rloc = np.repeat(np.arange(r1 - r0, dtype=np.int64), deg_blk)
+        key = rloc * n + indices[a:b].astype(np.int64)
+        key.sort()                                 # rows stay grouped, so rloc is unchanged by the sort
+        cols = key - rloc * n
+        if need_compact:
+            keep = np.ones(len(key), dtype=bool)
+            same = key[1:] == key[:-1]
+            is_self = cols == rloc + r0
+            if dedup:
+                keep[1:] &= ~same
+            if drop_self:
+                keep &= ~is_self
+            if add:
+                keep[1:] &= ~(same & is_self[1:])
+            cols = cols[keep]
+            new_deg[r0:r1] = np.bincount(rloc[keep], minlength=r1 - r0)
+        indices[w:w + len(cols)] = cols
+        w += len(cols)
+        del key, rloc, cols
+    if need_compact:
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(new_deg, out=indptr[1:])
+    assert int(indptr[-1]) == w
+    return indptr, indices[:w]
+
+
+def _row_blocks(indptr: np.ndarray, max_edges: int) -> list[tuple[int, int]]:
+    """Split rows into consecutive ranges of about ``max_edges`` edges (at least one row each)."""
+    n = len(indptr) - 1
+    out, r = [], 0
+    while r < n:
+        target = indptr[r] + max_edges
+        r1 = int(np.searchsorted(indptr, target, side="right")) - 1
+        r1 = min(n, max(r1, r + 1))
+        out.append((r, r1))
+        r = r1
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- features
+
+def normalize_rows(x: np.ndarray) -> np.ndarray:
+    """Row-normalise features by their L1 norm (Planetoid / Kipf & Welling); all-zero rows stay zero.
+
+    For non-negative features (bag of words) this is x / rowsum, exactly as Kipf's ``preprocess_features``.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    s = np.abs(x).sum(axis=1, keepdims=True)
+    s[s == 0] = 1
+    return (x / s).astype(np.float32, copy=False)
+
+
+def feature_blocks_of(raw: RawGraph) -> Iterator[tuple[int, np.ndarray]]:
+    if raw.feature_blocks is not None:
+        yield from raw.feature_blocks()
+        return
+    x = raw.features
+    step = max(1, FEATURE_BLOCK_BYTES // max(1, 4 * raw.feature_dim))
+    for s in range(0, raw.num_nodes, step):
+        yield s, np.asarray(x[s:s + step], dtype=np.float32)   # also reads a memory-mapped .npy block by block
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions) -> dict:
+    """Build the CSR of ``raw`` with ``opts`` and write graph.h5 atomically. Returns a summary dict."""
+    n = raw.num_nodes
+    labels = raw.labels if raw.labels is not None else np.full(n, -1, dtype=np.int64)
+    labels = np.asarray(labels, dtype=np.int64)
+    masks = raw.masks if raw.masks is not None else random_split(labels, opts.train, opts.val, opts.seed)
+
+    indptr, indices = build_in_csr(n, raw.src, raw.dst, symmetrize=opts.symmetrize and not raw.symmetric,
+                                   self_loops=opts.self_loops, dedup=opts.dedup or raw.simple,
+                                   quiet=opts.quiet)
+    # the edge list is no longer needed: free it before features are generated
+    raw.src = raw.dst = None
+    symmetric = bool(opts.symmetrize or raw.symmetric)
+    source = raw.source
+    with GraphWriter(out, num_nodes=n, feature_dim=raw.feature_dim, num_classes=raw.num_classes,
+                     source=source, symmetric=symmetric, self_loops=opts.self_loops, force=opts.force,
+                     extra_attrs=dict(raw.extra_attrs, deduplicated=bool(opts.dedup or opts.symmetrize or raw.simple),
+                                      normalized_features=bool(opts.normalize_features))) as w:
+        w.write_csr(indptr, indices)
+        bar = progress(total=n, desc="features", unit="rows", disable=True if opts.quiet else None)
+        for start, blk in feature_blocks_of(raw):
+            if opts.normalize_features:
+                blk = normalize_rows(blk)
+            w.write_features(start, blk)
+            bar.update(len(blk))
+        bar.close()
+        w.write_nodes(labels, masks["train_mask"], masks["val_mask"], masks["test_mask"], raw.orig_ids)
+    return dict(num_nodes=n, num_edges=int(indptr[-1]), feature_dim=raw.feature_dim,
+                num_classes=raw.num_classes, symmetric=symmetric, self_loops=opts.self_loops,
+                train=int(masks["train_mask"].sum()), val=int(masks["val_mask"].sum()),
+                test=int(masks["test_mask"].sum()), source=source)

@@ -1,0 +1,201 @@
+"""``edgelist`` importer: a text file with one edge ``source target`` per line.
+
+- Delimiter: ``,`` / tab / any whitespace, or ``auto`` (comma if the first data line has one, else tab if it
+  has one, else whitespace). Columns after the second (weights, timestamps) are ignored.
+- Lines starting with ``#`` or ``%`` and blank lines are skipped, as is text after ``#``/``%`` on a line.
+- Header: ``--header`` skips the first non-comment line, ``--no-header`` never does; by default the first
+  non-comment line is a header when its first two fields are not integers.
+- IDs are arbitrary (64-bit, possibly negative or sparse) integers:
+  * without ``--features``/``--labels``: the nodes are the distinct IDs of the edge list, in increasing
+    order; row i of the graph is ID ``orig_ids[i]`` (stored in graph.h5);
+  * with ``--features``/``--labels`` (.npy, R rows) and ``--node-ids`` (.npy int [R]): row i is ID
+    ``node_ids[i]``; every edge endpoint must be one of them; ``orig_ids`` = node_ids;
+  * with ``--features``/``--labels`` and no ``--node-ids``: IDs are the rows, in [0, R).
+- ``--masks`` (.npz with train_mask, val_mask, test_mask bool [R]); otherwise a seeded random split of the
+  labelled nodes. Without ``--features``, ``--feature-dim F`` gives seeded N(0, 1) features (default 0).
+
+Every error names the file and, for the edge list, the line.
+"""
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from g3mpi.format import FormatError, index_dtype
+from g3mpi.format.graph import MASKS
+
+from .common import (FEATURE_BLOCK_BYTES, RawGraph, check_features, check_labels, check_masks, progress)
+from .textio import COMMENTS, _lines, _strip, data_line_number, open_text, read_table, split_fields
+
+DELIMITERS = {"auto": "auto", ",": ",", "comma": ",", "tab": "\t", "\\t": "\t", "\t": "\t", "space": None,
+              "whitespace": None, " ": None, ";": ";", "|": "|"}
+
+
+def _is_int(s: str) -> bool:
+    try:
+        int(s)
+        return True
+    except ValueError:
+        return False
+
+
+def sniff(path: Path, delimiter: str, header: bool | None) -> tuple[str | None, int]:
+    """(delimiter, number of lines to skip before the data) from the first non-comment line."""
+    if delimiter not in DELIMITERS:
+        raise ValueError(f"--delimiter must be one of ',', 'tab', 'space', 'auto' (got {delimiter!r})")
+    delim = DELIMITERS[delimiter]
+    with open_text(path) as f:
+        for i, line in enumerate(_lines(path, f), start=1):
+            text = _strip(line, COMMENTS)
+            if not text:
+                continue
+            if delim == "auto":
+                delim = "," if "," in text else "\t" if "\t" in text else None
+            fields = split_fields(text, delim)
+            if header is None:
+                header = not (len(fields) >= 2 and _is_int(fields[0]) and _is_int(fields[1]))
+            return delim, (i if header else i - 1)
+    return (None if delim == "auto" else delim), 0
+
+
+def load_npy(path: Path, what: str, mmap: bool = False) -> np.ndarray:
+    """np.load without pickle; ``mmap``: map the file instead of reading it (features are streamed)."""
+    if not path.exists():
+        raise FormatError(path, "no such file")
+    try:
+        return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile) as e:
+        raise FormatError(path, f"not a readable .npy {what} file (truncated, corrupt or pickled?): {e}") from None
+
+
+def load_masks(path: Path) -> dict:
+    if not path.exists():
+        raise FormatError(path, "no such file")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in MASKS if k not in z.files]
+            if missing:
+                raise FormatError(path, f"missing {missing} (expected {list(MASKS)})")
+            return {k: z[k] for k in MASKS}
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile, AttributeError) as e:
+        raise FormatError(path, f"not a readable .npz masks file (truncated or corrupt?): {e}") from None
+
+
+def read_edges(path: Path, delimiter, skip: int, quiet: bool) -> tuple[np.ndarray, np.ndarray]:
+    bar = progress(desc="read edges", unit="lines", disable=True if quiet else None)
+    src_chunks, dst_chunks = [], []
+    for a in read_table(path, delimiter=delimiter, dtype=np.int64, usecols=(0, 1), skip=skip, bar=bar):
+        src_chunks.append(a[:, 0].copy())
+        dst_chunks.append(a[:, 1].copy())
+    bar.close()
+    if not src_chunks:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    src, dst = np.concatenate(src_chunks), np.concatenate(dst_chunks)
+    return src, dst
+
+
+def _first_bad(src: np.ndarray, dst: np.ndarray, bad_src: np.ndarray, bad_dst: np.ndarray) -> tuple[int, int]:
+    """(edge index, offending ID) of the first edge with a bad endpoint."""
+    k = int(np.argmax(bad_src | bad_dst))
+    return k, int(src[k] if bad_src[k] else dst[k])
+
+
+def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, features: Path | None = None,
+                  labels: Path | None = None, masks: Path | None = None, node_ids: Path | None = None,
+                  feature_dim: int = 0, num_classes: int | None = None, seed: int = 0,
+                  quiet: bool = False) -> RawGraph:
+    path = Path(path)
+    delim, skip = sniff(path, delimiter, header)
+    x = load_npy(features, "features", mmap=True) if features is not None else None
+    y = load_npy(labels, "labels") if labels is not None else None
+    ids = load_npy(node_ids, "node IDs") if node_ids is not None else None
+    if ids is not None and x is None and y is None:
+        raise ValueError("--node-ids needs --features or --labels (it names their rows)")
+    if x is not None and feature_dim:
+        raise ValueError("give either --features or --feature-dim, not both")
+    if masks is not None and y is None:
+        raise ValueError("--masks needs --labels")
+
+    src, dst = read_edges(path, delim, skip, quiet)
+
+    def bad_line(k: int, msg: str) -> FormatError:
+        return FormatError(path, f"line {data_line_number(path, k, skip=skip)}: {msg}")
+
+    rows = None
+    if x is not None:
+        rows = x.shape[0] if x.ndim else 0
+    if y is not None:
+        if rows is not None and y.shape[:1] != (rows,):
+            raise FormatError(labels, f"labels have {y.shape[0] if y.ndim else 0} rows but features have {rows}")
+        rows = y.shape[0] if y.ndim else 0
+
+    orig_ids = None
+    if rows is None and len(src) == 0:
+        raise FormatError(path, "no edges found (and no --features/--labels to define the nodes)")
+    if rows is None:                                   # nodes = the distinct IDs, in increasing order
+        orig_ids = np.union1d(np.unique(src), np.unique(dst))
+        n = len(orig_ids)
+        for a in (src, dst):
+            a[:] = np.searchsorted(orig_ids, a)
+    elif ids is not None:                              # rows named by --node-ids
+        if ids.ndim != 1 or len(ids) != rows or not np.issubdtype(ids.dtype, np.integer):
+            raise FormatError(node_ids, f"expected integer node IDs of shape [{rows}], "
+                                        f"got {ids.dtype} {list(ids.shape)}")
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order].astype(np.int64)
+        dup = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
+        if len(dup):
+            raise FormatError(node_ids, f"node ID {int(sorted_ids[dup[0]])} appears more than once")
+        n = rows
+        pos = [np.minimum(np.searchsorted(sorted_ids, a), max(n - 1, 0)) for a in (src, dst)]
+        miss = [(sorted_ids[p] != a) if n else np.ones(len(a), dtype=bool) for p, a in zip(pos, (src, dst))]
+        if miss[0].any() or miss[1].any():
+            k, v = _first_bad(src, dst, *miss)
+            raise bad_line(k, f"node ID {v} is not in {node_ids}")
+        src, dst = order[pos[0]], order[pos[1]]
+        orig_ids = ids.astype(np.int64)
+    else:                                              # IDs are the rows of --features / --labels
+        n = rows
+        bs, bd = (src < 0) | (src >= n), (dst < 0) | (dst >= n)
+        if bs.any() or bd.any():
+            k, v = _first_bad(src, dst, bs, bd)
+            raise bad_line(k, f"node ID {v} out of range [0, {n}) (the rows of --features/--labels)")
+    idt = index_dtype(n)
+    src, dst = src.astype(idt), dst.astype(idt)
+
+    feature_blocks = None
+    if x is not None:
+        check_features(features, x, n)             # in row blocks: the memory map is never read whole
+        feature_dim = x.shape[1]
+    elif feature_dim:
+        if feature_dim < 0:
+            raise ValueError("--feature-dim must be >= 0")
+        feature_blocks = random_feature_blocks(n, feature_dim, seed)
+    else:
+        x = np.zeros((n, 0), dtype=np.float32)
+
+    c, mk = 0, None
+    if y is not None:
+        c = check_labels(labels, y, n, num_classes)
+        y = y.astype(np.int64)
+        if masks is not None:
+            mk = load_masks(masks)
+            for k, m in mk.items():
+                if m.shape != (n,):
+                    raise FormatError(masks, f"{k} has shape {list(m.shape)}, expected [{n}]")
+            mk = check_masks(masks, mk, y)
+    return RawGraph(path=str(path), num_nodes=n, src=src, dst=dst, feature_dim=int(feature_dim), features=x,
+                    feature_blocks=feature_blocks, labels=y, num_classes=c, masks=mk, orig_ids=orig_ids,
+                    source=f"edgelist:{path.name}")
+
+
+def random_feature_blocks(n: int, dim: int, seed: int):
+    step = max(1, FEATURE_BLOCK_BYTES // (4 * dim))
+
+    def blocks():
+        rng = np.random.default_rng(np.random.SeedSequence([seed, 0xFEA7]))
+        for s in range(0, n, step):
+            yield s, rng.standard_normal((min(step, n - s), dim), dtype=np.float32)
+    return blocks

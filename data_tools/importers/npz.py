@@ -1,0 +1,84 @@
+"""``npz`` importer: one NumPy archive with the arrays of a graph (the layout of Planetoid dumps like cora.npz).
+
+Keys: ``edge_index`` int [2, E] (row 0 the source, row 1 the target of each edge), ``x`` float [N, F];
+optional ``y`` int [N] (-1 = unlabelled), ``train_mask``, ``val_mask``, ``test_mask`` bool [N] (all three or
+none: without them a seeded random split is drawn), ``num_nodes`` (default: rows of ``x``),
+``num_classes`` (default: max label + 1). Loaded with ``allow_pickle=False``.
+"""
+from __future__ import annotations
+
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from g3mpi.format import FormatError
+from g3mpi.format.graph import MASKS
+
+from .common import RawGraph, check_edge_ids, check_features, check_labels, check_masks
+
+
+def _open_npz(path: Path):
+    if not path.exists():
+        raise FormatError(path, "no such file")
+    if path.is_dir():
+        raise FormatError(path, "is a directory, expected an .npz file")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+        raise FormatError(path, f"not a readable .npz archive (truncated or corrupt?): {e}") from None
+
+
+def _get(path, z, key):
+    try:
+        return z[key]
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error) as e:
+        raise FormatError(path, f"array {key!r} cannot be read (truncated or corrupt?): {e}") from None
+
+
+def load_npz(path, num_classes: int | None = None) -> RawGraph:
+    path = Path(path)
+    with _open_npz(path) as z:
+        keys = set(z.files)
+        for k in ("edge_index", "x"):
+            if k not in keys:
+                raise FormatError(path, f"missing array {k!r} (has: {', '.join(sorted(keys)) or 'nothing'})")
+        ei = _get(path, z, "edge_index")
+        x = _get(path, z, "x")
+        y = _get(path, z, "y") if "y" in keys else None
+        present = [k for k in MASKS if k in keys]
+        if present and len(present) != 3:
+            raise FormatError(path, f"has {present} but not all of {list(MASKS)}")
+        masks = {k: _get(path, z, k) for k in MASKS} if present else None
+        if "num_nodes" in keys:
+            nn = _get(path, z, "num_nodes")
+            if nn.size != 1 or not np.issubdtype(nn.dtype, np.integer) or int(nn.reshape(-1)[0]) < 0:
+                raise FormatError(path, f"num_nodes must be one non-negative integer, got {nn.dtype} {list(nn.shape)}")
+            n = int(nn.reshape(-1)[0])
+        else:
+            n = int(x.shape[0]) if x.ndim else 0
+        if num_classes is None and "num_classes" in keys:
+            num_classes = int(_get(path, z, "num_classes"))
+
+    if ei.ndim != 2 or ei.shape[0] != 2:
+        raise FormatError(path, f"edge_index must have shape [2, E], got {list(ei.shape)}")
+    if not np.issubdtype(ei.dtype, np.integer):
+        raise FormatError(path, f"edge_index must be integers, got dtype {ei.dtype}")
+    check_edge_ids(path, ei[0], ei[1], n, what="edge_index column")
+    check_features(path, x, n)
+    if y is not None:
+        c = check_labels(path, y, n, num_classes)
+        y = y.astype(np.int64)
+    else:
+        if masks is not None:
+            raise FormatError(path, "has split masks but no labels 'y'")
+        c = 0
+    if masks is not None:
+        for k, m in masks.items():
+            if m.shape != (n,):
+                raise FormatError(path, f"{k} has shape {list(m.shape)}, expected [{n}]")
+        masks = check_masks(path, masks, y)
+    return RawGraph(path=str(path), num_nodes=n, src=ei[0], dst=ei[1], feature_dim=int(x.shape[1]),
+                    features=np.ascontiguousarray(x, dtype=np.float32), labels=y, num_classes=c, masks=masks,
+                    source=f"npz:{path.name}")

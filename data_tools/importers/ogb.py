@@ -1,0 +1,142 @@
+"""``ogb`` importer: an OGB node-property-prediction dataset directory in its raw layout.
+
+```
+DATASET/raw/edge.csv.gz            "u,v" per line: edge u -> v
+DATASET/raw/num-node-list.csv.gz   N (optional: default the rows of node-feat)
+DATASET/raw/node-feat.csv.gz       N lines of F comma-separated floats
+DATASET/raw/node-label.csv.gz      N lines, one class each ("nan" = unlabelled, as in ogbn-papers100M)
+DATASET/split/<scheme>/{train,valid,test}.csv.gz   one node index per line
+```
+
+Files may also be uncompressed (``edge.csv``). ``--split`` picks the scheme (default: the only, else the
+first in sorted order); without a ``split/`` directory a seeded random split is drawn. OGB lists each edge
+of an undirected dataset once (its loader adds the reverse when ``add_inverse_edge`` is set in master.csv,
+e.g. ogbn-products) and ogbn-arxiv is directed: pass ``--symmetrize`` to get the undirected graph most
+GNN papers train on. Multi-label datasets (ogbn-proteins) are refused.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from g3mpi.format import FormatError, index_dtype
+
+from .common import RawGraph, check_features, check_labels, check_masks, progress
+from .textio import data_line_number, read_table, stack_rows
+
+SPLIT_FILES = (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test"))
+
+
+def find(directory: Path, name: str, required: bool = True) -> Path | None:
+    for cand in (directory / f"{name}.csv.gz", directory / f"{name}.csv"):
+        if cand.exists():
+            return cand
+    if required:
+        raise FormatError(directory / f"{name}.csv.gz", "no such file")
+    return None
+
+
+def line_of(path: Path, row: int) -> int:
+    return data_line_number(path, row, comments=None)
+
+
+def _concat(chunks, ncols: int, dtype) -> np.ndarray:
+    chunks = list(chunks)
+    return np.concatenate(chunks) if chunks else np.zeros((0, ncols), dtype=dtype)
+
+
+def load_ogb(path, split: str | None = None, num_classes: int | None = None, quiet: bool = False) -> RawGraph:
+    root = Path(path)
+    if not root.exists():
+        raise FormatError(root, "no such directory")
+    if not root.is_dir():
+        raise FormatError(root, "expected an OGB dataset directory (with raw/ and split/)")
+    raw_dir = root / "raw"
+    if not raw_dir.is_dir():
+        raise FormatError(raw_dir, "no such directory (expected the OGB raw layout)")
+    edge_f = find(raw_dir, "edge")
+    feat_f = find(raw_dir, "node-feat")
+    label_f = find(raw_dir, "node-label")
+    nn_f = find(raw_dir, "num-node-list", required=False)
+
+    n = None
+    if nn_f is not None:
+        nn = _concat(read_table(nn_f, delimiter=",", dtype=np.int64, comments=None), 1, np.int64).reshape(-1)
+        if len(nn) != 1 or nn[0] < 0:
+            raise FormatError(nn_f, f"expected one graph's node count, found {nn.tolist()[:3]}")
+        n = int(nn[0])
+    bar = progress(desc="read node-feat", unit="lines", disable=True if quiet else None)
+    x = stack_rows(feat_f, read_table(feat_f, delimiter=",", dtype=np.float32, comments=None, bar=bar), 0,
+                   np.float32, expected_rows=n)
+    bar.close()
+    if n is None:
+        n = len(x)
+    check_features(feat_f, x, n)
+
+    y = _concat(read_table(label_f, delimiter=",", dtype=np.float64, comments=None), 1, np.float64)
+    if y.shape[1] != 1:
+        raise FormatError(label_f, f"{y.shape[1]} label columns: multi-label datasets are not supported")
+    y = y[:, 0]
+    if len(y) != n:
+        raise FormatError(label_f, f"{len(y)} labels but the graph has {n} nodes")
+    bad = np.isfinite(y) & (y != np.round(y))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise FormatError(label_f, f"line {line_of(label_f, i)}: label {y[i]} is not an integer")
+    if np.isinf(y).any():
+        i = int(np.argmax(np.isinf(y)))
+        raise FormatError(label_f, f"line {line_of(label_f, i)}: label {y[i]} is not an integer")
+    labels = np.where(np.isnan(y), -1, y).astype(np.int64)
+    del y
+    bad = (labels < -1) | ((labels >= num_classes) if num_classes is not None else False)
+    if bad.any():
+        i = int(np.argmax(bad))
+        hi = "" if num_classes is None else f", {num_classes}"
+        raise FormatError(label_f, f"line {line_of(label_f, i)}: label {labels[i]} out of range [-1{hi})")
+    c = check_labels(label_f, labels, n, num_classes)
+
+    bar = progress(desc="read edges", unit="lines", disable=True if quiet else None)
+    e = _concat(read_table(edge_f, delimiter=",", dtype=np.int64, usecols=(0, 1), comments=None, bar=bar), 2,
+                np.int64)
+    bar.close()
+    bad = (e < 0) | (e >= n)
+    if bad.any():
+        r, col = np.argwhere(bad)[0]
+        raise FormatError(edge_f, f"line {line_of(edge_f, int(r))}: node ID {int(e[r, col])} out of range [0, {n})")
+    idt = index_dtype(n)
+    src, dst = e[:, 0].astype(idt), e[:, 1].astype(idt)
+    del e
+
+    masks, scheme = read_split(root, split, n)
+    if masks is not None:
+        masks = check_masks(root / "split" / scheme, masks, labels)
+    return RawGraph(path=str(root), num_nodes=n, src=src, dst=dst, feature_dim=int(x.shape[1]), features=x,
+                    labels=labels, num_classes=c, masks=masks,
+                    source=f"ogb:{root.name}" + (f",split={scheme}" if scheme else ""))
+
+
+def read_split(root: Path, scheme: str | None, n: int):
+    """(masks or None, scheme name) from split/<scheme>/{train,valid,test}.csv.gz."""
+    split_dir = root / "split"
+    schemes = sorted(p.name for p in split_dir.iterdir() if p.is_dir()) if split_dir.is_dir() else []
+    if scheme is None:
+        if not schemes:
+            return None, None
+        scheme = schemes[0]
+    elif scheme not in schemes:
+        raise FormatError(split_dir / scheme, f"no such split scheme (available: {', '.join(schemes) or 'none'})")
+    d = split_dir / scheme
+    masks = {}
+    for key, name in SPLIT_FILES:
+        f = find(d, name)
+        idx = _concat(read_table(f, delimiter=",", dtype=np.int64, usecols=(0,), comments=None), 1,
+                      np.int64).reshape(-1)
+        bad = (idx < 0) | (idx >= n)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise FormatError(f, f"line {line_of(f, i)}: node index {int(idx[i])} out of range [0, {n})")
+        m = np.zeros(n, dtype=bool)
+        m[idx] = True
+        masks[key] = m
+    return masks, scheme

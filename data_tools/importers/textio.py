@@ -1,0 +1,170 @@
+"""Reading numeric text tables (CSV / TSV / whitespace, optionally gzipped) in chunks, with exact line numbers.
+
+Each chunk of lines is parsed by ``np.loadtxt`` (C speed); only when a chunk fails is it re-parsed line by
+line in Python to name the first bad line, so good input pays nothing for the precise error message.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import warnings
+import zlib
+from itertools import islice
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from g3mpi.format import FormatError
+
+CHUNK_LINES = 1 << 20
+#: text held at once while parsing (wide tables such as OGB node features get fewer lines per chunk)
+CHUNK_BYTES = 32 << 20
+COMMENTS = ("#", "%")
+
+
+def open_text(path: Path):
+    """Open a text file, transparently gunzipping ``*.gz``; FormatError if missing."""
+    if not path.exists():
+        raise FormatError(path, "no such file")
+    if path.is_dir():
+        raise FormatError(path, "is a directory, expected a file")
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
+
+
+def _lines(path: Path, f) -> Iterator[str]:
+    """Lines of ``f``, turning a truncated / corrupt gzip stream into a FormatError."""
+    try:
+        yield from f
+    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
+        raise FormatError(path, f"truncated or corrupt compressed file: {e}") from None
+
+
+def _strip(line: str, comments) -> str:
+    if comments:
+        for c in comments:
+            i = line.find(c)
+            if i >= 0:
+                line = line[:i]
+    return line.strip()
+
+
+def _markers_in(lines: list[str], comments):
+    """The comment markers that occur in ``lines``: with at most one, np.loadtxt stays on its fast C path
+    (several markers make it preprocess every line in Python)."""
+    if not comments or isinstance(comments, str):
+        return comments
+    text = "".join(lines)
+    found = [c for c in comments if c in text]
+    return found[0] if len(found) == 1 else (found or None)
+
+
+def split_fields(line: str, delimiter: str | None) -> list[str]:
+    return [t.strip() for t in line.split(delimiter)] if delimiter is not None else line.split()
+
+
+def _explain(path, lines, first_line, *, delimiter, usecols, ncols, dtype, comments, err) -> FormatError:
+    """Find the first line of a chunk that np.loadtxt rejected and say what is wrong with it."""
+    conv = int if np.issubdtype(dtype, np.integer) else float
+    kind = "an integer" if conv is int else "a number"
+    info = np.iinfo(dtype) if conv is int else None
+    need = max(usecols) + 1 if usecols is not None else ncols
+    for i, line in enumerate(lines):
+        text = _strip(line, comments)
+        if not text:
+            continue
+        fields = split_fields(text, delimiter)
+        where = f"line {first_line + i}"
+        if usecols is None and ncols is None:
+            ncols = need = len(fields)              # every line must have as many columns as the first
+        if need is not None and len(fields) < need:
+            return FormatError(path, f"{where}: expected {'at least ' if usecols is not None else ''}{need} "
+                                     f"columns, found {len(fields)}: {text[:80]!r}")
+        if usecols is None and ncols is not None and len(fields) != ncols:
+            return FormatError(path, f"{where}: expected {ncols} columns, found {len(fields)}")
+        for c in (usecols if usecols is not None else range(len(fields))):
+            try:
+                v = conv(fields[c])
+            except ValueError:
+                return FormatError(path, f"{where}: column {c + 1}: cannot parse {fields[c][:40]!r} as {kind}")
+            if info is not None and not info.min <= v <= info.max:
+                return FormatError(path, f"{where}: column {c + 1}: {fields[c][:40]} does not fit in {dtype}")
+    last = first_line + len(lines) - 1
+    return FormatError(path, f"lines {first_line}-{last}: cannot parse: {err}")
+
+
+def read_table(path: Path, *, delimiter: str | None, dtype, usecols=None, ncols: int | None = None,
+               comments=COMMENTS, skip: int = 0, chunk_lines: int = CHUNK_LINES,
+               bar=None) -> Iterator[np.ndarray]:
+    """Yield 2-D arrays of consecutive chunks of a numeric text table.
+
+    ``usecols``: columns to keep (more are ignored); otherwise every line must have the same number of
+    columns (``ncols`` if given, else that of the first data line). ``skip``: lines to skip at the start
+    (a header). Errors name the file and the 1-based line number.
+    """
+    dtype = np.dtype(dtype)
+    with open_text(path) as f:
+        it = _lines(path, f)
+        for _ in islice(it, skip):
+            pass
+        line_no = skip + 1
+        step = min(chunk_lines, 4096)             # a small first chunk measures the line length
+        while True:
+            lines = list(islice(it, step))
+            if not lines:
+                return
+            avg = max(1, sum(map(len, lines)) // len(lines))
+            step = max(256, min(chunk_lines, CHUNK_BYTES // avg))
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)   # "input contained no data": comment-only chunk
+                    a = np.loadtxt(lines, dtype=dtype, delimiter=delimiter, usecols=usecols,
+                                   comments=_markers_in(lines, comments), ndmin=2)
+            except ValueError as e:
+                raise _explain(path, lines, line_no, delimiter=delimiter, usecols=usecols, ncols=ncols,
+                               dtype=dtype, comments=comments, err=e) from None
+            if a.size or a.shape[0]:
+                if usecols is None:
+                    if ncols is None:
+                        ncols = a.shape[1]
+                    elif a.shape[1] != ncols:
+                        raise _explain(path, lines, line_no, delimiter=delimiter, usecols=None, ncols=ncols,
+                                       dtype=dtype, comments=comments, err=f"{a.shape[1]} columns, expected {ncols}")
+                yield a
+            if bar is not None:
+                bar.update(len(lines))
+            line_no += len(lines)
+
+
+def data_line_number(path: Path, row: int, *, comments=COMMENTS, skip: int = 0) -> int:
+    """1-based line number of data row ``row`` (0-based, comments and blank lines not counted)."""
+    with open_text(path) as f:
+        k = -1
+        for i, line in enumerate(_lines(path, f), start=1):
+            if i <= skip or not _strip(line, comments):
+                continue
+            k += 1
+            if k == row:
+                return i
+    return -1
+
+
+def stack_rows(path: Path, chunks: Iterator[np.ndarray], ncols: int, dtype, expected_rows: int | None = None):
+    """Concatenate row chunks; with ``expected_rows``, into one preallocated array (no second copy).
+
+    Returns the rows read; FormatError if there are more than ``expected_rows``.
+    """
+    if expected_rows is None:
+        chunks = list(chunks)
+        return np.concatenate(chunks) if chunks else np.zeros((0, ncols), dtype=dtype)
+    out, w = None, 0
+    for a in chunks:
+        if out is None:
+            out = np.empty((expected_rows, a.shape[1]), dtype=dtype)
+        if w + len(a) > expected_rows:
+            raise FormatError(path, f"more than {expected_rows} rows: the graph has {expected_rows} nodes")
+        out[w:w + len(a)] = a
+        w += len(a)
+    return out[:w] if out is not None else np.zeros((0, ncols), dtype=dtype)

@@ -1,0 +1,1 @@
+"""Benchmarks (side by side in one process; never timed tests)."""

@@ -1,0 +1,1 @@
+"""Thin command lines over the runtime's library functions."""

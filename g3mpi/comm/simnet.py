@@ -1,0 +1,81 @@
+"""A simulated network for measuring overlap on one machine, where shared-memory MPI is nearly free.
+
+``--sim-net BANDWIDTH,LATENCY`` (e.g. ``10Gbit,20us``): a message posted at time t on a rank whose outgoing
+link is free from time f becomes visible to its receiver at ``max(t, f) + size / bandwidth + latency``; the
+link is then busy until ``max(t, f) + size / bandwidth`` (one outgoing link per rank: messages queue). The
+data itself travels by MPI at once, together with its arrival time; the receiver treats the message as
+landed only when the clock has passed that time. The delay is real (the receiver sleeps or keeps computing)
+and measured with ``time.perf_counter`` (CLOCK_MONOTONIC on Linux), which all processes on one machine share,
+so the simulation is meant for ranks on one node.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+_BW_UNITS = {"bit": 1 / 8, "b": 1, "byte": 1}
+_PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_bandwidth(text: str) -> float:
+    """'10Gbit', '10Gbit/s', '1.25GB', '100Mbps' -> bytes per second."""
+    s = text.strip().replace("/s", "").replace("ps", "")
+    m = re.fullmatch(r"([0-9.eE+-]+)\s*([kKmMgGtT]?)(i?)(bit|bits|b|B|byte|bytes)", s)
+    if not m:
+        raise ValueError(f"bandwidth {text!r}: expected a number and a unit such as 10Gbit, 100Mbit, 1.25GB")
+    value, prefix, binary, unit = m.groups()
+    scale = (1024 ** "kmgt".index(prefix.lower()) * 1024 if prefix else 1) if binary else _PREFIX[prefix.lower()]
+    per = 1 / 8 if unit in ("bit", "bits", "b") else 1
+    bw = float(value) * scale * per
+    if not bw > 0:
+        raise ValueError(f"bandwidth {text!r} must be positive")
+    return bw
+
+
+def parse_latency(text: str) -> float:
+    """'20us', '0.5ms', '1e-5s', '0' -> seconds."""
+    m = re.fullmatch(r"([0-9.eE+-]+)\s*(s|ms|us|µs|ns)?", text.strip())
+    if not m:
+        raise ValueError(f"latency {text!r}: expected a number and a unit such as 20us, 1ms")
+    lat = float(m.group(1)) * _TIME_UNITS[m.group(2) or "s"]
+    if lat < 0:
+        raise ValueError(f"latency {text!r} must not be negative")
+    return lat
+
+
+def parse_sim_net(text: str) -> tuple[float, float]:
+    """'10Gbit,20us' -> (bytes per second, seconds)."""
+    parts = [p for p in str(text).split(",")]
+    if len(parts) != 2:
+        raise ValueError(f"--sim-net {text!r}: expected BANDWIDTH,LATENCY such as 10Gbit,20us")
+    return parse_bandwidth(parts[0]), parse_latency(parts[1])
+
+
+class SimNet:
+    """One rank's outgoing link: computes when each message it sends becomes visible to its receiver.
+
+    ``jitter`` adds a uniform random extra delay in [0, jitter) seconds per message (for tests of arbitrary
+    completion orders); ``seed`` makes it reproducible per rank.
+    """
+
+    def __init__(self, bandwidth: float, latency: float, jitter: float = 0.0, seed: int = 0):
+        self.bandwidth = float(bandwidth)
+        self.latency = float(latency)
+        self.jitter = float(jitter)
+        self._rng = np.random.default_rng(seed)
+        self._link_free = 0.0
+
+    @classmethod
+    def from_spec(cls, spec: str | None, jitter: float = 0.0, seed: int = 0) -> "SimNet | None":
+        if not spec:
+            return SimNet(float("inf"), 0.0, jitter, seed) if jitter > 0 else None
+        bw, lat = parse_sim_net(spec)
+        return cls(bw, lat, jitter, seed)
+
+    def arrival(self, nbytes: int, t_post: float) -> float:
+        start = max(t_post, self._link_free)
+        self._link_free = start + nbytes / self.bandwidth
+        extra = self._rng.random() * self.jitter if self.jitter > 0 else 0.0
+        return self._link_free + self.latency + extra

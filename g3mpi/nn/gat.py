@@ -1,0 +1,40 @@
+"""Distributed GAT layer, numerically PyG ``GATConv`` with its defaults (self loops, LeakyReLU 0.2).
+
+    x' = X W (viewed [n, H, C]),  a_src = <x', att_src>,  a_dst = <x', att_dst>          ([n, H])
+    alpha_ij = softmax over in-edges j -> i incl. the self loop of LeakyReLU(a_src[j] + a_dst[i])
+    out_i = concat_h or mean_h ( sum_j dropout(alpha_ij) x'_j ) + bias
+
+x [n_owned, in] -> [n_owned, H*C] (concat) or [n_owned, C] (mean). Parameters ``lin.weight`` [H*C, in],
+``att_src``/``att_dst`` [1, H, C], ``bias`` as in PyG. One message per neighbour carries x' and a_src together.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from g3mpi.ops import DistGraph, DropoutKey, GATAggregation
+
+
+class GATLayer(nn.Module):
+    def __init__(self, graph: DistGraph, in_dim: int, channels: int, heads: int = 1, concat: bool = True,
+                 attn_dropout: float = 0.0, name: str = "gat"):
+        super().__init__()
+        self.H, self.C, self.concat = heads, channels, concat
+        self.attn_dropout = attn_dropout
+        self.lin = nn.Linear(in_dim, heads * channels, bias=False)
+        self.att_src = nn.Parameter(torch.empty(1, heads, channels))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, channels))
+        self.bias = nn.Parameter(torch.zeros(heads * channels if concat else channels))
+        nn.init.xavier_uniform_(self.lin.weight)
+        nn.init.xavier_uniform_(self.att_src)
+        nn.init.xavier_uniform_(self.att_dst)
+        self.agg = GATAggregation(graph, heads, channels, name=name)
+
+    def forward(self, x: torch.Tensor, key: DropoutKey | None = None, layer: int = 0) -> torch.Tensor:
+        h = self.lin(x).view(-1, self.H, self.C)
+        a_src = (h * self.att_src).sum(-1)
+        a_dst = (h * self.att_dst).sum(-1)
+        out = self.agg(h, a_src, a_dst, attn_dropout=self.attn_dropout, key=key, layer=layer,
+                       training=self.training)
+        out = out.reshape(-1, self.H * self.C) if self.concat else out.mean(dim=1)
+        return out + self.bias

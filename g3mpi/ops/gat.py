@@ -1,0 +1,92 @@
+"""Distributed GAT attention aggregation (PyG ``GATConv`` semantics) with blockwise (online) softmax.
+
+For destination i and head h, over in-edges j -> i plus the self loop:
+    e_ij = LeakyReLU_0.2(a_src[j] + a_dst[i]),   alpha_ij = softmax_j(e_ij),   out_i = sum_j drop(alpha_ij) x_j
+where ``x`` [n, H, C] are transformed features and ``a_src``/``a_dst`` [n, H] the per-node attention terms.
+
+The edges are split like the sparse aggregation: the local block (with self loops) and one block per receive
+neighbour, computed as each neighbour's message (x_j and a_src[j] of its boundary rows, one message) lands. Each
+block yields a partial (row max m_b, numerator, denominator); partials are merged with the streaming-softmax
+rule ``num = sum_b num_b exp(m_b - M)``, ``den = sum_b den_b exp(m_b - M)``, ``M = max_b m_b`` in a fixed
+order, so arrival order does not change the result. Autograd differentiates the whole computation; the
+exchange Functions route halo gradients back to their owners.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .dropout import DropoutKey, edge_keep_mask
+from .exchange import halo_join, halo_recv, halo_start
+from .graph import DistGraph
+
+NEGATIVE_SLOPE = 0.2
+
+
+def _partial(dst, src, x_src, a_src, a_dst_rows, n_rows: int, keep):
+    """(max [r,H], numerator [r,H,C], denominator [r,H]) of one block's edges (dst in [0,r), src into x_src)."""
+    H = a_src.shape[1]
+    s = F.leaky_relu(a_src.index_select(0, src) + a_dst_rows.index_select(0, dst), NEGATIVE_SLOPE)
+    with torch.no_grad():
+        m = torch.full((n_rows, H), float("-inf")).scatter_reduce(0, dst.unsqueeze(1).expand(-1, H), s,
+                                                                   "amax", include_self=True)
+    p = torch.exp(s - m.index_select(0, dst))
+    den = torch.zeros(n_rows, H).index_add(0, dst, p)
+    w = p if keep is None else p * keep
+    num = torch.zeros(n_rows, H, x_src.shape[2]).index_add(0, dst, w.unsqueeze(-1) * x_src.index_select(0, src))
+    return m, num, den
+
+
+class GATAggregation:
+    """One GAT layer's distributed attention: its own exchange of width H*C + H."""
+
+    def __init__(self, graph: DistGraph, heads: int, channels: int, name: str = "gat"):
+        self.graph = graph
+        self.H, self.C = int(heads), int(channels)
+        self.blocks = graph.blocks("gat")
+        self.ex = graph.exchange(self.H * self.C + self.H, name=name)
+
+    def __call__(self, x: torch.Tensor, a_src: torch.Tensor, a_dst: torch.Tensor, *, attn_dropout: float = 0.0,
+                 key: DropoutKey | None = None, layer: int = 0, training: bool = False) -> torch.Tensor:
+        g, sched, ex, blk = self.graph, self.graph.schedule, self.ex, self.blocks
+        n, H, C = g.num_owned, self.H, self.C
+        drop = training and attn_dropout > 0 and key is not None
+        payload = torch.cat([x.reshape(n, H * C), a_src], dim=1)
+        dummy = halo_start(payload, ex, sched)
+        k = ex.forward.num_recvs
+        parts = [None] * k
+
+        def compute(landed):
+            for i in landed:
+                h = halo_recv(dummy, ex, sched, i)
+                nb = blk.neighbours[i]
+                keep = None
+                if drop:
+                    halo_ids = g.halo_orig_ids[ex.plan.recv_slice(i)]
+                    keep = edge_keep_mask(key, layer, g.orig_ids[nb.rows][nb.dst], halo_ids[nb.src], H,
+                                          attn_dropout)
+                parts[i] = _partial(nb.dst, nb.src, h[:, :H * C].reshape(-1, H, C), h[:, H * C:],
+                                    a_dst.index_select(0, nb.rows), len(nb.rows), keep)
+
+        if sched.mode == "blocking":
+            compute(sched.rest(ex.forward))
+        keep = None
+        if drop:
+            keep = edge_keep_mask(key, layer, g.orig_ids[blk.local_dst], g.orig_ids[blk.local_src], H, attn_dropout)
+        m, num, den = _partial(blk.local_dst, blk.local_src, x, a_src, a_dst, n, keep)
+        compute(sched.poll(ex.forward))
+        compute(sched.rest(ex.forward))
+        with torch.no_grad():
+            M = m.clone()
+            for i, nb in enumerate(blk.neighbours):
+                M[nb.rows] = torch.maximum(M[nb.rows], parts[i][0])
+        sc = torch.exp(m - M)
+        num = num * sc.unsqueeze(-1)
+        den = den * sc
+        for i, nb in enumerate(blk.neighbours):
+            mb, nu, de = parts[i]
+            sc = torch.exp(mb - M[nb.rows])
+            num = num.index_add(0, nb.rows, nu * sc.unsqueeze(-1))
+            den = den.index_add(0, nb.rows, de * sc)
+        out = num / (den + 1e-16).unsqueeze(-1)
+        return halo_join(out, dummy)

@@ -1,0 +1,138 @@
+"""Training configuration: one frozen dataclass, read from TOML (stdlib ``tomllib``) plus overrides, saved back
+as TOML (``RUN/config.toml``) so a run can be repeated with ``--config RUN/config.toml``."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from g3mpi.nn import ACTIVATIONS, MODELS
+from g3mpi.sched import MODES
+
+OPTIMIZERS = ("adam", "sgd")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value or file (the message names it)."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    parts: str = ""                 # partition directory (meta.json + part files)
+    out: str = ""                   # run directory to create
+    model: str = "gcn"              # gcn | sage | gat
+    layers: int = 2
+    hidden: int = 16                # hidden channels (per head for GAT)
+    heads: int = 8                  # GAT heads in hidden layers (concatenated)
+    out_heads: int = 1              # GAT heads in the last layer (averaged)
+    dropout: float = 0.5            # on every layer's input
+    attn_dropout: float = 0.0       # GAT attention coefficients
+    activation: str = "relu"
+    optimizer: str = "adam"
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    momentum: float = 0.0           # SGD only
+    epochs: int = 200
+    eval_every: int = 1             # evaluate (train/val/test accuracy) every k epochs and after the last
+    patience: int = 0               # stop after this many evaluations without a better validation accuracy (0: never)
+    seed: int = 0
+    threads: int = 1                # torch threads per rank
+    schedule: str = "pipelined"     # pipelined | blocking | nocomm (nocomm: timing only, results invalid)
+    chunk_rows: int = 0             # rows per aggregation chunk (0: from the feature width; <0: no chunking)
+    sim_net: str = ""               # simulated network BANDWIDTH,LATENCY, e.g. "10Gbit,20us" ("" = off)
+    verify: bool = True             # check part-file checksums on load
+    progress: bool = True           # tqdm line on rank 0
+    log_level: str = "INFO"
+    force: bool = False             # replace an existing run directory
+
+    def __post_init__(self):
+        def bad(msg):
+            raise ConfigError(msg)
+        if self.model not in MODELS:
+            bad(f"model {self.model!r}: expected one of {', '.join(MODELS)}")
+        if self.activation not in ACTIVATIONS:
+            bad(f"activation {self.activation!r}: expected one of {', '.join(ACTIVATIONS)}")
+        if self.optimizer not in OPTIMIZERS:
+            bad(f"optimizer {self.optimizer!r}: expected one of {', '.join(OPTIMIZERS)}")
+        if self.schedule not in MODES:
+            bad(f"schedule {self.schedule!r}: expected one of {', '.join(MODES)}")
+        for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads"):
+            if getattr(self, k) < 1:
+                bad(f"{k} must be at least 1 (got {getattr(self, k)})")
+        if self.patience < 0:
+            bad("patience must not be negative")
+        for k in ("dropout", "attn_dropout"):
+            v = getattr(self, k)
+            if not 0.0 <= v < 1.0:
+                bad(f"{k} must be in [0, 1) (got {v})")
+        for k in ("lr", "weight_decay", "momentum"):
+            v = getattr(self, k)
+            if not (math.isfinite(v) and v >= 0):
+                bad(f"{k} must be a finite non-negative number (got {v})")
+        if self.sim_net:
+            from g3mpi.comm import parse_sim_net
+            try:
+                parse_sim_net(self.sim_net)
+            except ValueError as e:
+                bad(str(e))
+
+    def replace(self, **kw) -> "TrainConfig":
+        return dataclasses.replace(self, **kw)
+
+
+def _coerce(name: str, typ, value, source: str):
+    t = {"str": str, "int": int, "float": float, "bool": bool}[typ if isinstance(typ, str) else typ.__name__]
+    if t is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{source}: {name} must be true or false (got {value!r})")
+    if t is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if t is int and isinstance(value, bool) or not isinstance(value, t):
+        raise ConfigError(f"{source}: {name} must be of type {t.__name__} (got {value!r})")
+    return value
+
+
+def config_from(toml_path: str | None = None, overrides: dict | None = None) -> TrainConfig:
+    """Defaults <- TOML file <- overrides (keys as in TrainConfig; None values are ignored)."""
+    types = {f.name: f.type for f in fields(TrainConfig)}
+    values = {}
+    if toml_path:
+        p = Path(toml_path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: no such config file")
+        try:
+            data = tomllib.loads(p.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{p}: not valid TOML: {e}") from None
+        for k, v in data.items():
+            key = k.replace("-", "_")
+            if key not in types:
+                raise ConfigError(f"{p}: unknown key {k!r}")
+            values[key] = _coerce(key, types[key], v, str(p))
+    for k, v in (overrides or {}).items():
+        if v is not None:
+            values[k] = _coerce(k, types[k], v, "command line")
+    try:
+        return TrainConfig(**values)
+    except TypeError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ("nan" if v != v else ("inf" if v > 0 else "-inf"))
+    s = str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{s}"'
+
+
+def to_toml(cfg: TrainConfig) -> str:
+    lines = ["# g3-train resolved configuration (rerun with --config this-file)"]
+    lines += [f"{f.name} = {_toml_value(getattr(cfg, f.name))}" for f in fields(cfg)]
+    return "\n".join(lines) + "\n"

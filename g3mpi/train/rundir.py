@@ -1,0 +1,113 @@
+"""The run directory: config.toml, metrics.jsonl, summary.json, model.pt, predictions.h5.
+
+Whole files are written atomically (temporary file beside the target, then rename). ``predictions.h5`` is
+written without gathering the graph on one rank: the ranks take turns, passing a token with point-to-point
+messages; each opens the one temporary file, writes its own rows (by original node ID) and hands it on; rank 0
+renames it into place once the last rank has written.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+from g3mpi.format import atomic_file
+
+PREDICTIONS_FORMAT = "g3mpi-predictions"
+_TOKEN_TAG = 7301
+
+
+def write_text_atomic(path, text: str) -> None:
+    with atomic_file(path, force=True) as tmp:
+        Path(tmp).write_text(text)
+
+
+def write_json_atomic(path, obj) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+
+
+def save_state_dict(path, state: dict) -> None:
+    """A plain state_dict of tensors (loadable with ``torch.load(path, weights_only=True)``)."""
+    with atomic_file(path, force=True) as tmp:
+        torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp)
+
+
+class MetricsLog:
+    """metrics.jsonl: one JSON object per epoch, appended and flushed line by line (rank 0 only)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict) -> None:
+        self._f.write(json.dumps(record, sort_keys=True) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def _runs(sorted_ids: np.ndarray):
+    """(start index, stop index) of maximal runs of consecutive IDs."""
+    if len(sorted_ids) == 0:
+        return []
+    cut = np.nonzero(np.diff(sorted_ids) != 1)[0] + 1
+    starts = np.concatenate([[0], cut])
+    stops = np.concatenate([cut, [len(sorted_ids)]])
+    return list(zip(starts.tolist(), stops.tolist()))
+
+
+def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_nodes: int,
+                      attrs: dict | None = None) -> None:
+    """Collectively write ``path`` (HDF5): ``logits`` float32 [N, C] and ``pred`` int64 [N], row = original ID.
+
+    Every rank passes its owned rows; the file appears (atomically) only if every rank wrote successfully,
+    otherwise every rank raises.
+    """
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.tmp"
+    rank, size = comm.rank, comm.size
+    order = np.argsort(orig_ids, kind="stable")
+    ids = np.asarray(orig_ids, np.int64)[order]
+    lg = np.ascontiguousarray(logits[order], dtype=np.float32)
+    pred = lg.argmax(axis=1).astype(np.int64) if lg.shape[1] else np.zeros(len(ids), np.int64)
+    err = None
+    if rank > 0:
+        err = comm.recv(source=rank - 1, tag=_TOKEN_TAG)
+    if err is None:
+        try:
+            with h5py.File(tmp, "w" if rank == 0 else "r+") as f:
+                if rank == 0:
+                    f.attrs["format"] = PREDICTIONS_FORMAT
+                    f.attrs["version"] = 1
+                    f.attrs["num_nodes"] = int(num_nodes)
+                    f.attrs["num_classes"] = int(lg.shape[1])
+                    for k, v in (attrs or {}).items():
+                        f.attrs[k] = v
+                    f.create_dataset("logits", shape=(num_nodes, lg.shape[1]), dtype=np.float32,
+                                     fillvalue=np.nan)
+                    f.create_dataset("pred", shape=(num_nodes,), dtype=np.int64, fillvalue=-1)
+                dl, dp = f["logits"], f["pred"]
+                for a, b in _runs(ids):
+                    dl[ids[a]:ids[b - 1] + 1] = lg[a:b]
+                    dp[ids[a]:ids[b - 1] + 1] = pred[a:b]
+        except Exception as e:  # noqa: BLE001 - reported on every rank below
+            err = f"rank {rank}: {tmp}: {e}"
+    if size > 1:
+        comm.send(err, dest=(rank + 1) % size, tag=_TOKEN_TAG)
+        if rank == 0:
+            err = comm.recv(source=size - 1, tag=_TOKEN_TAG)
+    if rank == 0:
+        if err is None:
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        else:
+            Path(tmp).unlink(missing_ok=True)
+    err = comm.bcast(err, root=0)
+    if err is not None:
+        raise RuntimeError(f"writing {path} failed: {err}")

@@ -1,0 +1,385 @@
+# shellcheck shell=bash
+# Shared by the mpirun launchers (jobs/mpirun/*.sh) and the SLURM batch scripts (jobs/slurm/*.sbatch).
+# Source it; it defines functions only (no side effects at source time).
+#
+# What it knows: how to find Python and the MPI launcher, how many threads a rank gets, how to start N ranks
+# (srun inside a SLURM allocation, mpiexec otherwise), how to prove that N ranks really form one MPI world,
+# and how to turn G3_* environment variables into a stage's command line. It knows the command lines of the
+# g3mpi tools and nothing of their internals.
+#
+# Environment read here (all optional):
+#   G3_SETUP        a shell file sourced first (site setup: module loads, spack env, conda activate, ...)
+#   G3_MODULES      modules to `module load` (e.g. "gcc/12 openmpi/4.1"); needs environment modules or Lmod
+#   G3_VENV         a virtual environment whose bin/python runs the tools
+#   G3_PYTHON       the Python to use (default: $G3_VENV/bin/python, else python3 on PATH)
+#   G3_THREADS      threads per rank (default: SLURM_CPUS_PER_TASK inside SLURM, else 1); exported as
+#                   OMP_NUM_THREADS, MKL_NUM_THREADS and OPENBLAS_NUM_THREADS, which torch's intra-op pool follows
+#   G3_LAUNCHER     srun or mpiexec (default: srun inside a SLURM allocation, mpiexec outside)
+#   G3_SRUN_MPI     srun's --mpi plugin (default pmi2, what the pip MPICH speaks; pmix for Open MPI / PMIx builds)
+#   G3_SRUN_ARGS    extra srun arguments (word-split)
+#   G3_MPIEXEC      the mpiexec to use (default: the one beside $G3_PYTHON, i.e. the pip MPICH's, else on PATH)
+#   G3_MPIEXEC_ARGS extra mpiexec arguments (word-split), e.g. "--allow-run-as-root" for Open MPI as root
+#   G3_CHECK_WORLD  1 (default): before a multi-rank stage, start the same N ranks once and check that they form
+#                   one world of size N (catches srun --mpi=none, or an mpiexec of another MPI than mpi4py's)
+#   G3_DRY_RUN      1: print the command a stage would run instead of running it
+#   G3_TIMEOUT      a time limit for the stage's command (timeout(1) syntax, e.g. 90m); SLURM jobs have --time
+
+G3_TAG=${G3_TAG:-g3-jobs}
+
+g3_log() { echo "$G3_TAG: $*" >&2; }
+g3_die() { echo "$G3_TAG: error: $*" >&2; exit 1; }
+
+g3_in_slurm() { [[ -n ${SLURM_JOB_ID:-} ]]; }
+
+# g3_has_opt OPTS ARGS...: ARGS contain one of OPTS ("--out|-o") as "OPT VALUE" or "--opt=VALUE"
+g3_has_opt() {
+    local opts a o
+    IFS='|' read -r -a opts <<<"$1"
+    shift
+    for a in "$@"; do
+        for o in "${opts[@]}"; do
+            [[ $a == "$o" || $a == "$o="* ]] && return 0
+        done
+    done
+    return 1
+}
+
+# g3_opt_value OPTS ARGS...: print the value of the option OPTS ("--parts|-p") in ARGS (last one wins);
+# status 1 if absent
+g3_opt_value() {
+    local opts o found=1 val=""
+    IFS='|' read -r -a opts <<<"$1"
+    shift
+    while (($#)); do
+        for o in "${opts[@]}"; do
+            if [[ $1 == "$o" && $# -ge 2 ]]; then
+                val=$2
+                found=0
+                shift
+                break
+            elif [[ $1 == "$o="* ]]; then
+                val=${1#"$o="}
+                found=0
+                break
+            fi
+        done
+        shift
+    done
+    ((found == 0)) && printf '%s\n' "$val"
+    return $found
+}
+
+# g3_positive NAME VALUE: VALUE is a positive integer, or die naming NAME
+g3_positive() {
+    [[ $2 =~ ^[1-9][0-9]*$ ]] || g3_die "$1 must be a positive integer, got '$2'"
+}
+
+# g3_setup_env: site setup, modules, Python, threads. Sets G3_PY and G3_THREADS.
+g3_setup_env() {
+    # site scripts (Lmod, conda activate, spack) often read unset variables: no `set -u` while they run
+    local had_u=0
+    [[ $- == *u* ]] && had_u=1
+    set +u
+    if [[ -n ${G3_SETUP:-} ]]; then
+        [[ -r $G3_SETUP ]] || g3_die "G3_SETUP=$G3_SETUP: no such readable file"
+        # shellcheck disable=SC1090
+        source "$G3_SETUP"
+    fi
+    if [[ -n ${G3_MODULES:-} ]]; then
+        type module >/dev/null 2>&1 || g3_die "G3_MODULES is set but the 'module' command is not available"
+        # shellcheck disable=SC2086
+        module load $G3_MODULES || g3_die "module load $G3_MODULES failed"
+    fi
+    ((had_u)) && set -u
+    if [[ -n ${G3_PYTHON:-} ]]; then
+        G3_PY=$G3_PYTHON
+    elif [[ -n ${G3_VENV:-} ]]; then
+        G3_PY=$G3_VENV/bin/python
+    else
+        G3_PY=$(command -v python3 || true)
+    fi
+    if [[ -z $G3_PY ]] || ! command -v "$G3_PY" >/dev/null 2>&1; then
+        g3_die "no Python found at '${G3_PY:-python3}' (set G3_PYTHON or G3_VENV, or put the environment with g3mpi on PATH)"
+    fi
+    G3_THREADS=${G3_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
+    g3_positive G3_THREADS "$G3_THREADS"
+    export OMP_NUM_THREADS=$G3_THREADS MKL_NUM_THREADS=$G3_THREADS OPENBLAS_NUM_THREADS=$G3_THREADS
+}
+
+g3_launcher() {
+    if [[ -n ${G3_LAUNCHER:-} ]]; then
+        [[ $G3_LAUNCHER == srun || $G3_LAUNCHER == mpiexec ]] || g3_die "G3_LAUNCHER must be srun or mpiexec, got '$G3_LAUNCHER'"
+        echo "$G3_LAUNCHER"
+    elif g3_in_slurm; then
+        echo srun
+    else
+        echo mpiexec
+    fi
+}
+
+g3_mpiexec() {
+    if [[ -n ${G3_MPIEXEC:-} ]]; then
+        echo "$G3_MPIEXEC"
+    elif [[ -x $(dirname "$(command -v "$G3_PY")")/mpiexec ]]; then
+        echo "$(dirname "$(command -v "$G3_PY")")/mpiexec"
+    else
+        command -v mpiexec || g3_die "no mpiexec found (set G3_MPIEXEC)"
+    fi
+}
+
+# g3_mpi_command N [HOSTFILE [PPN]]: set the array G3_LAUNCH to the launcher prefix that starts N ranks
+g3_mpi_command() {
+    local n=$1 hostfile=${2:-} ppn=${3:-} exe flavour launcher
+    launcher=$(g3_launcher) || exit 1
+    G3_LAUNCH=()
+    if [[ $launcher == srun ]]; then
+        g3_in_slurm || g3_die "G3_LAUNCHER=srun outside a SLURM allocation"
+        [[ -z $hostfile ]] || g3_die "a hostfile makes no sense inside SLURM: the allocation decides the hosts"
+        G3_LAUNCH=(srun --mpi="${G3_SRUN_MPI:-pmi2}" --kill-on-bad-exit=1 --ntasks="$n" --cpus-per-task="$G3_THREADS")
+        [[ -z $ppn ]] || G3_LAUNCH+=(--ntasks-per-node="$ppn")
+        # shellcheck disable=SC2206
+        [[ -z ${G3_SRUN_ARGS:-} ]] || G3_LAUNCH+=($G3_SRUN_ARGS)
+        return 0
+    fi
+    exe=$(g3_mpiexec) || exit 1
+    case $("$exe" --version 2>&1) in
+        *HYDRA* | *Hydra* | *hydra*) flavour=hydra ;;
+        *"Open MPI"* | *OpenRTE* | *PRRTE* | *prte*) flavour=openmpi ;;
+        *) flavour=generic ;;
+    esac
+    G3_LAUNCH=("$exe" -n "$n")
+    if [[ -n $hostfile ]]; then
+        [[ -r $hostfile ]] || g3_die "hostfile $hostfile: no such readable file"
+        case $flavour in
+            hydra) G3_LAUNCH+=(-f "$hostfile") ;;
+            *) G3_LAUNCH+=(--hostfile "$hostfile") ;;
+        esac
+    fi
+    if [[ -n $ppn ]]; then
+        case $flavour in
+            hydra) G3_LAUNCH+=(-ppn "$ppn") ;;
+            openmpi) G3_LAUNCH+=(--map-by "ppr:$ppn:node") ;;
+            *) g3_die "ranks per node: unknown mpiexec flavour of $exe; pass its option in G3_MPIEXEC_ARGS" ;;
+        esac
+    fi
+    # environment for every rank: hydra and Open MPI forward the caller's environment by default
+    # shellcheck disable=SC2206
+    [[ -z ${G3_MPIEXEC_ARGS:-} ]] || G3_LAUNCH+=($G3_MPIEXEC_ARGS)
+    return 0
+}
+
+# g3_check_world N [HOSTFILE [PPN]]: start N ranks of a tiny mpi4py program the same way the stage will and check
+# that they form one world: N answers, each of size N, ranks 0..N-1. A launcher that does not wire the ranks
+# together (srun --mpi=none with MPICH, an mpiexec from a different MPI than mpi4py's) starts N singletons,
+# each believing it is rank 0 of 1; training would then run N independent copies. Fail loudly instead.
+g3_check_world() {
+    local n=$1 hostfile=${2:-} ppn=${3:-} out rc=0
+    [[ ${G3_CHECK_WORLD:-1} == 1 ]] || return 0
+    [[ ${G3_DRY_RUN:-0} == 1 ]] && return 0
+    g3_mpi_command "$n" "$hostfile" "$ppn"
+    local launch=("${G3_LAUNCH[@]}")
+    # rank 0 of each world reports every member of its world in one write (lines from different processes
+    # written piecewise would interleave): one world of N gives N lines of size N, N singletons N lines of size 1
+    local probe='import os, sys
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+me = " ".join(["g3-probe", str(c.rank), str(c.size), MPI.Get_processor_name(), os.environ.get("OMP_NUM_THREADS", "-")])
+everyone = c.gather(me, root=0)
+if c.rank == 0:
+    sys.stdout.write("".join(line + "\n" for line in everyone))
+    sys.stdout.flush()'
+    out=$(timeout "${G3_PROBE_TIMEOUT:-300}" "${launch[@]}" "$G3_PY" -m mpi4py -c "$probe" 2>&1) || rc=$?
+    if ((rc != 0)); then
+        printf '%s\n' "$out" >&2
+        g3_die "the MPI world check (${launch[*]} $G3_PY -m mpi4py -c ...) failed with status $rc"
+    fi
+    local verdict
+    verdict=$(printf '%s\n' "$out" | awk -v n="$n" '
+        $1 == "g3-probe" { lines++; if ($3 != n) bad++; seen[$2]++; size = $3 }
+        END {
+            dup = 0; for (r = 0; r < n; r++) if (seen[r] != 1) dup++
+            if (lines == n && bad == 0 && dup == 0) print "ok"
+            else printf "expected %d ranks of one world of size %d, got %d processes reporting world size %s%s\n",
+                        n, n, lines, (lines ? size : "?"), (lines > 0 && size == 1 && n > 1 ? " (singletons: the launcher did not wire the ranks into one MPI world)" : "")
+        }')
+    if [[ $verdict != ok ]]; then
+        printf '%s\n' "$out" >&2
+        g3_die "MPI world size mismatch: $verdict. Under SLURM use srun --mpi=pmi2 for the pip MPICH (G3_SRUN_MPI; 'srun --mpi=list' shows the plugins) or G3_LAUNCHER=mpiexec; with mpiexec, use the one of the MPI that mpi4py was built against (G3_MPIEXEC)"
+    fi
+    g3_log "MPI world check passed: $n ranks, one world of size $n ($(printf '%s\n' "$out" | awk '$1 == "g3-probe" { h[$4]++ } END { for (k in h) printf "%s%s:%d", (c++ ? " " : ""), k, h[k] }'))"
+}
+
+# g3_check_module MODULE: the stage's module is importable by $G3_PY (before any rank starts)
+g3_check_module() {
+    [[ ${G3_DRY_RUN:-0} == 1 ]] && return 0
+    "$G3_PY" -c 'import importlib.util, sys
+try:
+    ok = importlib.util.find_spec(sys.argv[1]) is not None
+except ImportError:
+    ok = False
+sys.exit(0 if ok else 1)' "$1" ||
+        g3_die "$1 is not importable by $G3_PY: install g3mpi in that environment (pip install -e .) or choose another with G3_VENV / G3_PYTHON"
+}
+
+# g3_part_count DIR: num_parts from DIR/meta.json (the partition format of docs/FORMAT.md)
+g3_part_count() {
+    local dir=$1
+    [[ -f $dir/meta.json ]] || g3_die "$dir/meta.json: no such file (is the partition directory on a filesystem every node sees?)"
+    "$G3_PY" -c 'import json, sys
+try:
+    meta = json.load(open(sys.argv[1]))
+    n = int(meta["num_parts"])
+except Exception as e:
+    sys.exit(f"{sys.argv[1]}: cannot read num_parts: {e}")
+print(n)' "$dir/meta.json" || g3_die "$dir/meta.json: unreadable partition metadata"
+}
+
+# g3_run CMD...: run (or print, with G3_DRY_RUN=1) a command, report and return its exit status.
+# G3_TIMEOUT (a duration for timeout(1), e.g. 90m) bounds it: SIGTERM, then SIGKILL a minute later; status 124.
+g3_run() {
+    local rc=0
+    if [[ -n ${G3_TIMEOUT:-} ]]; then
+        set -- timeout --signal=TERM --kill-after=60 "$G3_TIMEOUT" "$@"
+    fi
+    g3_log "running: $*"
+    if [[ ${G3_DRY_RUN:-0} == 1 ]]; then
+        printf '%q ' "$@"
+        printf '\n'
+        return 0
+    fi
+    local t0=$SECONDS
+    "$@" || rc=$?
+    if ((rc == 0)); then
+        g3_log "done in $((SECONDS - t0)) s"
+    else
+        g3_log "error: exited with status $rc after $((SECONDS - t0)) s: $*"
+    fi
+    return $rc
+}
+
+# ---- stages: default arguments from the environment -------------------------------------------------------
+# Each g3_args_STAGE sets the array G3_ARGS to the tool's arguments: the caller's ARGS, plus defaults from G3_*
+# variables for the options the caller did not give. Relative paths are relative to the job's working directory.
+
+# prepare: g3-prepare KIND ... --out $G3_GRAPH; with no arguments the embedded default graph (the quickstart's SBM)
+G3_DEFAULT_PREPARE="sbm --nodes 60000 --classes 8 --feature-dim 64 --seed 0"
+g3_args_prepare() {
+    local args=("$@")
+    if ((${#args[@]} == 0)); then
+        # shellcheck disable=SC2206
+        args=(${G3_PREPARE_ARGS:-$G3_DEFAULT_PREPARE})
+    fi
+    g3_has_opt "--out|-o" "${args[@]}" || args+=(--out "${G3_GRAPH:-graph.h5}")
+    [[ ${G3_FORCE:-0} == 1 ]] && ! g3_has_opt --force "${args[@]}" && args+=(--force)
+    G3_ARGS=("${args[@]}")
+}
+
+# partition: g3-partition $G3_GRAPH --parts $G3_NUM_PARTS --method $G3_METHOD --out $G3_PARTS ARGS
+g3_args_partition() {
+    local args=("$@")
+    if ((${#args[@]} == 0)) && [[ -n ${G3_PARTITION_ARGS:-} ]]; then
+        # shellcheck disable=SC2206
+        args=($G3_PARTITION_ARGS)
+    fi
+    local first=${args[0]:-}
+    if [[ -z $first || $first == -* ]]; then
+        args=("${G3_GRAPH:-graph.h5}" "${args[@]}")
+    fi
+    g3_has_opt "--parts|-p" "${args[@]}" || args+=(--parts "${G3_NUM_PARTS:-4}")
+    g3_has_opt --method "${args[@]}" || args+=(--method "${G3_METHOD:-metis}")
+    g3_has_opt "--out|-o" "${args[@]}" || args+=(--out "${G3_PARTS:-parts}")
+    [[ ${G3_FORCE:-0} == 1 ]] && ! g3_has_opt --force "${args[@]}" && args+=(--force)
+    G3_ARGS=("${args[@]}")
+}
+
+# train: g3-train --parts $G3_PARTS --out $G3_OUT [--config $G3_CONFIG] --threads $G3_THREADS $G3_TRAIN_ARGS ARGS
+g3_args_train() {
+    local args=()
+    # shellcheck disable=SC2206
+    [[ -z ${G3_TRAIN_ARGS:-} ]] || args=($G3_TRAIN_ARGS)
+    args+=("$@")
+    g3_has_opt --parts "${args[@]}" || args=(--parts "${G3_PARTS:-parts}" "${args[@]}")
+    g3_has_opt --out "${args[@]}" || args+=(--out "${G3_OUT:-$(g3_default_run_dir train)}")
+    # torch threads per rank, explicitly (OMP_NUM_THREADS is exported too)
+    g3_has_opt --threads "${args[@]}" || args+=(--threads "$G3_THREADS")
+    if [[ -n ${G3_CONFIG:-} ]] && ! g3_has_opt --config "${args[@]}"; then
+        args+=(--config "$G3_CONFIG")
+    fi
+    G3_ARGS=("${args[@]}")
+}
+
+# bench: g3-bench $G3_SUITE --out $G3_OUT $G3_BENCH_ARGS ARGS
+g3_args_bench() {
+    local args=()
+    # shellcheck disable=SC2206
+    [[ -z ${G3_BENCH_ARGS:-} ]] || args=($G3_BENCH_ARGS)
+    args+=("$@")
+    local first=${args[0]:-}
+    if [[ -z $first || $first == -* ]]; then
+        args=("${G3_SUITE:-vs-pyg}" "${args[@]}")
+    fi
+    g3_has_opt --out "${args[@]}" || args+=(--out "${G3_OUT:-$(g3_default_run_dir bench)}")
+    G3_ARGS=("${args[@]}")
+}
+
+g3_default_run_dir() {
+    if g3_in_slurm; then
+        echo "runs/$1-${SLURM_JOB_ID}"
+    else
+        echo "runs/$1-$(date +%Y%m%d-%H%M%S)"
+    fi
+}
+
+# the module behind each stage's console script (setup.py)
+g3_module() {
+    case $1 in
+        prepare) echo data_tools.prepare ;;
+        partition) echo data_tools.partition ;;
+        train) echo g3mpi.cli.train ;;
+        bench) echo g3mpi.bench.cli ;;
+        *) g3_die "unknown stage '$1' (prepare, partition, train, bench)" ;;
+    esac
+}
+
+# serial stages run as one process; train and bench are MPI programs
+g3_is_mpi_stage() { [[ $1 == train || $1 == bench ]]; }
+
+# g3_stage STAGE RANKS HOSTFILE PPN ARGS...: the whole launch of one stage
+g3_stage() {
+    local stage=$1 n=$2 hostfile=$3 ppn=$4 module
+    shift 4
+    module=$(g3_module "$stage") || exit 1
+    g3_positive ranks "$n"
+    [[ -z $ppn ]] || g3_positive "ranks per node" "$ppn"
+    [[ -z $hostfile || -r $hostfile ]] || g3_die "hostfile $hostfile: no such readable file"
+    "g3_args_$stage" "$@"
+    local tool_args=("${G3_ARGS[@]}") launch=()
+    if ! g3_is_mpi_stage "$stage"; then
+        ((n == 1)) || g3_die "g3-$stage is a serial program: run it with 1 task, not $n"
+        g3_check_module "$module"
+        g3_log "$stage on $(hostname -s), $G3_THREADS thread(s)"
+        if [[ -n $hostfile ]]; then
+            # place the one process on the hostfile's first host
+            g3_mpi_command 1 "$hostfile" ""
+            launch=("${G3_LAUNCH[@]}")
+        fi
+        g3_run "${launch[@]}" "$G3_PY" -m "$module" "${tool_args[@]}"
+        return
+    fi
+    if [[ $stage == train ]]; then
+        local parts num_parts
+        parts=$(g3_opt_value --parts "${tool_args[@]}")
+        if [[ ${G3_DRY_RUN:-0} != 1 ]]; then
+            num_parts=$(g3_part_count "$parts") || exit 1
+            ((num_parts == n)) ||
+                g3_die "$parts has $num_parts parts but $n ranks were requested: training needs exactly one rank per part"
+        fi
+    fi
+    g3_check_module "$module"
+    g3_log "$stage: $n rank(s) x $G3_THREADS thread(s), launcher $(g3_launcher)"
+    g3_check_world "$n" "$hostfile" "$ppn"
+    g3_mpi_command "$n" "$hostfile" "$ppn"
+    launch=("${G3_LAUNCH[@]}")
+    # python -m mpi4py: an uncaught exception on any rank calls MPI_Abort, so no rank is left waiting
+    g3_run "${launch[@]}" "$G3_PY" -m mpi4py -m "$module" "${tool_args[@]}"
+}

@@ -1,0 +1,58 @@
+"""Single-process PyTorch Geometric reference models (the test oracle), with the same parameter names and
+layer stack as ``g3mpi.nn.GNN``: dropout off, so one forward + backward is deterministic."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class PyGStack(nn.Module):
+    def __init__(self, model, in_dim, hidden, out_dim, layers, heads=8, out_heads=1, activation="relu"):
+        super().__init__()
+        from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+        convs, d = [], in_dim
+        for i in range(layers):
+            last = i == layers - 1
+            if model == "gat":
+                h = out_heads if last else heads
+                c = out_dim if last else hidden
+                convs.append(GATConv(d, c, heads=h, concat=not last))
+                d = c if last else h * c
+            else:
+                o = out_dim if last else hidden
+                convs.append(GCNConv(d, o) if model == "gcn" else SAGEConv(d, o))
+                d = o
+        self.convs = nn.ModuleList(convs)
+        self.act = F.elu if activation == "elu" else F.relu
+
+    def forward(self, x, edge_index):
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = self.act(x)
+        return x
+
+
+def edge_index_of(indptr, indices) -> torch.Tensor:
+    """[2, E] (source, target) from a CSR of in-edges (row v lists the sources of edges into v)."""
+    dst = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    return torch.from_numpy(np.stack([np.asarray(indices, np.int64), dst]))
+
+
+def reference(model, state, x, edge_index, y, train_mask, **kw):
+    """(logits, loss, {param: grad}) of one forward+backward of the PyG stack loaded with ``state``."""
+    net = PyGStack(model, **kw)
+    net.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
+    logits = net(torch.as_tensor(x), edge_index)
+    train = torch.as_tensor(train_mask)
+    y = torch.as_tensor(y)
+    loss = F.cross_entropy(logits[train], y[train], reduction="sum") / int(train.sum())
+    loss.backward()
+    return logits.detach().numpy(), float(loss.detach()), {k: p.grad.numpy() for k, p in net.named_parameters()}
+
+
+def rel_err(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))

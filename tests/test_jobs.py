@@ -1,0 +1,219 @@
+"""The mpirun launchers and the shell library behind every job script (jobs/), without SLURM.
+
+These run the real scripts with bash and the real pip MPICH; the SLURM side is in test_slurm.py.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, mpiexec, tool_env
+
+JOBS = REPO / "jobs"
+LIB = JOBS / "lib" / "common.sh"
+
+
+def job_env(**extra) -> dict:
+    env = tool_env()
+    env["G3_PYTHON"] = sys.executable
+    env["G3_MPIEXEC"] = mpiexec()
+    for k in list(env):
+        if k.startswith("SLURM_"):  # a test run inside a SLURM job must still test the mpiexec path
+            del env[k]
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def bash(script: str, *args, timeout: float = 120, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", script, "bash", *map(str, args)], capture_output=True, text=True,
+                          env=job_env(**env), timeout=timeout, cwd=REPO)
+
+
+def launcher(stage: str, *args, timeout: float = 120, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(JOBS / "mpirun" / f"{stage}.sh"), *map(str, args)], capture_output=True,
+                          text=True, env=job_env(**env), timeout=timeout, cwd=REPO)
+
+
+def small_partition(out: Path, num_parts: int, n: int = 60, seed: int = 0) -> Path:
+    """A real partition directory (docs/FORMAT.md) of a small random graph, built by data_tools.build."""
+    from data_tools.build import write_partition
+    from g3mpi.format import Graph
+
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, n, 4 * n)
+    dst = rng.integers(0, n, 4 * n)
+    keep = src != dst
+    src, dst = np.concatenate([src[keep], dst[keep]]), np.concatenate([dst[keep], src[keep]])
+    pairs = np.unique(np.stack([dst, src], 1), axis=0)  # sorted by (row=dst, col=src)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(pairs[:, 0], minlength=n), out=indptr[1:])
+    labels = rng.integers(0, 3, n).astype(np.int64)
+    idx = rng.permutation(n)
+    masks = [np.zeros(n, bool) for _ in range(3)]
+    for m, sl in zip(masks, (idx[:20], idx[20:40], idx[40:])):
+        m[sl] = True
+    g = Graph(indptr=indptr, indices=pairs[:, 1].astype(np.int32), features=rng.random((n, 4), dtype=np.float32),
+              labels=labels, train_mask=masks[0], val_mask=masks[1], test_mask=masks[2],
+              attrs=dict(num_classes=3, source="test:random"))
+    assignment = (np.arange(n) * num_parts // n).astype(np.int64)
+    write_partition(g, assignment, num_parts, out, method="random", seed=seed)
+    return out
+
+
+SCRIPTS = sorted([*JOBS.rglob("*.sh"), *JOBS.rglob("*.sbatch"), REPO / ".ci" / "run"])
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(REPO)))
+def test_scripts_parse(script):
+    p = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def test_sbatch_scripts_have_logs_time_limits_and_no_hardcoded_paths():
+    for name in ("prepare", "partition", "train", "bench"):
+        text = (JOBS / "slurm" / f"{name}.sbatch").read_text()
+        directives = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+        assert "#SBATCH --output=%x-%j.out" in directives, name
+        assert any(d.startswith("#SBATCH --time=") for d in directives), name
+        assert any(d.startswith("#SBATCH --job-name=g3-") for d in directives), name
+        assert "set -euo pipefail" in text, name
+        for bad in ("/work/", "/home/", "/tmp/", "/opt/"):
+            assert bad not in text, (name, bad)
+
+
+def test_dry_run_builds_the_mpi_command(tmp_path):
+    parts = small_partition(tmp_path / "parts", 2)
+    p = launcher("train", "-n", 2, "-t", 3, "--dry-run", "--", "--parts", parts, "--epochs", 5,
+                 G3_OUT=tmp_path / "run")
+    assert p.returncode == 0, p.stderr
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])
+    assert cmd[:3] == [mpiexec(), "-n", "2"]
+    i = cmd.index(sys.executable)
+    assert cmd[i + 1:i + 5] == ["-m", "mpi4py", "-m", "g3mpi.cli.train"]
+    tool = cmd[i + 5:]
+    assert tool == ["--parts", str(parts), "--epochs", "5", "--out", str(tmp_path / "run"), "--threads", "3"]
+    assert "3 thread(s)" in p.stderr
+
+
+def test_dry_run_fills_stage_defaults_from_environment(tmp_path):
+    p = launcher("partition", "--dry-run", G3_GRAPH=tmp_path / "g.h5", G3_NUM_PARTS=8, G3_METHOD="random",
+                 G3_PARTS=tmp_path / "p8", G3_FORCE=1)
+    assert p.returncode == 0, p.stderr
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])
+    assert cmd == [sys.executable, "-m", "data_tools.partition", str(tmp_path / "g.h5"), "--parts", "8",
+                   "--method", "random", "--out", str(tmp_path / "p8"), "--force"]
+    # explicit arguments win over the environment
+    p = launcher("prepare", "--dry-run", "--", "npz", "x.npz", "--out", "mine.h5", G3_GRAPH="other.h5")
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])
+    assert cmd[-4:] == ["npz", "x.npz", "--out", "mine.h5"]
+    p = launcher("prepare", "--dry-run", "--", "npz", "x.npz", "-o", "mine.h5", G3_GRAPH="other.h5")
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])
+    assert cmd[-4:] == ["npz", "x.npz", "-o", "mine.h5"]
+    # with no arguments prepare makes the embedded default graph (the quickstart's SBM, >= 50k nodes)
+    p = launcher("prepare", "--dry-run", G3_GRAPH="g.h5")
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])
+    assert cmd[3] == "sbm" and int(cmd[cmd.index("--nodes") + 1]) >= 50_000 and cmd[-2:] == ["--out", "g.h5"]
+
+
+def test_hostfile_and_ranks_per_node_reach_mpiexec(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:4\n")
+    parts = small_partition(tmp_path / "parts", 2)
+    p = launcher("train", "-n", 2, "-f", hosts, "--ppn", 2, "--dry-run", "--", "--parts", parts)
+    assert p.returncode == 0, p.stderr
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])
+    assert cmd[:7] == [mpiexec(), "-n", "2", "-f", str(hosts), "-ppn", "2"]
+    p = launcher("train", "-n", 2, "-f", tmp_path / "missing", "--", "--parts", parts)
+    assert p.returncode != 0 and "missing: no such readable file" in p.stderr
+
+
+def test_ranks_must_match_parts(tmp_path):
+    parts = small_partition(tmp_path / "parts", 3)
+    p = launcher("train", "-n", 2, "--", "--parts", parts, "--out", tmp_path / "run")
+    assert p.returncode == 1
+    assert f"{parts} has 3 parts but 2 ranks were requested" in p.stderr
+    assert not (tmp_path / "run").exists()
+    p = launcher("train", "-n", 2, "--", "--parts", tmp_path / "nowhere")
+    assert p.returncode == 1 and "nowhere/meta.json: no such file" in p.stderr
+
+
+def test_serial_stages_refuse_several_ranks():
+    p = launcher("partition", "-n", 2, "--", "g.h5")
+    assert p.returncode == 1 and "serial program" in p.stderr
+
+
+def test_bad_arguments_fail_clearly():
+    p = launcher("train", "-n", "zero")
+    assert p.returncode == 1 and "ranks must be a positive integer" in p.stderr
+    p = launcher("train", "-n", 2, "-t", 0)
+    assert p.returncode == 1 and "G3_THREADS must be a positive integer" in p.stderr
+    p = subprocess.run(["bash", str(JOBS / "mpirun" / "launch.sh"), "compile"], capture_output=True, text=True)
+    assert p.returncode == 2 and "unknown stage 'compile'" in p.stderr
+    p = launcher("bench", G3_PYTHON="/nonexistent/python")
+    assert p.returncode == 1 and "no Python found" in p.stderr
+
+
+def test_world_check_passes_with_the_pip_mpich():
+    p = bash(f'set -euo pipefail; source {LIB}; g3_setup_env; g3_check_world 2', G3_THREADS=1)
+    assert p.returncode == 0, p.stderr
+    assert "MPI world check passed: 2 ranks, one world of size 2" in p.stderr
+
+
+def test_world_check_catches_singletons(tmp_path):
+    """An mpiexec that does not wire ranks together (another MPI's, or srun --mpi=none) starts N singletons."""
+    fake = tmp_path / "mpiexec"
+    fake.write_text('#!/bin/bash\n# starts N unconnected copies, like a launcher of a different MPI\n'
+                    '[ "$1" = --version ] && { echo "fake launcher"; exit 0; }\n'
+                    'n=$2; shift 2\nfor ((i = 0; i < n; i++)); do "$@" & done\nwait\n')
+    fake.chmod(0o755)
+    p = bash(f'set -euo pipefail; source {LIB}; g3_setup_env; g3_check_world 2', G3_MPIEXEC=fake)
+    assert p.returncode == 1
+    assert "MPI world size mismatch" in p.stderr and "got 2 processes reporting world size 1" in p.stderr
+    assert "singletons" in p.stderr
+
+
+def test_threads_per_rank_reach_torch(tmp_path):
+    probe = tmp_path / "threads.py"
+    probe.write_text("import os, torch\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
+                     "rows = c.gather(f\"{c.rank} {os.environ['OMP_NUM_THREADS']} {torch.get_num_threads()}\", root=0)\n"
+                     "if c.rank == 0:\n    print('\\n'.join(rows), flush=True)\n")
+    script = f'set -euo pipefail; source {LIB}; g3_setup_env; g3_mpi_command 2; "${{G3_LAUNCH[@]}}" "$G3_PY" {probe}'
+    threads = min(2, len(os.sched_getaffinity(0)))
+    p = bash(script, G3_THREADS=threads, OMP_NUM_THREADS=7, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = sorted(line.split() for line in p.stdout.splitlines() if line.strip())
+    assert rows == [["0", str(threads), str(threads)], ["1", str(threads), str(threads)]]
+
+
+def test_failure_on_one_rank_fails_the_launch(tmp_path):
+    """python -m mpi4py: an exception on one rank aborts every rank, and the status reaches the caller."""
+    script = (f'set -euo pipefail; source {LIB}; g3_setup_env; g3_mpi_command 2; '
+              'g3_run timeout 120 "${G3_LAUNCH[@]}" "$G3_PY" -m mpi4py -c '
+              '"from mpi4py import MPI; import time; c = MPI.COMM_WORLD\n'
+              'if c.rank == 1: raise SystemExit(\'rank 1 fails\')\ntime.sleep(100)"')
+    p = bash(script, timeout=200)
+    assert p.returncode not in (0, 124), p.stderr  # not a timeout: rank 0 was aborted, not left sleeping
+    assert "exited with status" in p.stderr
+
+
+def test_timeout_bounds_a_stage():
+    script = f'set -euo pipefail; source {LIB}; g3_setup_env; g3_run sleep 30'
+    p = bash(script, G3_TIMEOUT="1s", timeout=60)
+    assert p.returncode == 124, p.stderr
+
+
+def test_site_setup_file_and_modules(tmp_path):
+    setup = tmp_path / "site.sh"
+    setup.write_text('module() { echo "module $*" >&2; }\nexport G3_SITE_MARK=$UNSET_VARIABLE_OF_THE_SITE\n')
+    p = bash(f'set -euo pipefail; source {LIB}; g3_setup_env; echo "mark=[$G3_SITE_MARK]"',
+             G3_SETUP=setup, G3_MODULES="gcc/12 openmpi/4.1")
+    assert p.returncode == 0, p.stderr
+    assert "module load gcc/12 openmpi/4.1" in p.stderr and "mark=[]" in p.stdout
+    p = bash(f'set -euo pipefail; source {LIB}; g3_setup_env', G3_MODULES="openmpi")
+    assert p.returncode == 1 and "'module' command is not available" in p.stderr

@@ -1,0 +1,321 @@
+"""g3-prepare on bad input: one line on stderr naming the file (and the line), non-zero exit, nothing left behind."""
+from __future__ import annotations
+
+import gzip
+import os
+
+import numpy as np
+import pytest
+
+from conftest import run_module
+
+
+@pytest.fixture
+def out_dir(tmp_path):
+    d = tmp_path / "out"
+    d.mkdir()
+    return d
+
+
+def fails(out_dir, *args, path, words=(), out_name="g.h5"):
+    """Run g3-prepare expecting failure; check the message and that out_dir gained nothing."""
+    before = sorted(os.listdir(out_dir))
+    p = run_module("data_tools.prepare", *args, "--out", out_dir / out_name, check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode != 0, p.stderr
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"g3-prepare: error: {path}"), lines[0]
+    for w in words:
+        assert w in lines[0], lines[0]
+    assert "Traceback" not in p.stderr
+    assert sorted(os.listdir(out_dir)) == before, "output or temporary files left behind"
+    return lines[0]
+
+
+def cora_like(path, n=6, **over):
+    arrays = dict(edge_index=np.array([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]]), x=np.ones((n, 3), dtype=np.float32),
+                  y=np.array([0, 1, 2, 0, 1, 2]), train_mask=np.array([1, 1, 0, 0, 0, 0], dtype=bool),
+                  val_mask=np.array([0, 0, 1, 1, 0, 0], dtype=bool), test_mask=np.array([0, 0, 0, 0, 1, 1], dtype=bool))
+    arrays.update(over)
+    np.savez(path, **arrays)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- npz
+
+def test_npz_missing(tmp_path, out_dir):
+    fails(out_dir, "npz", tmp_path / "nope.npz", path=tmp_path / "nope.npz", words=["no such file"])
+
+
+def test_npz_truncated(tmp_path, out_dir):
+    f = cora_like(tmp_path / "g.npz")
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2])
+    fails(out_dir, "npz", f, path=f, words=["truncated or corrupt"])
+
+
+def test_npz_given_an_h5(tmp_path, out_dir):
+    f = tmp_path / "g.h5"
+    f.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 100)
+    fails(out_dir, "npz", f, path=f, words=["not a readable .npz"])
+
+
+def test_npz_missing_key(tmp_path, out_dir):
+    f = tmp_path / "g.npz"
+    np.savez(f, x=np.ones((3, 2)))
+    fails(out_dir, "npz", f, path=f, words=["edge_index"])
+
+
+def test_npz_pickled_object_array(tmp_path, out_dir):
+    f = tmp_path / "g.npz"
+    np.savez(f, edge_index=np.array([[0], [1]]), x=np.array([None, None], dtype=object))
+    fails(out_dir, "npz", f, path=f, words=["'x'"])
+
+
+def test_npz_id_out_of_range(tmp_path, out_dir):
+    f = cora_like(tmp_path / "g.npz", edge_index=np.array([[0, 1, 6], [1, 2, 0]]))
+    fails(out_dir, "npz", f, path=f, words=["6", "out of range [0, 6)", "column 2"])
+
+
+def test_npz_negative_id(tmp_path, out_dir):
+    f = cora_like(tmp_path / "g.npz", edge_index=np.array([[0, 1], [1, -2]]))
+    fails(out_dir, "npz", f, path=f, words=["-2", "out of range"])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_npz_nonfinite_features(tmp_path, out_dir, bad):
+    x = np.ones((6, 3), dtype=np.float32)
+    x[4, 1] = bad
+    f = cora_like(tmp_path / "g.npz", x=x)
+    fails(out_dir, "npz", f, path=f, words=["NaN or Inf", "row 4"])
+
+
+def test_npz_feature_rows_not_nodes(tmp_path, out_dir):
+    f = cora_like(tmp_path / "g.npz", num_nodes=np.array(7))
+    fails(out_dir, "npz", f, path=f, words=["6 rows", "7 nodes"])
+
+
+def test_npz_labels_out_of_range(tmp_path, out_dir):
+    f = cora_like(tmp_path / "g.npz", y=np.array([0, 1, -3, 0, 1, 2]))
+    fails(out_dir, "npz", f, path=f, words=["label -3 out of range"])
+    f = cora_like(tmp_path / "g.npz")
+    fails(out_dir, "npz", f, "--num-classes", 2, path=f, words=["label 2 out of range [-1, 2)"])
+
+
+def test_npz_overlapping_masks(tmp_path, out_dir):
+    f = cora_like(tmp_path / "g.npz", val_mask=np.array([0, 1, 1, 1, 0, 0], dtype=bool))
+    fails(out_dir, "npz", f, path=f, words=["overlap"])
+
+
+def test_output_exists_without_force(tmp_path, out_dir):
+    f = cora_like(tmp_path / "g.npz")
+    (out_dir / "g.h5").write_bytes(b"precious")
+    fails(out_dir, "npz", f, path=out_dir / "g.h5", words=["already exists", "--force"])
+    assert (out_dir / "g.h5").read_bytes() == b"precious"
+
+
+def test_output_is_a_directory(tmp_path, out_dir):
+    f = cora_like(tmp_path / "g.npz")
+    (out_dir / "d.h5").mkdir()
+    fails(out_dir, "npz", f, "--force", path=out_dir / "d.h5", out_name="d.h5", words=["is a directory"])
+    assert (out_dir / "d.h5").is_dir()
+
+
+def test_edgelist_empty(tmp_path, out_dir):
+    f = tmp_path / "e.txt"
+    f.write_text("# nothing here\n\n")
+    fails(out_dir, "edgelist", f, path=f, words=["no edges"])
+
+
+def test_output_directory_missing(tmp_path, out_dir):
+    f = cora_like(tmp_path / "g.npz")
+    fails(out_dir, "npz", f, path=out_dir / "sub" / "g.h5", out_name="sub/g.h5", words=["does not exist"])
+
+
+def test_bad_split_fractions(tmp_path, out_dir):
+    p = run_module("data_tools.prepare", "sbm", "--nodes", 10, "--train", 0.9, "--val", 0.5, "--out",
+                   out_dir / "g.h5", check=False)
+    assert p.returncode != 0 and p.stderr.strip().splitlines() == [
+        "g3-prepare: error: --train and --val must be fractions with train + val <= 1 (got 0.9, 0.5)"]
+    assert os.listdir(out_dir) == []
+
+
+def test_generator_bad_parameters(out_dir):
+    for args in (["sbm", "--nodes", 5, "--classes", 9], ["sbm", "--p-in", 0.1], ["rmat", "--scale", 0]):
+        p = run_module("data_tools.prepare", *args, "--out", out_dir / "g.h5", check=False)
+        assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert p.stderr.startswith("g3-prepare: error: ")
+    assert os.listdir(out_dir) == []
+
+
+# ---------------------------------------------------------------------------------------------- edgelist
+
+def test_edgelist_missing(tmp_path, out_dir):
+    fails(out_dir, "edgelist", tmp_path / "e.txt", path=tmp_path / "e.txt", words=["no such file"])
+
+
+@pytest.mark.parametrize("text,line,words", [
+    ("# c\n1 2\n3 4\nfive 6\n", 4, ["column 1", "'five'"]),
+    ("1,2\n\n% c\n3\n", 4, ["at least 2 columns, found 1"]),
+    ("1\t2\n3\t4.5\n", 2, ["column 2", "'4.5'"]),
+    ("1 2\n3 99999999999999999999999\n", 2, ["column 2"]),
+])
+def test_edgelist_malformed_line(tmp_path, out_dir, text, line, words):
+    f = tmp_path / "e.txt"
+    f.write_text(text)
+    fails(out_dir, "edgelist", f, path=f, words=[f"line {line}:", *words])
+
+
+def test_edgelist_malformed_line_far_into_a_gz(tmp_path, out_dir, monkeypatch):
+    f = tmp_path / "e.csv.gz"
+    lines = [f"{i},{i + 1}" for i in range(5000)]
+    lines[4321] = "4321;4322"
+    with gzip.open(f, "wt") as g:
+        g.write("src,dst\n" + "\n".join(lines) + "\n")
+    fails(out_dir, "edgelist", f, path=f, words=["line 4323:"])
+
+
+def test_edgelist_truncated_gz(tmp_path, out_dir):
+    f = tmp_path / "e.txt.gz"
+    with gzip.open(f, "wt") as g:
+        g.write("".join(f"{i} {i + 1}\n" for i in range(20000)))
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2])
+    fails(out_dir, "edgelist", f, path=f, words=["truncated or corrupt"])
+
+
+def test_edgelist_id_out_of_range_of_features(tmp_path, out_dir):
+    f = tmp_path / "e.txt"
+    f.write_text("0 1\n# c\n1 2\n2 3\n")
+    np.save(tmp_path / "x.npy", np.ones((3, 2), dtype=np.float32))
+    fails(out_dir, "edgelist", f, "--features", tmp_path / "x.npy", path=f,
+          words=["line 4:", "node ID 3 out of range [0, 3)"])
+
+
+def test_edgelist_id_not_in_node_ids(tmp_path, out_dir):
+    f = tmp_path / "e.csv"
+    f.write_text("id1,id2\n10,20\n20,30\n")
+    np.save(tmp_path / "x.npy", np.ones((2, 2), dtype=np.float32))
+    np.save(tmp_path / "ids.npy", np.array([10, 20]))
+    fails(out_dir, "edgelist", f, "--features", tmp_path / "x.npy", "--node-ids", tmp_path / "ids.npy", path=f,
+          words=["line 3:", "node ID 30 is not in"])
+
+
+def test_edgelist_nan_features(tmp_path, out_dir):
+    f = tmp_path / "e.txt"
+    f.write_text("0 1\n")
+    x = np.ones((2, 2), dtype=np.float32)
+    x[1, 0] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    fails(out_dir, "edgelist", f, "--features", tmp_path / "x.npy", path=tmp_path / "x.npy",
+          words=["NaN or Inf", "row 1"])
+
+
+def test_edgelist_truncated_and_pickled_npy(tmp_path, out_dir):
+    f = tmp_path / "e.txt"
+    f.write_text("0 1\n")
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((200, 8), dtype=np.float32))
+    x.write_bytes(x.read_bytes()[:1000])
+    fails(out_dir, "edgelist", f, "--features", x, path=x, words=["not a readable .npy"])
+    np.save(x, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    fails(out_dir, "edgelist", f, "--features", x, path=x, words=["pickled"])
+
+
+def test_edgelist_rows_mismatch(tmp_path, out_dir):
+    f = tmp_path / "e.txt"
+    f.write_text("0 1\n")
+    np.save(tmp_path / "x.npy", np.ones((3, 2), dtype=np.float32))
+    np.save(tmp_path / "y.npy", np.array([0, 1]))
+    fails(out_dir, "edgelist", f, "--features", tmp_path / "x.npy", "--labels", tmp_path / "y.npy",
+          path=tmp_path / "y.npy", words=["2 rows", "features have 3"])
+
+
+def test_edgelist_labels_and_masks(tmp_path, out_dir):
+    f = tmp_path / "e.txt"
+    f.write_text("0 1\n1 2\n")
+    y = tmp_path / "y.npy"
+    np.save(y, np.array([0, 7, 1]))
+    fails(out_dir, "edgelist", f, "--labels", y, "--num-classes", 3, path=y, words=["label 7 out of range"])
+    np.save(y, np.array([0, 1, 1]))
+    m = tmp_path / "m.npz"
+    np.savez(m, train_mask=np.array([1, 1, 0], bool), val_mask=np.array([0, 1, 0], bool),
+             test_mask=np.array([0, 0, 1], bool))
+    fails(out_dir, "edgelist", f, "--labels", y, "--masks", m, path=m, words=["overlap"])
+
+
+# ---------------------------------------------------------------------------------------------- ogb
+
+def make_ogb(root):
+    (root / "raw").mkdir(parents=True)
+    (root / "split" / "s").mkdir(parents=True)
+    files = {"raw/edge.csv": "0,1\n1,2\n2,3\n", "raw/node-feat.csv": "1,2\n3,4\n5,6\n7,8\n",
+             "raw/node-label.csv": "0\n1\n1\n0\n", "raw/num-node-list.csv": "4\n",
+             "split/s/train.csv": "0\n1\n", "split/s/valid.csv": "2\n", "split/s/test.csv": "3\n"}
+    for name, text in files.items():
+        (root / name).write_text(text)
+    return root
+
+
+def test_ogb_missing(tmp_path, out_dir):
+    fails(out_dir, "ogb", tmp_path / "nope", path=tmp_path / "nope", words=["no such directory"])
+    root = make_ogb(tmp_path / "d")
+    (root / "raw" / "node-feat.csv").unlink()
+    fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv.gz", words=["no such file"])
+
+
+def test_ogb_bad_files(tmp_path, out_dir):
+    root = make_ogb(tmp_path / "d")
+    (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5\n7,8\n")
+    fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv", words=["line 3:"])
+    (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5,6\n")
+    fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv", words=["3 rows", "4 nodes"])
+    (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5,6\n7,8\n9,10\n")
+    fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv", words=["more than 4 rows"])
+    (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5,6\n7,inf\n")
+    fails(out_dir, "ogb", root, path=root / "raw" / "node-feat.csv", words=["NaN or Inf", "row 3"])
+    (root / "raw" / "node-feat.csv").write_text("1,2\n3,4\n5,6\n7,8\n")
+    (root / "raw" / "edge.csv").write_text("0,1\n1,4\n")
+    fails(out_dir, "ogb", root, path=root / "raw" / "edge.csv", words=["line 2:", "node ID 4 out of range"])
+    (root / "raw" / "edge.csv").write_text("0,1\n")
+    (root / "raw" / "node-label.csv").write_text("0\n1\n-2\n0\n")
+    fails(out_dir, "ogb", root, path=root / "raw" / "node-label.csv", words=["line 3:", "label -2"])
+    (root / "raw" / "node-label.csv").write_text("0\n1\n1\n0\n")
+    (root / "split" / "s" / "valid.csv").write_text("1\n")
+    fails(out_dir, "ogb", root, path=root / "split" / "s", words=["overlap"])
+    (root / "split" / "s" / "valid.csv").write_text("9\n")
+    fails(out_dir, "ogb", root, path=root / "split" / "s" / "valid.csv", words=["line 1:", "out of range"])
+    fails(out_dir, "ogb", root, "--split", "other", path=root / "split" / "other", words=["available: s"])
+
+
+def test_ogb_truncated_gz(tmp_path, out_dir):
+    root = make_ogb(tmp_path / "d")
+    (root / "raw" / "edge.csv").unlink()
+    gz = root / "raw" / "edge.csv.gz"
+    with gzip.open(gz, "wt") as g:
+        g.write("".join(f"{i % 4},{(i + 1) % 4}\n" for i in range(30000)))
+    gz.write_bytes(gz.read_bytes()[:-30])
+    fails(out_dir, "ogb", root, path=gz, words=["truncated or corrupt"])
+
+
+def test_output_is_the_input(tmp_path):
+    d = tmp_path / "o"
+    d.mkdir()
+    f = cora_like(d / "in.npz")
+    fails(d, "npz", f, "--force", path=f, out_name="in.npz", words=["overwrite the input"])
+    np.load(f)["x"]                                   # still intact
+
+
+def test_late_writer_failure_leaves_nothing(tmp_path):
+    """A failure after graph.h5 was opened (a bad feature block from a generator) removes the temp file."""
+    from data_tools.importers.common import PrepareOptions, RawGraph, write_raw_graph
+    from g3mpi.format import FormatError
+
+    def blocks():
+        yield 0, np.ones((2, 3), dtype=np.float32)
+        yield 2, np.full((2, 3), np.nan, dtype=np.float32)
+    raw = RawGraph(path="gen", num_nodes=4, src=np.array([0, 1]), dst=np.array([1, 2]), feature_dim=3,
+                   feature_blocks=blocks, labels=np.array([0, 1, 0, 1]), num_classes=2)
+    with pytest.raises(FormatError, match="NaN or Inf"):
+        write_raw_graph(tmp_path / "g.h5", raw, PrepareOptions(quiet=True))
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,152 @@
+"""g3-prepare ogb / edgelist: small inputs written here, imported, read back with load_graph and compared."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from conftest import run_module
+from g3mpi.format import load_graph
+
+
+def prepare(*args):
+    p = run_module("data_tools.prepare", *args, "--quiet")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def edge_set(g, ids=None):
+    """{(source, target)} of a loaded graph, by original ID if ``ids`` maps rows to IDs."""
+    dst = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
+    src = g.indices.astype(np.int64)
+    if ids is not None:
+        src, dst = ids[src], ids[dst]
+    return sorted(zip(src.tolist(), dst.tolist()))
+
+
+def write_gz(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        f.write("".join(f"{line}\n" for line in lines))
+
+
+def make_ogb(root, n=30, f=3, c=4, seed=0, schemes=("time",)):
+    """A small OGB node-property dataset directory; returns its arrays."""
+    rng = np.random.default_rng(seed)
+    e = rng.integers(0, n, size=(80, 2))
+    x = rng.standard_normal((n, f)).astype(np.float32)
+    y = rng.integers(0, c, n).astype(float)
+    y[[3, 7]] = np.nan                                    # unlabelled, as in ogbn-papers100M
+    write_gz(root / "raw" / "edge.csv.gz", [f"{u},{v}" for u, v in e])
+    write_gz(root / "raw" / "num-node-list.csv.gz", [str(n)])
+    write_gz(root / "raw" / "node-feat.csv.gz", [",".join(repr(float(v)) for v in row) for row in x])
+    write_gz(root / "raw" / "node-label.csv.gz", ["nan" if np.isnan(v) else str(int(v)) for v in y])
+    labelled = np.flatnonzero(~np.isnan(y))
+    perm = rng.permutation(labelled)
+    splits = {}
+    for k, scheme in enumerate(schemes):
+        perm = np.roll(perm, 5 * k)
+        parts = dict(train=perm[:15], valid=perm[15:20], test=perm[20:])
+        for name, idx in parts.items():
+            write_gz(root / "split" / scheme / f"{name}.csv.gz", [str(i) for i in idx])
+        splits[scheme] = parts
+    return e, x, y, splits
+
+
+def test_ogb_round_trip(tmp_path):
+    root = tmp_path / "ogbn_tiny"
+    e, x, y, splits = make_ogb(root, schemes=("sales_ranking", "time"))
+    out = tmp_path / "g.h5"
+    s = prepare("ogb", root, "--out", out, "--split", "time")
+    g = load_graph(out)
+    assert g.num_nodes == 30 and s["num_edges"] == 80 == g.num_edges
+    assert edge_set(g) == sorted(map(tuple, e.tolist()))
+    np.testing.assert_array_equal(g.features, x)
+    np.testing.assert_array_equal(g.labels, np.where(np.isnan(y), -1, y).astype(np.int64))
+    for mask, name in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
+        np.testing.assert_array_equal(np.flatnonzero(getattr(g, mask)), np.sort(splits["time"][name]))
+    assert g.attrs["source"] == "ogb:ogbn_tiny,split=time"
+    # default scheme: the first in sorted order; --symmetrize gives the undirected simple graph
+    prepare("ogb", root, "--out", out, "--force", "--symmetrize")
+    g = load_graph(out)
+    np.testing.assert_array_equal(np.flatnonzero(g.train_mask), np.sort(splits["sales_ranking"]["train"]))
+    assert edge_set(g) == sorted({(int(u), int(v)) for u, v in e} | {(int(v), int(u)) for u, v in e})
+
+
+def test_ogb_uncompressed_without_split(tmp_path):
+    root = tmp_path / "d"
+    (root / "raw").mkdir(parents=True)
+    (root / "raw" / "edge.csv").write_text("0,1\n1,2\n")
+    (root / "raw" / "node-feat.csv").write_text("1,0\n0,1\n1,1\n")
+    (root / "raw" / "node-label.csv").write_text("0\n1\n1\n")
+    out = tmp_path / "g.h5"
+    s = prepare("ogb", root, "--out", out, "--train", "0.34", "--val", "0.33")
+    g = load_graph(out)
+    assert edge_set(g) == [(0, 1), (1, 2)] and (s["train"], s["val"], s["test"]) == (1, 1, 1)
+
+
+@pytest.mark.parametrize("sep,name", [(",", "g.csv"), ("\t", "g.tsv"), ("  ", "g.txt")])
+def test_edgelist_arbitrary_ids(tmp_path, sep, name):
+    rng = np.random.default_rng(1)
+    ids = rng.choice(np.arange(-10**12, 10**12, 7919, dtype=np.int64), size=25, replace=False)
+    e = ids[rng.integers(0, 25, size=(60, 2))]
+    lines = ["# generated edge list", f"source{sep}target{sep}weight"]
+    for k, (u, v) in enumerate(e):
+        lines.append(f"{u}{sep}{v}{sep}{k * 0.5}" + ("  # note" if k % 7 == 0 else ""))
+        if k % 11 == 0:
+            lines += ["", "% a comment"]
+    f = tmp_path / name
+    f.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "g.h5"
+    s = prepare("edgelist", f, "--out", out)
+    g = load_graph(out)
+    assert g.orig_ids is not None and np.all(np.diff(g.orig_ids) > 0)
+    assert g.num_nodes == len(np.unique(e)) and s["num_edges"] == 60
+    assert edge_set(g, g.orig_ids) == sorted(map(tuple, e.tolist()))
+    assert g.features.shape == (g.num_nodes, 0) and (g.labels == -1).all()
+
+
+def test_edgelist_features_labels_masks(tmp_path):
+    n = 12
+    rng = np.random.default_rng(2)
+    e = rng.integers(0, n, size=(40, 2))
+    f = tmp_path / "g.txt"
+    f.write_text("".join(f"{u} {v}\n" for u, v in e))
+    x = rng.random((n, 4)).astype(np.float32)
+    y = rng.integers(0, 3, n)
+    masks = dict(train_mask=np.arange(n) < 6, val_mask=(np.arange(n) >= 6) & (np.arange(n) < 9),
+                 test_mask=np.arange(n) >= 9)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    np.savez(tmp_path / "m.npz", **masks)
+    out = tmp_path / "g.h5"
+    prepare("edgelist", f, "--features", tmp_path / "x.npy", "--labels", tmp_path / "y.npy", "--masks",
+            tmp_path / "m.npz", "--no-header", "--delimiter", "space", "--num-classes", 5, "--out", out)
+    g = load_graph(out)
+    assert g.num_nodes == n and g.orig_ids is None and g.attrs["num_classes"] == 5
+    assert edge_set(g) == sorted(map(tuple, e.tolist()))
+    np.testing.assert_array_equal(g.features, x)
+    np.testing.assert_array_equal(g.labels, y)
+    for k, m in masks.items():
+        np.testing.assert_array_equal(getattr(g, k), m)
+    # --node-ids: rows named by arbitrary IDs, here the row number times 1000 in reverse order
+    node_ids = (np.arange(n)[::-1] * 1000 + 5).astype(np.int64)
+    np.save(tmp_path / "ids.npy", node_ids)
+    f2 = tmp_path / "g2.csv"
+    f2.write_text("".join(f"{node_ids[u]},{node_ids[v]}\n" for u, v in e))
+    prepare("edgelist", f2, "--features", tmp_path / "x.npy", "--node-ids", tmp_path / "ids.npy", "--out", out,
+            "--force", "--normalize-features", "--dedup")
+    g = load_graph(out)
+    np.testing.assert_array_equal(g.orig_ids, node_ids)
+    assert edge_set(g, g.orig_ids) == sorted({(int(node_ids[u]), int(node_ids[v])) for u, v in e})
+    np.testing.assert_allclose(g.features, x / x.sum(1, keepdims=True), rtol=1e-6)
+
+
+def test_edgelist_random_features(tmp_path):
+    f = tmp_path / "g.csv"
+    f.write_text("a,b\n1,2\n2,3\n")
+    out = tmp_path / "g.h5"
+    prepare("edgelist", f, "--feature-dim", 8, "--out", out, "--seed", 3)
+    g = load_graph(out)
+    assert g.features.shape == (3, 8) and g.features.std() > 0.3 and edge_set(g) == [(0, 1), (1, 2)]

@@ -1,0 +1,127 @@
+"""g3-train end to end: run directory contents, P-independence of the trained model, Cora, clear errors."""
+from __future__ import annotations
+
+import json
+import tomllib
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import run_mpi
+from tests.graphs import cora_graph, partition, random_graph
+
+MOD = "g3mpi.cli.train"
+
+
+@pytest.fixture(scope="module")
+def small_parts(tmp_path_factory):
+    g = random_graph(n=200, f=8, c=4, seed=3)
+    root = tmp_path_factory.mktemp("parts")
+    for P in (1, 2, 4):
+        partition(g, P, root / f"p{P}", seed=P)
+    return g, root
+
+
+def train(P, parts, out, *extra, check=True):
+    return run_mpi(P, MOD, "--parts", parts, "--out", out, "--no-progress", *extra, check=check)
+
+
+@pytest.mark.parametrize("model", ["gcn", "gat"])
+def test_same_model_for_any_P(model, small_parts, tmp_path):
+    g, root = small_parts
+    args = ["--model", model, "--epochs", "12", "--dropout", "0.5", "--seed", "7", "--eval-every", "3",
+            "--hidden", "8"]
+    if model == "gat":
+        args += ["--heads", "2", "--attn-dropout", "0.4", "--activation", "elu"]
+    train(1, root / "p1", tmp_path / "r1", *args)
+    train(4, root / "p4", tmp_path / "r4", *args)
+    a = torch.load(tmp_path / "r1" / "model.pt", weights_only=True)
+    b = torch.load(tmp_path / "r4" / "model.pt", weights_only=True)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.linalg.norm(a[k] - b[k]) <= 1e-4 * torch.linalg.norm(a[k]), k
+    with h5py.File(tmp_path / "r1" / "predictions.h5") as f1, h5py.File(tmp_path / "r4" / "predictions.h5") as f4:
+        np.testing.assert_allclose(f4["logits"][:], f1["logits"][:], rtol=1e-4, atol=1e-5)
+        assert np.array_equal(f1["pred"][:], f4["pred"][:])
+    s1 = json.loads((tmp_path / "r1" / "summary.json").read_text())
+    s4 = json.loads((tmp_path / "r4" / "summary.json").read_text())
+    assert s1["best_epoch"] == s4["best_epoch"] and s1["test_acc"] == s4["test_acc"]
+
+
+def test_run_directory(small_parts, tmp_path):
+    g, root = small_parts
+    out = tmp_path / "run"
+    train(2, root / "p2", out, "--model", "sage", "--epochs", "5", "--eval-every", "2", "--lr", "0.02")
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "metrics.jsonl", "model.pt",
+                                                     "predictions.h5", "summary.json"]
+    cfg = tomllib.loads((out / "config.toml").read_text())
+    assert cfg["model"] == "sage" and cfg["epochs"] == 5 and cfg["lr"] == 0.02
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in lines] == [1, 2, 3, 4, 5]
+    assert "val_acc" in lines[1] and "val_acc" not in lines[0] and "val_acc" in lines[4]
+    for r in lines:
+        assert len(r["rank_compute_s"]) == 2 and len(r["rank_bytes_sent"]) == 2
+        assert r["bytes_sent"] == sum(r["rank_bytes_sent"]) > 0
+    s = json.loads((out / "summary.json").read_text())
+    for k in ("model", "world_size", "epochs", "best_epoch", "train_acc", "val_acc", "test_acc",
+              "epoch_time_median_s", "bytes_sent_per_epoch", "peak_rss_bytes_max"):
+        assert s[k] is not None, k
+    assert s["world_size"] == 2 and s["epochs"] == 5 and s["valid"] is True
+    with h5py.File(out / "predictions.h5") as f:
+        lg, pred = f["logits"][:], f["pred"][:]
+    assert lg.shape == (g.num_nodes, 4) and np.isfinite(lg).all()
+    assert np.array_equal(pred, lg.argmax(1))
+    state = torch.load(out / "model.pt", weights_only=True)
+    assert set(state) == {"convs.0.lin_l.weight", "convs.0.lin_l.bias", "convs.0.lin_r.weight",
+                          "convs.1.lin_l.weight", "convs.1.lin_l.bias", "convs.1.lin_r.weight"}
+    # the saved config reproduces the run
+    again = train(2, root / "p2", tmp_path / "again", "--config", out / "config.toml", "--force")
+    assert again.returncode == 0
+    with h5py.File(tmp_path / "again" / "predictions.h5") as f:
+        np.testing.assert_array_equal(f["logits"][:], lg)
+    # an existing run directory is not replaced without --force
+    p = train(2, root / "p2", out, "--epochs", "1", check=False)
+    assert p.returncode != 0 and "exists" in p.stderr
+
+
+def test_wrong_number_of_ranks(small_parts, tmp_path):
+    _, root = small_parts
+    p = run_mpi(2, MOD, "--parts", root / "p4", "--out", tmp_path / "run", check=False, timeout=120)
+    assert p.returncode != 0
+    for r in (0, 1):
+        assert f"[rank {r}]" in p.stderr and "4 parts but 2 ranks" in p.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_corrupt_part_on_one_rank(small_parts, tmp_path):
+    import shutil
+    _, root = small_parts
+    bad = tmp_path / "p2"
+    shutil.copytree(root / "p2", bad)
+    with open(bad / "part-00001.h5", "r+b") as f:
+        f.seek(-100, 2)
+        f.write(b"\0" * 50)
+    p = run_mpi(2, MOD, "--parts", bad, "--out", tmp_path / "run", check=False, timeout=120)
+    assert p.returncode != 0
+    assert "[rank 1]" in p.stderr and "part-00001.h5" in p.stderr and "checksum" in p.stderr
+    assert "[rank 0]" in p.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_config(small_parts, tmp_path):
+    _, root = small_parts
+    (tmp_path / "c.toml").write_text('model = "gcn"\nbogus = 1\n')
+    p = run_mpi(1, MOD, "--parts", root / "p1", "--out", tmp_path / "run", "--config", tmp_path / "c.toml",
+                check=False)
+    assert p.returncode != 0 and "bogus" in p.stderr
+    p = run_mpi(1, MOD, "--parts", root / "p1", "--out", tmp_path / "run", "--dropout", "1.5", check=False)
+    assert p.returncode != 0 and "dropout" in p.stderr
+
+
+def test_cora_end_to_end(cora_npz, tmp_path):
+    partition(cora_graph(cora_npz), 2, tmp_path / "parts")
+    train(2, tmp_path / "parts", tmp_path / "run", "--epochs", "100", "--eval-every", "5")
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["test_acc"] >= 0.75, s
