@@ -235,3 +235,37 @@ def test_output_exists_without_force(rand_h5, tmp_path):
     partition(path, out, 2, "metis", None, 0, "--force")
     assert (out / "meta.json").exists() and not (out / "keep.txt").exists()
     assert sorted(f.name for f in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_g3_library_constraints_and_gain(dense, monkeypatch):
+    """g3 as a library, with dense replica counts and with the sparse path used for large N x P."""
+    from data_tools.partitioners import CostModel
+    from data_tools.partitioners import g3 as g3mod
+    if not dense:
+        monkeypatch.setattr(g3mod, "DENSE_LIMIT", 0)
+    g = random_graph(n=500, m=4000, seed=9, isolated=40)
+    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    P = 6
+    a, info = g3mod.g3_partition(indptr, indices, P, model=CostModel(width=16), max_iters=30, seed=0)
+    owned = np.bincount(a, minlength=P)
+    assert owned.sum() == g.num_nodes and owned.min() > 0
+    assert owned.max() <= 1.10 * owned.mean() + 1e-9
+    assert info["objective_after"] <= info["objective_before"] * (1 + 1e-12) or info["violation_before"] > 0
+    s = partition_stats(*out_edges(indptr, indices), a, P)
+    model = CostModel(width=16)
+    cost = model.epoch_costs(s["local_edges"], s["halo"] + s["send"])
+    assert cost.max() == pytest.approx(info["objective_after"], rel=1e-9)
+
+
+def test_fill_isolated_and_repair():
+    from data_tools.partitioners.g3 import fill_isolated, repair_nodes
+    a = np.array([0, 0, 0, 0, 0, 0, 1, 2, 2, 2])
+    iso = np.zeros(10, dtype=bool)
+    iso[[0, 1, 2, 3]] = True
+    b = fill_isolated(a, iso, 3)
+    assert np.array_equal(b[~iso], a[~iso]) and sorted(np.bincount(b, minlength=3)) == [3, 3, 4]
+    c = repair_nodes(np.zeros(10, dtype=np.int64), 10 / 3 * 1.1, 3, np.arange(10))
+    assert np.bincount(c, minlength=3).max() <= 4
+    d = repair_nodes(np.array([0, 0, 0, 1, 1]), 1.0, 2, np.zeros(5))  # a cap below N/P is raised to ceil(N/P)
+    assert sorted(np.bincount(d, minlength=2)) == [2, 3]

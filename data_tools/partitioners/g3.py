@@ -430,7 +430,7 @@ def repair_nodes(a: np.ndarray, cap: float, num_parts: int, degree: np.ndarray) 
     """Enforce owned nodes <= cap: parts over it give their lowest-degree nodes (ties by ID) to the parts with
     most room (water-filling, part IDs break ties). A last resort after refinement; usually moves nothing."""
     a = a.copy()
-    limit = int(np.floor(cap + 1e-9))
+    limit = max(int(np.floor(cap + 1e-9)), -(-len(a) // num_parts))  # never below ceil(N / P)
     n = np.bincount(a, minlength=num_parts)
     over = np.maximum(0, n - limit)
     if not over.any():
