@@ -11,6 +11,7 @@ the command line. The resolved configuration is saved as RUN/config.toml. Errors
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
@@ -64,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _error(comm, msg: str) -> None:
-    print(f"{PROG}: error: [rank {comm.rank}] {msg}", file=sys.stderr, flush=True)
+    # one write() per line: the lines of ranks sharing one stderr pipe never interleave
+    sys.stderr.flush()
+    os.write(2, f"{PROG}: error: [rank {comm.rank}] {msg}\n".encode(errors="replace"))
 
 
 def _agree(comm, err: str | None, what: str) -> bool:

@@ -11,6 +11,7 @@ exchange (layer) and the direction, and aborts the communicator (which ends ever
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -101,6 +102,7 @@ class Watchdog:
                 f"{who} in the {what}{ctx}; aborting the job")
 
     def fire(self, message: str) -> None:
-        print(f"{self.prog}: error: [rank {self.comm.rank}] {message}", file=sys.stderr, flush=True)
+        sys.stderr.flush()
+        os.write(2, f"{self.prog}: error: [rank {self.comm.rank}] {message}\n".encode(errors="replace"))
         self._abort()
         raise SystemExit(1)  # only reached when a test replaces the abort
