@@ -39,12 +39,11 @@ def parts(tmp_path_factory):
 
 
 def train(P, parts_dir, out, *extra, check=True, timeout=180, env=None):
-    cmd = [mpiexec(), "-n", str(P), sys.executable, "-m", "mpi4py", "-m", MOD, *map(str, extra)]
+    cmd = [mpiexec(), "-n", str(P), sys.executable, "-m", "mpi4py", "-m", MOD, *FAST, *map(str, extra)]
     if parts_dir is not None:
         cmd += ["--parts", str(parts_dir)]
     if out is not None:
         cmd += ["--out", str(out)]
-    cmd += FAST
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, env={**tool_env(), **(env or {})}, timeout=timeout)
     p.elapsed = time.monotonic() - t0

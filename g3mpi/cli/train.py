@@ -79,6 +79,8 @@ def _agree(comm, err: str | None, what: str) -> bool:
         _error(comm, err)
     else:
         _error(comm, f"stopping: rank(s) {[r for r, e in enumerate(errs) if e]} {what}")
+    # every line is out before any rank exits (under `python -m mpi4py` the first non-zero exit aborts the rest)
+    comm.Barrier()
     return False
 
 
@@ -160,6 +162,7 @@ def main(argv=None, comm=None) -> int:
         trainer.close()
     except TrainingFault as e:  # raised on every rank together: a clean, coordinated exit
         _error(comm, str(e))
+        comm.Barrier()
         return 1
     except Exception:  # noqa: BLE001 - one failing rank must not leave the others waiting
         _error(comm, "training failed:\n" + traceback.format_exc())
