@@ -77,8 +77,8 @@ class Trainer:
         self.split_sizes = dict(zip(SPLITS, counts.tolist()))
         if self.split_sizes["train"] == 0:
             raise ValueError(f"{cfg.parts}: the graph has no training nodes")
-        # packed gradients, then the loss, then the number of ranks that saw a non-finite value
-        self._gradbuf = torch.zeros(sum(p.numel() for p in self.params) + 2, dtype=torch.float32)
+        # packed gradients, the loss, then the numbers of ranks with a non-finite loss / gradient
+        self._gradbuf = torch.zeros(sum(p.numel() for p in self.params) + 3, dtype=torch.float32)
         self.start_epoch = 1
         self.resumed = None   # the checkpoint this trainer continues from, if any
 
@@ -130,16 +130,11 @@ class Trainer:
         buf[off] = loss.detach()
         bad = first_nonfinite(loss.detach(), self.named_params) if not bool(torch.isfinite(buf[:off + 1]).all()) \
             else None
-        buf[off + 1] = 1.0 if bad else 0.0
+        buf[off + 1] = 1.0 if bad == "loss" else 0.0
+        buf[off + 2] = 1.0 if bad else 0.0
         self.watchdog.allreduce(buf.numpy())
-        if buf[off + 1] > 0 or not bool(torch.isfinite(buf[:off + 1]).all()):
-            n_bad = int(buf[off + 1])
-            where = "the loss" if bad == "loss" else f"the gradient of {bad}"
-            raise TrainingFault(
-                f"non-finite value (NaN or Inf) in {where} at epoch {epoch} on this rank; training stopped, the "
-                "last good checkpoint is kept" if bad else
-                f"training stopped at epoch {epoch}: non-finite loss or gradient on {n_bad} other rank(s)" if n_bad
-                else f"training stopped at epoch {epoch}: the summed gradients are not finite (overflow)")
+        if buf[off + 2] > 0 or not bool(torch.isfinite(buf[:off + 1]).all()):
+            raise TrainingFault(self._nonfinite_message(epoch, bad, int(buf[off + 1]), int(buf[off + 2])))
         off = 0
         for p in self.params:
             n = p.numel()
@@ -152,6 +147,21 @@ class Trainer:
         return dict(loss=float(buf[off]), epoch_time_s=dt, compute_s=dt - s["blocked_s"] - allreduce_s,
                     blocked_s=s["blocked_s"], comm_s=s["comm_s"], overlap=s["overlap"], allreduce_s=allreduce_s,
                     bytes_sent=s["bytes_sent"], bytes_recv=s["bytes_recv"], messages=s["messages_sent"])
+
+    @staticmethod
+    def _nonfinite_message(epoch: int, bad: str | None, n_loss: int, n_grad: int) -> str:
+        """This rank's line about a non-finite loss or gradient. A NaN loss on one rank reaches its neighbours'
+        gradients through the halo, so a rank blames its own gradients only when no rank's loss was bad."""
+        kept = "training stopped, the last good checkpoint is kept"
+        if bad == "loss":
+            return f"non-finite value (NaN or Inf) in the loss at epoch {epoch} on this rank; {kept}"
+        if n_loss:
+            return f"training stopped at epoch {epoch}: non-finite loss on {n_loss} other rank(s)"
+        if bad:
+            return f"non-finite value (NaN or Inf) in the gradient of {bad} at epoch {epoch} on this rank; {kept}"
+        if n_grad:
+            return f"training stopped at epoch {epoch}: non-finite gradient on {n_grad} other rank(s)"
+        return f"training stopped at epoch {epoch}: the summed gradients are not finite (overflow); {kept}"
 
     @torch.no_grad()
     def logits(self) -> torch.Tensor:
