@@ -90,7 +90,10 @@ class Transfer:
     ``send_bufs[i]`` goes to ``send_peers[i]``; ``recv_bufs[i]`` is filled by ``recv_peers[i]``. Receives are
     posted by ``post_recvs``; sends leave one by one (``send(i)``) or together (``send_all``) as soon as their
     buffer is ready. ``test`` and ``wait_some`` return the receive indices that have newly landed.
+    With a ``watchdog`` (``g3mpi.comm.watchdog``), every blocking wait has a deadline.
     """
+
+    watchdog = None
 
     def __init__(self, comm, send_peers, send_bufs, recv_peers, recv_bufs, tag: int, stats: CommStats,
                  simnet: SimNet | None = None, name: str = ""):
@@ -247,6 +250,15 @@ class Transfer:
                         elif delay > 0:
                             time.sleep(min(delay, 20e-6))
                         continue
+                if self.watchdog is not None and self.watchdog.active:
+                    # a deadline-bounded wait (it polls and sleeps too): a stalled neighbour ends the job
+                    k = self.num_recvs
+                    reqs = [self._recv_reqs[j] for j in pending]
+                    idx = self.watchdog.waitsome(reqs, [self.recv_peers[j % k] for j in pending], self.name)
+                    if idx:
+                        self._mpi_done[pending[idx]] = True
+                        self._t_data[pending[idx]] = time.perf_counter()
+                    continue
                 # poll, then sleep briefly: a busy-waiting rank would steal the core of a rank still
                 # computing what we wait for (ranks often share cores)
                 time.sleep(POLL_SLEEP_S)
@@ -268,8 +280,13 @@ class Transfer:
     def _finish_sends(self) -> None:
         if self._send_active:
             t0 = time.perf_counter()
-            while not MPI.Request.Testall(self._send_reqs):
-                time.sleep(POLL_SLEEP_S)
+            if self.watchdog is not None and self.watchdog.active:
+                k = len(self.send_peers)
+                self.watchdog.waitall(self._send_reqs, [self.send_peers[j % k] for j in range(len(self._send_reqs))],
+                                      self.name)
+            else:
+                while not MPI.Request.Testall(self._send_reqs):
+                    time.sleep(POLL_SLEEP_S)
             self.stats.blocked_s += time.perf_counter() - t0
             self.stats.add(self.name, "send_blocked_s", time.perf_counter() - t0)
             self._send_active = False
@@ -335,10 +352,11 @@ class CommContext:
     and the allocator of exchange tags (every rank builds its exchanges in the same order). Construction
     duplicates ``comm`` (collective); ``free`` releases everything (collective)."""
 
-    def __init__(self, comm, simnet: SimNet | None = None):
+    def __init__(self, comm, simnet: SimNet | None = None, watchdog=None):
         # a private communicator: no tag of ours can meet a message of another context or library
         self.comm = comm.Dup()
         self.simnet = simnet
+        self.watchdog = watchdog
         self.stats = CommStats()
         self._next = 1
         self._exchanges = []
@@ -349,6 +367,7 @@ class CommContext:
         if 4 * tag + 3 > self.comm.Get_attr(MPI.TAG_UB):
             raise RuntimeError("too many halo exchanges for this MPI's tag range")
         ex = HaloExchange(self.comm, plan, width, tag, self.stats, self.simnet, dtype, name)
+        ex.forward.watchdog = ex.backward.watchdog = self.watchdog
         self._exchanges.append(ex)
         return ex
 

@@ -36,6 +36,21 @@ def save_state_dict(path, state: dict) -> None:
         torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp)
 
 
+def rewind_metrics(path, last_epoch: int) -> None:
+    """Keep only the metrics.jsonl lines of epochs <= ``last_epoch`` (a resumed run continues after them)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            if json.loads(line).get("epoch", 0) <= last_epoch:
+                keep.append(line)
+        except ValueError:  # a line cut short by a crash
+            continue
+    write_text_atomic(path, "".join(line + "\n" for line in keep))
+
+
 class MetricsLog:
     """metrics.jsonl: one JSON object per epoch, appended and flushed line by line (rank 0 only)."""
 

@@ -115,9 +115,15 @@ write_conf() {
     mem=$(detect_memory)
     [[ $cpus =~ ^[1-9][0-9]*$ ]] || die "bad CPU count '$cpus' (G3_SLURM_CPUS)"
     [[ $mem =~ ^[1-9][0-9]*$ ]] || die "bad memory size '$mem' MiB (G3_SLURM_MEMORY)"
+    # Job IDs must not repeat across restarts: MPICH names its shared-memory segment after the PMI job name
+    # ("jobid.stepid" under srun), and a step killed by MPI_Abort leaves its segment in /dev/shm, which a later
+    # step with the same name would attach to ("Invalid GenQ flag" in MPI_Init). So start from a clock-derived
+    # ID (below the default MaxJobId of 67043328).
+    local first_job=$(( ($(date +%s) % 600000) * 100 + 1 ))
     cat >"$CONF.tmp" <<EOF
 # written by jobs/slurm/local-cluster.sh for host $node; regenerated on every start
 ClusterName=g3local
+FirstJobId=$first_job
 SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT

@@ -1,0 +1,166 @@
+"""g3-bench: reproducible benchmarks of g3mpi, side by side with their baselines, as JSON and PNG.
+
+    g3-bench SUITE [--nodes N] [--edges E] [--dims 128,256,40] [--epochs K] [--threads T] [--ranks P] [--smoke]
+        --out DIR
+    python -m g3mpi.bench.cli SUITE ... --out DIR
+
+Suites (each writes DIR/<suite>.json and DIR/<suite>*.png):
+  vs-pyg     one rank against PyTorch Geometric (edge_index and CSR adj_t), GCN / SAGE / GAT, epoch-time ratios
+  kernels    one rank's epoch time against the sum of its isolated kernels (SpMM forward/backward, GEMMs, ...)
+  bytes      bytes on the wire per epoch against the partition's lower bound and two naive designs, measured
+  schedules  pipelined vs blocking vs nocomm under a simulated network
+  scaling    1 rank x 2 threads vs 2 ranks x 1 thread (real) and 1 -> 8 ranks oversubscribed (informational)
+  memory     peak RSS per rank against the theoretical size of its data
+  all        every suite in turn
+
+Multi-rank suites start ``mpiexec -n P python -m mpi4py -m g3mpi.bench.worker`` themselves (the mpiexec beside
+this Python). Started on P ranks (jobs/slurm/bench.sbatch), g3-bench runs them on its own ranks instead (their
+rank count must then be P; scaling needs the one-process mode). Graphs and partitions are generated with
+g3-prepare / g3-partition into DIR/work (or --work) and reused by later runs with the same sizes.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+PROG = "g3-bench"
+SUITES = ("vs-pyg", "kernels", "bytes", "schedules", "scaling", "memory")
+
+#: defaults per suite: (nodes, edges, dims, epochs, graph generator); the acceptance sizes of the issue
+DEFAULTS = {
+    "vs-pyg": (200_000, 4_000_000, "128,256,40", 5, "random"),
+    "kernels": (200_000, 4_000_000, "128,256,40", 5, "random"),
+    "bytes": (100_000, 2_000_000, "128,256,40", 2, "sbm"),
+    "schedules": (65_536, 2_097_152, "64,128,128,16", 5, "rmat"),
+    "scaling": (200_000, 4_000_000, "128,256,40", 5, "sbm"),
+    "memory": (200_000, 4_000_000, "128,256,40", 3, "sbm"),
+}
+SMOKE = {
+    "vs-pyg": (1500, 12_000, "16,32,4", 2, "random"),
+    "kernels": (1500, 12_000, "16,32,4", 2, "random"),
+    "bytes": (1500, 12_000, "16,32,4", 1, "sbm"),
+    "schedules": (1024, 12_000, "16,32,32,4", 2, "rmat"),
+    "scaling": (1500, 12_000, "16,32,4", 1, "sbm"),
+    "memory": (1500, 12_000, "16,32,4", 1, "sbm"),
+}
+MODELS = {"vs-pyg": "gcn,sage,gat", "kernels": "gcn,sage", "bytes": "gcn,sage", "schedules": "gcn,gat",
+          "scaling": "gcn", "memory": "gcn,sage"}
+RANKS = {"bytes": 4, "schedules": 4, "memory": 2}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+    ap.add_argument("suite", choices=SUITES + ("all",))
+    ap.add_argument("--out", required=True, type=Path, help="output directory (created)")
+    ap.add_argument("--work", type=Path, help="directory of generated graphs and partitions (default OUT/work)")
+    ap.add_argument("--nodes", type=int, help="graph nodes (default per suite; vs-pyg: 200000)")
+    ap.add_argument("--edges", type=int, help="directed edges (default per suite; vs-pyg: 4000000)")
+    ap.add_argument("--dims", help="layer widths in,hidden...,out (default per suite; vs-pyg: 128,256,40)")
+    ap.add_argument("--epochs", type=int, help="measured epochs per system (a warm-up epoch comes first)")
+    ap.add_argument("--gat-epochs", type=int, help="measured epochs of GAT in vs-pyg (default: --epochs)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per rank (default 1; scaling: 2)")
+    ap.add_argument("--ranks", type=int, help="ranks of bytes (4), schedules (4), memory (2)")
+    ap.add_argument("--models", help="comma-separated models (default per suite)")
+    ap.add_argument("--heads", type=int, default=8, help="GAT heads of hidden layers (hidden = heads x channels)")
+    ap.add_argument("--graph", choices=("sbm", "rmat"), help="generator of the multi-rank suites")
+    ap.add_argument("--sim-net", default="10Gbit,20us", help="schedules: simulated network BANDWIDTH,LATENCY")
+    ap.add_argument("--repeats", type=int, default=2, help="scaling: alternating launches per configuration")
+    ap.add_argument("--max-ranks", type=int, default=8, help="scaling: largest oversubscribed rank count")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks that a suite runs, measures nothing")
+    ap.add_argument("--no-plots", action="store_true")
+    return ap
+
+
+def sizes_for(suite: str, a):
+    from .common import Sizes
+    n, e, dims, ep, gen = (SMOKE if a.smoke else DEFAULTS)[suite]
+    dims = a.dims or dims
+    try:
+        dims = tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        raise ValueError(f"--dims {dims!r}: expected comma-separated integers such as 128,256,40") from None
+    if len(dims) < 2 or min(dims) < 1:
+        raise ValueError(f"--dims {a.dims!r}: at least an input and an output width, all >= 1")
+    if len(dims) > 3 and len(set(dims[1:-1])) != 1:
+        raise ValueError(f"--dims {a.dims!r}: hidden layers must all have the same width")
+    nodes, edges = a.nodes or n, a.edges or e
+    epochs = a.epochs or ep
+    if nodes < 2 or edges < 1 or epochs < 1:
+        raise ValueError("--nodes must be >= 2, --edges and --epochs >= 1")
+    threads = a.threads or (2 if suite == "scaling" else 1)
+    if threads < 1:
+        raise ValueError("--threads must be >= 1")
+    return Sizes(nodes=nodes, edges=edges, dims=dims, epochs=epochs, threads=threads, heads=a.heads,
+                 graph=a.graph or (gen if gen != "random" else "sbm"))
+
+
+def run_suite(suite: str, a, argv) -> dict:
+    from . import common
+    sz = sizes_for(suite, a)
+    models = tuple((a.models or MODELS[suite]).split(","))
+    work = a.work or a.out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    ranks = a.ranks or (2 if a.smoke else RANKS.get(suite))
+    comm = common.world()
+    t0 = time.time()
+    if suite in ("vs-pyg", "kernels"):
+        res = None
+        if comm.rank == 0:
+            if suite == "vs-pyg":
+                from .pyg import run
+                res = run(sz, models=models, gat_epochs=a.gat_epochs)
+            else:
+                from .kernels import run
+                res = run(sz, models=models)
+        res = comm.bcast(res, root=0) if comm.size > 1 else res
+    elif suite == "bytes":
+        from .wire import run
+        res = run(sz, work, ranks=ranks, models=models)
+    elif suite == "schedules":
+        from .overlap import run
+        res = run(sz, work, ranks=ranks, sim_net=a.sim_net, models=models)
+    elif suite == "scaling":
+        from .scaling import run
+        over = tuple(p for p in (1, 2, 4, 8, 16, 32) if p <= (2 if a.smoke else a.max_ranks))
+        res = run(sz, work, model=models[0], repeats=1 if a.smoke else a.repeats, oversub=over)
+    else:
+        from .memory import run
+        res = run(sz, work, ranks=ranks, models=models)
+    doc = dict(suite=suite, command="g3-bench " + " ".join(argv), sizes=sz.as_dict(), models=list(models),
+               smoke=bool(a.smoke), machine=common.machine_info(), elapsed_s=round(time.time() - t0, 1),
+               result=res, plots=[])
+    if comm.rank == 0:
+        if not a.no_plots:
+            from .plots import PLOTS
+            doc["plots"] = [Path(f).name for f in PLOTS[suite](res, a.out)]
+        common.write_json(a.out / f"{suite}.json", doc)
+        common.progress(f"{suite}: wrote {a.out / (suite + '.json')}" +
+                        (f" and {', '.join(doc['plots'])}" if doc["plots"] else ""))
+    return doc
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = build_parser().parse_args(argv)
+    from .common import BenchError, world
+    comm = world()
+    try:
+        if a.out.exists() and not a.out.is_dir():
+            raise ValueError(f"{a.out}: exists and is not a directory")
+        if comm.rank == 0:
+            a.out.mkdir(parents=True, exist_ok=True)
+        if comm.size > 1:
+            comm.Barrier()
+        for suite in (SUITES if a.suite == "all" else (a.suite,)):
+            run_suite(suite, a, argv)
+    except (BenchError, ValueError, OSError) as e:
+        print(f"{PROG}: error: [rank {comm.rank}] {e}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

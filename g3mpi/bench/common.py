@@ -1,0 +1,235 @@
+"""Shared pieces of the benchmark suites: sizes, graphs and partitions on disk, launching MPI workers, JSON.
+
+Multi-rank suites run ``g3mpi.bench.worker`` on P ranks. When ``g3-bench`` runs as one process (the usual case
+on a workstation) the worker is started as ``mpiexec -n P python -m mpi4py -m g3mpi.bench.worker`` with the
+mpiexec beside ``sys.executable``; when ``g3-bench`` itself was started on P ranks (``jobs/slurm/bench.sbatch``),
+a suite that needs exactly P ranks runs the worker in-process on the world communicator instead.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+class BenchError(RuntimeError):
+    """A benchmark could not run (the message says which step and why)."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Graph and model sizes of one suite run (command-line options --nodes, --edges, --dims, --epochs, ...)."""
+
+    nodes: int
+    edges: int
+    dims: tuple            # in, hidden..., out (hidden layers all the same width)
+    epochs: int            # measured epochs (a warm-up epoch comes first and is excluded)
+    threads: int = 1
+    heads: int = 8         # GAT heads in hidden layers (hidden width = heads * channels)
+    graph: str = "sbm"     # generator of multi-rank suites: sbm | rmat
+
+    @property
+    def layers(self) -> int:
+        return len(self.dims) - 1
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["dims"] = list(self.dims)
+        return d
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def finite_or_none(x):
+    return x if x is None or (isinstance(x, float) and math.isfinite(x)) or isinstance(x, int) else None
+
+
+def write_json(path: Path, obj) -> None:
+    """Atomic JSON write (temporary file beside the target, then rename)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True, allow_nan=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def machine_info() -> dict:
+    import platform
+
+    import torch
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (None, None, None)
+    return dict(host=platform.node(), cpus=os.cpu_count(), python=platform.python_version(), torch=torch.__version__,
+                load_avg_1m=load[0], time_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+
+# -- graphs and partitions on disk ------------------------------------------------------------------------------
+def _tool(module: str, *args) -> None:
+    cmd = [sys.executable, "-m", module, *map(str, args)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
+    if p.returncode != 0:
+        raise BenchError(f"{' '.join(cmd)} failed (exit {p.returncode}):\n{p.stderr.strip()[-2000:]}")
+
+
+def on_root(fn, *args):
+    """Run ``fn`` on rank 0 only (every rank of a multi-rank g3-bench waits and gets its result or error)."""
+    comm = world()
+    if comm.size == 1:
+        return fn(*args)
+    res, err = None, None
+    if comm.rank == 0:
+        try:
+            res = fn(*args)
+        except Exception as e:  # noqa: BLE001 - reported on every rank
+            err = f"{type(e).__name__}: {e}"
+    res, err = comm.bcast((res, err), root=0)
+    if err:
+        raise BenchError(err)
+    return res
+
+
+def prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
+    return on_root(_prepare_graph, sz, work, seed)
+
+
+def prepare_parts(graph: Path, P: int, work: Path, method: str = "metis") -> Path:
+    return on_root(_prepare_parts, graph, P, work, method)
+
+
+def _prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
+    """graph.h5 for the multi-rank suites, generated with g3-prepare (cached in ``work`` by its parameters).
+
+    sbm: ``--avg-degree edges/nodes`` (both directions stored, so about ``edges`` directed edges), classes =
+    output width; rmat: ``--scale log2(nodes)`` (rounded), ``--edge-factor edges/nodes``, symmetrized, self loops
+    dropped."""
+    f, c = sz.dims[0], sz.dims[-1]
+    if sz.graph == "sbm":
+        name = f"sbm-n{sz.nodes}-e{sz.edges}-f{f}-c{c}-s{seed}.h5"
+        args = ["sbm", "--nodes", sz.nodes, "--classes", c, "--feature-dim", f,
+                "--avg-degree", f"{sz.edges / sz.nodes:g}", "--seed", seed]
+    elif sz.graph == "rmat":
+        scale = max(1, round(math.log2(sz.nodes)))
+        ef = max(1, round(sz.edges / sz.nodes / 2))
+        name = f"rmat-s{scale}-ef{ef}-f{f}-c{c}-s{seed}.h5"
+        args = ["rmat", "--scale", scale, "--edge-factor", ef, "--feature-dim", f, "--classes", c,
+                "--symmetrize", "--self-loops", "drop", "--seed", seed]
+    else:
+        raise BenchError(f"unknown graph generator {sz.graph!r} (sbm, rmat)")
+    out = work / name
+    if not out.exists():
+        work.mkdir(parents=True, exist_ok=True)
+        _tool("data_tools.prepare", *args, "--quiet", "--out", out)
+    return out
+
+
+def _prepare_parts(graph: Path, P: int, work: Path, method: str = "metis") -> Path:
+    """Partition directory of ``graph`` into P parts with g3-partition (cached)."""
+    out = work / f"{graph.stem}.{method}{P}"
+    if not (out / "meta.json").exists():
+        _tool("data_tools.partition", graph, "--parts", P, "--method", method, "--no-progress", "--force",
+              "--out", out)
+    return out
+
+
+# -- launching MPI workers --------------------------------------------------------------------------------------
+_LAUNCHER_VARS = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_", "I_MPI_", "SLURM_STEP", "MPICH_INTERFACE")
+
+
+def child_env(threads: int | None = None) -> dict:
+    """Environment of a child process: this repository on PYTHONPATH, no launcher variables of our own
+    process (so a child ``mpiexec`` starts a fresh world), the thread count pinned."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARS)}
+    repo = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    else:
+        env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def mpiexec() -> str:
+    cand = Path(sys.executable).parent / "mpiexec"
+    found = str(cand) if cand.exists() else shutil.which("mpiexec")
+    if not found:
+        raise BenchError("no mpiexec beside the Python interpreter or on PATH")
+    return found
+
+
+def world():
+    from mpi4py import MPI
+    return MPI.COMM_WORLD
+
+
+def run_worker(P: int, args: list, out_json: Path, threads: int = 1, timeout: float = 3600) -> dict:
+    """Run ``g3mpi.bench.worker`` on P ranks; return the JSON its rank 0 wrote to ``out_json``.
+
+    One process: a child ``mpiexec -n P`` (``--oversubscribe`` is not needed with MPICH). Already on exactly P
+    ranks: in-process on the world communicator (every rank must call this)."""
+    from . import worker
+    args = [*map(str, args), "--threads", str(threads), "--json", str(out_json)]
+    comm = world()
+    if comm.size > 1:
+        if comm.size != P:
+            raise BenchError(f"this measurement needs {P} ranks but g3-bench runs on {comm.size}: start g3-bench "
+                             f"as one process (it launches mpiexec itself) or on {P} ranks")
+        rc = worker.main(args, comm)
+        comm.Barrier()
+        if rc != 0:
+            raise BenchError(f"worker {' '.join(args)} failed on rank {comm.rank}")
+        return json.loads(Path(out_json).read_text())
+    cmd = [mpiexec(), "-n", str(P), sys.executable, "-m", "mpi4py", "-m", "g3mpi.bench.worker", *args]
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=child_env(threads), timeout=timeout)
+    if p.returncode != 0 or not Path(out_json).exists():
+        raise BenchError(f"{' '.join(cmd)} failed (exit {p.returncode}) after {time.time() - t0:.0f}s:\n"
+                         f"{p.stderr.strip()[-3000:]}")
+    return json.loads(Path(out_json).read_text())
+
+
+def progress(msg: str) -> None:
+    if world().rank == 0:
+        print(f"g3-bench: {msg}", file=sys.stderr, flush=True)
+
+
+def ratio(a, b):
+    return (a / b) if (a is not None and b) else None
+
+
+def nbytes(*arrays) -> int:
+    return int(sum(np.asarray(a).nbytes for a in arrays if a is not None))
+
+
+def variant_summary(v: dict) -> dict:
+    """Medians over epochs of a worker variant: epoch time, bytes, and per rank compute / blocked / idle."""
+    eps = v["epochs"]
+    P = len(eps[0]["rank_compute_s"]) if eps else 0
+
+    def per_rank(key):
+        return [median([e[key][r] for e in eps]) for r in range(P)]
+    return dict(epoch_time_median_s=median([e["epoch_time_s"] for e in eps]),
+                bytes_sent_per_epoch=median([e["bytes_sent"] for e in eps]),
+                rank_compute_s=per_rank("rank_compute_s"), rank_blocked_s=per_rank("rank_blocked_s"),
+                rank_idle_s=per_rank("rank_idle_s"), rank_bytes_sent=per_rank("rank_bytes_sent"),
+                rank_bytes_recv=per_rank("rank_bytes_recv"), epochs=len(eps))
+
+
+def worker_model_args(model: str, sz: Sizes) -> list:
+    """--model/--hidden/--layers/--heads of the worker for sizes ``sz`` (GAT: hidden width = heads x channels)."""
+    hidden = sz.dims[1] if len(sz.dims) > 2 else sz.dims[-1]
+    if model == "gat":
+        hidden = max(1, hidden // sz.heads)
+    return ["--model", model, "--hidden", hidden, "--layers", sz.layers, "--heads", sz.heads]

@@ -1,0 +1,144 @@
+"""Suite ``kernels``: one rank's epoch time against the sum of the kernels the epoch cannot avoid, each timed alone.
+
+The kernels are the ones the model's maths needs, with the shapes g3mpi uses and on the same matrices
+(``DistGraph.blocks(kind).local`` and its precomputed transpose ``local_t``): per layer the SpMM forward
+(A @ H), the SpMM backward (A^T @ G, only where a gradient must flow), the GEMMs (X W^T forward; G^T X for
+the weight gradient; G W for the input gradient, except in the first layer), the bias and activation forward
+and backward; then the loss (cross-entropy over training rows, forward + backward) and the Adam step. Rounds
+alternate one training epoch and one run of every kernel, so both see the same machine load; medians over
+rounds are compared: ratio = epoch / sum(kernels). 1.0 means the runtime adds nothing around its kernels.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from .common import Sizes, median, progress, ratio
+from .pyg import g3_net
+from .vs_pyg import epoch, random_graph
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def kernel_list(net, graph, model: str, dims, x, y, train, opt):
+    """[(name, callable)] of the isolated kernels of one training epoch of ``net`` (GCN or SAGE)."""
+    kind = "gcn" if model == "gcn" else "mean"
+    blk = graph.blocks(kind)
+    A, At = blk.local, blk.local_t
+    n = x.shape[0]
+    rnd = lambda *s: torch.randn(*s)  # noqa: E731
+    ks = []
+    L = len(dims) - 1
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        first, last = i == 0, i == L - 1
+        conv = net.convs[i]
+        xin = x if first else rnd(n, a)
+        g = rnd(n, b)
+        if model == "gcn":
+            W, bias = conv.lin.weight.detach(), conv.bias.detach()
+            if a > b:
+                hw = rnd(n, b)
+                ks += [(f"L{i} gemm X·Wᵀ [{n}x{a}]·[{a}x{b}]", lambda xin=xin, W=W: xin @ W.t()),
+                       (f"L{i} spmm A·H ({b})", lambda hw=hw: torch.sparse.mm(A, hw)),
+                       (f"L{i} bias add", lambda hw=hw, bias=bias: hw + bias),
+                       (f"L{i} spmm Aᵀ·G ({b})", lambda g=g: torch.sparse.mm(At, g)),
+                       (f"L{i} gemm Gᵀ·X (weight grad)", lambda g=g, xin=xin: g.t() @ xin)]
+                if not first:
+                    ks.append((f"L{i} gemm G·W (input grad)", lambda g=g, W=W: g @ W))
+            else:
+                ax = rnd(n, a)
+                ks += [(f"L{i} spmm A·X ({a})", lambda xin=xin: torch.sparse.mm(A, xin)),
+                       (f"L{i} gemm+bias AX·Wᵀ [{n}x{a}]·[{a}x{b}]", lambda ax=ax, W=W, bias=bias:
+                        torch.addmm(bias, ax, W.t())),
+                       (f"L{i} gemm Gᵀ·AX (weight grad)", lambda g=g, ax=ax: g.t() @ ax)]
+                if not first:
+                    ga = rnd(n, a)
+                    ks += [(f"L{i} gemm G·W (input grad)", lambda g=g, W=W: g @ W),
+                           (f"L{i} spmm Aᵀ·G ({a})", lambda ga=ga: torch.sparse.mm(At, ga))]
+            ks.append((f"L{i} bias grad", lambda g=g: g.sum(0)))
+        else:
+            Wc = torch.cat([conv.lin_l.weight, conv.lin_r.weight]).detach()          # [2b, a]
+            bias = conv.lin_l.bias.detach()
+            if a > b:
+                hw = rnd(n, 2 * b)
+                g2 = rnd(n, 2 * b)
+                ks += [(f"L{i} gemm X·[Wl;Wr]ᵀ [{n}x{a}]·[{a}x{2 * b}]", lambda xin=xin, Wc=Wc: xin @ Wc.t()),
+                       (f"L{i} spmm A·H ({b})", lambda hw=hw: torch.sparse.mm(A, hw[:, :b].contiguous())),
+                       (f"L{i} bias+root add", lambda hw=hw, bias=bias: hw[:, :b] + bias + hw[:, b:]),
+                       (f"L{i} spmm Aᵀ·G ({b})", lambda g=g: torch.sparse.mm(At, g)),
+                       (f"L{i} gemm Gᵀ·X (weight grad)", lambda g2=g2, xin=xin: g2.t() @ xin)]
+                if not first:
+                    ks.append((f"L{i} gemm G·[Wl;Wr] (input grad)", lambda g2=g2, Wc=Wc: g2 @ Wc))
+            else:
+                Wcat = torch.cat([conv.lin_l.weight, conv.lin_r.weight], dim=1).detach()  # [b, 2a]
+                ax = rnd(n, a)
+                z = rnd(n, 2 * a)
+                ks += [(f"L{i} spmm A·X ({a})", lambda xin=xin: torch.sparse.mm(A, xin)),
+                       (f"L{i} concat [AX, X]", lambda ax=ax, xin=xin: torch.cat([ax, xin], dim=1)),
+                       (f"L{i} gemm+bias [AX,X]·Wᵀ [{n}x{2 * a}]·[{2 * a}x{b}]", lambda z=z, Wcat=Wcat, bias=bias:
+                        torch.addmm(bias, z, Wcat.t())),
+                       (f"L{i} gemm Gᵀ·[AX,X] (weight grad)", lambda g=g, z=z: g.t() @ z)]
+                if not first:
+                    ga = rnd(n, a)
+                    ks += [(f"L{i} gemm G·W (input grad)", lambda g=g, Wcat=Wcat: g @ Wcat),
+                           (f"L{i} spmm Aᵀ·G ({a})", lambda ga=ga: torch.sparse.mm(At, ga))]
+            ks.append((f"L{i} bias grad", lambda g=g: g.sum(0)))
+        if not last:
+            h = rnd(n, b)
+            r = torch.relu(h)
+            ks += [(f"L{i} relu", lambda h=h: torch.relu(h)),
+                   (f"L{i} relu backward", lambda g=g, r=r: torch.ops.aten.threshold_backward(g, r, 0))]
+
+    logits = torch.randn(n, dims[-1])
+
+    def loss_fb():
+        lg = logits.clone().requires_grad_()
+        F.cross_entropy(lg[train], y[train]).backward()
+    ks.append(("loss forward+backward", loss_fb))
+    ks.append(("adam step", lambda: opt.step()))
+    return ks
+
+
+def run(sz: Sizes, models=("gcn", "sage"), rounds: int | None = None, seed: int = 0) -> dict:
+    torch.set_num_threads(sz.threads)
+    dims = list(sz.dims)
+    g = random_graph(sz.nodes, sz.edges, dims[0], dims[-1], seed)
+    rounds = rounds or sz.epochs
+    res = dict(graph=dict(nodes=g.num_nodes, edges=g.num_edges), rounds=rounds, models={})
+    for model in models:
+        progress(f"kernels: {model}, {rounds} rounds")
+        net, order, graph = g3_net(g, model, dims, sz.heads)
+        x = torch.from_numpy(g.features)[order]
+        y = torch.from_numpy(g.labels)[order]
+        train = torch.from_numpy(g.train_mask)[order]
+        opt = torch.optim.Adam(net.parameters(), lr=0.01)
+        epoch(net, x, y, train, opt)            # warm-up; also gives every parameter a gradient for Adam
+        ks = kernel_list(net, graph, model, dims, x, y, train, opt)
+        for _, fn in ks:
+            fn()
+        ep_t, k_t = [], {name: [] for name, _ in ks}
+        for _ in range(rounds):
+            ep_t.append(epoch(net, x, y, train, opt)[0])
+            for name, fn in ks:
+                k_t[name].append(_timed(fn))
+        k_med = {name: median(v) for name, v in k_t.items()}
+        total = float(sum(k_med.values()))
+        e_med = median(ep_t)
+        spmm = sum(v for k, v in k_med.items() if "spmm" in k)
+        gemm = sum(v for k, v in k_med.items() if "gemm" in k)
+        res["models"][model] = dict(epoch_median_s=e_med, epoch_times_s=ep_t, kernels_median_s=k_med,
+                                    kernel_sum_s=total, spmm_sum_s=spmm, gemm_sum_s=gemm,
+                                    other_sum_s=total - spmm - gemm, ratio_epoch_vs_kernels=ratio(e_med, total))
+        progress(f"kernels: {model}: epoch {e_med:.3f}s, kernel sum {total:.3f}s (spmm {spmm:.3f}, gemm {gemm:.3f}),"
+                 f" ratio {e_med / total:.3f}")
+        del net, opt, ks
+    return res
+
+
+

@@ -1,0 +1,36 @@
+"""Suite ``memory``: peak RSS per rank against the theoretical size of the rank's data.
+
+Each rank (``g3mpi.bench.worker --memory``) records its peak RSS (``getrusage``) before loading anything (the
+interpreter, torch, numpy, h5py and MPI: the baseline) and after training; the theoretical size is the sum of
+what the rank must hold (see ``worker.theoretical_bytes``): its part's arrays, the aggregation CSR and its
+transpose, the exchange buffers, the activations autograd keeps for backward (measured with saved-tensor
+hooks) and parameters with gradients and Adam moments. Ratio = (peak RSS - baseline) / theoretical; the raw
+peak is reported too.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import Sizes, prepare_graph, prepare_parts, progress, ratio, run_worker, worker_model_args
+
+
+def run(sz: Sizes, work: Path, ranks: int = 2, models=("gcn", "sage")) -> dict:
+    graph = prepare_graph(sz, work)
+    parts = prepare_parts(graph, ranks, work)
+    res = dict(graph=graph.name, ranks=ranks, models={})
+    for model in models:
+        progress(f"memory: {model} on {ranks} ranks")
+        out = run_worker(ranks, ["--parts", parts, "--memory", "--epochs", sz.epochs, *worker_model_args(model, sz)],
+                         work / f"memory-{model}-{ranks}.json", threads=sz.threads)
+        rk = []
+        for r in out["ranks"]:
+            used = r["rss_peak"] - r["rss_base"]
+            rk.append(dict(rank=r["rank"], rss_peak=r["rss_peak"], rss_base=r["rss_base"], rss_data=used,
+                           rss_after_setup=r["rss_after_setup"], theoretical=r["theoretical"],
+                           ratio=ratio(used, r["theoretical"]["total"]),
+                           raw_ratio=ratio(r["rss_peak"], r["theoretical"]["total"])))
+        res["models"][model] = dict(ranks=rk, ratio_max=max(x["ratio"] for x in rk))
+        progress(f"memory: {model}: (peak - baseline) / theoretical = "
+                 + ", ".join(f"rank {x['rank']}: {x['rss_data'] / 2**20:.0f}/{x['theoretical']['total'] / 2**20:.0f}"
+                             f" MiB = {x['ratio']:.2f}x" for x in rk))
+    return res

@@ -1,0 +1,36 @@
+"""Suite ``schedules``: the pipelined schedule against blocking and nocomm under a simulated network (this module
+is ``overlap``: ``g3mpi.bench.schedules`` is the runtime's own standalone script for the same measurement).
+
+P ranks (default 4) train the same model; the three schedules take turns epoch by epoch in the same processes
+(``Trainer.train_step`` with ``DistGraph.schedule`` switched), under ``--sim-net`` (each message lands no
+earlier than latency + size / bandwidth after it was posted, one outgoing link per rank). nocomm skips the
+exchange (compute only; its results are wrong by design). Reported: median epoch times, pipelined / blocking
+and pipelined / nocomm, and per rank compute, blocked and idle time.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import Sizes, prepare_graph, prepare_parts, progress, ratio, run_worker, variant_summary, \
+    worker_model_args
+
+SCHEDULES = ("pipelined", "blocking", "nocomm")
+
+
+def run(sz: Sizes, work: Path, ranks: int = 4, sim_net: str = "10Gbit,20us", models=("gcn", "gat")) -> dict:
+    graph = prepare_graph(sz, work)
+    parts = prepare_parts(graph, ranks, work)
+    res = dict(graph=graph.name, ranks=ranks, sim_net=sim_net, models={})
+    for model in models:
+        progress(f"schedules: {model} on {ranks} ranks, sim-net {sim_net}")
+        out = run_worker(ranks, ["--parts", parts, "--designs", "g3", "--schedules", ",".join(SCHEDULES),
+                                 "--sim-net", sim_net, "--epochs", sz.epochs, *worker_model_args(model, sz)],
+                         work / f"schedules-{model}-{ranks}.json", threads=sz.threads)
+        d = {v["schedule"]: variant_summary(v) for v in out["variants"].values()}
+        t = {s: d[s]["epoch_time_median_s"] for s in SCHEDULES}
+        res["models"][model] = dict(schedules=d, epoch_time_median_s=t,
+                                    pipelined_vs_blocking=ratio(t["pipelined"], t["blocking"]),
+                                    pipelined_vs_nocomm=ratio(t["pipelined"], t["nocomm"]))
+        progress(f"schedules: {model}: pipelined {t['pipelined']:.3f}s, blocking {t['blocking']:.3f}s, "
+                 f"nocomm {t['nocomm']:.3f}s")
+    return res

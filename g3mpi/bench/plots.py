@@ -1,0 +1,159 @@
+"""PNG plots of the suites' JSON (matplotlib, Agg backend: no display needed). One function per suite; each
+returns the list of files it wrote."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return str(path)
+
+
+def _bars(ax, groups, series, values, ylabel, title):
+    """Grouped bars: values[s][g] for every series s and group g."""
+    x = np.arange(len(groups))
+    w = 0.8 / max(1, len(series))
+    for i, s in enumerate(series):
+        ax.bar(x + (i - (len(series) - 1) / 2) * w, [values[s][g] or 0 for g in groups], w, label=s)
+    ax.set_xticks(x, groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+
+
+def breakdown(ax, comp, blocked, idle, title):
+    """Stacked per-rank time breakdown: compute, blocked on communication, idle (waiting at the allreduce)."""
+    r = np.arange(len(comp))
+    ax.bar(r, comp, label="compute")
+    ax.bar(r, blocked, bottom=comp, label="blocked")
+    ax.bar(r, idle, bottom=np.add(comp, blocked), label="idle")
+    ax.set_xticks(r, [str(i) for i in r])
+    ax.set_xlabel("rank")
+    ax.set_ylabel("seconds per epoch")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def plot_vs_pyg(res: dict, out: Path) -> list:
+    plt = _plt()
+    models = list(res["models"])
+    systems = list(next(iter(res["models"].values()))["median_epoch_s"]) if models else []
+    vals = {s: {m: res["models"][m]["median_epoch_s"][s] for m in models} for s in systems}
+    fig, ax = plt.subplots(figsize=(6, 4))
+    _bars(ax, models, systems, vals, "median epoch time (s)", "one rank: g3mpi vs PyG (epoch time per system)")
+    return [_save(fig, out / "vs-pyg.png")]
+
+
+def plot_kernels(res: dict, out: Path) -> list:
+    plt = _plt()
+    models = list(res["models"])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    x = np.arange(len(models))
+    m = [res["models"][k] for k in models]
+    ax.bar(x - 0.2, [v["epoch_median_s"] for v in m], 0.4, label="epoch")
+    sp, ge, ot = ([v[k] for v in m] for k in ("spmm_sum_s", "gemm_sum_s", "other_sum_s"))
+    ax.bar(x + 0.2, sp, 0.4, label="kernels: spmm")
+    ax.bar(x + 0.2, ge, 0.4, bottom=sp, label="kernels: gemm")
+    ax.bar(x + 0.2, ot, 0.4, bottom=np.add(sp, ge), label="kernels: other")
+    ax.set_xticks(x, models)
+    ax.set_ylabel("seconds")
+    ax.set_title("epoch vs sum of isolated kernels (one rank)")
+    ax.legend(fontsize=8)
+    return [_save(fig, out / "kernels.png")]
+
+
+def plot_bytes(res: dict, out: Path) -> list:
+    plt = _plt()
+    files = []
+    for model, m in res["models"].items():
+        d = m["designs"]
+        P = len(d["g3"]["rank_bytes_sent"])
+        ranks = [str(r) for r in range(P)]
+        series = {"lower bound": res["lower_bound"]["per_rank"]}
+        series.update({k: v["rank_bytes_sent"] for k, v in d.items()})
+        vals = {s: {r: v[int(r)] / 1e6 for r in ranks} for s, v in series.items()}
+        fig, ax = plt.subplots(figsize=(7, 4))
+        _bars(ax, ranks, list(series), vals, "MB sent per epoch", f"{model}: bytes sent per rank and epoch")
+        ax.set_xlabel("rank")
+        files.append(_save(fig, out / f"bytes-{model}.png"))
+    return files
+
+
+def plot_schedules(res: dict, out: Path) -> list:
+    plt = _plt()
+    files = []
+    for model, m in res["models"].items():
+        sch = list(m["schedules"])
+        fig, axes = plt.subplots(1, len(sch) + 1, figsize=(4 * (len(sch) + 1), 3.6))
+        axes[0].bar(sch, [m["epoch_time_median_s"][s] for s in sch], color=["C0", "C1", "C2"][:len(sch)])
+        axes[0].set_ylabel("median epoch time (s)")
+        axes[0].set_title(f"{model}, {res['ranks']} ranks, sim-net {res['sim_net']}", fontsize=9)
+        for ax, s in zip(axes[1:], sch):
+            d = m["schedules"][s]
+            breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"], f"{s}: per-rank breakdown")
+        files.append(_save(fig, out / f"schedules-{model}.png"))
+    return files
+
+
+def plot_scaling(res: dict, out: Path) -> list:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    real = res["real"]
+    axes[0].bar(list(real), [v["epoch_time_median_s"] for v in real.values()], color=["C0", "C1"])
+    axes[0].set_ylabel("median epoch time (s)")
+    axes[0].set_xlabel("ranks x threads")
+    axes[0].set_title(f"{res['model']}: ranks vs threads (real)")
+    ov = res["oversubscribed"]["runs"]
+    Ps = sorted(int(p) for p in ov)
+    axes[1].plot(Ps, [ov[str(p)]["epoch_time_median_s"] for p in Ps], "o-")
+    axes[1].set_xscale("log", base=2)
+    axes[1].set_xlabel("ranks (1 thread each)")
+    axes[1].set_ylabel("median epoch time (s)")
+    axes[1].set_title("1 -> 8 ranks oversubscribed (informational)")
+    files = [_save(fig, out / "scaling.png")]
+    if Ps:
+        d = ov[str(Ps[-1])]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"],
+                  f"{Ps[-1]} ranks (oversubscribed): per-rank breakdown")
+        files.append(_save(fig, out / "scaling-breakdown.png"))
+    return files
+
+
+def plot_memory(res: dict, out: Path) -> list:
+    plt = _plt()
+    files = []
+    for model, m in res["models"].items():
+        rk = m["ranks"]
+        cats = ("part", "matrices", "exchange", "activations", "params")
+        fig, ax = plt.subplots(figsize=(6, 4))
+        x = np.arange(len(rk))
+        bottom = np.zeros(len(rk))
+        for c in cats:
+            v = np.array([r["theoretical"][c] for r in rk]) / 2**20
+            ax.bar(x - 0.2, v, 0.4, bottom=bottom, label=f"theoretical: {c}")
+            bottom += v
+        ax.bar(x + 0.2, [r["rss_data"] / 2**20 for r in rk], 0.4, label="peak RSS - baseline", color="k")
+        ax.set_xticks(x, [str(r["rank"]) for r in rk])
+        ax.set_xlabel("rank")
+        ax.set_ylabel("MiB")
+        ax.set_title(f"{model}: peak RSS vs theoretical data size")
+        ax.legend(fontsize=7)
+        files.append(_save(fig, out / f"memory-{model}.png"))
+    return files
+
+
+PLOTS = {"vs-pyg": plot_vs_pyg, "kernels": plot_kernels, "bytes": plot_bytes, "schedules": plot_schedules,
+         "scaling": plot_scaling, "memory": plot_memory}

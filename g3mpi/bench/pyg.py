@@ -1,0 +1,123 @@
+"""Suite ``vs-pyg``: one rank of g3mpi against PyTorch Geometric, side by side in one process.
+
+For each model (GCN, SAGE, GAT) three systems train the same model from the same initial parameters with the
+same thread count on the same random graph (``vs_pyg.random_graph``: uniform endpoints, duplicates and self
+loops removed): g3mpi on one rank, PyG with the ``edge_index`` input and PyG with a CSR ``adj_t``
+(``torch.sparse_csr_tensor``). Epochs (forward, loss, backward, Adam step) alternate system by system, so
+every system sees the same machine load; the first epoch is a warm-up. Reported: median epoch time per system,
+the ratios g3mpi / PyG-CSR and g3mpi / PyG-edge_index, and the relative difference of the first epoch's logits
+(the systems compute the same function).
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .common import Sizes, median, progress, ratio
+from .vs_pyg import epoch, random_graph
+
+SYSTEMS = ("g3mpi", "pyg-csr", "pyg-edge_index")
+
+
+class PyGNet(torch.nn.Module):
+    """PyG's GCNConv / SAGEConv / GATConv stack with the state_dict keys of g3mpi's GNN."""
+
+    def __init__(self, model, dims, heads):
+        super().__init__()
+        from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+        convs = []
+        d = dims[0]
+        for i, o in enumerate(dims[1:]):
+            last = i == len(dims) - 2
+            if model == "gcn":
+                convs.append(GCNConv(d, o, cached=True))
+            elif model == "sage":
+                convs.append(SAGEConv(d, o))
+            else:
+                h = 1 if last else heads
+                ch = o if last else o // heads
+                convs.append(GATConv(d, ch, heads=h, concat=not last))
+                o = ch * h if not last else ch
+            d = o
+        self.convs = torch.nn.ModuleList(convs)
+
+    def forward(self, x, adj):
+        for i, conv in enumerate(self.convs):
+            x = conv(x, adj)
+            if i < len(self.convs) - 1:
+                x = F.relu(x)
+        return x
+
+
+def g3_net(g, model, dims, heads):
+    """g3mpi's GNN on one rank (its own communicator), seeded like vs_pyg; returns (net, orig_ids order)."""
+    from mpi4py import MPI
+
+    from data_tools.build import build_parts
+    from g3mpi.comm import CommContext
+    from g3mpi.nn import GNN
+    from g3mpi.ops import DistGraph
+    part = next(build_parts(g, np.zeros(g.num_nodes, np.int64), 1, "bench"))[0]
+    graph = DistGraph(part, CommContext(MPI.COMM_SELF))
+    torch.manual_seed(0)
+    hidden = dims[1] // heads if model == "gat" else dims[1]
+    net = GNN(graph, model, dims[0], hidden, dims[-1], layers=len(dims) - 1, heads=heads)
+    return net, torch.from_numpy(part.orig_ids), graph
+
+
+def run(sz: Sizes, models=("gcn", "sage", "gat"), seed: int = 0, gat_epochs: int | None = None) -> dict:
+    from torch_geometric.utils import to_torch_csr_tensor
+    torch.set_num_threads(sz.threads)
+    dims = list(sz.dims)
+    g = random_graph(sz.nodes, sz.edges, dims[0], dims[-1], seed)
+    x = torch.from_numpy(g.features)
+    y = torch.from_numpy(g.labels)
+    train = torch.from_numpy(g.train_mask)
+    dst = torch.from_numpy(np.repeat(np.arange(g.num_nodes), np.diff(g.indptr)))
+    src = torch.from_numpy(g.indices.astype(np.int64))
+    edge_index = torch.stack([src, dst])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adj_t = to_torch_csr_tensor(torch.stack([dst, src]), size=(g.num_nodes, g.num_nodes))
+    res = dict(graph=dict(nodes=g.num_nodes, edges=g.num_edges, generator="uniform random (vs_pyg.random_graph)"),
+               models={})
+    for model in models:
+        n_ep = sz.epochs if model != "gat" or gat_epochs is None else gat_epochs
+        progress(f"vs-pyg: {model}, {n_ep} epochs per system")
+        ours, order, _ = g3_net(g, model, dims, sz.heads)
+        nets = {"g3mpi": ours}
+        for s in SYSTEMS[1:]:
+            nets[s] = PyGNet(model, dims, sz.heads)
+            nets[s].load_state_dict(ours.state_dict())
+        inputs = {"g3mpi": (x[order], y[order], train[order], ()), "pyg-csr": (x, y, train, (adj_t,)),
+                  "pyg-edge_index": (x, y, train, (edge_index,))}
+        opts = {s: torch.optim.Adam(nets[s].parameters(), lr=0.01) for s in SYSTEMS}
+        times = {s: [] for s in SYSTEMS}
+        diff = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for ep in range(n_ep + 1):
+                outs = {}
+                for s in SYSTEMS:
+                    xs, ys, ts, extra = inputs[s]
+                    dt, outs[s] = epoch(nets[s], xs, ys, ts, opts[s], *extra)
+                    if ep > 0:
+                        times[s].append(dt)
+                if ep == 0:
+                    ref = outs["pyg-csr"][order]
+                    diff = {"g3mpi": float((outs["g3mpi"] - ref).norm() / ref.norm()),
+                            "pyg-edge_index": float((outs["pyg-edge_index"][order] - ref).norm() / ref.norm())}
+        med = {s: median(times[s]) for s in SYSTEMS}
+        res["models"][model] = dict(
+            epochs=n_ep, epoch_times_s=times, median_epoch_s=med,
+            ratio_vs_pyg_csr=ratio(med["g3mpi"], med["pyg-csr"]),
+            ratio_vs_pyg_edge_index=ratio(med["g3mpi"], med["pyg-edge_index"]),
+            first_epoch_logits_rel_diff=diff)
+        progress(f"vs-pyg: {model}: g3mpi {med['g3mpi']:.3f}s, pyg-csr {med['pyg-csr']:.3f}s, "
+                 f"pyg-edge_index {med['pyg-edge_index']:.3f}s, ratio vs csr "
+                 f"{res['models'][model]['ratio_vs_pyg_csr']:.3f}")
+        del nets, opts, ours
+    return res

@@ -1,0 +1,266 @@
+"""The MPI side of the multi-rank suites: one rank per part, training epochs, per-rank figures as JSON.
+
+    mpiexec -n P python -m mpi4py -m g3mpi.bench.worker --parts DIR --model gcn --hidden 256 --layers 2 \
+        [--designs g3,g3-original,replicate-all] [--schedules pipelined,blocking,nocomm] [--sim-net 10Gbit,20us] \
+        [--epochs 5] [--threads 1] [--memory] --json OUT.json
+
+Every (design, schedule) pair is a "variant". All variants live in the same processes and take turns epoch by
+epoch (variant A epoch 1, variant B epoch 1, ..., A epoch 2, ...), so they see the same machine load. Epoch 0 is
+a warm-up and is not reported. g3mpi variants are the real trainer (``g3mpi.train.Trainer.train_step``:
+forward, backward, gradient allreduce, Adam step) and its byte counters; ``g3-original`` and ``replicate-all``
+are the naive designs of :mod:`g3mpi.bench.naive`.
+
+Rank 0 writes the JSON: per variant and epoch the slowest rank's epoch time and every rank's compute, blocked
+and idle (gradient allreduce: waiting for slower ranks) times and bytes; per rank the partition figures, the
+peak RSS, the RSS before any data was loaded, and (``--memory``) the theoretical size of the rank's data.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+DESIGNS = ("g3", "g3-original", "replicate-all")
+
+
+def peak_rss() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def current_rss() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+    except OSError:
+        return 0
+
+
+def warm_libraries(comm) -> None:
+    """Touch every library the run uses on tiny data (GEMM, sparse product, autograd, Adam, h5py, MPI point to
+    point and collectives), so that the RSS measured afterwards (the baseline) holds the per-process fixed cost
+    (interpreter, libraries, thread pools, MPI shared-memory channels) and none of the rank's data."""
+    import h5py  # noqa: F401
+    import scipy.sparse as sp
+
+    from g3mpi.sched.blocks import to_torch_csr
+    A = to_torch_csr(sp.random(64, 64, density=0.1, format="csr", dtype=np.float32, random_state=0))
+    x = torch.randn(64, 32)
+    w = torch.randn(32, 16, requires_grad=True)
+    y = torch.sparse.mm(A, x @ w)
+    torch.nn.functional.cross_entropy(y, torch.zeros(64, dtype=torch.long)).backward()
+    torch.optim.Adam([w]).step()
+    buf = np.ones(1024)
+    comm.Allreduce(MPI.IN_PLACE, buf)
+    send = np.ones((comm.size, 256))
+    recv = np.empty_like(send)
+    comm.Alltoall(send, recv)
+    comm.Barrier()
+
+
+def _tensor_bytes(*ts) -> int:
+    n = 0
+    for t in ts:
+        if t is None:
+            continue
+        if t.layout == torch.sparse_csr:
+            n += _tensor_bytes(t.crow_indices(), t.col_indices(), t.values())
+        else:
+            n += t.numel() * t.element_size()
+    return n
+
+
+def theoretical_bytes(trainer, part, saved_activations: int) -> dict:
+    """What this rank must hold, by category (bytes):
+    part: every array of the rank's part as loaded (CSR of in-edges, halo/send lists, degrees, features, labels,
+      masks, original IDs); matrices: the aggregation CSR and its precomputed transpose per edge weighting, at the
+      sizes torch's kernels need (int64 indices, float32 values, self loops included), counted from their nnz;
+    exchange: halo, halo-gradient, send and receive-gradient buffers of every exchange (planned widths);
+    activations: the storages autograd keeps for backward in one training forward (measured with saved-tensor
+      hooks, parameters excluded); params: parameters, gradients and Adam's two moments."""
+    from g3mpi.format.partition import ARRAYS
+    part_b = int(sum(np.asarray(getattr(part, k)).nbytes for k in ARRAYS))
+    mat_b = 0
+    for blk in trainer.graph._blocks.values():
+        n = blk.num_owned
+        nnz = blk.local._nnz() + sum(nb.mat._nnz() for nb in blk.neighbours)
+        rows = n + sum(len(nb.rows) for nb in blk.neighbours)
+        cols = n + sum(nb.mat.shape[1] for nb in blk.neighbours)
+        mat_b += (rows + 1 + cols + 1) * 8 + 2 * nnz * 12   # CSR + transpose: row pointers, (index, value) per nnz
+    ex_b = 0
+    for ex in trainer.ctx._exchanges:
+        ex_b += ex.halo.nbytes + ex.halo_grad.nbytes + sum(b.nbytes for b in ex.send_bufs) + \
+            sum(b.nbytes for b in ex.grad_bufs)
+    params = sum(p.numel() * p.element_size() for p in trainer.params)
+    out = dict(part=part_b, matrices=mat_b, exchange=ex_b, activations=int(saved_activations), params=4 * params)
+    out["total"] = int(sum(out.values()))
+    return out
+
+
+def saved_activation_bytes(trainer, epoch: int) -> int:
+    """Bytes of the distinct storages autograd saves during one training forward of the trainer's model."""
+    from g3mpi.ops import DropoutKey
+    param_ptrs = {p.untyped_storage().data_ptr() for p in trainer.params}
+    seen = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in param_ptrs and t.layout == torch.strided:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    trainer.model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits = trainer.model(trainer.x, DropoutKey(trainer.cfg.seed, epoch))
+        m = trainer.masks["train"]
+        loss = torch.nn.functional.cross_entropy(logits[m], trainer.y[m], reduction="sum")
+    del loss, logits
+    return int(sum(seen.values()))
+
+
+class Variant:
+    def __init__(self, name, design, schedule, step, logits, trainer=None):
+        self.name, self.design, self.schedule = name, design, schedule
+        self._step, self.logits, self.trainer = step, logits, trainer
+        self.epochs = []
+
+    def step(self, epoch):
+        if self.trainer is not None:
+            from g3mpi.sched import Schedule
+            self.trainer.graph.schedule = Schedule(self.schedule, self.trainer.cfg.chunk_rows)
+        return self._step(epoch)
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(prog="g3mpi.bench.worker", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--parts", required=True)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--model", default="gcn", choices=("gcn", "sage", "gat"))
+    ap.add_argument("--hidden", type=int, default=256, help="hidden width (GAT: per head)")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--designs", default="g3")
+    ap.add_argument("--schedules", default="pipelined")
+    ap.add_argument("--sim-net", default="")
+    ap.add_argument("--chunk-rows", type=int, default=0)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--memory", action="store_true", help="account the theoretical size of each rank's data")
+    ap.add_argument("--check", action="store_true", help="compare every variant's initial logits with g3mpi's")
+    return ap
+
+
+def run(a, comm) -> dict | None:
+    from g3mpi.format import read_meta, read_part
+    from g3mpi.train import TrainConfig, Trainer
+
+    from .naive import ReplicateAllRunner, as_g3_original
+    torch.set_num_threads(a.threads)
+    warm_libraries(comm)
+    rss_base = peak_rss()
+    rss_base_now = current_rss()
+    meta = read_meta(a.parts)
+    if meta["num_parts"] != comm.size:
+        raise ValueError(f"{a.parts}: {meta['num_parts']} parts but {comm.size} ranks")
+    part = read_part(a.parts, comm.rank, meta, verify=False)
+    designs = [d for d in a.designs.split(",") if d]
+    schedules = [s for s in a.schedules.split(",") if s]
+    for d in designs:
+        if d not in DESIGNS:
+            raise ValueError(f"unknown design {d!r} ({', '.join(DESIGNS)})")
+    cfg = TrainConfig(parts=a.parts, out="", model=a.model, layers=a.layers, hidden=a.hidden, heads=a.heads,
+                      dropout=0.0, weight_decay=0.0, lr=0.01, threads=a.threads, schedule=schedules[0],
+                      chunk_rows=a.chunk_rows, sim_net=a.sim_net, verify=False, progress=False)
+    variants = []
+    ref = None
+    for d in designs:
+        if d in ("g3", "g3-original"):
+            tr = Trainer(cfg, comm, part, meta)
+            if d == "g3-original":
+                as_g3_original(tr.model)
+            if ref is None:
+                ref = tr
+            for s in schedules:
+                variants.append(Variant(d if len(schedules) == 1 else f"{d}:{s}", d, s, tr.train_step, tr.logits, tr))
+        else:
+            if ref is None:
+                ref = Trainer(cfg, comm, part, meta)
+            dims = [part.feature_dim] + [a.hidden] * (a.layers - 1) + [part.num_classes]
+            rr = ReplicateAllRunner(part, comm, a.model, dims, ref.model.state_dict(), ref.split_sizes["train"])
+            variants.append(Variant(d, d, "blocking", rr.step, rr.logits))
+    check = {}
+    if a.check:
+        base = ref.logits()
+        for v in variants:
+            out = v.logits() if v.trainer is None else v.trainer.logits()
+            num = comm.allreduce(float(((out - base) ** 2).sum()))
+            den = comm.allreduce(float((base ** 2).sum()))
+            check[v.name] = (num / den) ** 0.5 if den > 0 else 0.0
+    acts = None
+    if a.memory:
+        acts = saved_activation_bytes(ref, 0)
+    rss_setup = peak_rss()
+    for ep in range(a.epochs + 1):
+        for v in variants:
+            comm.Barrier()  # variants must not overlap each other; not inside the timed step
+            rec = v.step(ep + 1)
+            per_rank = comm.gather(rec, root=0)
+            if comm.rank == 0 and ep > 0:
+                v.epochs.append(per_rank)
+    theo = theoretical_bytes(ref, part, acts) if a.memory else None
+    rank_info = dict(rank=comm.rank, owned=part.num_owned, halo=part.num_halo, send=int(len(part.send_rows)),
+                     local_edges=int(part.indptr[-1]), neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
+                     rss_base=rss_base, rss_base_current=rss_base_now, rss_after_setup=rss_setup, rss_peak=peak_rss(),
+                     rss_end_current=current_rss(), theoretical=theo,
+                     exchanges={ex.name: ex.width for ex in ref.ctx._exchanges})
+    ranks = comm.gather(rank_info, root=0)
+    if comm.rank != 0:
+        return None
+    out = dict(world_size=comm.size, parts=a.parts, model=a.model, hidden=a.hidden, layers=a.layers,
+               threads=a.threads, sim_net=a.sim_net or None, num_nodes=part.num_nodes, num_edges=part.num_edges,
+               feature_dim=part.feature_dim, num_classes=part.num_classes, ranks=ranks, check_rel_diff=check,
+               variants={})
+    for v in variants:
+        eps = []
+        for per_rank in v.epochs:
+            eps.append(dict(
+                epoch_time_s=max(r["epoch_time_s"] for r in per_rank),
+                bytes_sent=sum(r["bytes_sent"] for r in per_rank),
+                bytes_recv=sum(r["bytes_recv"] for r in per_rank),
+                rank_epoch_s=[r["epoch_time_s"] for r in per_rank],
+                rank_compute_s=[r["compute_s"] for r in per_rank],
+                rank_blocked_s=[r["blocked_s"] for r in per_rank],
+                rank_idle_s=[r["allreduce_s"] for r in per_rank],
+                rank_comm_s=[r["comm_s"] for r in per_rank],
+                rank_bytes_sent=[r["bytes_sent"] for r in per_rank],
+                rank_bytes_recv=[r["bytes_recv"] for r in per_rank],
+                rank_messages=[r["messages"] for r in per_rank]))
+        out["variants"][v.name] = dict(design=v.design, schedule=v.schedule, epochs=eps)
+    return out
+
+
+def main(argv=None, comm=None) -> int:
+    comm = comm or MPI.COMM_WORLD
+    a = build_parser().parse_args(argv)
+    try:
+        out = run(a, comm)
+    except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
+        import traceback
+        print(f"g3mpi.bench.worker: error: [rank {comm.rank}] {type(e).__name__}: {e}\n{traceback.format_exc()}",
+              file=sys.stderr, flush=True)
+        comm.Abort(1)
+        return 1
+    if out is not None:
+        from .common import write_json
+        write_json(Path(a.json), out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""g3-bench: a smoke run of every suite (tiny sizes): the JSON has its keys and finite numbers, the plots are PNG
+files, and the deterministic figures hold (bytes equal the lower bound, every design computes the same logits).
+No timing assertions: timings are measured by the benchmark, never asserted by a test."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from conftest import run_module
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def bench_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench")
+    return root / "out", root / "work"
+
+
+def bench(dirs, suite, *args):
+    out, work = dirs
+    run_module("g3mpi.bench.cli", suite, "--smoke", "--out", out, "--work", work, *args, timeout=900)
+    doc = json.loads((out / f"{suite}.json").read_text())
+    assert doc["suite"] == suite and doc["smoke"] is True
+    assert {"command", "sizes", "machine", "elapsed_s", "result", "plots"} <= set(doc)
+    assert doc["plots"], "no plot written"
+    for name in doc["plots"]:
+        assert (out / name).read_bytes()[:8] == PNG
+    return doc["result"]
+
+
+def finite(*xs):
+    for x in xs:
+        assert isinstance(x, (int, float)) and math.isfinite(x), x
+        assert x >= 0, x
+
+
+def test_vs_pyg(bench_dirs):
+    res = bench(bench_dirs, "vs-pyg")
+    assert set(res["models"]) == {"gcn", "sage", "gat"}
+    for m in res["models"].values():
+        finite(m["ratio_vs_pyg_csr"], m["ratio_vs_pyg_edge_index"], *m["median_epoch_s"].values())
+        assert set(m["median_epoch_s"]) == {"g3mpi", "pyg-csr", "pyg-edge_index"}
+        # the three systems train the same model: same first-epoch logits
+        assert m["first_epoch_logits_rel_diff"]["g3mpi"] < 1e-4
+        assert m["first_epoch_logits_rel_diff"]["pyg-edge_index"] < 1e-4
+
+
+def test_kernels(bench_dirs):
+    res = bench(bench_dirs, "kernels")
+    for m in res["models"].values():
+        finite(m["epoch_median_s"], m["kernel_sum_s"], m["ratio_epoch_vs_kernels"], *m["kernels_median_s"].values())
+        assert any("spmm" in k for k in m["kernels_median_s"]) and any("gemm" in k for k in m["kernels_median_s"])
+
+
+def test_bytes(bench_dirs):
+    res = bench(bench_dirs, "bytes", "--models", "gcn")
+    m = res["models"]["gcn"]
+    finite(m["g3_bytes_per_epoch"], m["g3-original_bytes_per_epoch"], m["replicate-all_bytes_per_epoch"])
+    # bytes are deterministic: g3mpi sends exactly the partition's lower bound, per rank too
+    assert m["g3_bytes_per_epoch"] == res["lower_bound"]["total"] > 0
+    assert m["designs"]["g3"]["rank_bytes_sent"] == res["lower_bound"]["per_rank"]
+    assert m["saving_vs_g3-original"] > 0 and m["saving_vs_replicate-all"] > 0
+    for d, diff in m["check_rel_diff"].items():
+        assert diff < 1e-4, (d, diff)
+
+
+def test_schedules(bench_dirs):
+    res = bench(bench_dirs, "schedules", "--models", "gcn")
+    m = res["models"]["gcn"]
+    assert set(m["epoch_time_median_s"]) == {"pipelined", "blocking", "nocomm"}
+    finite(m["pipelined_vs_blocking"], m["pipelined_vs_nocomm"], *m["epoch_time_median_s"].values())
+    for d in m["schedules"].values():
+        finite(*d["rank_compute_s"], *d["rank_blocked_s"], *d["rank_idle_s"])
+    assert m["schedules"]["nocomm"]["bytes_sent_per_epoch"] == 0 < m["schedules"]["pipelined"]["bytes_sent_per_epoch"]
+
+
+def test_scaling(bench_dirs):
+    res = bench(bench_dirs, "scaling")
+    finite(res["ranks_vs_threads"], *(v["epoch_time_median_s"] for v in res["real"].values()))
+    assert set(res["real"]) == {"1x2", "2x1"}
+    assert res["oversubscribed"]["informational"] is True
+    finite(*(v["epoch_time_median_s"] for v in res["oversubscribed"]["runs"].values()))
+
+
+def test_memory(bench_dirs):
+    res = bench(bench_dirs, "memory", "--models", "gcn")
+    for r in res["models"]["gcn"]["ranks"]:
+        finite(r["ratio"], r["rss_peak"], r["rss_base"], *r["theoretical"].values())
+        assert r["rss_peak"] >= r["rss_base"] > 0
+        assert r["theoretical"]["total"] == sum(v for k, v in r["theoretical"].items() if k != "total")
+
+
+def test_bad_options(tmp_path):
+    p = run_module("g3mpi.bench.cli", "vs-pyg", "--dims", "16,x", "--out", tmp_path / "o", check=False)
+    assert p.returncode != 0 and "g3-bench: error" in p.stderr and "--dims" in p.stderr
+    p = run_module("g3mpi.bench.cli", "nosuch", "--out", tmp_path / "o", check=False)
+    assert p.returncode != 0 and "invalid choice" in p.stderr
+
+
+def test_lower_bound_counts_backward_only_where_a_gradient_flows():
+    from g3mpi.bench.wire import lower_bound
+    meta = dict(num_parts=2, parts=[dict(halo=10, send=7), dict(halo=7, send=10)])
+    lb = lower_bound(meta, (128, 256, 40))
+    # layer 0 aggregates its raw input (128 <= 256): forward only; layer 1 at min(256, 40) = 40 both ways
+    assert lb["layers"][0] == dict(layer=0, width=128, forward=17 * 128 * 4, backward=0)
+    assert lb["layers"][1] == dict(layer=1, width=40, forward=17 * 40 * 4, backward=17 * 40 * 4)
+    assert lb["per_rank"] == [7 * 128 * 4 + (7 + 10) * 40 * 4, 10 * 128 * 4 + (10 + 7) * 40 * 4]
+    assert sum(lb["per_rank"]) == lb["total"]
