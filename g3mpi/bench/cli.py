@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sim-net", default="10Gbit,20us", help="schedules: simulated network BANDWIDTH,LATENCY")
     ap.add_argument("--repeats", type=int, default=2, help="scaling: alternating launches per configuration")
     ap.add_argument("--max-ranks", type=int, default=8, help="scaling: largest oversubscribed rank count")
+    ap.add_argument("--systems", default="g3mpi,pyg-csr,pyg-edge_index",
+                    help="vs-pyg: systems compared (g3mpi and pyg-csr always; pyg-edge_index needs several GiB "
+                         "at the default size)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks that a suite runs, measures nothing")
     ap.add_argument("--no-plots", action="store_true")
     return ap
@@ -94,7 +97,7 @@ def sizes_for(suite: str, a):
     if threads < 1:
         raise ValueError("--threads must be >= 1")
     return Sizes(nodes=nodes, edges=edges, dims=dims, epochs=epochs, threads=threads, heads=a.heads,
-                 graph=a.graph or (gen if gen != "random" else "sbm"))
+                 graph=gen if gen == "random" else (a.graph or gen))
 
 
 def run_suite(suite: str, a, argv) -> dict:
@@ -111,7 +114,7 @@ def run_suite(suite: str, a, argv) -> dict:
         if comm.rank == 0:
             if suite == "vs-pyg":
                 from .pyg import run
-                res = run(sz, models=models, gat_epochs=a.gat_epochs)
+                res = run(sz, models=models, gat_epochs=a.gat_epochs, systems=a.systems.split(","))
             else:
                 from .kernels import run
                 res = run(sz, models=models)

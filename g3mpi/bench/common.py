@@ -36,7 +36,7 @@ class Sizes:
     epochs: int            # measured epochs (a warm-up epoch comes first and is excluded)
     threads: int = 1
     heads: int = 8         # GAT heads in hidden layers (hidden width = heads * channels)
-    graph: str = "sbm"     # generator of multi-rank suites: sbm | rmat
+    graph: str = "sbm"     # generator: sbm | rmat (multi-rank suites), random (vs-pyg, kernels)
 
     @property
     def layers(self) -> int:
