@@ -204,15 +204,19 @@ class Transfer:
             self._posted = False
         return out
 
+    def _poll_recvs(self) -> None:
+        """Testsome over the receives MPI has not completed yet; marks completions and their times."""
+        pending = np.nonzero(~self._mpi_done)[0]
+        if len(pending):
+            idx = MPI.Request.Testsome([self._recv_reqs[j] for j in pending])
+            if idx:
+                self._mpi_done[pending[idx]] = True
+                self._t_data[pending[idx]] = time.perf_counter()
+
     def progress(self) -> None:
         """Let MPI progress this transfer's messages (marks completions; landing is decided by ``test``)."""
         if self._posted:
-            pending = np.nonzero(~self._mpi_done)[0]
-            if len(pending):
-                idx = MPI.Request.Testsome([self._recv_reqs[j] for j in pending])
-                if idx:
-                    self._mpi_done[pending[idx]] = True
-                    self._t_data[pending[idx]] = time.perf_counter()
+            self._poll_recvs()
         elif self._send_active:
             MPI.Request.Testall(self._send_reqs)
 
@@ -220,12 +224,7 @@ class Transfer:
         """Receive indices that have landed since the last call (never blocks)."""
         if not self._posted:
             return []
-        pending = np.nonzero(~self._mpi_done)[0]
-        if len(pending):
-            idx = MPI.Request.Testsome([self._recv_reqs[j] for j in pending])
-            if idx:
-                self._mpi_done[pending[idx]] = True
-                self._t_data[pending[idx]] = time.perf_counter()
+        self._poll_recvs()
         return self._deliverable(time.perf_counter())
 
     def wait_some(self) -> list:
