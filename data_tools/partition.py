@@ -91,10 +91,10 @@ def log(msg: str) -> None:
 def assign(g, cfg: PartitionConfig, model: CostModel) -> tuple[np.ndarray, dict]:
     """Node→part assignment for cfg.method, plus method-specific meta entries."""
     n, P = g.num_nodes, cfg.parts
-    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
-    in_deg = np.diff(indptr)
     if cfg.method == "random":
         return random_partition(n, P, cfg.seed)
+    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    in_deg = np.diff(indptr)
     if cfg.method == "metis":
         return metis_partition(indptr, indices, P, balance=cfg.balance, in_degree=in_deg, train_mask=g.train_mask,
                                seed=cfg.seed)

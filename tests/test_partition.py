@@ -10,6 +10,8 @@ import pytest
 from conftest import run_module
 from partition_graphs import cora_graph, random_graph, write
 from data_tools.build import strip_self_loops, write_partition
+from data_tools.inspection import inspect_path
+from data_tools.partition import main as partition_main
 from data_tools.partitioners import metis_partition, partition_stats, random_partition
 from data_tools.partitioners.cost import out_edges
 from g3mpi.format import read_meta, read_node_map, read_part
@@ -35,10 +37,14 @@ def rand_h5(tmp_path_factory):
     return g, path
 
 
-def partition(graph_path, out, parts, method, balance=None, seed=0, *extra, check=True):
+def partition(graph_path, out, parts, method, balance=None, seed=0, *extra, check=True, inproc=False):
+    """Run g3-partition as a command (default), or in this process (``inproc``: same code, no interpreter start)."""
     args = [graph_path, "--parts", parts, "--method", method, "--out", out, "--seed", seed, "--no-progress", *extra]
     if balance:
         args += ["--balance", balance]
+    if inproc:
+        assert partition_main([str(x) for x in args]) == 0
+        return None
     return run_module("data_tools.partition", *args, check=check)
 
 
@@ -84,7 +90,8 @@ def test_reassembly_exact(which, method, balance, cora_h5, rand_h5, tmp_path):
     want_src, want_dst = expected_edges(g)
     for P in PS:
         out = tmp_path / f"p{P}"
-        partition(path, out, P, method, balance, 0, *(("--max-iters", "20") if method == "g3" else ()))
+        partition(path, out, P, method, balance, 0, *(("--max-iters", "20") if method == "g3" else ()),
+                  inproc=P != 4)
         src, dst, feats, labels, masks = reassemble(out)
         assert np.array_equal(src, want_src) and np.array_equal(dst, want_dst), f"edges differ for P={P}"
         assert np.array_equal(feats, g.features)
@@ -127,8 +134,8 @@ def test_invariants_random_graphs(seed, tmp_path):
     write(g, path)
     for method in ("metis", "random", "g3"):
         out = tmp_path / method
-        partition(path, out, 3 + seed, method, None, seed)
-        r = json.loads(run_module("data_tools.inspection", out, "--json").stdout)  # validates every pair of parts
+        partition(path, out, 3 + seed, method, None, seed, inproc=True)
+        r = inspect_path(out)  # validates every part and every pair of parts
         assert sum(p["owned"] for p in r["parts"]) == g.num_nodes
         if method == "random":
             owned = [p["owned"] for p in r["parts"]]
@@ -145,11 +152,11 @@ def test_deterministic_with_seed(method, rand_h5, tmp_path):
     _, path = rand_h5
     maps = []
     for i in range(2):
-        partition(path, tmp_path / f"a{i}", 4, method, None, 7)
+        partition(path, tmp_path / f"a{i}", 4, method, None, 7, inproc=True)
         maps.append(read_node_map(tmp_path / f"a{i}"))
     assert np.array_equal(maps[0], maps[1])
     if method == "random":
-        partition(path, tmp_path / "b", 4, method, None, 8)
+        partition(path, tmp_path / "b", 4, method, None, 8, inproc=True)
         assert not np.array_equal(maps[0], read_node_map(tmp_path / "b"))
 
 
@@ -228,3 +235,37 @@ def test_output_exists_without_force(rand_h5, tmp_path):
     partition(path, out, 2, "metis", None, 0, "--force")
     assert (out / "meta.json").exists() and not (out / "keep.txt").exists()
     assert sorted(f.name for f in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_g3_library_constraints_and_gain(dense, monkeypatch):
+    """g3 as a library, with dense replica counts and with the sparse path used for large N x P."""
+    from data_tools.partitioners import CostModel
+    from data_tools.partitioners import g3 as g3mod
+    if not dense:
+        monkeypatch.setattr(g3mod, "DENSE_LIMIT", 0)
+    g = random_graph(n=500, m=4000, seed=9, isolated=40)
+    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    P = 6
+    a, info = g3mod.g3_partition(indptr, indices, P, model=CostModel(width=16), max_iters=30, seed=0)
+    owned = np.bincount(a, minlength=P)
+    assert owned.sum() == g.num_nodes and owned.min() > 0
+    assert owned.max() <= 1.10 * owned.mean() + 1e-9
+    assert info["objective_after"] <= info["objective_before"] * (1 + 1e-12) or info["violation_before"] > 0
+    s = partition_stats(*out_edges(indptr, indices), a, P)
+    model = CostModel(width=16)
+    cost = model.epoch_costs(s["local_edges"], s["halo"] + s["send"])
+    assert cost.max() == pytest.approx(info["objective_after"], rel=1e-9)
+
+
+def test_fill_isolated_and_repair():
+    from data_tools.partitioners.g3 import fill_isolated, repair_nodes
+    a = np.array([0, 0, 0, 0, 0, 0, 1, 2, 2, 2])
+    iso = np.zeros(10, dtype=bool)
+    iso[[0, 1, 2, 3]] = True
+    b = fill_isolated(a, iso, 3)
+    assert np.array_equal(b[~iso], a[~iso]) and sorted(np.bincount(b, minlength=3)) == [3, 3, 4]
+    c = repair_nodes(np.zeros(10, dtype=np.int64), 10 / 3 * 1.1, 3, np.arange(10))
+    assert np.bincount(c, minlength=3).max() <= 4
+    d = repair_nodes(np.array([0, 0, 0, 1, 1]), 1.0, 2, np.zeros(5))  # a cap below N/P is raised to ceil(N/P)
+    assert sorted(np.bincount(d, minlength=2)) == [2, 3]

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -53,10 +53,19 @@ class Job:
     stderr: str
 
 
+def mpich_segment(jobid: str, step: int) -> str:
+    """MPICH's shared-memory segment of a SLURM job step: mpich_shm_<FNV-1a of "jobid.stepid">_<node>."""
+    h = 2166136261
+    for c in f"{jobid}.{step}".encode():
+        h = ((h ^ c) * 16777619) & 0xFFFFFFFF
+    return f"mpich_shm_{h:x}_0"
+
+
 @dataclass
 class Cluster:
     dir: Path
     env: dict
+    aborted_segments: list = field(default_factory=list)
 
     def run(self, *cmd, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=self.env, timeout=timeout, **kw)
@@ -127,9 +136,11 @@ def cluster():
         pids = c.pids()
         p = c.run("bash", LOCAL_CLUSTER, "stop", timeout=120)
         left = [f"{name} (pid {pid})" for name, pid in pids.items() if _alive(pid, name)]
+        stale = [seg for seg in c.aborted_segments if Path("/dev/shm", seg).exists()]
         shutil.rmtree(d, ignore_errors=True)
         assert p.returncode == 0, f"local-cluster.sh stop failed:\n{p.stderr}"
         assert not left, f"daemons still running after stop: {left}"
+        assert not stale, f"MPICH segments of aborted steps left in /dev/shm: {stale}"
 
 
 def _alive(pid: int, name: str) -> bool:
@@ -278,3 +289,5 @@ def test_corrupt_partition_fails_the_train_job(cluster, cora_chain):
     assert job.returncode != 0 and job.exit_code != "0:0", job.log
     assert "part-00001.h5" in job.log, job.log
     assert not (work / "run-corrupt" / "summary.json").exists()
+    # the aborted training step (step 1, after the world-check probe) leaves its segment until the cluster stops
+    cluster.aborted_segments.append(mpich_segment(job.jobid, 1))

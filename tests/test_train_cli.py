@@ -54,7 +54,7 @@ def test_run_directory(small_parts, tmp_path):
     g, root = small_parts
     out = tmp_path / "run"
     train(2, root / "p2", out, "--model", "sage", "--epochs", "5", "--eval-every", "2", "--lr", "0.02")
-    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "metrics.jsonl", "model.pt",
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.jsonl", "model.pt",
                                                      "predictions.h5", "summary.json"]
     cfg = tomllib.loads((out / "config.toml").read_text())
     assert cfg["model"] == "sage" and cfg["epochs"] == 5 and cfg["lr"] == 0.02

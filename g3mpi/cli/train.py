@@ -2,6 +2,7 @@
 
     mpiexec -n P g3-train --parts PARTS --out RUN [--config run.toml] [--model gcn|sage|gat] [...]
     mpiexec -n P python -m mpi4py -m g3mpi.cli.train --parts PARTS --out RUN [...]
+    mpiexec -n P g3-train --resume RUN [--epochs N] [...]      (continue from RUN/checkpoint.pt)
 
 Settings come from the defaults, then ``--config`` (TOML, keys as the long options with underscores), then
 the command line. The resolved configuration is saved as RUN/config.toml. Errors are reported on every rank
@@ -10,6 +11,7 @@ the command line. The resolved configuration is saved as RUN/config.toml. Errors
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
@@ -24,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--parts", help="partition directory (meta.json + part-*.h5)")
     ap.add_argument("--out", help="run directory to create")
     ap.add_argument("--config", help="TOML file with settings (command-line options override it)")
+    ap.add_argument("--resume", metavar="RUN",
+                    help="continue the run in RUN from RUN/checkpoint.pt, with RUN/config.toml as the settings")
     g = ap.add_argument_group("model")
     g.add_argument("--model", choices=("gcn", "sage", "gat"))
     g.add_argument("--layers", type=int)
@@ -52,23 +56,55 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-progress", dest="progress", action="store_const", const=False)
     g.add_argument("--log-level")
     g.add_argument("--force", action="store_const", const=True, help="replace an existing run directory")
+    g = ap.add_argument_group("reliability")
+    g.add_argument("--checkpoint-every", type=int, metavar="K",
+                   help="write RUN/checkpoint.pt every K epochs (always at the end)")
+    g.add_argument("--comm-timeout", type=float, metavar="S",
+                   help="abort the job when a rank waits more than S seconds for a neighbour (0: off)")
     return ap
 
 
 def _error(comm, msg: str) -> None:
-    print(f"{PROG}: error: [rank {comm.rank}] {msg}", file=sys.stderr, flush=True)
+    # one write() per line: the lines of ranks sharing one stderr pipe never interleave
+    sys.stderr.flush()
+    os.write(2, f"{PROG}: error: [rank {comm.rank}] {msg}\n".encode(errors="replace"))
+
+
+def _agree(comm, err: str | None, what: str) -> bool:
+    """Every rank learns whether any rank failed; each prints one line. True if all succeeded."""
+    errs = comm.allgather(err)
+    if not any(errs):
+        return True
+    if err:
+        _error(comm, err)
+    else:
+        _error(comm, f"stopping: rank(s) {[r for r, e in enumerate(errs) if e]} {what}")
+    # every line is out before any rank exits (under `python -m mpi4py` the first non-zero exit aborts the rest)
+    comm.Barrier()
+    return False
 
 
 def main(argv=None, comm=None) -> int:
     comm = comm or MPI.COMM_WORLD
     ap = build_parser()
     args = vars(ap.parse_args(argv))
-    from g3mpi.format import FormatError, read_meta, read_part
+    from g3mpi.comm.consistency import check_neighbours
+    from g3mpi.format import FormatError, part_name, read_meta, read_part
     from g3mpi.log import setup_logging
     from g3mpi.train import ConfigError, Trainer, config_from, prepare_run_dir
+    from g3mpi.train.checkpoint import CHECKPOINT_NAME, CheckpointError, check_compatible, load_checkpoint
+    from g3mpi.train.faults import TrainingFault
 
+    resume = args.pop("resume")
     try:
-        cfg = config_from(args.pop("config"), args)
+        toml = args.pop("config")
+        if resume:
+            if toml:
+                raise ConfigError("--resume takes its settings from RUN/config.toml: give either --config or --resume")
+            if args.get("out") and args["out"] != resume:
+                raise ConfigError("--resume continues in RUN itself: --out must be omitted")
+            toml, args["out"] = f"{resume}/config.toml", resume
+        cfg = config_from(toml, args)
         if not cfg.parts:
             raise ConfigError("no partition directory given (--parts)")
         if not cfg.out:
@@ -91,15 +127,26 @@ def main(argv=None, comm=None) -> int:
         err = str(e)
     except Exception as e:  # noqa: BLE001 - any load failure must reach every rank
         err = f"{type(e).__name__}: {e}"
-    errs = comm.allgather(err)
-    if any(errs):
-        if err:
-            _error(comm, err)
-        else:
-            bad = [r for r, e in enumerate(errs) if e]
-            _error(comm, f"stopping: rank(s) {bad} failed to load their part")
+    if not _agree(comm, err, "failed to load their part"):
         return 1
-    run_dir, err = prepare_run_dir(comm, cfg)
+    # halo/send consistency with every neighbour (a pairwise exchange of counts and ID checksums)
+    try:
+        err = check_neighbours(comm, part, name_of=part_name)
+        err = err and f"{cfg.parts.rstrip('/')}/{part_name(comm.rank)}: {err}"
+    except Exception as e:  # noqa: BLE001
+        err = f"checking the halo against the neighbours failed: {type(e).__name__}: {e}"
+    if not _agree(comm, err, "found their halo inconsistent with a neighbour"):
+        return 1
+    ckpt = None
+    if resume:
+        try:
+            ckpt = load_checkpoint(f"{resume}/{CHECKPOINT_NAME}")
+            check_compatible(f"{resume}/{CHECKPOINT_NAME}", ckpt, cfg, meta, comm.size)
+        except CheckpointError as e:
+            err = str(e)
+        if not _agree(comm, err, "could not resume from the checkpoint"):
+            return 1
+    run_dir, err = prepare_run_dir(comm, cfg, resume_epoch=ckpt["epoch"] if ckpt else None)
     if err:
         _error(comm, err)
         return 1
@@ -108,8 +155,15 @@ def main(argv=None, comm=None) -> int:
     trainer = None
     try:
         trainer = Trainer(cfg, comm, part, meta)
+        if ckpt is not None:
+            trainer.restore(ckpt)
+            log.info("resuming from %s at epoch %d", run_dir / CHECKPOINT_NAME, ckpt["epoch"])
         summary = trainer.fit(run_dir)
         trainer.close()
+    except TrainingFault as e:  # raised on every rank together: a clean, coordinated exit
+        _error(comm, str(e))
+        comm.Barrier()
+        return 1
     except Exception:  # noqa: BLE001 - one failing rank must not leave the others waiting
         _error(comm, "training failed:\n" + traceback.format_exc())
         comm.Abort(1)

@@ -22,6 +22,9 @@ from mpi4py import MPI
 
 from .simnet import SimNet
 
+#: sleep between polls while blocked on messages
+POLL_SLEEP_S = 50e-6
+
 
 @dataclass
 class CommStats:
@@ -32,7 +35,11 @@ class CommStats:
     messages_sent: int = 0
     blocked_s: float = 0.0   # wall time spent waiting for messages that had not landed
     comm_s: float = 0.0      # per transfer: posting to last landing, summed over transfers
-    per_exchange: dict = field(default_factory=dict)  # exchange name -> bytes sent
+    per_exchange: dict = field(default_factory=dict)  # transfer name -> {counter: value}
+
+    def add(self, name: str, counter: str, value) -> None:
+        d = self.per_exchange.setdefault(name, {})
+        d[counter] = d.get(counter, 0) + value
 
     def reset(self) -> None:
         self.bytes_sent = self.bytes_recv = self.messages_sent = 0
@@ -83,7 +90,10 @@ class Transfer:
     ``send_bufs[i]`` goes to ``send_peers[i]``; ``recv_bufs[i]`` is filled by ``recv_peers[i]``. Receives are
     posted by ``post_recvs``; sends leave one by one (``send(i)``) or together (``send_all``) as soon as their
     buffer is ready. ``test`` and ``wait_some`` return the receive indices that have newly landed.
+    With a ``watchdog`` (``g3mpi.comm.watchdog``), every blocking wait has a deadline.
     """
+
+    watchdog = None
 
     def __init__(self, comm, send_peers, send_bufs, recv_peers, recv_bufs, tag: int, stats: CommStats,
                  simnet: SimNet | None = None, name: str = ""):
@@ -103,6 +113,7 @@ class Transfer:
             self._send_reqs += [comm.Send_init(s, p, tag + 1) for s, p in zip(self._stamp_out, self.send_peers)]
             self._recv_reqs += [comm.Recv_init(s, p, tag + 1) for s, p in zip(self._stamp_in, self.recv_peers)]
         self._mpi_done = np.zeros(len(self._recv_reqs), dtype=bool)
+        self._t_data = np.zeros(len(self._recv_reqs))
         self._landed = np.zeros(k, dtype=bool)
         self._posted = False
         self.round_open = False   # set by begin(), cleared by end(): one round may span several callers
@@ -122,9 +133,9 @@ class Transfer:
         """Post every receive (and complete the previous round's sends, long finished by now)."""
         if self._posted:
             raise RuntimeError(f"exchange {self.name}: receives posted twice without completing")
-        self._finish_sends()
         self._t0 = time.perf_counter()
         self._t_last = self._t0
+        self._finish_sends()
         self._mpi_done[:] = False
         self._landed[:] = False
         self._sent[:] = False
@@ -145,7 +156,7 @@ class Transfer:
         self._send_active = True
         self.stats.bytes_sent += self.send_bytes[i]
         self.stats.messages_sent += 1
-        self.stats.per_exchange[self.name] = self.stats.per_exchange.get(self.name, 0) + self.send_bytes[i]
+        self.stats.add(self.name, "bytes_sent", self.send_bytes[i])
 
     def send_all(self) -> None:
         for i in range(len(self.send_peers)):
@@ -179,7 +190,8 @@ class Transfer:
             if self.simnet is not None:
                 if not self._mpi_done[k + i] or now < self._stamp_in[i][0]:
                     continue
-                t_land = float(self._stamp_in[i][0])
+                # visible at the simulated arrival, but never before the data really arrived
+                t_land = max(float(self._stamp_in[i][0]), self._t_data[i])
             else:
                 t_land = now
             self._landed[i] = True
@@ -188,18 +200,31 @@ class Transfer:
             out.append(int(i))
         if out and self._landed.all():
             self.stats.comm_s += self._t_last - self._t0
+            self.stats.add(self.name, "comm_s", self._t_last - self._t0)
             self._posted = False
         return out
 
-    def test(self) -> list:
-        """Receive indices that have landed since the last call (never blocks)."""
-        if not self._posted:
-            return []
+    def _poll_recvs(self) -> None:
+        """Testsome over the receives MPI has not completed yet; marks completions and their times."""
         pending = np.nonzero(~self._mpi_done)[0]
         if len(pending):
             idx = MPI.Request.Testsome([self._recv_reqs[j] for j in pending])
             if idx:
                 self._mpi_done[pending[idx]] = True
+                self._t_data[pending[idx]] = time.perf_counter()
+
+    def progress(self) -> None:
+        """Let MPI progress this transfer's messages (marks completions; landing is decided by ``test``)."""
+        if self._posted:
+            self._poll_recvs()
+        elif self._send_active:
+            MPI.Request.Testall(self._send_reqs)
+
+    def test(self) -> list:
+        """Receive indices that have landed since the last call (never blocks)."""
+        if not self._posted:
+            return []
+        self._poll_recvs()
         return self._deliverable(time.perf_counter())
 
     def wait_some(self) -> list:
@@ -224,11 +249,21 @@ class Transfer:
                         elif delay > 0:
                             time.sleep(min(delay, 20e-6))
                         continue
-                idx = MPI.Request.Waitsome([self._recv_reqs[j] for j in pending])
-                if idx:
-                    self._mpi_done[pending[idx]] = True
+                if self.watchdog is not None and self.watchdog.active:
+                    # a deadline-bounded wait (it polls and sleeps too): a stalled neighbour ends the job
+                    k = self.num_recvs
+                    reqs = [self._recv_reqs[j] for j in pending]
+                    idx = self.watchdog.waitsome(reqs, [self.recv_peers[j % k] for j in pending], self.name)
+                    if idx:
+                        self._mpi_done[pending[idx]] = True
+                        self._t_data[pending[idx]] = time.perf_counter()
+                    continue
+                # poll, then sleep briefly: a busy-waiting rank would steal the core of a rank still
+                # computing what we wait for (ranks often share cores)
+                time.sleep(POLL_SLEEP_S)
         finally:
             self.stats.blocked_s += time.perf_counter() - t0
+            self.stats.add(self.name, "blocked_s", time.perf_counter() - t0)
 
     def wait_all(self) -> list:
         """Block until every receive has landed; returns the indices that landed during this call."""
@@ -244,8 +279,15 @@ class Transfer:
     def _finish_sends(self) -> None:
         if self._send_active:
             t0 = time.perf_counter()
-            MPI.Request.Waitall([r for r in self._send_reqs])
+            if self.watchdog is not None and self.watchdog.active:
+                k = len(self.send_peers)
+                self.watchdog.waitall(self._send_reqs, [self.send_peers[j % k] for j in range(len(self._send_reqs))],
+                                      self.name)
+            else:
+                while not MPI.Request.Testall(self._send_reqs):
+                    time.sleep(POLL_SLEEP_S)
             self.stats.blocked_s += time.perf_counter() - t0
+            self.stats.add(self.name, "send_blocked_s", time.perf_counter() - t0)
             self._send_active = False
 
     def free(self) -> None:
@@ -283,15 +325,17 @@ class HaloExchange:
         self.backward = Transfer(comm, plan.recv_parts, grad_slices, plan.send_parts, self.grad_bufs, 4 * tag + 2,
                                  stats, simnet, name=self.name + ".bwd")
 
-    def gather(self, h_own: np.ndarray, i: int) -> None:
-        """Copy the rows send neighbour i needs into its send buffer."""
-        np.take(h_own, self.plan.send_idx[i], axis=0, out=self.send_bufs[i])
+    def gather(self, h: np.ndarray, i: int, send_idx=None) -> None:
+        """Copy the rows send neighbour i needs into its send buffer (``send_idx``: positions of those rows
+        in ``h`` when ``h`` holds only some owned rows; default: ``h`` is every owned row)."""
+        idx = self.plan.send_idx[i] if send_idx is None else send_idx[i]
+        np.take(h, idx, axis=0, out=self.send_bufs[i])
 
-    def start_forward(self, h_own: np.ndarray) -> None:
-        """Post the halo receives, gather every send buffer from ``h_own`` and send it at once."""
+    def start_forward(self, h: np.ndarray, send_idx=None) -> None:
+        """Post the halo receives, gather every send buffer from ``h`` and send it at once."""
         self.forward.post_recvs()
         for i in range(len(self.send_bufs)):
-            self.gather(h_own, i)
+            self.gather(h, i, send_idx)
             self.forward.send(i)
 
     def halo_slice(self, i: int) -> np.ndarray:
@@ -307,10 +351,11 @@ class CommContext:
     and the allocator of exchange tags (every rank builds its exchanges in the same order). Construction
     duplicates ``comm`` (collective); ``free`` releases everything (collective)."""
 
-    def __init__(self, comm, simnet: SimNet | None = None):
+    def __init__(self, comm, simnet: SimNet | None = None, watchdog=None):
         # a private communicator: no tag of ours can meet a message of another context or library
         self.comm = comm.Dup()
         self.simnet = simnet
+        self.watchdog = watchdog
         self.stats = CommStats()
         self._next = 1
         self._exchanges = []
@@ -321,8 +366,15 @@ class CommContext:
         if 4 * tag + 3 > self.comm.Get_attr(MPI.TAG_UB):
             raise RuntimeError("too many halo exchanges for this MPI's tag range")
         ex = HaloExchange(self.comm, plan, width, tag, self.stats, self.simnet, dtype, name)
+        ex.forward.watchdog = ex.backward.watchdog = self.watchdog
         self._exchanges.append(ex)
         return ex
+
+    def progress(self) -> None:
+        """Drive MPI progress of every exchange in flight (called between chunks of computation)."""
+        for ex in self._exchanges:
+            ex.forward.progress()
+            ex.backward.progress()
 
     def free(self) -> None:
         for ex in self._exchanges:

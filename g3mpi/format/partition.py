@@ -213,6 +213,12 @@ def check_part(path, part: PartData, meta: dict) -> None:
             bad(f"dataset {k!r} has dtype {getattr(part, k).dtype}, expected an integer type")
     if part.features.dtype != np.float32:
         bad(f"features have dtype {part.features.dtype}, expected float32")
+    for k in ("train_mask", "val_mask", "test_mask"):
+        if getattr(part, k).dtype != np.bool_:
+            bad(f"dataset {k!r} has dtype {getattr(part, k).dtype}, expected bool")
+    for k in ("num_nodes", "feature_dim", "num_classes"):
+        if k in meta and getattr(part, k) != meta[k]:
+            bad(f"says {k} = {getattr(part, k)}, meta.json says {meta[k]}")
     check_csr(path, part.indptr, part.indices, n + h, "local CSR")
     hid = part.halo_ids
     if h:
@@ -238,6 +244,8 @@ def check_part(path, part: PartData, meta: dict) -> None:
         bad(f"send row out of range [0, {n})")
     if part.num_classes and len(part.labels) and (part.labels.min() < -1 or part.labels.max() >= part.num_classes):
         bad("labels out of range")
+    if n and (part.orig_ids.min() < 0 or part.orig_ids.max() >= N):
+        bad(f"original node ID out of range [0, {N})")
     if not np.all(np.isfinite(part.features)):
         bad("features contain NaN or Inf")
     if np.any(part.in_degree < 0) or np.any(part.out_degree < 0):

@@ -25,6 +25,13 @@ class GCNLayer(nn.Module):
         self.transform_first = in_dim > out_dim
         self.agg = Aggregation(graph, "gcn", out_dim if self.transform_first else in_dim, name=name)
 
+    # row-wise halves of forward, for the inter-layer pipeline (g3mpi.ops.pipeline)
+    def pre(self, x: torch.Tensor):
+        return (x @ self.lin.weight.t() if self.transform_first else x), None
+
+    def post(self, agg: torch.Tensor, aux, x: torch.Tensor) -> torch.Tensor:
+        return agg + self.bias if self.transform_first else F.linear(agg, self.lin.weight, self.bias)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.transform_first:
             return self.agg(self.lin(x)) + self.bias

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from g3mpi.ops import DistGraph, DropoutKey, node_dropout
+from g3mpi.ops.pipeline import forward_pipelined
 
 from .gat import GATLayer
 from .gcn import GCNLayer
@@ -55,6 +56,10 @@ class GNN(nn.Module):
         self.convs = nn.ModuleList(convs)
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
+        g = self.graph
+        if (self.model != "gat" and g.schedule.mode == "pipelined" and g.schedule.interlayer
+                and (g.plan.send_parts or g.plan.recv_parts)):
+            return forward_pipelined(self, x, key)
         ids = self.graph.orig_ids
         for i, conv in enumerate(self.convs):
             x = node_dropout(x, key, i, ids, self.dropout, self.training)

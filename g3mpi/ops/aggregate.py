@@ -32,6 +32,7 @@ class Aggregation:
 
     def __init__(self, graph: DistGraph, kind: str, width: int, name: str = ""):
         self.graph = graph
+        self.kind = kind
         self.blocks = graph.blocks(kind)
         self.ex = graph.exchange(width, name=name or kind)
         self.width = int(width)

@@ -15,11 +15,11 @@ import torch
 
 class _HaloStart(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, payload, ex, schedule):
-        ctx.ex, ctx.schedule = ex, schedule
+    def forward(ctx, payload, ex, schedule, send_idx):
+        ctx.ex, ctx.schedule, ctx.send_idx = ex, schedule, send_idx
         ctx.shape = payload.shape
         if schedule.communicates:
-            ex.start_forward(payload.detach().contiguous().numpy())
+            ex.start_forward(payload.detach().contiguous().numpy(), send_idx)
         return payload.new_zeros(0)
 
     @staticmethod
@@ -31,9 +31,10 @@ class _HaloStart(torch.autograd.Function):
         sched.rest(tr)
         tr.end()
         grad = torch.zeros(ctx.shape, dtype=torch.float32)
-        for i, idx in enumerate(ex.plan.send_idx):
+        idxs = ex.plan.send_idx if ctx.send_idx is None else ctx.send_idx
+        for i, idx in enumerate(idxs):
             grad.index_add_(0, torch.from_numpy(idx), torch.from_numpy(ex.grad_bufs[i]))
-        return grad, None, None
+        return grad, None, None, None
 
 
 class _HaloRecv(torch.autograd.Function):
@@ -65,8 +66,9 @@ class _HaloJoin(torch.autograd.Function):
         return g, g.new_zeros(0)
 
 
-def halo_start(payload, ex, schedule):
-    return _HaloStart.apply(payload, ex, schedule)
+def halo_start(payload, ex, schedule, send_idx=None):
+    """``send_idx``: per send neighbour, positions of its rows in ``payload`` (default: payload = all owned rows)."""
+    return _HaloStart.apply(payload, ex, schedule, send_idx)
 
 
 def halo_recv(dummy, ex, schedule, i: int):

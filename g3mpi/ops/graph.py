@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from g3mpi.comm import CommContext, HaloPlan
-from g3mpi.sched import BlockMatrix, Schedule
+from g3mpi.sched import BlockMatrix, Schedule, row_groups
 
 #: edge weightings a layer can ask for
 KINDS = ("gcn", "mean", "gat")
@@ -58,6 +58,13 @@ class DistGraph:
             self._blocks[kind] = BlockMatrix(p.indptr, p.indices, n, self.plan.recv_offsets, self.boundary,
                                              vals, diag)
         return self._blocks[kind]
+
+    def row_groups(self, kind: str):
+        """(boundary, interior) row groups of the blocks of ``kind`` (cached)."""
+        key = ("groups", kind)
+        if key not in self._blocks:
+            self._blocks[key] = row_groups(self.blocks(kind), self.plan.send_idx)
+        return self._blocks[key]
 
     def exchange(self, width: int, name: str = ""):
         return self.ctx.exchange(self.plan, width, name=name)

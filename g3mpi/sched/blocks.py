@@ -12,7 +12,7 @@ transpose, precomputed once, for the backward pass.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -83,6 +83,7 @@ class BlockMatrix:
         self.local_src = torch.from_numpy(local.indices.astype(np.int64))
         self.has_diag = diag is not None
         self.neighbours = []
+        self._nb_sp = []
         for i in range(len(recv_offsets) - 1):
             a, b = n + int(recv_offsets[i]), n + int(recv_offsets[i + 1])
             blk = full[:, a:b].tocsr()
@@ -91,6 +92,7 @@ class BlockMatrix:
             sub = blk[rows].tocsr()
             sub.sort_indices()
             dst = np.repeat(np.arange(len(rows), dtype=np.int64), np.diff(sub.indptr))
+            self._nb_sp.append(sub)
             self.neighbours.append(NeighbourBlock(
                 rows=torch.from_numpy(rows), mat=to_torch_csr(sub), mat_t=to_torch_csr(sub.T.tocsr()),
                 dst=torch.from_numpy(dst), src=torch.from_numpy(sub.indices.astype(np.int64))))
@@ -127,3 +129,64 @@ class BlockMatrix:
             self._tchunks[rows_per_chunk] = [(a, min(n, a + rows_per_chunk), to_torch_csr(lt[a:a + rows_per_chunk]))
                                              for a in range(0, n, rows_per_chunk)]
         return self._tchunks[rows_per_chunk]
+
+
+@dataclass
+class RowGroup:
+    """The aggregation restricted to a sorted set of owned rows (boundary or interior rows).
+
+    ``rows`` [r]; ``local``/``local_t``: the local block's rows [r, n_owned] and its transpose; per receive
+    neighbour i, ``nb[i] = (pos, mat, mat_t)``: positions in ``rows`` of the rows with an edge from i, that
+    block [len(pos), slice_i] and its transpose (None when no row of the group has an edge from i);
+    ``send_pos``: per send neighbour, positions in ``rows`` of the rows it needs (boundary group only).
+    """
+
+    rows: torch.Tensor
+    local: torch.Tensor
+    local_t: torch.Tensor
+    nb: list
+    send_pos: list | None = None
+    local_sp: object = None
+    _chunks: dict = field(default_factory=dict)
+
+    def chunks(self, rows_per_chunk: int) -> tuple[list, list]:
+        """(forward chunks [(a, b, CSR of group rows a:b)], backward chunks [(a, b, CSR of owned rows a:b of
+        the transpose)]) for ``rows_per_chunk`` (0: one chunk each)."""
+        if rows_per_chunk <= 0 or len(self.rows) == 0:
+            n = self.local.shape[1]
+            return [(0, len(self.rows), self.local)], [(0, n, self.local_t)]
+        if rows_per_chunk not in self._chunks:
+            m = self.local_sp
+            mt = m.T.tocsr()
+            self._chunks[rows_per_chunk] = (
+                [(a, min(a + rows_per_chunk, m.shape[0]), to_torch_csr(m[a:a + rows_per_chunk]))
+                 for a in range(0, m.shape[0], rows_per_chunk)],
+                [(a, min(a + rows_per_chunk, mt.shape[0]), to_torch_csr(mt[a:a + rows_per_chunk]))
+                 for a in range(0, mt.shape[0], rows_per_chunk)])
+        return self._chunks[rows_per_chunk]
+
+
+def row_groups(bm: "BlockMatrix", send_idx: list) -> tuple[RowGroup, RowGroup]:
+    """Split ``bm`` into the boundary rows (in some send list) and the interior rows."""
+    n = bm.num_owned
+    is_b = np.zeros(n, dtype=bool)
+    is_b[bm.boundary] = True
+    groups = []
+    for sel in (is_b, ~is_b):
+        rows = np.nonzero(sel)[0].astype(np.int64)
+        loc = bm._local_sp[rows].tocsr()
+        nb = []
+        for blk, sp_blk in zip(bm.neighbours, bm._nb_sp):
+            keep = sel[blk.rows.numpy()]
+            if not keep.any():
+                nb.append(None)
+                continue
+            sub = sp_blk[np.nonzero(keep)[0]].tocsr()
+            pos = np.searchsorted(rows, blk.rows.numpy()[keep])
+            nb.append((torch.from_numpy(pos.astype(np.int64)), to_torch_csr(sub), to_torch_csr(sub.T.tocsr())))
+        groups.append(RowGroup(rows=torch.from_numpy(rows), local=to_torch_csr(loc),
+                               local_t=to_torch_csr(loc.T.tocsr()), nb=nb, local_sp=loc))
+    b = groups[0]
+    rows_b = b.rows.numpy()
+    b.send_pos = [np.ascontiguousarray(np.searchsorted(rows_b, idx)) for idx in send_idx]
+    return groups[0], groups[1]

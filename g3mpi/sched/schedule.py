@@ -25,11 +25,12 @@ MODES = ("pipelined", "blocking", "nocomm")
 class Schedule:
     """How layers interleave computation with their halo exchange (see the module docstring)."""
 
-    def __init__(self, mode: str = "pipelined", chunk_rows: int = 0):
+    def __init__(self, mode: str = "pipelined", chunk_rows: int = 0, interlayer: bool = True):
         if mode not in MODES:
             raise ValueError(f"schedule {mode!r}: expected one of {', '.join(MODES)}")
         self.mode = mode
         self.chunk_rows = int(chunk_rows)
+        self.interlayer = bool(interlayer)  # GCN/SAGE: boundary rows first across layers (g3mpi.ops.pipeline)
 
     @property
     def communicates(self) -> bool:

@@ -46,6 +46,8 @@ class TrainConfig:
     progress: bool = True           # tqdm line on rank 0
     log_level: str = "INFO"
     force: bool = False             # replace an existing run directory
+    checkpoint_every: int = 0       # write RUN/checkpoint.pt every k epochs (0: only at the end)
+    comm_timeout: float = 0.0       # abort when a rank waits longer than this on a neighbour, seconds (0: off)
 
     def __post_init__(self):
         def bad(msg):
@@ -63,6 +65,10 @@ class TrainConfig:
                 bad(f"{k} must be at least 1 (got {getattr(self, k)})")
         if self.patience < 0:
             bad("patience must not be negative")
+        if self.checkpoint_every < 0:
+            bad("checkpoint_every must not be negative")
+        if not (math.isfinite(self.comm_timeout) and self.comm_timeout >= 0):
+            bad(f"comm_timeout must be a finite non-negative number of seconds (got {self.comm_timeout})")
         for k in ("dropout", "attn_dropout"):
             v = getattr(self, k)
             if not 0.0 <= v < 1.0:

@@ -36,6 +36,21 @@ def save_state_dict(path, state: dict) -> None:
         torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp)
 
 
+def rewind_metrics(path, last_epoch: int) -> None:
+    """Keep only the metrics.jsonl lines of epochs <= ``last_epoch`` (a resumed run continues after them)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            if json.loads(line).get("epoch", 0) <= last_epoch:
+                keep.append(line)
+        except ValueError:  # a line cut short by a crash
+            continue
+    write_text_atomic(path, "".join(line + "\n" for line in keep))
+
+
 class MetricsLog:
     """metrics.jsonl: one JSON object per epoch, appended and flushed line by line (rank 0 only)."""
 
@@ -51,14 +66,29 @@ class MetricsLog:
         self._f.close()
 
 
-def _runs(sorted_ids: np.ndarray):
-    """(start index, stop index) of maximal runs of consecutive IDs."""
+#: rows per read-modify-write block when a rank's original IDs are scattered through the file
+SCATTER_BLOCK_ROWS = 1 << 16
+
+
+def write_rows(ds, sorted_ids: np.ndarray, values: np.ndarray) -> None:
+    """``ds[sorted_ids] = values`` for strictly increasing IDs, in a few large HDF5 operations.
+
+    IDs are taken block by block (SCATTER_BLOCK_ROWS); a block whose IDs are one consecutive run is written
+    directly, any other is read, patched in memory and written back (ranks write in turn, so this is safe).
+    One h5py call per ID run would make scattered IDs (any real partition) cost one HDF5 write per row.
+    """
     if len(sorted_ids) == 0:
-        return []
-    cut = np.nonzero(np.diff(sorted_ids) != 1)[0] + 1
-    starts = np.concatenate([[0], cut])
-    stops = np.concatenate([cut, [len(sorted_ids)]])
-    return list(zip(starts.tolist(), stops.tolist()))
+        return
+    blk = sorted_ids // SCATTER_BLOCK_ROWS
+    cut = np.nonzero(np.diff(blk))[0] + 1
+    for a, b in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [len(sorted_ids)]]).tolist()):
+        lo, hi = int(sorted_ids[a]), int(sorted_ids[b - 1]) + 1
+        if hi - lo == b - a:
+            ds[lo:hi] = values[a:b]
+        else:
+            buf = ds[lo:hi]
+            buf[sorted_ids[a:b] - lo] = values[a:b]
+            ds[lo:hi] = buf
 
 
 def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_nodes: int,
@@ -92,9 +122,8 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
                                      fillvalue=np.nan)
                     f.create_dataset("pred", shape=(num_nodes,), dtype=np.int64, fillvalue=-1)
                 dl, dp = f["logits"], f["pred"]
-                for a, b in _runs(ids):
-                    dl[ids[a]:ids[b - 1] + 1] = lg[a:b]
-                    dp[ids[a]:ids[b - 1] + 1] = pred[a:b]
+                write_rows(dl, ids, lg)
+                write_rows(dp, ids, pred)
         except Exception as e:  # noqa: BLE001 - reported on every rank below
             err = f"rank {rank}: {tmp}: {e}"
     if size > 1:

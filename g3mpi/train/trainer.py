@@ -20,12 +20,16 @@ import torch.nn.functional as F
 from mpi4py import MPI
 
 from g3mpi.comm import CommContext, SimNet
+from g3mpi.comm.watchdog import Watchdog
 from g3mpi.nn import GNN
 from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.sched import Schedule
 
+from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
 from .config import TrainConfig, to_toml
-from .rundir import MetricsLog, save_state_dict, write_json_atomic, write_predictions, write_text_atomic
+from .faults import TestHooks, TrainingFault, first_nonfinite
+from .rundir import (MetricsLog, rewind_metrics, save_state_dict, write_json_atomic, write_predictions,
+                     write_text_atomic)
 
 log = logging.getLogger("g3mpi.train")
 SPLITS = ("train", "val", "test")
@@ -35,6 +39,15 @@ def peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def current_rss_bytes() -> int:
+    """Resident set size now (Linux /proc; the peak where /proc is unavailable)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+    except (OSError, IndexError, ValueError):
+        return peak_rss_bytes()
+
+
 class Trainer:
     """Owns one rank's graph view, model and optimiser. ``comm`` is injected; every rank calls the same methods."""
 
@@ -42,13 +55,16 @@ class Trainer:
         self.cfg, self.comm, self.part, self.meta = cfg, comm, part, meta
         torch.set_num_threads(cfg.threads)
         simnet = SimNet.from_spec(cfg.sim_net) if cfg.sim_net else None
-        self.ctx = CommContext(comm, simnet)
+        self.watchdog = Watchdog(comm, cfg.comm_timeout, prog="g3-train")
+        self.hooks = TestHooks.from_env(comm.rank)
+        self.ctx = CommContext(comm, simnet, watchdog=self.watchdog if self.watchdog.active else None)
         self.graph = DistGraph(part, self.ctx, Schedule(cfg.schedule, cfg.chunk_rows))
         torch.manual_seed(cfg.seed)
         self.model = GNN(self.graph, cfg.model, part.feature_dim, cfg.hidden, part.num_classes, layers=cfg.layers,
                          heads=cfg.heads, out_heads=cfg.out_heads, dropout=cfg.dropout,
                          attn_dropout=cfg.attn_dropout, activation=cfg.activation)
-        self.params = [p for p in self.model.parameters()]
+        self.named_params = list(self.model.named_parameters())
+        self.params = [p for _, p in self.named_params]
         if cfg.optimizer == "adam":
             self.opt = torch.optim.Adam(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         else:
@@ -61,20 +77,50 @@ class Trainer:
         self.split_sizes = dict(zip(SPLITS, counts.tolist()))
         if self.split_sizes["train"] == 0:
             raise ValueError(f"{cfg.parts}: the graph has no training nodes")
-        self._gradbuf = torch.zeros(sum(p.numel() for p in self.params) + 1, dtype=torch.float32)
+        # packed gradients, the loss, then the numbers of ranks with a non-finite loss / gradient
+        self._gradbuf = torch.zeros(sum(p.numel() for p in self.params) + 3, dtype=torch.float32)
+        self.start_epoch = 1
+        self.resumed = None   # the checkpoint this trainer continues from, if any
+
+    # -- checkpoints --------------------------------------------------------------------------------------------
+    def restore(self, ckpt: dict) -> None:
+        """Continue from a checkpoint (already checked with ``checkpoint.check_compatible``)."""
+        self.model.load_state_dict(ckpt["model"])
+        self.opt.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["rng"])
+        self.start_epoch = int(ckpt["epoch"]) + 1
+        self.resumed = ckpt
+
+    def checkpoint(self, run_dir: Path, epoch: int, best: dict, since_best: int, last_loss) -> None:
+        """Rank 0 writes RUN/checkpoint.pt atomically; a failure stops every rank (TrainingFault)."""
+        err = None
+        if self.comm.rank == 0:
+            try:
+                save_checkpoint(run_dir / CHECKPOINT_NAME, make_checkpoint(
+                    epoch=epoch, model=self.model.state_dict(), optimizer=self.opt.state_dict(), best=best,
+                    since_best=since_best, last_loss=last_loss, cfg=self.cfg, meta=self.meta))
+            except Exception as e:  # noqa: BLE001 - reported on every rank
+                err = f"{run_dir / CHECKPOINT_NAME}: writing the checkpoint failed: {e}"
+        err = self.comm.bcast(err, root=0)
+        if err:
+            raise TrainingFault(err if self.comm.rank == 0 else f"stopping: rank 0 could not write a checkpoint")
 
     # -- one epoch ----------------------------------------------------------------------------------------------
     def train_step(self, epoch: int) -> dict:
         """Forward, backward, gradient allreduce, optimiser step. Returns the global loss and this rank's timings."""
         stats = self.ctx.stats
         stats.reset()
+        self.watchdog.context = f"epoch {epoch}"
+        self.hooks.epoch_start(epoch)
         t0 = time.perf_counter()
         self.model.train()
         self.opt.zero_grad(set_to_none=False)
         logits = self.model(self.x, DropoutKey(self.cfg.seed, epoch))
         m = self.masks["train"]
         loss = F.cross_entropy(logits[m], self.y[m], reduction="sum") / self.split_sizes["train"]
+        loss = self.hooks.corrupt_loss(epoch, loss)
         loss.backward()
+        self.hooks.corrupt_grads(epoch, self.named_params)
         t_ar = time.perf_counter()
         buf, off = self._gradbuf, 0
         for p in self.params:
@@ -82,7 +128,13 @@ class Trainer:
             buf[off:off + n] = p.grad.reshape(-1)
             off += n
         buf[off] = loss.detach()
-        self.comm.Allreduce(MPI.IN_PLACE, buf.numpy())
+        bad = first_nonfinite(loss.detach(), self.named_params) if not bool(torch.isfinite(buf[:off + 1]).all()) \
+            else None
+        buf[off + 1] = 1.0 if bad == "loss" else 0.0
+        buf[off + 2] = 1.0 if bad else 0.0
+        self.watchdog.allreduce(buf.numpy())
+        if buf[off + 2] > 0 or not bool(torch.isfinite(buf[:off + 1]).all()):
+            raise TrainingFault(self._nonfinite_message(epoch, bad, int(buf[off + 1]), int(buf[off + 2])))
         off = 0
         for p in self.params:
             n = p.numel()
@@ -95,6 +147,21 @@ class Trainer:
         return dict(loss=float(buf[off]), epoch_time_s=dt, compute_s=dt - s["blocked_s"] - allreduce_s,
                     blocked_s=s["blocked_s"], comm_s=s["comm_s"], overlap=s["overlap"], allreduce_s=allreduce_s,
                     bytes_sent=s["bytes_sent"], bytes_recv=s["bytes_recv"], messages=s["messages_sent"])
+
+    @staticmethod
+    def _nonfinite_message(epoch: int, bad: str | None, n_loss: int, n_grad: int) -> str:
+        """This rank's line about a non-finite loss or gradient. A NaN loss on one rank reaches its neighbours'
+        gradients through the halo, so a rank blames its own gradients only when no rank's loss was bad."""
+        kept = "training stopped, the last good checkpoint is kept"
+        if bad == "loss":
+            return f"non-finite value (NaN or Inf) in the loss at epoch {epoch} on this rank; {kept}"
+        if n_loss:
+            return f"training stopped at epoch {epoch}: non-finite loss on {n_loss} other rank(s)"
+        if bad:
+            return f"non-finite value (NaN or Inf) in the gradient of {bad} at epoch {epoch} on this rank; {kept}"
+        if n_grad:
+            return f"training stopped at epoch {epoch}: non-finite gradient on {n_grad} other rank(s)"
+        return f"training stopped at epoch {epoch}: the summed gradients are not finite (overflow); {kept}"
 
     @torch.no_grad()
     def logits(self) -> torch.Tensor:
@@ -123,11 +190,20 @@ class Trainer:
             bar = tqdm(total=cfg.epochs, desc=f"g3-train {cfg.model} P={comm.size}", unit="epoch", leave=True)
         best = dict(val_acc=-1.0, epoch=0, state=None, accs={})
         since_best = 0
+        last_loss = None
+        if self.resumed is not None:
+            r = self.resumed
+            best = dict(val_acc=r["best"]["val_acc"], epoch=r["best"]["epoch"], state=r["best"]["state"],
+                        accs=r["best"]["accs"])
+            since_best, last_loss = r["since_best"], r["last_loss"]
+            if bar is not None:
+                bar.update(self.start_epoch - 1)
         times, bytes_all, overlaps, compute, blocked = [], [], [], [], []
-        epoch = 0
+        epoch = self.start_epoch - 1
         try:
-            for epoch in range(1, cfg.epochs + 1):
+            for epoch in range(self.start_epoch, cfg.epochs + 1):
                 rec = self.train_step(epoch)
+                last_loss = rec["loss"]
                 accs = {}
                 if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
                     accs = self.evaluate()
@@ -139,7 +215,8 @@ class Trainer:
                         since_best += 1
                 per_rank = comm.gather({k: rec[k] for k in ("compute_s", "blocked_s", "comm_s", "overlap",
                                                               "allreduce_s", "bytes_sent", "bytes_recv",
-                                                              "messages", "epoch_time_s")}, root=0)
+                                                              "messages", "epoch_time_s")}
+                                     | dict(rss_bytes=current_rss_bytes()), root=0)
                 if rank == 0:
                     ep_time = max(r["epoch_time_s"] for r in per_rank)
                     sent = sum(r["bytes_sent"] for r in per_rank)
@@ -152,7 +229,8 @@ class Trainer:
                                 rank_allreduce_s=[r["allreduce_s"] for r in per_rank],
                                 rank_bytes_sent=[r["bytes_sent"] for r in per_rank],
                                 rank_bytes_recv=[r["bytes_recv"] for r in per_rank],
-                                rank_messages=[r["messages"] for r in per_rank], **accs)
+                                rank_messages=[r["messages"] for r in per_rank],
+                                rank_rss_bytes=[r["rss_bytes"] for r in per_rank], **accs)
                     metrics.write(line)
                     times.append(ep_time)
                     bytes_all.append(sent)
@@ -167,10 +245,14 @@ class Trainer:
                             post.update(val=f"{accs['val_acc']:.3f}", best=f"{best['val_acc']:.3f}")
                         bar.set_postfix(post, refresh=False)
                         bar.update(1)
-                if cfg.patience and since_best >= cfg.patience:
+                stop = bool(cfg.patience and since_best >= cfg.patience)
+                if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0 and epoch != cfg.epochs and not stop:
+                    self.checkpoint(run_dir, epoch, best, since_best, last_loss)
+                if stop:
                     log.info("early stop at epoch %d: no better validation accuracy in %d evaluations",
                              epoch, cfg.patience)
                     break
+            self.checkpoint(run_dir, epoch, best, since_best, last_loss)
         finally:
             if bar is not None:
                 bar.close()
@@ -191,7 +273,7 @@ class Trainer:
             partition_method=self.meta.get("method"), num_nodes=self.part.num_nodes, num_edges=self.part.num_edges,
             epochs=epoch, best_epoch=best["epoch"], train_acc=best["accs"].get("train_acc"),
             val_acc=best["accs"].get("val_acc"), test_acc=best["accs"].get("test_acc"),
-            final_loss=rec["loss"] if epoch else None, epoch_time_median_s=med(times),
+            final_loss=last_loss, epoch_time_median_s=med(times),
             compute_time_median_s=med(compute), blocked_time_median_s=med(blocked),
             overlap_median=med(overlaps), bytes_sent_per_epoch=med(bytes_all), peak_rss_bytes_max=rss,
             schedule=cfg.schedule, sim_net=cfg.sim_net or None, valid=cfg.schedule != "nocomm",
@@ -205,27 +287,36 @@ class Trainer:
         self.ctx.free()
 
 
-def prepare_run_dir(comm, cfg: TrainConfig) -> tuple[Path | None, str | None]:
+def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None) -> tuple[Path | None, str | None]:
     """Rank 0 creates the run directory (refusing a non-empty one without ``force``) and writes config.toml.
+    With ``resume_epoch`` (``--resume``) the directory is kept and metrics.jsonl is cut back to that epoch.
     Returns (path, error) identically on every rank."""
     err = None
     out = Path(cfg.out)
     if comm.rank == 0:
         try:
-            if not cfg.out:
-                raise ValueError("no run directory given (--out)")
-            if out.exists() and not out.is_dir():
-                raise ValueError(f"{out}: exists and is not a directory")
-            if out.is_dir() and any(out.iterdir()):
-                if not cfg.force:
-                    raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
-                for name in ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml"):
-                    (out / name).unlink(missing_ok=True)
-            if not out.parent.exists():
-                raise ValueError(f"{out}: parent directory {out.parent} does not exist")
-            out.mkdir(exist_ok=True)
-            write_text_atomic(out / "config.toml", to_toml(cfg))
+            if resume_epoch is not None:
+                rewind_metrics(out / "metrics.jsonl", resume_epoch)
+                write_text_atomic(out / "config.toml", to_toml(cfg))
+            else:
+                _create_run_dir(cfg, out)
         except (OSError, ValueError) as e:
             err = str(e)
     err = comm.bcast(err, root=0)
     return (None if err else out), err
+
+
+def _create_run_dir(cfg: TrainConfig, out: Path) -> None:
+    if not cfg.out:
+        raise ValueError("no run directory given (--out)")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        if not cfg.force:
+            raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
+        for name in ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME):
+            (out / name).unlink(missing_ok=True)
+    if not out.parent.exists():
+        raise ValueError(f"{out}: parent directory {out.parent} does not exist")
+    out.mkdir(exist_ok=True)
+    write_text_atomic(out / "config.toml", to_toml(cfg))

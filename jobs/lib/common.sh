@@ -178,10 +178,16 @@ g3_check_world() {
     [[ ${G3_DRY_RUN:-0} == 1 ]] && return 0
     g3_mpi_command "$n" "$hostfile" "$ppn"
     local launch=("${G3_LAUNCH[@]}")
-    local probe='import os
+    # rank 0 of each world reports every member of its world in one write (lines from different processes
+    # written piecewise would interleave): one world of N gives N lines of size N, N singletons N lines of size 1
+    local probe='import os, sys
 from mpi4py import MPI
 c = MPI.COMM_WORLD
-print("g3-probe", c.rank, c.size, MPI.Get_processor_name(), os.environ.get("OMP_NUM_THREADS", "-"), flush=True)'
+me = " ".join(["g3-probe", str(c.rank), str(c.size), MPI.Get_processor_name(), os.environ.get("OMP_NUM_THREADS", "-")])
+everyone = c.gather(me, root=0)
+if c.rank == 0:
+    sys.stdout.write("".join(line + "\n" for line in everyone))
+    sys.stdout.flush()'
     out=$(timeout "${G3_PROBE_TIMEOUT:-300}" "${launch[@]}" "$G3_PY" -m mpi4py -c "$probe" 2>&1) || rc=$?
     if ((rc != 0)); then
         printf '%s\n' "$out" >&2

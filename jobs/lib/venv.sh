@@ -35,6 +35,15 @@ g3_venv_install() {
     fi
     G3_PY=$G3_VENV/bin/python
     spec=${G3_TORCH_SPEC:-torch==2.13.0}
+    # the install is editable, so only a change of setup.py, extras, torch spec or pip arguments needs pip again
+    local stamp_file=$G3_VENV/.g3mpi-install stamp
+    stamp=$(cat "$repo/setup.py" <(printf '%s\n' "$repo" "$extras" "$spec" "${G3_PIP_ARGS:-}") | sha256sum | cut -d' ' -f1)
+    if [[ -f $stamp_file && $(<"$stamp_file") == "$stamp" ]] &&
+        (cd / && "$G3_PY" -c 'import torch, mpi4py, h5py, pymetis, g3mpi, data_tools') >/dev/null 2>&1; then
+        echo "== g3mpi already installed in $G3_VENV (setup.py unchanged)"
+        return 0
+    fi
+    rm -f "$stamp_file"
     # torch first, exactly pinned, so that resolving the package below never chooses a torch (and CUDA) itself
     echo "== pip install $spec"
     # shellcheck disable=SC2086
@@ -43,7 +52,9 @@ g3_venv_install() {
     # shellcheck disable=SC2086
     "$G3_PY" -m pip install -q ${G3_PIP_ARGS:-} -e "$repo${extras:+[$extras]}" ||
         { echo "error: pip install -e $repo${extras:+[$extras]} failed" >&2; return 1; }
-    "$G3_PY" -c 'import torch, mpi4py, h5py, pymetis; print("== torch", torch.__version__, "| mpi4py", mpi4py.__version__, "| h5py", h5py.__version__)'
+    "$G3_PY" -c 'import torch, mpi4py, h5py, pymetis; print("== torch", torch.__version__, "| mpi4py", mpi4py.__version__, "| h5py", h5py.__version__)' ||
+        return 1
+    echo "$stamp" >"$stamp_file"
 }
 
 # g3_apt_install PKG...: install Debian packages if missing (root and apt-get only); status 1 if impossible

@@ -115,9 +115,15 @@ write_conf() {
     mem=$(detect_memory)
     [[ $cpus =~ ^[1-9][0-9]*$ ]] || die "bad CPU count '$cpus' (G3_SLURM_CPUS)"
     [[ $mem =~ ^[1-9][0-9]*$ ]] || die "bad memory size '$mem' MiB (G3_SLURM_MEMORY)"
+    # Job IDs must not repeat across restarts: MPICH names its shared-memory segment after the PMI job name
+    # ("jobid.stepid" under srun), and a step killed by MPI_Abort leaves its segment in /dev/shm, which a later
+    # step with the same name would attach to ("Invalid GenQ flag" in MPI_Init). So start from a clock-derived
+    # ID (below the default MaxJobId of 67043328).
+    local first_job=$(( ($(date +%s) % 600000) * 100 + 1 ))
     cat >"$CONF.tmp" <<EOF
 # written by jobs/slurm/local-cluster.sh for host $node; regenerated on every start
 ClusterName=g3local
+FirstJobId=$first_job
 SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
@@ -255,9 +261,38 @@ stop_daemon() {  # stop_daemon NAME: SIGTERM the recorded PID, wait, SIGKILL if 
     log "$name (pid $pid) stopped"
 }
 
+# remove_mpich_segments FIRST NEXT: MPICH names its shared-memory segments mpich_{shm,vci}_<FNV-1a of the PMI job
+# name>_<node>, and under srun the PMI job name is "jobid.stepid". A step killed by MPI_Abort never unlinks its
+# segment, so /dev/shm would keep a few MB per failed job. Remove those of this cluster's jobs FIRST..NEXT-1.
+remove_mpich_segments() {
+    command -v python3 >/dev/null 2>&1 || return 0
+    python3 - "$1" "$2" <<'PY' || true
+import os, sys
+first, nxt = int(sys.argv[1]), int(sys.argv[2])
+def fnv1a(s):
+    h = 2166136261
+    for c in s.encode():
+        h = ((h ^ c) * 16777619) & 0xFFFFFFFF
+    return "%x" % h
+ours = {fnv1a(f"{job}.{step}") for job in range(first, nxt) for step in range(64)}
+for name in os.listdir("/dev/shm"):
+    parts = name.split("_")
+    if len(parts) == 4 and parts[0] == "mpich" and parts[1] in ("shm", "vci") and parts[2] in ours:
+        try:
+            os.unlink(os.path.join("/dev/shm", name))
+            print(f"local-cluster: removed /dev/shm/{name} left by an aborted job step", file=sys.stderr)
+        except OSError:
+            pass
+PY
+}
+
 cmd_stop() {
-    local rc=0
+    local rc=0 first_job="" next_job=""
     [[ -d $DIR ]] || { log "nothing to stop ($DIR does not exist)"; return 0; }
+    if [[ -f $CONF ]] && pid_alive "$(pidfile_of slurmctld)" slurmctld; then
+        first_job=$(sed -n 's/^FirstJobId=//p' "$CONF")
+        next_job=$(SLURM_CONF=$CONF scontrol show config 2>/dev/null | awk '$1 == "NEXT_JOB_ID" { print $3 }')
+    fi
     if pid_alive "$(pidfile_of slurmctld)" slurmctld && pid_alive "$(pidfile_of slurmd)" slurmd; then
         # end the cluster's jobs first, so that slurmd takes their steps (slurmstepd) down with them
         local jobs
@@ -274,6 +309,9 @@ cmd_stop() {
     stop_daemon slurmd || rc=1
     stop_daemon slurmctld || rc=1
     stop_daemon munged || rc=1
+    if [[ $first_job =~ ^[0-9]+$ && $next_job =~ ^[0-9]+$ ]]; then
+        remove_mpich_segments "$first_job" "$next_job"
+    fi
     return $rc
 }
 

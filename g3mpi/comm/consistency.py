@@ -1,0 +1,63 @@
+"""Pairwise check, before any exchange, that each neighbour sends exactly the halo rows this rank expects.
+
+Each part file is validated on its own when it is read; what a single file cannot show is whether its halo
+slice for neighbour q matches what q's file sends (parts of different partitions or versions, a file edited and
+re-checksummed, a partitioner bug). A mismatch would make the exchange deadlock (one side waits for a message
+the other never sends) or read rows of the wrong size or nodes.
+
+1. ``Alltoall`` of one pair of integers per rank pair: rows I send you, rows I expect from you. Both sides
+   learn both numbers, so no later message can be waited for in vain.
+2. For every pair where the sender announces rows, point-to-point: the sender sends the SHA-256 of the global
+   IDs it sends (``owned_start + send_rows``), the receiver compares it with the SHA-256 of its halo slice.
+
+Every rank returns its own problem (or None); the caller agrees on the outcome with the other ranks.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+from mpi4py import MPI
+
+_TAG = 7311
+
+
+def _digest(ids: np.ndarray) -> np.ndarray:
+    return np.frombuffer(hashlib.sha256(np.ascontiguousarray(ids, dtype=np.int64).tobytes()).digest(),
+                         dtype=np.uint8).copy()
+
+
+def check_neighbours(comm, part, name_of=lambda p: f"part {p}") -> str | None:
+    """Compare this rank's halo slices with what each neighbour sends. Collective over ``comm``; the part of
+    rank r must be part r. Returns a one-line description of the first problem on this rank, or None."""
+    P, me = comm.size, comm.rank
+    counts = np.zeros((P, 2), dtype=np.int64)   # [q] = (rows I send to q, rows I expect from q)
+    send_ids = {}
+    for i, q in enumerate(np.asarray(part.send_parts).tolist()):
+        rows = part.send_rows[part.send_offsets[i]:part.send_offsets[i + 1]]
+        counts[q, 0] = len(rows)
+        send_ids[q] = part.owned_start + np.asarray(rows, dtype=np.int64)
+    recv_ids = {}
+    for i, q in enumerate(np.asarray(part.recv_parts).tolist()):
+        ids = part.halo_ids[part.recv_offsets[i]:part.recv_offsets[i + 1]]
+        counts[q, 1] = len(ids)
+        recv_ids[q] = np.asarray(ids, dtype=np.int64)
+    theirs = np.zeros_like(counts)              # [q] = (rows q sends me, rows q expects from me)
+    comm.Alltoall(counts, theirs)
+    reqs, got = [], {}
+    for q in range(P):
+        if theirs[q, 0] > 0:
+            got[q] = np.zeros(32, dtype=np.uint8)
+            reqs.append(comm.Irecv(got[q], source=q, tag=_TAG))
+    for q, ids in send_ids.items():
+        reqs.append(comm.Isend(_digest(ids), dest=q, tag=_TAG))
+    MPI.Request.Waitall(reqs)
+    for q in range(P):
+        sends, mine = int(theirs[q, 0]), int(counts[q, 1])
+        if sends != mine:
+            return (f"halo from {name_of(q)} (rank {q}) has {mine} rows here but {name_of(q)} sends {sends} "
+                    "(parts from different partitions or a corrupt partition)")
+        if mine and not np.array_equal(got[q], _digest(recv_ids[q])):
+            return (f"the {mine} halo node IDs from {name_of(q)} (rank {q}) differ from the rows {name_of(q)} "
+                    "sends (parts from different partitions or a corrupt partition)")
+    return None

@@ -1,0 +1,108 @@
+"""Communication watchdog: waits with a deadline, so a rank stuck on a neighbour ends the job instead of hanging.
+
+A blocking ``Waitsome``/``Waitall`` on a request whose peer has stalled (a hung rank, a deadlock, a lost node)
+never returns, and the whole allocation burns. With a watchdog the waits of the halo exchange (forward and
+backward, every layer) and of the gradient allreduce become polling loops: ``Testsome``/``Testall`` with
+short sleeps (a few microseconds growing to at most ``MAX_SLEEP_S``), and a deadline. When a wait has lasted
+longer than ``timeout`` seconds, the rank prints one line naming itself, the neighbour(s) it waits for, the
+exchange (layer) and the direction, and aborts the communicator (which ends every rank of the job).
+
+``timeout <= 0`` disables it: the plain blocking calls are used and nothing changes.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from mpi4py import MPI
+
+#: longest sleep between two polls (the latency a polled wait can add)
+MAX_SLEEP_S = 200e-6
+#: polls before the first sleep
+SPIN = 50
+
+
+class Watchdog:
+    """Deadline-bounded waits for one rank. ``context`` (e.g. ``"epoch 12"``) is added to the message."""
+
+    def __init__(self, comm, timeout: float, prog: str = "g3mpi", abort=None):
+        self.comm = comm
+        self.timeout = float(timeout)
+        self.prog = prog
+        self.context = ""
+        self._abort = abort or (lambda: comm.Abort(1))
+
+    @property
+    def active(self) -> bool:
+        return self.timeout > 0
+
+    # -- waits ----------------------------------------------------------------------------------------------
+    def _poll(self, test, describe):
+        """Call ``test()`` (returning ``(done, value)``) until done; fire after ``timeout`` seconds."""
+        t0 = time.monotonic()
+        sleep, n = 0.0, 0
+        while True:
+            done, got = test()
+            if done:
+                return got
+            n += 1
+            if n > SPIN:
+                sleep = min(MAX_SLEEP_S, max(5e-6, 2 * sleep))
+                time.sleep(sleep)
+            if n % 64 == 0 and time.monotonic() - t0 > self.timeout:
+                self.fire(describe(time.monotonic() - t0))
+
+    def waitsome(self, reqs: list, peers: list, what: str) -> list:
+        """``MPI.Request.Waitsome(reqs)`` with a deadline; ``peers[i]`` is the rank request i waits for."""
+        if not self.active:
+            return MPI.Request.Waitsome(reqs)
+
+        def test():
+            idx = MPI.Request.Testsome(reqs)
+            return idx is None or len(idx) > 0, idx   # None: no active request left (as Waitsome)
+
+        def describe(waited):
+            pending = sorted({peers[i] for i, r in enumerate(reqs) if r != MPI.REQUEST_NULL and not r.Test()})
+            return self._message(waited, pending, what)
+        return self._poll(test, describe)
+
+    def waitall(self, reqs: list, peers: list, what: str) -> None:
+        """``MPI.Request.Waitall(reqs)`` with a deadline."""
+        if not self.active:
+            MPI.Request.Waitall(reqs)
+            return
+
+        def describe(waited):
+            pending = sorted({peers[i] for i, r in enumerate(reqs) if r != MPI.REQUEST_NULL and not r.Test()})
+            return self._message(waited, pending, what)
+        self._poll(lambda: (MPI.Request.Testall(reqs), None), describe)
+
+    def allreduce(self, buf, op=MPI.SUM, what: str = "gradient allreduce") -> None:
+        """In-place ``Allreduce`` of a numpy buffer; with a deadline, a non-blocking one polled to completion."""
+        if not self.active:
+            self.comm.Allreduce(MPI.IN_PLACE, buf, op=op)
+            return
+        req = self.comm.Iallreduce(MPI.IN_PLACE, buf, op=op)
+        self._poll(lambda: (req.Test(), None), lambda waited: self._message(waited, None, what))
+
+    # -- firing ---------------------------------------------------------------------------------------------
+    def _message(self, waited: float, peers, what: str) -> str:
+        if "." in what and what.rsplit(".", 1)[1] in ("fwd", "bwd"):
+            layer, d = what.rsplit(".", 1)
+            what = f"halo exchange of layer {layer!r}, {'forward' if d == 'fwd' else 'backward'} direction"
+        if peers is None:
+            who = "the other ranks (some rank never arrived)"
+        elif peers:
+            who = ("rank " if len(peers) == 1 else "ranks ") + ", ".join(map(str, peers))
+        else:
+            who = "a neighbour"
+        ctx = f", {self.context}" if self.context else ""
+        return (f"communication timeout: blocked {waited:.1f} s (--comm-timeout {self.timeout:g}) waiting for "
+                f"{who} in the {what}{ctx}; aborting the job")
+
+    def fire(self, message: str) -> None:
+        sys.stderr.flush()
+        os.write(2, f"{self.prog}: error: [rank {self.comm.rank}] {message}\n".encode(errors="replace"))
+        self._abort()
+        raise SystemExit(1)  # only reached when a test replaces the abort

@@ -1,0 +1,130 @@
+"""Checkpoints: ``RUN/checkpoint.pt``, written atomically by rank 0, read back with ``weights_only=True``.
+
+Parameters and optimiser states are replicated (every rank steps its own optimiser on identical gradients), so
+one copy on rank 0 is the whole training state. A checkpoint holds (all plain tensors, numbers and strings):
+
+  ``format``/``version``  ``"g3mpi-checkpoint"``, 1
+  ``epoch``               the last completed epoch
+  ``model``, ``optimizer`` state_dicts
+  ``rng``                 torch's CPU generator state (dropout itself is hashed from (seed, epoch, node ID))
+  ``best``                best validation accuracy so far: epoch, accuracies, model state_dict
+  ``since_best``          evaluations without improvement (early stopping)
+  ``last_loss``           loss of ``epoch``
+  ``config``              the TrainConfig as a dict
+  ``partition``           partition_id, num_parts, method and the SHA-256 of every part file (from meta.json)
+
+Writing: a temporary file beside the target, flushed and fsync'ed, renamed over ``checkpoint.pt``, then the
+directory fsync'ed: a crash at any moment leaves either the previous checkpoint or the new one, never a mix.
+``--resume RUN`` reads it and refuses a checkpoint of another partition or of a configuration that would train
+a different model (the keys in ``RESUME_KEYS``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import torch
+
+from g3mpi.format import atomic_file
+
+CHECKPOINT_NAME = "checkpoint.pt"
+CHECKPOINT_FORMAT = "g3mpi-checkpoint"
+CHECKPOINT_VERSION = 1
+#: settings a resumed run must share with its checkpoint (the rest, e.g. epochs, threads, schedule, may change)
+RESUME_KEYS = ("model", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout", "activation",
+               "optimizer", "lr", "weight_decay", "momentum", "seed")
+
+
+class CheckpointError(Exception):
+    """A checkpoint that is missing, unreadable or does not belong to this run (the message names the file)."""
+
+    def __init__(self, path, message: str):
+        self.path = str(path)
+        super().__init__(f"{self.path}: {message}")
+
+
+def partition_fingerprint(meta: dict) -> dict:
+    return dict(partition_id=str(meta["partition_id"]), num_parts=int(meta["num_parts"]),
+                method=str(meta.get("method", "")), files={k: str(v) for k, v in sorted(meta["files"].items())})
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _clone(state: dict) -> dict:
+    return {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in state.items()}
+
+
+def make_checkpoint(*, epoch: int, model: dict, optimizer: dict, best: dict, since_best: int, last_loss,
+                    cfg, meta: dict) -> dict:
+    return dict(format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=int(epoch), model=_clone(model),
+                optimizer=optimizer, rng=torch.get_rng_state(),
+                best=dict(val_acc=float(best["val_acc"]), epoch=int(best["epoch"]),
+                          accs={k: float(v) for k, v in best["accs"].items()},
+                          state=_clone(best["state"]) if best["state"] is not None else None),
+                since_best=int(since_best), last_loss=None if last_loss is None else float(last_loss),
+                config=dataclasses.asdict(cfg), partition=partition_fingerprint(meta))
+
+
+def save_checkpoint(path, ckpt: dict) -> None:
+    """Atomically replace ``path`` with ``ckpt`` (temporary file, fsync, rename, fsync of the directory)."""
+    path = Path(path)
+    with atomic_file(path, force=True) as tmp:
+        with open(tmp, "wb") as f:
+            torch.save(ckpt, f)
+            f.flush()
+            os.fsync(f.fileno())
+    _fsync_dir(path.parent)
+
+
+def load_checkpoint(path) -> dict:
+    """Read a checkpoint without unpickling arbitrary objects (``weights_only=True``) and check its layout."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(path, "no such checkpoint (was the run started with this g3mpi?)")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
+        raise CheckpointError(path, f"not a readable checkpoint (truncated or corrupt?): {type(e).__name__}: "
+                                    f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(path, f"not a g3mpi checkpoint (format {ckpt.get('format') if isinstance(ckpt, dict) else None!r})")
+    if ckpt.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(path, f"checkpoint version {ckpt.get('version')} is not supported "
+                                    f"(this g3mpi reads version {CHECKPOINT_VERSION})")
+    for k in ("epoch", "model", "optimizer", "rng", "best", "since_best", "config", "partition"):
+        if k not in ckpt:
+            raise CheckpointError(path, f"key {k!r} is missing")
+    return ckpt
+
+
+def check_compatible(path, ckpt: dict, cfg, meta: dict, world_size: int) -> None:
+    """Refuse to resume from a checkpoint of another partition or of an incompatible configuration."""
+    saved, now = ckpt["partition"], partition_fingerprint(meta)
+    if saved["partition_id"] != now["partition_id"]:
+        raise CheckpointError(path, f"was written for partition {saved['partition_id']} ({saved['method']}, "
+                                    f"{saved['num_parts']} parts), not for {cfg.parts} (partition "
+                                    f"{now['partition_id']}); resume with the partition it was trained on")
+    if saved["files"] != now["files"]:
+        changed = sorted(k for k in set(saved["files"]) | set(now["files"])
+                         if saved["files"].get(k) != now["files"].get(k))
+        raise CheckpointError(path, f"the partition's files changed since the checkpoint: {', '.join(changed)}")
+    if world_size != saved["num_parts"]:
+        raise CheckpointError(path, f"was written with {saved['num_parts']} ranks, this run has {world_size}")
+    diffs = [f"{k} = {ckpt['config'].get(k)!r} in the checkpoint but {getattr(cfg, k)!r} now"
+             for k in RESUME_KEYS if ckpt["config"].get(k) != getattr(cfg, k)]
+    if diffs:
+        raise CheckpointError(path, "incompatible configuration: " + "; ".join(diffs))
+    if cfg.epochs < ckpt["epoch"]:
+        raise CheckpointError(path, f"already at epoch {ckpt['epoch']}, beyond --epochs {cfg.epochs}")

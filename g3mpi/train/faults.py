@@ -1,0 +1,88 @@
+"""Faults during training: coordinated failures, non-finite values, and the test-only fault injection hooks.
+
+``TrainingFault`` is raised on *every* rank at the same point (the ranks agreed on it through a value they all
+hold, e.g. the allreduced gradient buffer), so the command line can print one line per rank and exit non-zero
+cleanly, without ``MPI_Abort``. Anything else raised on one rank is a local failure and aborts the job.
+
+Test-only hooks (environment variables, read once when a trainer starts; never set them in production):
+  ``G3_TEST_STALL=RANK:EPOCH:SECONDS``  rank RANK sleeps SECONDS at the start of epoch EPOCH (watchdog tests)
+  ``G3_TEST_NAN=RANK:EPOCH[:PARAM]``    rank RANK's loss (or the gradient of parameter PARAM) becomes NaN at
+                                        epoch EPOCH (numerical-fault tests)
+  ``G3_TEST_PIDFILE=DIR``               every rank writes its pid to DIR/rank-R.pid (rank-failure tests)
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+class TrainingFault(RuntimeError):
+    """A failure every rank detected together; ``str(e)`` is this rank's one-line message."""
+
+
+def first_nonfinite(loss: torch.Tensor, named_params) -> str | None:
+    """``"loss"`` if the (local) loss is not finite, else the name of the first parameter whose gradient has a
+    NaN or Inf, else None."""
+    if not bool(torch.isfinite(loss).all()):
+        return "loss"
+    for name, p in named_params:
+        if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
+            return name
+    return None
+
+
+def _parse(var: str, spec: str, n: int, types):
+    parts = spec.split(":")
+    if not n <= len(parts) <= len(types):
+        raise ValueError(f"{var}={spec!r}: expected {':'.join(t.__name__.upper() for t in types)}")
+    try:
+        return [t(v) for t, v in zip(types, parts)]
+    except ValueError:
+        raise ValueError(f"{var}={spec!r}: expected {':'.join(t.__name__.upper() for t in types)}") from None
+
+
+@dataclass(frozen=True)
+class TestHooks:
+    """Test-only fault injection for one rank (all off unless the G3_TEST_* variables are set)."""
+
+    __test__ = False  # not a pytest class
+
+    rank: int = 0
+    stall: tuple | None = None     # (epoch, seconds)
+    nan: tuple | None = None       # (epoch, "loss" or parameter name)
+
+    @classmethod
+    def from_env(cls, rank: int, env=None) -> "TestHooks":
+        env = os.environ if env is None else env
+        stall = nan = None
+        if env.get("G3_TEST_STALL"):
+            r, e, s = _parse("G3_TEST_STALL", env["G3_TEST_STALL"], 3, (int, int, float))
+            stall = (e, s) if r == rank else None
+        if env.get("G3_TEST_NAN"):
+            r, e, *what = _parse("G3_TEST_NAN", env["G3_TEST_NAN"], 2, (int, int, str))
+            nan = (e, what[0] if what else "loss") if r == rank else None
+        if env.get("G3_TEST_PIDFILE"):
+            d = Path(env["G3_TEST_PIDFILE"])
+            (d / f"rank-{rank}.pid").write_text(f"{os.getpid()}\n")
+        return cls(rank=rank, stall=stall, nan=nan)
+
+    def epoch_start(self, epoch: int) -> None:
+        if self.stall and self.stall[0] == epoch:
+            time.sleep(self.stall[1])
+
+    def corrupt_loss(self, epoch: int, loss: torch.Tensor) -> torch.Tensor:
+        if self.nan and self.nan[0] == epoch and self.nan[1] == "loss":
+            return loss * float("nan")
+        return loss
+
+    def corrupt_grads(self, epoch: int, named_params) -> None:
+        if self.nan and self.nan[0] == epoch and self.nan[1] != "loss":
+            for name, p in named_params:
+                if name == self.nan[1]:
+                    p.grad.view(-1)[0] = float("inf")
+                    return
+            raise ValueError(f"G3_TEST_NAN: no parameter named {self.nan[1]!r}")

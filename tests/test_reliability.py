@@ -1,0 +1,340 @@
+"""Reliability of g3-train under real mpiexec: bad partitions on one rank, halo inconsistency between neighbours,
+the communication watchdog, a rank killed with SIGKILL, non-finite values, checkpoints and exact resume.
+
+Every multi-rank run has a timeout, so a hang fails the test instead of hanging CI. Test-only fault hooks are
+the ``G3_TEST_*`` variables of ``g3mpi.train.faults``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from g3mpi.format import array_sha256, file_sha256, part_name, read_meta, write_meta
+from tests.conftest import mpiexec, run_mpi, tool_env
+from tests.graphs import partition, random_graph
+
+MOD = "g3mpi.cli.train"
+FAST = ["--no-progress", "--log-level", "WARNING", "--hidden", "8"]
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    g = random_graph(n=200, f=8, c=4, seed=5)
+    root = tmp_path_factory.mktemp("rel_parts")
+    for P in (2, 3):
+        partition(g, P, root / f"p{P}", seed=P)
+    partition(g, 2, root / "p2other", seed=11)   # another partition of the same graph
+    return root
+
+
+def train(P, parts_dir, out, *extra, check=True, timeout=180, env=None):
+    cmd = [mpiexec(), "-n", str(P), sys.executable, "-m", "mpi4py", "-m", MOD, *FAST, *map(str, extra)]
+    if parts_dir is not None:
+        cmd += ["--parts", str(parts_dir)]
+    if out is not None:
+        cmd += ["--out", str(out)]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**tool_env(), **(env or {})}, timeout=timeout)
+    p.elapsed = time.monotonic() - t0
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {p.returncode}\nstderr:\n{p.stderr}")
+    return p
+
+
+def error_lines(stderr: str) -> dict:
+    """rank -> the g3-train error lines of that rank."""
+    out = {}
+    for line in stderr.splitlines():
+        if line.startswith("g3-train: error: [rank "):
+            r = int(line.split("[rank ", 1)[1].split("]", 1)[0])
+            out.setdefault(r, []).append(line)
+    return out
+
+
+def rewrite_part(d: Path, p: int, **datasets) -> None:
+    """Replace datasets of part p in place, with correct dataset and meta.json checksums (a file that passes
+    every checksum but carries bad content)."""
+    path = d / part_name(p)
+    with h5py.File(path, "r+") as f:
+        for k, v in datasets.items():
+            v = np.asarray(v)
+            if f[k].shape == v.shape and f[k].dtype == v.dtype:
+                f[k][...] = v
+            else:
+                del f[k]
+                f.create_dataset(k, data=v)
+            f[k].attrs["sha256"] = array_sha256(v)
+    meta = read_meta(d)
+    meta["files"][path.name] = file_sha256(path)
+    write_meta(d, meta)
+
+
+def read_ds(d: Path, p: int, k: str) -> np.ndarray:
+    with h5py.File(d / part_name(p), "r") as f:
+        return f[k][()]
+
+
+# -- bad input on load ------------------------------------------------------------------------------------------
+def _flip_byte(d, root):
+    path = d / part_name(1)
+    b = bytearray(path.read_bytes())
+    b[len(b) // 2] ^= 0x01
+    path.write_bytes(bytes(b))
+    return 1, "part-00001.h5", "checksum mismatch"
+
+
+def _truncate(d, root):
+    path = d / part_name(1)
+    path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 3])
+    return 1, "part-00001.h5", "checksum mismatch"
+
+
+def _truncate_noverify(d, root):
+    _truncate(d, root)
+    return 1, "part-00001.h5", "not a readable HDF5 file"
+
+
+def _swap(d, root):
+    a, b = d / part_name(0), d / part_name(1)
+    tmp = d / "x.h5"
+    a.rename(tmp)
+    b.rename(a)
+    tmp.rename(b)
+    return [0, 1], "part-0000{r}.h5", "checksum mismatch"
+
+
+def _swap_noverify(d, root):
+    _swap(d, root)
+    return [0, 1], "part-0000{r}.h5", "swapped"
+
+
+def _bad_column(d, root):
+    ind = read_ds(d, 1, "indices")
+    n_local = len(read_ds(d, 1, "in_degree"))
+    ind[len(ind) // 2] = n_local + 7
+    rewrite_part(d, 1, indices=ind)
+    return 1, "part-00001.h5", f"column index {n_local + 7} out of range"
+
+
+def _nan_feature(d, root):
+    x = read_ds(d, 0, "features")
+    x[3, 2] = np.nan
+    rewrite_part(d, 0, features=x)
+    return 0, "part-00000.h5", "features contain NaN"
+
+
+def _bad_send_row(d, root):
+    rows = read_ds(d, 0, "send_rows")
+    n_owned = len(read_ds(d, 0, "labels"))
+    rows[0] = n_owned + 3
+    rewrite_part(d, 0, send_rows=rows)
+    return 0, "part-00000.h5", "send row out of range"
+
+
+def _other_partition(d, root):
+    shutil.copy(root / "p2other" / part_name(1), d / part_name(1))
+    meta = read_meta(d)
+    meta["files"][part_name(1)] = file_sha256(d / part_name(1))
+    write_meta(d, meta)
+    return 1, "part-00001.h5", "belongs to partition"
+
+
+def _neighbour_mismatch(d, root):
+    # part 1 sends part 0 its rows in another order: every file is valid on its own, the pair is not
+    so, rows = read_ds(d, 1, "send_offsets"), read_ds(d, 1, "send_rows")
+    sp = read_ds(d, 1, "send_parts")
+    i = int(np.nonzero(sp == 0)[0][0])
+    a, b = int(so[i]), int(so[i + 1])
+    assert b - a > 1
+    rows[a:b] = rows[a:b][::-1].copy()
+    rewrite_part(d, 1, send_rows=rows)
+    return 0, "part-00000.h5", "halo node IDs from part-00001.h5 (rank 1) differ"
+
+
+LOAD_FAULTS = {
+    "byte_flipped": (_flip_byte, []),
+    "truncated": (_truncate, []),
+    "truncated_no_verify": (_truncate_noverify, ["--no-verify"]),
+    "swapped": (_swap, []),
+    "swapped_no_verify": (_swap_noverify, ["--no-verify"]),
+    "column_out_of_range": (_bad_column, []),
+    "nan_feature": (_nan_feature, []),
+    "send_row_out_of_range": (_bad_send_row, []),
+    "part_of_other_partition": (_other_partition, []),
+    "neighbour_mismatch": (_neighbour_mismatch, []),
+}
+
+
+@pytest.mark.parametrize("fault", list(LOAD_FAULTS))
+def test_bad_part_every_rank_exits(fault, parts, tmp_path):
+    d = tmp_path / "p2"
+    shutil.copytree(parts / "p2", d)
+    make, extra = LOAD_FAULTS[fault]
+    bad, fname, what = make(d, parts)
+    bad = bad if isinstance(bad, list) else [bad]
+    p = train(2, d, tmp_path / "run", "--epochs", "2", *extra, check=False, timeout=120)
+    assert p.returncode != 0, p.stderr
+    lines = error_lines(p.stderr)
+    assert sorted(lines) == [0, 1], p.stderr                       # every rank said something
+    assert all(len(v) == 1 for v in lines.values()), p.stderr      # one line each
+    for r in (0, 1):
+        if r in bad:
+            assert fname.format(r=r) in lines[r][0] and what in lines[r][0], p.stderr
+        else:
+            assert "stopping" in lines[r][0] and f"{bad}" in lines[r][0], p.stderr
+    assert "Traceback" not in p.stderr and "Segmentation" not in p.stderr
+    assert not (tmp_path / "run").exists()                          # nothing written
+
+
+def test_wrong_number_of_ranks(parts, tmp_path):
+    p = train(2, parts / "p3", tmp_path / "run", "--epochs", "2", check=False, timeout=120)
+    assert p.returncode != 0
+    lines = error_lines(p.stderr)
+    assert sorted(lines) == [0, 1]
+    for r in (0, 1):
+        assert "meta.json" in lines[r][0] and "3 parts but 2 ranks" in lines[r][0]
+
+
+# -- checkpoints and resume -------------------------------------------------------------------------------------
+def _metrics(run):
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_is_bit_identical(parts, tmp_path):
+    args = ["--eval-every", "1", "--dropout", "0.5", "--seed", "3", "--model", "sage"]
+    train(2, parts / "p2", tmp_path / "straight", "--epochs", "6", *args)
+    train(2, parts / "p2", tmp_path / "split", "--epochs", "3", "--checkpoint-every", "2", *args)
+    assert torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=True)["epoch"] == 3
+    train(2, None, None, "--resume", tmp_path / "split", "--epochs", "6")
+    a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)
+    b = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=True)
+    assert a["epoch"] == b["epoch"] == 6
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    for i, st in a["optimizer"]["state"].items():
+        for k, v in st.items():
+            assert torch.equal(v, b["optimizer"]["state"][i][k]), (i, k)
+    ma, mb = _metrics(tmp_path / "straight"), _metrics(tmp_path / "split")
+    assert [r["epoch"] for r in mb] == [1, 2, 3, 4, 5, 6]
+    for ra, rb in zip(ma, mb):
+        for k in ("loss", "train_acc", "val_acc", "test_acc"):
+            assert ra[k] == rb[k], (ra["epoch"], k)
+    for name in ("model.pt",):
+        sa = torch.load(tmp_path / "straight" / name, weights_only=True)
+        sb = torch.load(tmp_path / "split" / name, weights_only=True)
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    with h5py.File(tmp_path / "straight" / "predictions.h5") as fa, h5py.File(tmp_path / "split" / "predictions.h5") as fb:
+        assert np.array_equal(fa["logits"][:], fb["logits"][:])
+    sa = json.loads((tmp_path / "straight" / "summary.json").read_text())
+    sb = json.loads((tmp_path / "split" / "summary.json").read_text())
+    assert (sa["best_epoch"], sa["test_acc"], sa["final_loss"]) == (sb["best_epoch"], sb["test_acc"], sb["final_loss"])
+
+
+def test_resume_refuses_incompatible(parts, tmp_path):
+    run = tmp_path / "run"
+    train(2, parts / "p2", run, "--epochs", "2")
+    before = (run / "checkpoint.pt").read_bytes()
+    p = train(2, None, None, "--resume", run, "--epochs", "4", "--hidden", "16", check=False, timeout=120)
+    assert p.returncode != 0
+    lines = error_lines(p.stderr)
+    assert sorted(lines) == [0, 1]
+    assert "checkpoint.pt: incompatible configuration: hidden = 8 in the checkpoint but 16 now" in lines[0][0]
+    p = train(2, parts / "p2other", None, "--resume", run, "--epochs", "4", check=False, timeout=120)
+    assert p.returncode != 0
+    assert "checkpoint.pt: was written for partition" in error_lines(p.stderr)[1][0]
+    assert (run / "checkpoint.pt").read_bytes() == before
+
+
+# -- faults during training -------------------------------------------------------------------------------------
+def test_watchdog_names_stalled_neighbour(parts, tmp_path):
+    run = tmp_path / "run"
+    p = train(3, parts / "p3", run, "--epochs", "8", "--comm-timeout", "2", check=False, timeout=150,
+              env={"G3_TEST_STALL": "1:3:120"})
+    t_end = time.time()
+    assert p.returncode != 0
+    lines = [x for r, v in error_lines(p.stderr).items() if r != 1 for x in v]
+    assert lines, p.stderr
+    msg = lines[0]
+    assert "communication timeout" in msg and "waiting for rank 1" in msg and "forward direction" in msg, msg
+    assert "layer 'gcn0'" in msg and "epoch 3" in msg, msg
+    # the job ended long before the stalled rank woke up: within the timeout plus a few seconds after epoch 2
+    assert [r["epoch"] for r in _metrics(run)] == [1, 2]
+    assert t_end - (run / "metrics.jsonl").stat().st_mtime < 30
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_kill_one_rank_then_resume(parts, tmp_path):
+    run, pids = tmp_path / "run", tmp_path / "pids"
+    pids.mkdir()
+    cmd = [mpiexec(), "-n", "3", sys.executable, "-m", "mpi4py", "-m", MOD, "--parts", str(parts / "p3"),
+           "--out", str(run), "--epochs", "100000", "--checkpoint-every", "2", *FAST]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**tool_env(), "G3_TEST_PIDFILE": str(pids)})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (run / "checkpoint.pt").exists():
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        assert (run / "checkpoint.pt").exists()
+        time.sleep(1.0)  # well inside later epochs
+        rank_pids = [int((pids / f"rank-{r}.pid").read_text()) for r in range(3)]
+        t_kill = time.monotonic()
+        os.kill(rank_pids[1], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+        waited = time.monotonic() - t_kill
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    assert waited < 30, waited
+    t0 = time.monotonic()
+    while any(_alive(p) for p in rank_pids) and time.monotonic() - t0 < 10:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in rank_pids), "orphan rank processes"
+    # the last checkpoint is intact and the run continues from it
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    e = ckpt["epoch"]
+    assert e >= 2 and e % 2 == 0
+    train(3, None, None, "--resume", run, "--epochs", str(e + 2))
+    assert [r["epoch"] for r in _metrics(run)] == list(range(1, e + 3))
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == e + 2
+
+
+@pytest.mark.parametrize("where", ["loss", "convs.1.lin_l.bias"])
+def test_nonfinite_stops_and_keeps_checkpoint(where, parts, tmp_path):
+    run = tmp_path / "run"
+    spec = "1:5" if where == "loss" else f"0:5:{where}"
+    p = train(2, parts / "p2", run, "--model", "sage", "--epochs", "8", "--checkpoint-every", "2", check=False,
+              timeout=150, env={"G3_TEST_NAN": spec})
+    assert p.returncode != 0
+    lines = error_lines(p.stderr)
+    assert sorted(lines) == [0, 1] and all(len(v) == 1 for v in lines.values()), p.stderr
+    bad = 1 if where == "loss" else 0
+    want = "the loss" if where == "loss" else f"the gradient of {where}"
+    assert f"non-finite value (NaN or Inf) in {want} at epoch 5 on this rank" in lines[bad][0]
+    assert "training stopped at epoch 5" in lines[1 - bad][0]
+    assert "Traceback" not in p.stderr
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert ckpt["epoch"] == 4
+    assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
+    assert [r["epoch"] for r in _metrics(run)] == [1, 2, 3, 4]
+    assert not (run / "model.pt").exists()

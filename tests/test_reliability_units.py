@@ -1,0 +1,120 @@
+"""Serial pieces of the reliability layer: the watchdog's deadline, checkpoint atomicity and loading, the fault
+hooks' parsing, the soak's RSS analysis (no mpiexec: fast)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from g3mpi.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from g3mpi.train.faults import TestHooks, first_nonfinite
+from g3mpi.train.soak import rss_growth
+from tests.conftest import tool_env
+
+WATCHDOG = r"""
+import time
+import numpy as np
+from mpi4py import MPI
+from g3mpi.comm.watchdog import Watchdog
+
+class Fired(Exception):
+    pass
+
+def boom():
+    raise Fired
+
+comm = MPI.COMM_SELF
+buf = np.zeros(4)
+req = comm.Irecv(buf, source=0, tag=5)           # nobody ever sends
+wd = Watchdog(comm, 0.5, prog="t", abort=boom)
+wd.context = "epoch 9"
+t0 = time.monotonic()
+try:
+    wd.waitsome([req], [3], "sage1.bwd")
+except Fired:
+    print("FIRED", round(time.monotonic() - t0, 2))
+req.Cancel()
+req.Wait()
+# a request that completes is returned at once
+sreq = comm.Isend(np.ones(4), dest=0, tag=6)
+rreq = comm.Irecv(buf, source=0, tag=6)
+print("DONE", wd.waitsome([rreq], [0], "x.fwd"), buf.sum())
+sreq.Wait()
+off = Watchdog(comm, 0.0)
+print("ACTIVE", off.active, wd.active)
+"""
+
+
+def test_watchdog_fires_with_names():
+    p = subprocess.run([sys.executable, "-c", WATCHDOG], capture_output=True, text=True, env=tool_env(), timeout=120)
+    assert p.returncode == 0, p.stderr
+    fired = [x for x in p.stdout.splitlines() if x.startswith("FIRED")]
+    assert fired and 0.5 <= float(fired[0].split()[1]) < 5, p.stdout
+    line = p.stderr.strip().splitlines()[-1]
+    assert line.startswith("t: error: [rank 0] communication timeout: blocked")
+    assert "waiting for rank 3 in the halo exchange of layer 'sage1', backward direction, epoch 9" in line
+    assert "DONE [0] 4.0" in p.stdout and "ACTIVE False True" in p.stdout
+
+
+def test_checkpoint_atomic_and_weights_only(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.pt"
+    good = dict(format="g3mpi-checkpoint", version=1, epoch=4, model={"w": torch.ones(3)}, optimizer={},
+                rng=torch.get_rng_state(), best={}, since_best=0, config={}, partition={})
+    save_checkpoint(path, good)
+    before = path.read_bytes()
+    # a write that dies half-way leaves the previous checkpoint and no temporary file
+    real_save = torch.save
+
+    def dying_save(obj, f):
+        real_save({"half": torch.zeros(1000)}, f)
+        raise OSError("disk full")
+    monkeypatch.setattr(torch, "save", dying_save)
+    with pytest.raises(OSError):
+        save_checkpoint(path, dict(good, epoch=6))
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
+    assert load_checkpoint(path)["epoch"] == 4
+    # truncated, pickled objects, wrong format: refused with the file named
+    (tmp_path / "cut.pt").write_bytes(before[: len(before) // 2])
+    with pytest.raises(CheckpointError, match="cut.pt: not a readable checkpoint"):
+        load_checkpoint(tmp_path / "cut.pt")
+    torch.save({"format": "g3mpi-checkpoint", "evil": Path("/")}, tmp_path / "pickle.pt")
+    with pytest.raises(CheckpointError, match="pickle.pt: not a readable checkpoint"):
+        load_checkpoint(tmp_path / "pickle.pt")
+    torch.save({"format": "other"}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a g3mpi checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_fault_hooks(tmp_path):
+    assert TestHooks.from_env(0, {}) == TestHooks(rank=0)
+    h = TestHooks.from_env(1, {"G3_TEST_STALL": "1:3:2.5", "G3_TEST_NAN": "1:4:convs.0.bias",
+                                "G3_TEST_PIDFILE": str(tmp_path)})
+    assert h.stall == (3, 2.5) and h.nan == (4, "convs.0.bias")
+    assert (tmp_path / "rank-1.pid").read_text().strip().isdigit()
+    assert TestHooks.from_env(0, {"G3_TEST_STALL": "1:3:2.5"}).stall is None
+    with pytest.raises(ValueError, match="G3_TEST_NAN"):
+        TestHooks.from_env(0, {"G3_TEST_NAN": "x"})
+    lin = torch.nn.Linear(2, 2)
+    lin(torch.ones(1, 2)).sum().backward()
+    named = list(lin.named_parameters())
+    assert first_nonfinite(torch.tensor(1.0), named) is None
+    assert first_nonfinite(torch.tensor(float("nan")), named) == "loss"
+    TestHooks(nan=(2, "bias")).corrupt_grads(2, named)
+    assert first_nonfinite(torch.tensor(1.0), named) == "bias"
+
+
+def test_soak_analysis():
+    flat = [dict(epoch=e, rank_rss_bytes=[100 + (e % 3), 200]) for e in range(1, 301)]
+    res = rss_growth(flat, warmup=50, window=50)
+    assert res["max_growth"] == 0 and res["epochs"] == 300
+    leak = [dict(epoch=e, rank_rss_bytes=[100 + e // 10, 200]) for e in range(1, 301)]
+    assert rss_growth(leak, warmup=50, window=50)["ranks"][0]["growth"] > 0.15
+    with pytest.raises(ValueError, match="need at least"):
+        rss_growth(flat[:100], warmup=50, window=50)

@@ -1,0 +1,63 @@
+"""Blocks and chunks of one rank's aggregation matrix reproduce the whole product (serial, no MPI)."""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from g3mpi.sched import BlockMatrix, chunk_rows_for
+
+
+def make(n=50, halo=(7, 5), seed=0):
+    rng = np.random.default_rng(seed)
+    cols = n + sum(halo)
+    a = sp.random(n, cols, density=0.15, random_state=seed, format="csr", dtype=np.float32)
+    a.data[:] = rng.random(len(a.data)).astype(np.float32)
+    a.sort_indices()
+    recv_offsets = np.concatenate([[0], np.cumsum(halo)])
+    boundary = np.sort(rng.choice(n, 12, replace=False))
+    diag = rng.random(n).astype(np.float32)
+    return a, recv_offsets, boundary, diag
+
+
+def test_blocks_and_chunks_equal_whole_product():
+    a, ro, boundary, diag = make()
+    n = a.shape[0]
+    bm = BlockMatrix(a.indptr, a.indices, n, ro, boundary, a.data, diag)
+    h = torch.randn(a.shape[1], 4)
+    want = torch.from_numpy((a @ h.numpy()) + diag[:, None] * h.numpy()[:n])
+    for rows_per_chunk in (0, 1, 7, 13, 1000):
+        out = torch.zeros(n, 4)
+        chunks = bm.chunks(rows_per_chunk)
+        seen = []
+        for rows, mat in chunks:
+            part = torch.sparse.mm(mat, h[:n])
+            if rows is None:
+                out += part
+                seen.append(torch.arange(n))
+            else:
+                out.index_add_(0, rows, part)
+                seen.append(rows)
+        assert torch.equal(torch.sort(torch.cat(seen)).values, torch.arange(n))
+        if rows_per_chunk and rows_per_chunk < n:
+            first = torch.cat(seen)[:len(boundary)]       # boundary rows come first
+            assert set(first.tolist()) == set(boundary.tolist())
+        for i, nb in enumerate(bm.neighbours):
+            sl = h[n + ro[i]:n + ro[i + 1]]
+            out.index_add_(0, nb.rows, torch.sparse.mm(nb.mat, sl))
+        assert torch.allclose(out, want, rtol=1e-6, atol=1e-6), rows_per_chunk
+    g = torch.randn(n, 4)
+    full_t = torch.from_numpy(a.T @ g.numpy())
+    for rows_per_chunk in (0, 9):
+        gt = torch.zeros(n, 4)
+        for s, e, mat in bm.transpose_chunks(rows_per_chunk):
+            gt[s:e] = torch.sparse.mm(mat, g)
+        assert torch.allclose(gt, full_t[:n] + torch.from_numpy(diag[:, None]) * g, rtol=1e-6, atol=1e-6)
+    for i, nb in enumerate(bm.neighbours):
+        part = torch.sparse.mm(nb.mat_t, g[nb.rows])
+        assert torch.allclose(part, full_t[n + ro[i]:n + ro[i + 1]], rtol=1e-6, atol=1e-6)
+
+
+def test_chunk_size_follows_width():
+    assert chunk_rows_for(16, 0) > chunk_rows_for(256, 0) >= 64
+    assert chunk_rows_for(16, 100) == 100

@@ -1,0 +1,38 @@
+"""Training configuration: TOML in, CLI overrides, validation, TOML out."""
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from g3mpi.train import ConfigError, TrainConfig, config_from, to_toml
+
+
+def test_toml_overrides_and_round_trip(tmp_path):
+    (tmp_path / "run.toml").write_text('model = "gat"\nlr = 1\nheads = 4\nsim-net = "10Gbit,20us"\n')
+    cfg = config_from(tmp_path / "run.toml", dict(parts="p", out="o", heads=2, lr=None))
+    assert cfg.model == "gat" and cfg.lr == 1.0 and cfg.heads == 2 and cfg.sim_net == "10Gbit,20us"
+    (tmp_path / "back.toml").write_text(to_toml(cfg))
+    assert config_from(tmp_path / "back.toml") == cfg
+    assert tomllib.loads(to_toml(cfg))["heads"] == 2
+
+
+@pytest.mark.parametrize("text,word", [("bogus = 1", "bogus"), ('epochs = "many"', "epochs"),
+                                       ("dropout = 1.0", "dropout"), ('model = "mlp"', "model"),
+                                       ('schedule = "fast"', "schedule"), ('sim_net = "fast"', "BANDWIDTH"),
+                                       ("epochs = 0", "epochs"), ("lr = nan", "lr"), ("verify = 1", "verify"),
+                                       ("= broken", "TOML")])
+def test_bad_values_are_named(tmp_path, text, word):
+    (tmp_path / "bad.toml").write_text(text + "\n")
+    with pytest.raises(ConfigError, match=word):
+        config_from(tmp_path / "bad.toml")
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        config_from(tmp_path / "nope.toml")
+
+
+def test_frozen():
+    with pytest.raises(Exception):
+        TrainConfig().lr = 3
