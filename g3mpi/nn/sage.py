@@ -9,6 +9,7 @@ in > out (fewer bytes travel) and after it otherwise.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from g3mpi.ops import Aggregation, DistGraph
@@ -23,21 +24,24 @@ class SAGELayer(nn.Module):
         self.transform_first = in_dim > out_dim
         self.agg = Aggregation(graph, "mean", out_dim if self.transform_first else in_dim, name=name)
 
-    # W_l and W_r act on the same rows. Two accumulating GEMMs (addmm) rather than one fused product over
-    # concatenated weights: the same flops, but no [n, 2*in] concatenated input, no column slices of a fused
-    # output (whose backward zero-fills full-width gradients) and no copies to make slices contiguous.
-
     # row-wise halves of forward, for the inter-layer pipeline (g3mpi.ops.pipeline)
     def pre(self, x: torch.Tensor):
         if self.transform_first:
-            return x @ self.lin_l.weight.t(), torch.addmm(self.lin_l.bias, x, self.lin_r.weight.t())
+            hw = x @ torch.cat([self.lin_l.weight, self.lin_r.weight]).t()
+            return hw[:, :self.out_dim].contiguous(), hw[:, self.out_dim:]
         return x, None
 
     def post(self, agg: torch.Tensor, aux, x: torch.Tensor) -> torch.Tensor:
         if self.transform_first:
-            return agg + aux
-        return torch.addmm(torch.addmm(self.lin_l.bias, agg, self.lin_l.weight.t()), x, self.lin_r.weight.t())
+            return agg + self.lin_l.bias + aux
+        return F.linear(torch.cat([agg, x], dim=1), torch.cat([self.lin_l.weight, self.lin_r.weight], dim=1),
+                        self.lin_l.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        payload, aux = self.pre(x)
-        return self.post(self.agg(payload), aux, x)
+        # W_l and W_r act on the same rows: one matrix product [.., 2*out] (or [.., 2*in] input) instead of two
+        o = self.out_dim
+        if self.transform_first:
+            hw = x @ torch.cat([self.lin_l.weight, self.lin_r.weight]).t()
+            return self.agg(hw[:, :o].contiguous()) + self.lin_l.bias + hw[:, o:]
+        z = torch.cat([self.agg(x), x], dim=1)
+        return F.linear(z, torch.cat([self.lin_l.weight, self.lin_r.weight], dim=1), self.lin_l.bias)
