@@ -87,7 +87,10 @@ def theoretical_bytes(trainer, part, saved_activations: int) -> dict:
     from g3mpi.format.partition import ARRAYS
     part_b = int(sum(np.asarray(getattr(part, k)).nbytes for k in ARRAYS))
     mat_b = 0
+    from g3mpi.sched import BlockMatrix
     for blk in trainer.graph._blocks.values():
+        if not isinstance(blk, BlockMatrix):
+            continue  # derived caches (row groups) index the same matrices
         n = blk.num_owned
         nnz = blk.local._nnz() + sum(nb.mat._nnz() for nb in blk.neighbours)
         rows = n + sum(len(nb.rows) for nb in blk.neighbours)
