@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from mpi4py import MPI
 from torch import nn
 
-from g3mpi.ops import Aggregation
+from g3mpi.ops import Aggregation, SpMM
 
 
 def as_g3_original(model) -> None:
@@ -87,17 +87,6 @@ class _AllGather(torch.autograd.Function):
         return torch.from_numpy(out), None
 
 
-class _SpMM(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, h, mat, mat_t):
-        ctx.mat_t = mat_t
-        return torch.sparse.mm(mat, h.detach())
-
-    @staticmethod
-    def backward(ctx, g):
-        return torch.sparse.mm(ctx.mat_t, g.contiguous()), None, None
-
-
 class ReplicateAll(nn.Module):
     """GCN / SAGE with replicate-all communication; parameter names as g3mpi's ``GNN`` (load its state_dict)."""
 
@@ -137,7 +126,7 @@ class ReplicateAll(nn.Module):
         self.convs = nn.ModuleList(convs)
 
     def aggregate(self, h):
-        return _SpMM.apply(_AllGather.apply(h.contiguous(), self), self.mat, self.mat_t)
+        return SpMM.apply(_AllGather.apply(h.contiguous(), self), self.mat, self.mat_t)
 
     def forward(self, x):
         for i, conv in enumerate(self.convs):

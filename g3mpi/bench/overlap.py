@@ -1,5 +1,4 @@
-"""Suite ``schedules``: the pipelined schedule against blocking and nocomm under a simulated network (this module
-is ``overlap``: ``g3mpi.bench.schedules`` is the runtime's own standalone script for the same measurement).
+"""Suite ``schedules``: the pipelined schedule against blocking and nocomm under a simulated network.
 
 P ranks (default 4) train the same model; the three schedules take turns epoch by epoch in the same processes
 (``Trainer.train_step`` with ``DistGraph.schedule`` switched), under ``--sim-net`` (each message lands no

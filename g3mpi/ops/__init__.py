@@ -3,6 +3,7 @@ from .aggregate import Aggregation
 from .dropout import DropoutKey, edge_keep_mask, keep_mask, node_dropout
 from .gat import GATAggregation
 from .graph import DistGraph
+from .pipeline import SpMM
 
 __all__ = ["Aggregation", "DropoutKey", "edge_keep_mask", "keep_mask", "node_dropout", "GATAggregation",
-           "DistGraph"]
+           "DistGraph", "SpMM"]

@@ -23,7 +23,7 @@ from g3mpi.sched.blocks import chunk_rows_for
 from .exchange import halo_join, halo_recv, halo_start
 
 
-class _SpMM(torch.autograd.Function):
+class SpMM(torch.autograd.Function):
     """out = mat @ h; grad_h = mat_t @ grad_out (transpose precomputed)."""
 
     @staticmethod
@@ -97,7 +97,7 @@ def forward_pipelined(model, x, key):
     for l, conv in enumerate(convs):
         ex = conv.agg.ex
         pay = _merge(n, B.rows, pb, I.rows, pi)
-        ob = _SpMM.apply(pay, B.local, B.local_t)
+        ob = SpMM.apply(pay, B.local, B.local_t)
         k = ex.forward.num_recvs
         parts_b, parts_i = [None] * k, [None] * k
 
@@ -105,9 +105,9 @@ def forward_pipelined(model, x, key):
             for i in landed:
                 h = halo_recv(dummy, ex, sched, i)
                 if B.nb[i] is not None:
-                    parts_b[i] = _SpMM.apply(h, B.nb[i][1], B.nb[i][2])
+                    parts_b[i] = SpMM.apply(h, B.nb[i][1], B.nb[i][2])
                 if I.nb[i] is not None:
-                    parts_i[i] = _SpMM.apply(h, I.nb[i][1], I.nb[i][2])
+                    parts_i[i] = SpMM.apply(h, I.nb[i][1], I.nb[i][2])
 
         land(sched.poll(ex.forward))
         land(sched.rest(ex.forward))
