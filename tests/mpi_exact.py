@@ -1,11 +1,12 @@
 """MPI helper for the exactness tests: one forward + backward per model from a fixed initial state.
 
 mpiexec -n P python -m mpi4py -m tests.mpi_exact PARTS OUT.npz [--models gcn,sage,gat]
-    [--variants SCHEDULE:CHUNK_ROWS:JITTER,...] [--sim-net SPEC] [--repeat K]
+    [--variants SCHEDULE:CHUNK_ROWS:JITTER[:nocache],...] [--sim-net SPEC] [--repeat K] [--hidden H]
 Rank 0 writes OUT.npz with, per variant and model, the initial parameters, the logits by original node ID, the
 loss and every parameter gradient (summed over ranks), so a test can compare with a single-process PyG
 reference or variants with each other. A variant is a schedule, a chunk size (0 = automatic, -1 = none) and a
-maximum random extra delay per message in seconds (random completion orders).
+maximum random extra delay per message in seconds (random completion orders), and ``nocache`` to turn the
+model's input cache off.
 """
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ from g3mpi.sched import Schedule
 HIDDEN, HEADS = 8, 3
 
 
-def build(model, graph, part, seed=0):
+def build(model, graph, part, seed=0, hidden=HIDDEN, input_cache=True):
     torch.manual_seed(seed)
-    return GNN(graph, model, part.feature_dim, HIDDEN, part.num_classes, layers=3 if model != "gat" else 2,
-               heads=HEADS, out_heads=2, activation="relu" if model != "gat" else "elu")
+    return GNN(graph, model, part.feature_dim, hidden, part.num_classes, layers=3 if model != "gat" else 2,
+               heads=HEADS, out_heads=2, activation="relu" if model != "gat" else "elu", input_cache=input_cache)
 
 
 def main(argv=None):
@@ -39,6 +40,7 @@ def main(argv=None):
     ap.add_argument("--variants", default="pipelined:0:0")
     ap.add_argument("--sim-net", default=None)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--hidden", type=int, default=HIDDEN)
     a = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
     torch.set_num_threads(1)
@@ -51,13 +53,13 @@ def main(argv=None):
     res = {}
     ctxs = []
     for variant in a.variants.split(","):
-        schedule, chunk, jitter = variant.split(":")
+        schedule, chunk, jitter, *flags = variant.split(":")
         simnet = SimNet.from_spec(a.sim_net, jitter=float(jitter), seed=comm.rank + 17)
         ctx = CommContext(comm, simnet)
         ctxs.append(ctx)
         graph = DistGraph(part, ctx, Schedule(schedule, int(chunk)))
         for model in a.models.split(","):
-            net = build(model, graph, part)
+            net = build(model, graph, part, hidden=a.hidden, input_cache="nocache" not in flags)
             init = {k: v.detach().clone() for k, v in net.state_dict().items()}
             for _ in range(a.repeat):
                 net.zero_grad()

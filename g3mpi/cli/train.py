@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--schedule", choices=("pipelined", "blocking", "nocomm"))
     g.add_argument("--chunk-rows", type=int, help="rows per aggregation chunk (0: automatic, <0: no chunks)")
     g.add_argument("--sim-net", help="simulated network BANDWIDTH,LATENCY, e.g. 10Gbit,20us")
+    g.add_argument("--no-input-cache", dest="input_cache", action="store_const", const=False,
+                   help="recompute the first layer's aggregation of the input in every pass")
     g.add_argument("--no-verify", dest="verify", action="store_const", const=False,
                    help="skip part-file checksums")
     g.add_argument("--no-progress", dest="progress", action="store_const", const=False)

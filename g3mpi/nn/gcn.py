@@ -32,7 +32,16 @@ class GCNLayer(nn.Module):
     def post(self, agg: torch.Tensor, aux, x: torch.Tensor) -> torch.Tensor:
         return agg + self.bias if self.transform_first else F.linear(agg, self.lin.weight, self.bias)
 
+    # aggregate-first layers split into the parameter-free product of their input and the rest, so a model can
+    # compute the first product once for a constant input (``GNN``, ``input_cache``)
+    def input_product(self, x: torch.Tensor) -> torch.Tensor:
+        """A_hat x [n_owned, in] (aggregate-first layers only)."""
+        return self.agg(x)
+
+    def from_input_product(self, c: torch.Tensor) -> torch.Tensor:
+        return F.linear(c, self.lin.weight, self.bias)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.transform_first:
             return self.agg(self.lin(x)) + self.bias
-        return F.linear(self.agg(x), self.lin.weight, self.bias)
+        return self.from_input_product(self.input_product(x))

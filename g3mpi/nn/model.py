@@ -2,6 +2,12 @@
 
 Every layer sees dropout on its input (as in PyG's GCN and GAT examples), with masks keyed by original node ID
 (``g3mpi.ops.dropout``), so the model and its training do not depend on the partition.
+
+Input cache: when the first layer aggregates its raw input (GCN or SAGE with in <= out), that aggregation does
+not depend on any parameter, so for a constant input (no input dropout in this pass: evaluation, or dropout 0,
+and an input that needs no gradient) it is the same in every epoch. With ``input_cache`` (default) the model
+computes it once per input tensor (identity and version) and reuses it: the first layer's halo exchange and
+sparse product run once instead of every pass. Results are unchanged (the same tensor is computed).
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ class GNN(nn.Module):
 
     def __init__(self, graph: DistGraph, model: str, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  heads: int = 8, out_heads: int = 1, dropout: float = 0.0, attn_dropout: float = 0.0,
-                 activation: str = "relu"):
+                 activation: str = "relu", input_cache: bool = True):
         super().__init__()
         if model not in MODELS:
             raise ValueError(f"model {model!r}: expected one of {', '.join(MODELS)}")
@@ -54,16 +60,42 @@ class GNN(nn.Module):
                 convs.append((GCNLayer if model == "gcn" else SAGELayer)(graph, d, o, name=name))
                 d = o
         self.convs = nn.ModuleList(convs)
+        self.input_cache = bool(input_cache) and model != "gat" and not convs[0].transform_first
+        self._cached = None     # (input tensor, its version, layer 0's input product)
+
+    def _input_product(self, x: torch.Tensor):
+        """Layer 0's parameter-free product of ``x`` when it can be reused, else None."""
+        if not self.input_cache or x.requires_grad or (self.training and self.dropout > 0):
+            return None
+        c = self._cached
+        if c is None or c[0] is not x or c[1] != x._version:
+            self._cached = None
+            with torch.no_grad():
+                c = (x, x._version, self.convs[0].input_product(x))
+            self._cached = c
+        return c[2]
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
         g = self.graph
+        c0 = self._input_product(x)
         if (self.model != "gat" and g.schedule.mode == "pipelined" and g.schedule.interlayer
                 and (g.plan.send_parts or g.plan.recv_parts)):
-            return forward_pipelined(self, x, key)
+            return forward_pipelined(self, x, key, c0)
         ids = self.graph.orig_ids
+        last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):
-            x = node_dropout(x, key, i, ids, self.dropout, self.training)
-            x = conv(x, key, i) if self.model == "gat" else conv(x)
-            if i < len(self.convs) - 1:
-                x = self.act(x)
+            if i == 0 and c0 is not None:
+                x = conv.from_input_product(c0)
+            else:
+                x = node_dropout(x, key, i, ids, self.dropout, self.training)
+                x = conv(x, key, i) if self.model == "gat" else conv(x)
+            if i < last:
+                x = self.activation(x)
         return x
+
+    def activation(self, x: torch.Tensor) -> torch.Tensor:
+        """The hidden activation; ReLU in place on GCN/SAGE layer outputs (their backward does not need them),
+        which saves one fresh [n, hidden] tensor per layer."""
+        if self.act is F.relu and self.model != "gat":
+            return F.relu(x, inplace=True)
+        return self.act(x)

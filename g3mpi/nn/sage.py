@@ -43,5 +43,13 @@ class SAGELayer(nn.Module):
         if self.transform_first:
             hw = x @ torch.cat([self.lin_l.weight, self.lin_r.weight]).t()
             return self.agg(hw[:, :o].contiguous()) + self.lin_l.bias + hw[:, o:]
-        z = torch.cat([self.agg(x), x], dim=1)
+        return self.from_input_product(self.input_product(x))
+
+    # aggregate-first layers split into the parameter-free product of their input and the rest, so a model can
+    # compute the first product once for a constant input (``GNN``, ``input_cache``)
+    def input_product(self, x: torch.Tensor) -> torch.Tensor:
+        """[mean_{j -> i} x_j, x_i] [n_owned, 2 * in] (aggregate-first layers only)."""
+        return torch.cat([self.agg(x), x], dim=1)
+
+    def from_input_product(self, z: torch.Tensor) -> torch.Tensor:
         return F.linear(z, torch.cat([self.lin_l.weight, self.lin_r.weight], dim=1), self.lin_l.bias)

@@ -72,9 +72,11 @@ def _merge(n, rows_b, yb, rows_i, yi):
     return yb.new_zeros(n, yb.shape[1]).index_copy(0, rows_b, yb).index_copy(0, rows_i, yi)
 
 
-def forward_pipelined(model, x, key):
+def forward_pipelined(model, x, key, c0=None):
     """The model stack of ``GNN`` (GCN or SAGE) with inter-layer pipelining; same result as the layer-by-layer
-    forward. Layers provide ``pre(x_rows) -> (payload_rows, aux_rows)`` and ``post(agg_rows, aux_rows, x_rows)``."""
+    forward. Layers provide ``pre(x_rows) -> (payload_rows, aux_rows)`` and ``post(agg_rows, aux_rows, x_rows)``.
+    ``c0``: the first layer's cached input product (``GNN`` input cache), or None; with it the pipeline starts at
+    the second layer."""
     from .dropout import node_dropout
     g = model.graph
     sched = g.schedule
@@ -90,11 +92,21 @@ def forward_pipelined(model, x, key):
         pb, ab = conv.pre(xb)
         return pb, ab, halo_start(pb, conv.agg.ex, sched, B.send_pos)
 
-    xb = node_dropout(x[B.rows], key, 0, ids_b, model.dropout, training)
-    xi = node_dropout(x[I.rows], key, 0, ids_i, model.dropout, training)
-    pb, ab, dummy = start(convs[0], xb)
-    pi, ai = convs[0].pre(xi)
-    for l, conv in enumerate(convs):
+    first = 0
+    if c0 is not None:
+        y0 = convs[0].from_input_product(c0)
+        if last == 0:
+            return y0
+        first = 1
+        xb = node_dropout(model.activation(y0[B.rows]), key, 1, ids_b, model.dropout, training)
+        xi = node_dropout(model.activation(y0[I.rows]), key, 1, ids_i, model.dropout, training)
+    else:
+        xb = node_dropout(x[B.rows], key, 0, ids_b, model.dropout, training)
+        xi = node_dropout(x[I.rows], key, 0, ids_i, model.dropout, training)
+    pb, ab, dummy = start(convs[first], xb)
+    pi, ai = convs[first].pre(xi)
+    for l in range(first, last + 1):
+        conv = convs[l]
         ex = conv.agg.ex
         pay = _merge(n, B.rows, pb, I.rows, pi)
         ob = SpMM.apply(pay, B.local, B.local_t)
@@ -117,7 +129,7 @@ def forward_pipelined(model, x, key):
         ob = halo_join(ob, dummy)
         yb = conv.post(ob, ab, xb)
         if l < last:
-            xb = node_dropout(model.act(yb), key, l + 1, ids_b, model.dropout, training)
+            xb = node_dropout(model.activation(yb), key, l + 1, ids_b, model.dropout, training)
             pb, ab, dummy = start(convs[l + 1], xb)
         fwd, bwd = I.chunks(chunk_rows_for(pay.shape[1], sched.chunk_rows) if sched.chunk_rows >= 0 else 0)
         oi = _ChunkedSpMM.apply(pay, fwd, bwd, progress)
@@ -127,5 +139,5 @@ def forward_pipelined(model, x, key):
         yi = conv.post(oi, ai, xi)
         if l == last:
             return _merge(n, B.rows, yb, I.rows, yi)
-        xi = node_dropout(model.act(yi), key, l + 1, ids_i, model.dropout, training)
+        xi = node_dropout(model.activation(yi), key, l + 1, ids_i, model.dropout, training)
         pi, ai = convs[l + 1].pre(xi)

@@ -42,6 +42,7 @@ class TrainConfig:
     schedule: str = "pipelined"     # pipelined | blocking | nocomm (nocomm: timing only, results invalid)
     chunk_rows: int = 0             # rows per aggregation chunk (0: from the feature width; <0: no chunking)
     sim_net: str = ""               # simulated network BANDWIDTH,LATENCY, e.g. "10Gbit,20us" ("" = off)
+    input_cache: bool = True        # compute the first layer's aggregation of the constant input once (GNN)
     verify: bool = True             # check part-file checksums on load
     progress: bool = True           # tqdm line on rank 0
     log_level: str = "INFO"

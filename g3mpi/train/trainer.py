@@ -62,7 +62,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.model = GNN(self.graph, cfg.model, part.feature_dim, cfg.hidden, part.num_classes, layers=cfg.layers,
                          heads=cfg.heads, out_heads=cfg.out_heads, dropout=cfg.dropout,
-                         attn_dropout=cfg.attn_dropout, activation=cfg.activation)
+                         attn_dropout=cfg.attn_dropout, activation=cfg.activation, input_cache=cfg.input_cache)
         self.named_params = list(self.model.named_parameters())
         self.params = [p for _, p in self.named_params]
         if cfg.optimizer == "adam":

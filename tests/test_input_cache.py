@@ -1,0 +1,101 @@
+"""The model's input cache (the first layer's aggregation of a constant input, computed once) changes no result:
+cached == recomputed over several passes, in training with and without dropout and in evaluation, on one rank
+in-process and on P ranks under every schedule; it is dropped when the input changes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.conftest import run_mpi
+from tests.graphs import partition, random_graph
+from tests.pyg_reference import rel_err
+
+MODELS = ("gcn", "sage")
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory):
+    from mpi4py import MPI
+
+    from g3mpi.comm import CommContext
+    from g3mpi.format import read_meta, read_part
+    from g3mpi.ops import DistGraph
+    out = tmp_path_factory.mktemp("cache") / "parts"
+    partition(random_graph(f=6), 1, out)
+    part = read_part(out, 0, read_meta(out))
+    ctx = CommContext(MPI.COMM_SELF)
+    yield part, DistGraph(part, ctx)
+    ctx.free()
+
+
+def _pair(model, graph, part, dropout):
+    from g3mpi.nn import GNN
+    nets = []
+    for cache in (True, False):
+        torch.manual_seed(0)
+        nets.append(GNN(graph, model, part.feature_dim, 16, part.num_classes, layers=3, dropout=dropout,
+                        input_cache=cache))
+    return nets
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_cached_equals_recomputed_in_process(one_rank, model, dropout):
+    from g3mpi.ops import DropoutKey
+    part, graph = one_rank
+    x = torch.from_numpy(part.features.copy())
+    y = torch.from_numpy(part.labels).clamp(min=0)
+    cached, plain = _pair(model, graph, part, dropout)
+    assert cached.input_cache and not plain.input_cache
+    opts = [torch.optim.Adam(n.parameters(), lr=0.05) for n in (cached, plain)]
+    for epoch in range(3):
+        outs = []
+        for net, opt in zip((cached, plain), opts):
+            net.train()
+            opt.zero_grad()
+            out = net(x, DropoutKey(7, epoch))
+            F.cross_entropy(out, y).backward()
+            opt.step()
+            outs.append(out.detach())
+        assert rel_err(outs[0].numpy(), outs[1].numpy()) <= 1e-6
+        for (k, a), (_, b) in zip(cached.named_parameters(), plain.named_parameters()):
+            assert torch.equal(a, b), k
+        with torch.no_grad():
+            cached.eval(), plain.eval()
+            assert rel_err(cached(x).numpy(), plain(x).numpy()) <= 1e-6
+    # used exactly when the input is constant: in evaluation always, in training only without dropout
+    assert cached._cached is not None and cached._cached[0] is x
+    # an in-place change of the input drops the cached product
+    x.mul_(2.0)
+    with torch.no_grad():
+        assert rel_err(cached(x).numpy(), plain(x).numpy()) <= 1e-6
+    assert cached._cached[1] == x._version
+
+
+def test_not_used_for_transform_first_or_gat(one_rank):
+    from g3mpi.nn import GNN
+    part, graph = one_rank
+    assert not GNN(graph, "gcn", part.feature_dim, 4, part.num_classes).input_cache     # 6 -> 4: transform first
+    assert not GNN(graph, "gat", part.feature_dim, 16, part.num_classes).input_cache
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_cached_equals_recomputed_multi_rank(P, tmp_path):
+    g = random_graph(n=160, f=6, seed=P)
+    partition(g, P, tmp_path / "parts", seed=P)
+    base = "blocking:-1:0:nocache"
+    variants = ("pipelined:0:0", "pipelined:5:0.003", "blocking:-1:0", "pipelined:0:0:nocache")
+    run_mpi(P, "tests.mpi_exact", tmp_path / "parts", tmp_path / "out.npz", "--models", ",".join(MODELS),
+            "--variants", ",".join((base,) + variants), "--repeat", "3", "--hidden", "16", timeout=600)
+    res = np.load(tmp_path / "out.npz")
+    for model in MODELS:
+        keys = [k[len(f"{base}/{model}/"):] for k in res.files if k.startswith(f"{base}/{model}/grad/")]
+        assert keys
+        for v in variants:
+            assert rel_err(res[f"{v}/{model}/logits"], res[f"{base}/{model}/logits"]) <= 1e-6, (v, model)
+            for k in keys:
+                assert rel_err(res[f"{v}/{model}/{k}"], res[f"{base}/{model}/{k}"]) <= 1e-6, (v, model, k)
+        # the first layer's exchange ran once instead of three times
+        assert int(res[f"pipelined:0:0/{model}/bytes_sent"]) < int(res[f"pipelined:0:0:nocache/{model}/bytes_sent"])
