@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="schedules: METIS vertex weights of the partition (default edges)")
     ap.add_argument("--repeats", type=int, default=2, help="scaling: alternating launches per configuration")
     ap.add_argument("--max-ranks", type=int, default=8, help="scaling: largest oversubscribed rank count")
-    ap.add_argument("--systems", default="g3mpi,pyg-csr,pyg-edge_index",
+    ap.add_argument("--systems", default="g3mpi,g3mpi-nocache,pyg-csr,pyg-edge_index",
                     help="vs-pyg: systems compared (g3mpi and pyg-csr always; pyg-edge_index needs several GiB "
                          "at the default size)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks that a suite runs, measures nothing")

@@ -4,7 +4,8 @@ P ranks (default 4) train the same model; the three schedules take turns epoch b
 (``Trainer.train_step`` with ``DistGraph.schedule`` switched), under ``--sim-net`` (each message lands no
 earlier than latency + size / bandwidth after it was posted, one outgoing link per rank). nocomm skips the
 exchange (compute only; its results are wrong by design). Reported: median epoch times, pipelined / blocking
-and pipelined / nocomm, and per rank compute, blocked and idle time.
+and pipelined / nocomm, and per rank compute, blocked and idle time. The input cache is off
+(``--no-input-cache``), so every layer's exchange runs in every epoch.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def run(sz: Sizes, work: Path, ranks: int = 4, sim_net: str = "10Gbit,20us", mod
     for model in models:
         progress(f"schedules: {model} on {ranks} ranks, sim-net {sim_net}")
         out = run_worker(ranks, ["--parts", parts, "--designs", "g3", "--schedules", ",".join(SCHEDULES),
+                                 "--no-input-cache",
                                  "--sim-net", sim_net, "--epochs", sz.epochs, *worker_model_args(model, sz)],
                          work / f"schedules-{model}-{ranks}.json", threads=sz.threads)
         d = {v["schedule"]: variant_summary(v) for v in out["variants"].values()}

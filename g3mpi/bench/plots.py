@@ -49,8 +49,8 @@ def breakdown(ax, comp, blocked, idle, title):
 def plot_vs_pyg(res: dict, out: Path) -> list:
     plt = _plt()
     models = list(res["models"])
-    systems = list(next(iter(res["models"].values()))["median_epoch_s"]) if models else []
-    vals = {s: {m: res["models"][m]["median_epoch_s"][s] for m in models} for s in systems}
+    systems = list(dict.fromkeys(s for m in models for s in res["models"][m]["median_epoch_s"]))
+    vals = {s: {m: res["models"][m]["median_epoch_s"].get(s) for m in models} for s in systems}
     fig, ax = plt.subplots(figsize=(6, 4))
     _bars(ax, models, systems, vals, "median epoch time (s)", "one rank: g3mpi vs PyG (epoch time per system)")
     return [_save(fig, out / "vs-pyg.png")]

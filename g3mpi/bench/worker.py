@@ -154,6 +154,8 @@ def build_parser():
     ap.add_argument("--chunk-rows", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-input-cache", action="store_true",
+                    help="recompute the first layer's aggregation every epoch (every layer exchanges every epoch)")
     ap.add_argument("--memory", action="store_true", help="account the theoretical size of each rank's data")
     ap.add_argument("--check", action="store_true", help="compare every variant's initial logits with g3mpi's")
     return ap
@@ -179,7 +181,8 @@ def run(a, comm) -> dict | None:
             raise ValueError(f"unknown design {d!r} ({', '.join(DESIGNS)})")
     cfg = TrainConfig(parts=a.parts, out="", model=a.model, layers=a.layers, hidden=a.hidden, heads=a.heads,
                       dropout=0.0, weight_decay=0.0, lr=0.01, threads=a.threads, schedule=schedules[0],
-                      chunk_rows=a.chunk_rows, sim_net=a.sim_net, verify=False, progress=False)
+                      chunk_rows=a.chunk_rows, sim_net=a.sim_net, verify=False, progress=False,
+                      input_cache=not a.no_input_cache)
     variants = []
     ref = None
     for d in designs:
