@@ -78,6 +78,10 @@ class Watchdog:
             return self._message(waited, pending, what)
         self._poll(lambda: (MPI.Request.Testall(reqs), None), describe)
 
+    def wait_collective(self, reqs: list, what: str) -> None:
+        """Wait for non-blocking collectives (every rank takes part) with a deadline."""
+        self._poll(lambda: (MPI.Request.Testall(reqs), None), lambda waited: self._message(waited, None, what))
+
     def allreduce(self, buf, op=MPI.SUM, what: str = "gradient allreduce") -> None:
         """In-place ``Allreduce`` of a numpy buffer; with a deadline, a non-blocking one polled to completion."""
         if not self.active:

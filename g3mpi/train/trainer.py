@@ -28,6 +28,7 @@ from g3mpi.sched import Schedule
 from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
 from .config import TrainConfig, to_toml
 from .faults import TestHooks, TrainingFault, first_nonfinite
+from .gradsync import GradSync
 from .rundir import (MetricsLog, rewind_metrics, save_state_dict, write_json_atomic, write_predictions,
                      write_text_atomic)
 
@@ -77,8 +78,10 @@ class Trainer:
         self.split_sizes = dict(zip(SPLITS, counts.tolist()))
         if self.split_sizes["train"] == 0:
             raise ValueError(f"{cfg.parts}: the graph has no training nodes")
-        # packed gradients, the loss, then the numbers of ranks with a non-finite loss / gradient
-        self._gradbuf = torch.zeros(sum(p.numel() for p in self.params) + 3, dtype=torch.float32)
+        # gradients summed over ranks layer by layer during backward (last layer first), overlapped with it
+        self.gradsync = GradSync(comm, [list(c.parameters()) for c in reversed(self.model.convs)], self.watchdog)
+        # the loss, then the numbers of ranks with a non-finite loss / gradient
+        self._flags = np.zeros(3, dtype=np.float64)
         self.start_epoch = 1
         self.resumed = None   # the checkpoint this trainer continues from, if any
 
@@ -119,32 +122,26 @@ class Trainer:
         m = self.masks["train"]
         loss = F.cross_entropy(logits[m], self.y[m], reduction="sum") / self.split_sizes["train"]
         loss = self.hooks.corrupt_loss(epoch, loss)
+        sync = self.gradsync
+        sync.begin()
         loss.backward()
+        sync.flush()
         self.hooks.corrupt_grads(epoch, self.named_params)
         t_ar = time.perf_counter()
-        buf, off = self._gradbuf, 0
-        for p in self.params:
-            n = p.numel()
-            buf[off:off + n] = p.grad.reshape(-1)
-            off += n
-        buf[off] = loss.detach()
-        bad = first_nonfinite(loss.detach(), self.named_params) if not bool(torch.isfinite(buf[:off + 1]).all()) \
-            else None
-        buf[off + 1] = 1.0 if bad == "loss" else 0.0
-        buf[off + 2] = 1.0 if bad else 0.0
-        self.watchdog.allreduce(buf.numpy())
-        if buf[off + 2] > 0 or not bool(torch.isfinite(buf[:off + 1]).all()):
-            raise TrainingFault(self._nonfinite_message(epoch, bad, int(buf[off + 1]), int(buf[off + 2])))
-        off = 0
-        for p in self.params:
-            n = p.numel()
-            p.grad.copy_(buf[off:off + n].view_as(p))
-            off += n
+        # this rank's gradients as computed (the buckets in flight hold copies of them)
+        bad = first_nonfinite(loss.detach(), self.named_params)
+        flags = self._flags
+        flags[:] = (float(loss.detach()), 1.0 if bad == "loss" else 0.0, 1.0 if bad else 0.0)
+        self.watchdog.allreduce(flags)
+        sync.wait()
+        if flags[2] > 0 or not np.isfinite(flags[0]) or not bool(torch.isfinite(sync.buf).all()):
+            raise TrainingFault(self._nonfinite_message(epoch, bad, int(flags[1]), int(flags[2])))
+        sync.unpack()
         allreduce_s = time.perf_counter() - t_ar
         self.opt.step()
         dt = time.perf_counter() - t0
         s = stats.as_dict()
-        return dict(loss=float(buf[off]), epoch_time_s=dt, compute_s=dt - s["blocked_s"] - allreduce_s,
+        return dict(loss=float(flags[0]), epoch_time_s=dt, compute_s=dt - s["blocked_s"] - allreduce_s,
                     blocked_s=s["blocked_s"], comm_s=s["comm_s"], overlap=s["overlap"], allreduce_s=allreduce_s,
                     bytes_sent=s["bytes_sent"], bytes_recv=s["bytes_recv"], messages=s["messages_sent"])
 
