@@ -69,7 +69,10 @@ class _ChunkedSpMM(torch.autograd.Function):
 
 
 def _merge(n, rows_b, yb, rows_i, yi):
-    return yb.new_zeros(n, yb.shape[1]).index_copy(0, rows_b, yb).index_copy(0, rows_i, yi)
+    """[n, F] with rows ``rows_b`` from yb and ``rows_i`` from yi (the two groups cover every row once)."""
+    out = yb.new_empty(n, yb.shape[1])
+    out.index_copy_(0, rows_b, yb)
+    return out.index_copy_(0, rows_i, yi)
 
 
 def forward_pipelined(model, x, key, c0=None):
@@ -125,7 +128,7 @@ def forward_pipelined(model, x, key, c0=None):
         land(sched.rest(ex.forward))
         for i in range(k):
             if parts_b[i] is not None:
-                ob = ob.index_add(0, B.nb[i][0], parts_b[i])
+                ob = ob.index_add_(0, B.nb[i][0], parts_b[i])
         ob = halo_join(ob, dummy)
         yb = conv.post(ob, ab, xb)
         if l < last:
@@ -135,7 +138,7 @@ def forward_pipelined(model, x, key, c0=None):
         oi = _ChunkedSpMM.apply(pay, fwd, bwd, progress)
         for i in range(k):
             if parts_i[i] is not None:
-                oi = oi.index_add(0, I.nb[i][0], parts_i[i])
+                oi = oi.index_add_(0, I.nb[i][0], parts_i[i])
         yi = conv.post(oi, ai, xi)
         if l == last:
             return _merge(n, B.rows, yb, I.rows, yi)
