@@ -10,28 +10,40 @@ new dependencies. Here the same step runs on many nodes at once, on a cost model
 where compute_p = edge_seconds * local_edges_p * width, comm_p = (halo_p + send_p) * width * 4 / bandwidth,
 node_cap = node_imbalance * mean owned nodes and edge_cap = edge_imbalance * mean local edges.
 
-0. Start: METIS, node-balanced, or edge-balanced when in-degrees are skewed (coefficient of variation > 2,
-   power-law graphs such as RMAT, where node-balanced METIS leaves 3-8x edge imbalance). Nodes without any
-   edge cost nothing anywhere: they are re-placed by water-filling so owned counts are as equal as they can be.
-1. Balance step: parts above the mean load are *sources*, parts below it with room under both caps are
-   *receivers*. Nodes of the sources (a shortlist of at most max(4096, N/16), those with most neighbours in a
-   receiver relative to their own part) each get a destination: the receiver holding most of their in- and
-   out-neighbours, else the least-loaded receiver (G3's "lightest part").
+0. Start: METIS (recursive bisection up to 16 parts, k-way above), node-balanced, or edge-balanced when
+   in-degrees are skewed (coefficient of variation > 2, power-law graphs such as RMAT, where node-balanced
+   METIS leaves 3-8x edge imbalance). Nodes without any edge cost nothing anywhere: they are re-placed by
+   water-filling so owned counts are as equal as they can be.
+1. Balance step: parts above the mean load are *sources* (only the parts over a cap while any is), parts
+   below it with room under both caps are *receivers*. Nodes of the sources (a shortlist of at most
+   max(4096, N/16), those with most neighbours in a receiver relative to their own part) each get a
+   destination: the receiver holding most of their in- and out-neighbours, else the least-loaded receiver
+   (G3's "lightest part"). *Chain* step: the same with receivers allowed past a cap, followed at once by a
+   balance step that passes the excess on (G3's swap, batched); both are kept or undone together.
 2. Communication step: boundary nodes with at least as many neighbours in another allowed part as in their
    own move there when that lowers the total halo rows, no load reaches the current maximum and no cap is
    crossed; of two neighbours in one batch only the better-ranked moves.
-3. For all proposed moves at once the exact single-move change of the halo and send rows of p and q is
+3. Max-communication step (phase 2): G3's step on the parts whose halo + send rows are within 5 % of the
+   maximum: boundary nodes are pushed out of them, or pulled into them from other parts, to the part
+   holding most of their neighbours, when that lowers the worst parts' rows; the others stay below the band,
+   under the cost bound and the caps (*swap*: the same with the caps relaxed, then a balance step).
+4. For all proposed moves at once the exact single-move change of the halo and send rows of p and q is
    computed from the replica counts C[u, r] = #edges from u into part r (for v itself and each in-neighbour
    of v): vectorised lookups, no Python loop over nodes. Moves are ranked (balance: load removed from p per
-   load added to q; communication: halo rows saved) and a prefix taken per source and per receiver within
-   their budgets (a per-group cumulative sum): sources shed down to the mean load, receivers grow up to it
-   and stay under both caps.
-4. A fraction ``step`` of the batch is applied (C is updated incrementally: O(moved in-edges x P)) and kept
-   if it lowers (cap violation, max cost, total halo rows) lexicographically; else undone and ``step`` halved.
+   load added to q; communication: halo rows saved; max-communication: rows removed from a worst part per
+   row added elsewhere) and a prefix taken per source and per receiver within their budgets (per-group
+   cumulative sums, filtered rule after rule): sources shed down to the mean load, receivers grow up to it
+   (one move may overshoot it but not the maximum) and stay under both caps.
+5. A fraction ``step`` of the batch is applied (C is updated incrementally: O(moved in-edges x P)) and kept
+   if it lowers (cap violation, max cost, max communication rows, total halo rows) lexicographically; else
+   undone and ``step`` halved.
 
-Steps alternate until neither proposes a move, ``step`` < 1/256, two accepted steps in a row gain less than
-0.1 %, or ``max_iters`` evaluations. A last repair moves lowest-degree nodes out of any part still above the
-node cap. Everything is deterministic for a given seed (the METIS seed; ties broken by node and part ID).
+Phase 1 alternates balance, communication and chain steps; phase 2 alternates swap, max-communication,
+balance and communication steps with the max cost allowed up to ``(1 + cost_slack)`` times phase 1's
+(default 0: the max cost never rises). Each phase runs until no step proposes a move, ``step`` < 1/256,
+two accepted steps in a row gain less than 0.1 %, or ``max_iters`` evaluations (both phases together). A
+last repair moves lowest-degree nodes out of any part still above the node cap. Everything is deterministic
+for a given seed (the METIS seed; ties broken by node and part ID).
 """
 from __future__ import annotations
 
@@ -47,11 +59,17 @@ PENALTY = 10.0
 MIN_STEP = 1 / 256
 #: relative gain under which an accepted step counts as converging
 TOL = 1e-3
+#: a phase stops when its objective gained less than TOL over this many evaluations
+WINDOW = 8
 #: the max-communication step works on the parts within this fraction of the maximum rows
 COMM_BAND = 0.05
+PHASE1 = ("balance", "comm", "chain")
 PHASE2 = ("swap", "maxcomm", "balance", "comm")
 #: coefficient of variation of in-degrees above which g3 starts from edge-balanced METIS
 SKEW = 2.0
+#: g3 starts from METIS recursive bisection up to this many parts (k-way above): on the SBM and RMAT18 graphs
+#: of the benchmark bisection left 29% / 38% fewer max communication rows at 16 parts than k-way
+RECURSIVE_MAX_PARTS = 16
 #: largest N x P for which the replica counts are kept dense (int32: 1 GiB)
 DENSE_LIMIT = 1 << 28
 
@@ -292,14 +310,19 @@ class _Refiner:
         order = np.argsort(-score, kind="stable")[:self.k]
         return np.sort(cand[order])
 
-    def propose_balance(self, s: _State) -> tuple[np.ndarray, np.ndarray]:
-        """Moves from parts above the mean load to parts below it, best ratio first (G3's step, batched)."""
+    def propose_balance(self, s: _State, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Moves from parts above the mean load to parts below it, best ratio first (G3's step, batched).
+
+        ``strict=False`` (the first half of a chained step): the receivers may pass a cap, the balance step
+        that follows passes the excess on."""
         a = s.a
         target = float(s.load.mean())
         sources = s.load > target * (1 + 1e-9)
         if s.violation > 0:  # the parts over a cap first: other moves would only blur whether the batch helps
             sources &= (s.excess_n + s.excess_e) > 0
-        receivers = (s.load < target) & (s.n < self.node_cap - 1) & (s.e < self.edge_cap)
+        receivers = s.load < target
+        if strict:
+            receivers &= (s.n < self.node_cap - 1) & (s.e < self.edge_cap)
         if not sources.any() or not receivers.any():
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         cand = self._shortlist(s, np.nonzero(sources[a])[0], receivers)
@@ -316,11 +339,12 @@ class _Refiner:
         score = np.where(d_cost_q <= 0, 1e30 + gain, gain / np.maximum(d_cost_q, 1e-300))
         idx = np.nonzero(gain > 0)[0]
         idx = idx[np.lexsort((cand[idx], -score[idx]))]
+        big = np.full(self.P, np.inf)
         ok = self._within_budgets(idx, (
             (p[idx], np.ones(len(idx)), s.n - 1),                  # sources never empty
             (q[idx], d_cost_q[idx], s.max_cost * (1 - 1e-6) - s.load),  # receivers stay under the max cost
-            (q[idx], np.ones(len(idx)), self.node_cap - s.n),      # ... within the node cap
-            (q[idx], d_e[idx], self.edge_cap - s.e)),              # ... and the edge cap
+            (q[idx], np.ones(len(idx)), self.node_cap - s.n if strict else big),  # ... within the node cap
+            (q[idx], d_e[idx], self.edge_cap - s.e if strict else big)),          # ... and the edge cap
             shed=((p[idx], gain[idx], s.load - target),            # sources shed down to the mean,
                   (q[idx], d_cost_q[idx], target - s.load)))       # receivers grow up to it
         idx = idx[ok]
@@ -417,21 +441,26 @@ class _Refiner:
         drop[ci[rank[u] < ci]] = True
         return idx[~drop]
 
-    def _loop(self, s: _State, modes, max_iters: int, bound: float, bar) -> tuple[int, int]:
+    def _loop(self, s: _State, modes, max_iters: int, bound: float, bar, objective: int) -> tuple[int, int]:
         """Alternate the proposal steps of ``modes`` (applied, kept if ``key(bound)`` improves, else undone and
-        the step halved) until none proposes a move, each converged, or ``max_iters`` evaluations."""
+        the step halved) until none proposes a move, each converged, the phase's objective (``key`` entry
+        ``objective``) gained less than ``TOL`` over the last ``WINDOW`` evaluations without cap violation, or
+        ``max_iters`` evaluations."""
         steps = {m: 1.0 for m in modes}
         idle = {m: False for m in modes}
         slow = {m: 0 for m in modes}
         iters = accepted = 0
         k_mode = 0
+        history = [s.key(bound)[objective]]
         while iters < max_iters and not all(idle.values()):
+            if len(history) > WINDOW and s.violation == 0 and history[-1] > history[-1 - WINDOW] * (1 - TOL):
+                break
             mode = modes[k_mode % len(modes)]
             k_mode += 1
             if idle[mode]:
                 continue
-            if mode == "balance":
-                nodes, dest = self.propose_balance(s)
+            if mode in ("balance", "chain"):
+                nodes, dest = self.propose_balance(s, strict=mode == "balance")
             elif mode == "comm":
                 nodes, dest = self.propose_comm(s)
             else:
@@ -442,7 +471,7 @@ class _Refiner:
             k = max(1, int(np.ceil(steps[mode] * len(nodes))))
             before = s.key(bound)
             old = s.apply(nodes[:k], dest[:k])
-            if mode == "swap":  # G3's swap, batched: the receivers pass load on to the lightest parts
+            if mode in ("swap", "chain"):  # G3's swap, batched: the receivers pass load on to the lightest parts
                 n2, d2 = self.propose_balance(s)
                 old2 = s.apply(n2, d2)
             iters += 1
@@ -460,10 +489,11 @@ class _Refiner:
                 if slow[mode] >= 2:  # converged: two accepted steps in a row that gain < TOL
                     idle[mode] = True
             else:
-                if mode == "swap":
+                if mode in ("swap", "chain"):
                     s.apply(n2, old2)
                 s.apply(nodes[:k], old)
                 steps[mode] /= 2
+            history.append(s.key(bound)[objective])
         return iters, accepted
 
     def refine(self, a: np.ndarray, max_iters: int, progress=None, start=None,
@@ -476,10 +506,10 @@ class _Refiner:
         if len(moved):
             s.apply(moved, a[moved])
         bar = progress(total=max_iters) if progress else None
-        it1, acc1 = self._loop(s, ("balance", "comm"), max_iters, 0.0, bar)
+        it1, acc1 = self._loop(s, PHASE1, max_iters, 0.0, bar, objective=1)
         phase1 = dict(max_cost=s.max_cost, max_comm=s.max_comm, iterations=it1)
         bound = s.max_cost * (1 + cost_slack) if s.violation == 0 else 0.0
-        it2, acc2 = self._loop(s, PHASE2, max_iters - it1, bound, bar)
+        it2, acc2 = self._loop(s, PHASE2, max_iters - it1, bound, bar, objective=2)
         if bar:
             bar.close()
         last = dict(max_cost=s.max_cost, violation=s.violation, total_comm=s.total_comm, max_comm=s.max_comm,
@@ -561,7 +591,7 @@ def _group_cumsum(group: np.ndarray, rank: np.ndarray, val: np.ndarray) -> np.nd
 def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imbalance: float = 1.10,
                  edge_imbalance: float = 1.10, max_iters: int = 100, seed: int = 0, progress: bool = False,
                  log=None, start: np.ndarray | None = None, start_balance: str = "auto", cost_slack: float = 0.0,
-                 recursive: bool | None = True) -> tuple[np.ndarray, dict]:
+                 recursive: bool | None = None) -> tuple[np.ndarray, dict]:
     """METIS start (node-balanced) refined for the slowest rank's estimated epoch. Returns (assignment, info).
 
     ``indptr``/``indices``: in-edge CSR without self loops.
@@ -577,6 +607,8 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
         # skewed degrees (power law): start edge-balanced and fill node counts with cheap nodes; else node-balanced
         mean = max(1e-12, float(in_deg.mean()))
         start_balance = "edges" if float(in_deg.std()) / mean > SKEW else "nodes"
+    if recursive is None:
+        recursive = num_parts <= RECURSIVE_MAX_PARTS
     if start is None:
         sym = symmetrize(indptr, indices)
         start, info = metis_partition(indptr, indices, num_parts, balance=start_balance, seed=seed, sym=sym,
@@ -610,7 +642,8 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
                max_comm_rows_before=int(first["max_comm"]), max_comm_rows_after=int(last["max_comm"]),
                max_comm_rows_phase1=int(r["phase1"]["max_comm"]), cost_slack=cost_slack,
                node_imbalance_after=last["node_imbalance"], edge_imbalance_after=last["edge_imbalance"],
-               iterations=r["iterations"], accepted_iterations=r["accepted"], start=f"metis balance={start_balance}",
+               iterations=r["iterations"], accepted_iterations=r["accepted"],
+               start=f"metis balance={start_balance} {'recursive' if recursive else 'kway'}",
                metis_seconds=round(t_metis, 3), refine_seconds=round(time.time() - t0 - t_metis, 3), **limits)
     if log:
         log(f"g3: objective {out['objective_before']:.6g}s -> {out['objective_after']:.6g}s, cap violation "
