@@ -133,8 +133,10 @@ def _timed(fn, repeats: int, short: float):
             return out, float(np.median(cpu)), float(np.median(wall))
 
 
-def run_graph(name, indptr, indices, train, parts, model, seed, max_iters, log, repeats=5, short=1.0):
-    rows = []
+def run_graph(name, indptr, indices, train, parts, model, seed, max_iters, log, repeats=5, short=1.0, rows=None,
+              flush=None):
+    """Every method at every P on one graph; rows are appended to ``rows``, ``flush()`` runs after each P."""
+    rows = [] if rows is None else rows
     src, dst = out_edges(indptr, indices)
     in_deg = np.diff(indptr)
     n = len(indptr) - 1
@@ -166,6 +168,8 @@ def run_graph(name, indptr, indices, train, parts, model, seed, max_iters, log, 
                 f"{row['est_max_epoch_ms']:9.3f} ms  node_imb {row['node_imbalance']:.3f}  "
                 f"edge_imb {row['edge_imbalance']:.3f}  max_comm_rows {row['max_comm_rows']}")
             rows.append(row)
+        if flush:
+            flush()
     return rows
 
 
@@ -258,13 +262,16 @@ def main(argv=None) -> int:
         print(msg, file=sys.stderr, flush=True)
     run = environment(argv)
     rows = []
+
+    def flush():  # after every (graph, P): an interrupted run keeps what it measured
+        run["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        a.out.write_text(json.dumps(dict(cost_model=model.to_dict(), run=run, rows=rows, checks=check_targets(rows)),
+                                    indent=1) + "\n")
     for name in a.graphs.split(","):
         (indptr, indices), train = load(name, a.cora)
-        rows += run_graph(name, indptr, indices, train, parts, model, a.seed, a.max_iters, log, repeats=a.repeats)
-        checks = check_targets(rows)
-        run["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        a.out.write_text(json.dumps(dict(cost_model=model.to_dict(), run=run, rows=rows, checks=checks), indent=1)
-                         + "\n")
+        run_graph(name, indptr, indices, train, parts, model, a.seed, a.max_iters, log, repeats=a.repeats, rows=rows,
+                  flush=flush)
+    checks = check_targets(rows)
     print_table(rows, checks)
     print(f"\nwritten {a.out}")
     return 0
