@@ -197,8 +197,8 @@ def check_targets(rows):
 
 
 def print_table(rows, checks, out=sys.stdout):
-    hdr = f"{'graph':<8} {'P':>3} {'method':<12} {'cpu_s':>8} {'wall_s':>8} {'est_max_ms':>11} {'node_imb':>8} {'edge_imb':>8} " \
-          f"{'max_comm':>9} {'edge_cut':>10}"
+    hdr = f"{'graph':<8} {'P':>3} {'method':<12} {'cpu_s':>8} {'wall_s':>8} {'est_max_ms':>11} {'node_imb':>8} " \
+          f"{'edge_imb':>8} {'max_comm':>9} {'edge_cut':>10}"
     print(hdr, file=out)
     for r in rows:
         print(f"{r['graph']:<8} {r['parts']:>3} {r['method']:<12} {r['seconds']:>8.3f} {r['wall_seconds']:>8.3f} "

@@ -513,7 +513,8 @@ class _Refiner:
         if bar:
             bar.close()
         last = dict(max_cost=s.max_cost, violation=s.violation, total_comm=s.total_comm, max_comm=s.max_comm,
-                    node_imbalance=float(s.n.max() / s.n.mean()), edge_imbalance=float(s.e.max() / max(1e-300, s.e.mean())))
+                    node_imbalance=float(s.n.max() / s.n.mean()),
+                    edge_imbalance=float(s.e.max() / max(1e-300, s.e.mean())))
         return s.a, dict(first=first, phase1=phase1, last=last, iterations=it1 + it2, accepted=acc1 + acc2,
                          assignment=s.a)
 
