@@ -40,6 +40,8 @@ class PartitionConfig:
     node_imbalance: float = 1.10
     edge_imbalance: float = 1.10
     max_iters: int = 100
+    cost_slack: float = 0.0
+    start: str = "auto"
     bandwidth: float = 10e9 / 8
     edge_seconds: float = DEFAULT_EDGE_SECONDS
     width: int | None = None
@@ -61,6 +63,11 @@ def parse_args(argv) -> PartitionConfig:
     g.add_argument("--node-imbalance", type=float, default=1.10, help="max owned nodes per part / mean (g3)")
     g.add_argument("--edge-imbalance", type=float, default=1.10, help="max local edges per part / mean (g3)")
     g.add_argument("--max-iters", type=int, default=100, help="refinement iterations at most (g3)")
+    g.add_argument("--cost-slack", type=float, default=0.0,
+                   help="phase 2 may raise the max estimated epoch by this fraction to lower the max "
+                        "communication rows (g3; default 0: never)")
+    g.add_argument("--start", choices=("auto", "recursive", "kway"), default="auto",
+                   help="METIS start of g3: recursive bisection or k-way (auto: bisection up to 16 parts)")
     g.add_argument("--bandwidth", default="10Gbit", help="network bandwidth per rank, e.g. 10Gbit, 1.25GB (g3)")
     g.add_argument("--edge-seconds", type=float, default=DEFAULT_EDGE_SECONDS,
                    help="compute coefficient: seconds per edge per feature (g3)")
@@ -74,14 +81,17 @@ def parse_args(argv) -> PartitionConfig:
         ap.error("--node-imbalance and --edge-imbalance must be >= 1")
     if a.max_iters < 0:
         ap.error("--max-iters must be >= 0")
+    if not a.cost_slack >= 0:
+        ap.error("--cost-slack must be >= 0")
     try:
         bw = parse_bandwidth(a.bandwidth)
     except ValueError as e:
         ap.error(str(e))
     return PartitionConfig(graph=a.graph, parts=a.parts, method=a.method, out=a.out, seed=a.seed, force=a.force,
                            balance=a.balance, node_imbalance=a.node_imbalance, edge_imbalance=a.edge_imbalance,
-                           max_iters=a.max_iters, bandwidth=bw, edge_seconds=a.edge_seconds, width=a.width,
-                           calibrate=a.calibrate, progress=not a.no_progress)
+                           max_iters=a.max_iters, cost_slack=a.cost_slack, start=a.start, bandwidth=bw,
+                           edge_seconds=a.edge_seconds, width=a.width, calibrate=a.calibrate,
+                           progress=not a.no_progress)
 
 
 def log(msg: str) -> None:
@@ -101,7 +111,8 @@ def assign(g, cfg: PartitionConfig, model: CostModel) -> tuple[np.ndarray, dict]
     from .partitioners.g3 import g3_partition
     return g3_partition(indptr, indices, P, model=model, node_imbalance=cfg.node_imbalance,
                         edge_imbalance=cfg.edge_imbalance, max_iters=cfg.max_iters, seed=cfg.seed,
-                        progress=cfg.progress, log=log)
+                        progress=cfg.progress, log=log, cost_slack=cfg.cost_slack,
+                        recursive=None if cfg.start == "auto" else cfg.start == "recursive")
 
 
 def run(cfg: PartitionConfig) -> dict:

@@ -10,28 +10,40 @@ new dependencies. Here the same step runs on many nodes at once, on a cost model
 where compute_p = edge_seconds * local_edges_p * width, comm_p = (halo_p + send_p) * width * 4 / bandwidth,
 node_cap = node_imbalance * mean owned nodes and edge_cap = edge_imbalance * mean local edges.
 
-0. Start: METIS, node-balanced, or edge-balanced when in-degrees are skewed (coefficient of variation > 2,
-   power-law graphs such as RMAT, where node-balanced METIS leaves 3-8x edge imbalance). Nodes without any
-   edge cost nothing anywhere: they are re-placed by water-filling so owned counts are as equal as they can be.
-1. Balance step: parts above the mean load are *sources*, parts below it with room under both caps are
-   *receivers*. Nodes of the sources (a shortlist of at most max(4096, N/16), those with most neighbours in a
-   receiver relative to their own part) each get a destination: the receiver holding most of their in- and
-   out-neighbours, else the least-loaded receiver (G3's "lightest part").
+0. Start: METIS (recursive bisection up to 16 parts, k-way above), node-balanced, or edge-balanced when
+   in-degrees are skewed (coefficient of variation > 2, power-law graphs such as RMAT, where node-balanced
+   METIS leaves 3-8x edge imbalance). Nodes without any edge cost nothing anywhere: they are re-placed by
+   water-filling so owned counts are as equal as they can be.
+1. Balance step: parts above the mean load are *sources* (only the parts over a cap while any is), parts
+   below it with room under both caps are *receivers*. Nodes of the sources (a shortlist of at most
+   max(4096, N/16), those with most neighbours in a receiver relative to their own part) each get a
+   destination: the receiver holding most of their in- and out-neighbours, else the least-loaded receiver
+   (G3's "lightest part"). *Chain* step: the same with receivers allowed past a cap, followed at once by a
+   balance step that passes the excess on (G3's swap, batched); both are kept or undone together.
 2. Communication step: boundary nodes with at least as many neighbours in another allowed part as in their
    own move there when that lowers the total halo rows, no load reaches the current maximum and no cap is
    crossed; of two neighbours in one batch only the better-ranked moves.
-3. For all proposed moves at once the exact single-move change of the halo and send rows of p and q is
+3. Max-communication step (phase 2): G3's step on the parts whose halo + send rows are within 5 % of the
+   maximum: boundary nodes are pushed out of them, or pulled into them from other parts, to the part
+   holding most of their neighbours, when that lowers the worst parts' rows; the others stay below the band,
+   under the cost bound and the caps (*swap*: the same with the caps relaxed, then a balance step).
+4. For all proposed moves at once the exact single-move change of the halo and send rows of p and q is
    computed from the replica counts C[u, r] = #edges from u into part r (for v itself and each in-neighbour
    of v): vectorised lookups, no Python loop over nodes. Moves are ranked (balance: load removed from p per
-   load added to q; communication: halo rows saved) and a prefix taken per source and per receiver within
-   their budgets (a per-group cumulative sum): sources shed down to the mean load, receivers grow up to it
-   and stay under both caps.
-4. A fraction ``step`` of the batch is applied (C is updated incrementally: O(moved in-edges x P)) and kept
-   if it lowers (cap violation, max cost, total halo rows) lexicographically; else undone and ``step`` halved.
+   load added to q; communication: halo rows saved; max-communication: rows removed from a worst part per
+   row added elsewhere) and a prefix taken per source and per receiver within their budgets (per-group
+   cumulative sums, filtered rule after rule): sources shed down to the mean load, receivers grow up to it
+   (one move may overshoot it but not the maximum) and stay under both caps.
+5. A fraction ``step`` of the batch is applied (C is updated incrementally: O(moved in-edges x P)) and kept
+   if it lowers (cap violation, max cost, max communication rows, total halo rows) lexicographically; else
+   undone and ``step`` halved.
 
-Steps alternate until neither proposes a move, ``step`` < 1/256, two accepted steps in a row gain less than
-0.1 %, or ``max_iters`` evaluations. A last repair moves lowest-degree nodes out of any part still above the
-node cap. Everything is deterministic for a given seed (the METIS seed; ties broken by node and part ID).
+Phase 1 alternates balance, communication and chain steps; phase 2 alternates swap, max-communication,
+balance and communication steps with the max cost allowed up to ``(1 + cost_slack)`` times phase 1's
+(default 0: the max cost never rises). Each phase runs until no step proposes a move, ``step`` < 1/256,
+two accepted steps in a row gain less than 0.1 %, or ``max_iters`` evaluations (both phases together). A
+last repair moves lowest-degree nodes out of any part still above the node cap. Everything is deterministic
+for a given seed (the METIS seed; ties broken by node and part ID).
 """
 from __future__ import annotations
 
@@ -47,8 +59,17 @@ PENALTY = 10.0
 MIN_STEP = 1 / 256
 #: relative gain under which an accepted step counts as converging
 TOL = 1e-3
+#: a phase stops when its objective gained less than TOL over this many evaluations
+WINDOW = 8
+#: the max-communication step works on the parts within this fraction of the maximum rows
+COMM_BAND = 0.05
+PHASE1 = ("balance", "comm", "chain")
+PHASE2 = ("swap", "maxcomm", "balance", "comm")
 #: coefficient of variation of in-degrees above which g3 starts from edge-balanced METIS
 SKEW = 2.0
+#: g3 starts from METIS recursive bisection up to this many parts (k-way above): on the SBM and RMAT18 graphs
+#: of the benchmark bisection left 29% / 38% fewer max communication rows at 16 parts than k-way
+RECURSIVE_MAX_PARTS = 16
 #: largest N x P for which the replica counts are kept dense (int32: 1 GiB)
 DENSE_LIMIT = 1 << 28
 
@@ -69,9 +90,7 @@ class _State:
         self.n = np.bincount(a, minlength=P).astype(float)
         self.e = np.bincount(a, weights=ref.in_deg, minlength=P)
         if self.dense:
-            self.C = np.zeros(N * P, dtype=np.int32)
-            np.add.at(self.C, ref.src * P + a[ref.dst], 1)
-            self.C = self.C.reshape(N, P)
+            self.C = np.bincount(ref.src * P + a[ref.dst], minlength=N * P).astype(np.int32).reshape(N, P)
             self.halo = np.zeros(P)
             self.send = np.zeros(P)
             for s0 in range(0, N, 1 << 18):
@@ -161,22 +180,29 @@ class _State:
         self.load = self.cost + PENALTY * self.mean_cost * (self.excess_n + self.excess_e)
         self.max_cost = float(self.cost.max())
         self.total_comm = float(self.halo.sum())
+        self.comm = self.halo + self.send
+        self.max_comm = float(self.comm.max())
 
-    def key(self) -> tuple:
-        return (self.violation, self.max_cost, self.total_comm)
+    def key(self, bound: float = 0.0) -> tuple:
+        """(cap violation, max cost (any value up to ``bound`` counts as ``bound``), max comm rows, total halo)."""
+        return (self.violation, max(self.max_cost, bound), self.max_comm, self.total_comm)
 
 
 def _better(new: tuple, old: tuple) -> bool:
-    """Lexicographic on (violation, max cost, total halo): less cap violation; else a lower maximum cost;
-    else as high a maximum with less traffic."""
-    (v1, c1, t1), (v0, c0, t0) = new, old
+    """Lexicographic on (violation, max cost, max comm rows, total halo): less cap violation; else a lower
+    maximum cost; else as high a maximum with a lower maximum of communication rows; else less traffic."""
+    (v1, c1, m1, t1), (v0, c0, m0, t0) = new, old
     if v1 < v0 * (1 - 1e-9) - 1e-12:
         return True
     if v1 > v0 + 1e-12:
         return False
     if c1 < c0 * (1 - 1e-9):
         return True
-    return c1 <= c0 * (1 + 1e-12) and t1 < t0
+    if c1 > c0 * (1 + 1e-12):
+        return False
+    if m1 < m0:
+        return True
+    return m1 <= m0 and t1 < t0
 
 
 class _Refiner:
@@ -249,11 +275,20 @@ class _Refiner:
         return d_comm_p, d_comm_q, d_halo
 
     @staticmethod
-    def _within_budgets(idx, rules) -> np.ndarray:
-        rank = np.arange(len(idx))
-        ok = np.ones(len(idx), dtype=bool)
+    def _within_budgets(idx, rules, shed=()) -> np.ndarray:
+        """Moves (in rank order) whose per-group running total stays within the group's budget. ``rules``: the
+        total including the move (a receiver never passes its budget); ``shed``: the total before it (a source
+        sheds while it is still above its target, so one move larger than the excess is allowed). The rules
+        filter one after another, so a move dropped by one no longer uses up budget in the next."""
+        keep = np.arange(len(idx))
         for group, val, budget in rules:
-            ok &= _group_cumsum(group, rank, val) <= budget[group] + 1e-12
+            g, v = group[keep], np.asarray(val, dtype=float)[keep]
+            keep = keep[_group_cumsum(g, keep, v) <= budget[g] + 1e-12]
+        for group, val, budget in shed:
+            g, v = group[keep], np.asarray(val, dtype=float)[keep]
+            keep = keep[_group_cumsum(g, keep, v) - v < budget[g] - 1e-12]
+        ok = np.zeros(len(idx), dtype=bool)
+        ok[keep] = True
         return ok
 
     def _shortlist(self, s: _State, cand: np.ndarray, allowed: np.ndarray, require_gain: bool = False):
@@ -275,12 +310,19 @@ class _Refiner:
         order = np.argsort(-score, kind="stable")[:self.k]
         return np.sort(cand[order])
 
-    def propose_balance(self, s: _State) -> tuple[np.ndarray, np.ndarray]:
-        """Moves from parts above the mean load to parts below it, best ratio first (G3's step, batched)."""
+    def propose_balance(self, s: _State, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Moves from parts above the mean load to parts below it, best ratio first (G3's step, batched).
+
+        ``strict=False`` (the first half of a chained step): the receivers may pass a cap, the balance step
+        that follows passes the excess on."""
         a = s.a
         target = float(s.load.mean())
         sources = s.load > target * (1 + 1e-9)
-        receivers = (s.load < target) & (s.n < self.node_cap - 1) & (s.e < self.edge_cap)
+        if s.violation > 0:  # the parts over a cap first: other moves would only blur whether the batch helps
+            sources &= (s.excess_n + s.excess_e) > 0
+        receivers = s.load < target
+        if strict:
+            receivers &= (s.n < self.node_cap - 1) & (s.e < self.edge_cap)
         if not sources.any() or not receivers.any():
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         cand = self._shortlist(s, np.nonzero(sources[a])[0], receivers)
@@ -297,12 +339,14 @@ class _Refiner:
         score = np.where(d_cost_q <= 0, 1e30 + gain, gain / np.maximum(d_cost_q, 1e-300))
         idx = np.nonzero(gain > 0)[0]
         idx = idx[np.lexsort((cand[idx], -score[idx]))]
+        big = np.full(self.P, np.inf)
         ok = self._within_budgets(idx, (
-            (p[idx], gain[idx], s.load - target),                 # sources shed down to the mean
-            (p[idx], np.ones(len(idx)), s.n - 1),                  # ... and never empty
-            (q[idx], d_cost_q[idx], target - s.load),              # receivers grow up to the mean
-            (q[idx], np.ones(len(idx)), self.node_cap - s.n),      # ... within the node cap
-            (q[idx], d_e[idx], self.edge_cap - s.e)))              # ... and the edge cap
+            (p[idx], np.ones(len(idx)), s.n - 1),                  # sources never empty
+            (q[idx], d_cost_q[idx], s.max_cost * (1 - 1e-6) - s.load),  # receivers stay under the max cost
+            (q[idx], np.ones(len(idx)), self.node_cap - s.n if strict else big),  # ... within the node cap
+            (q[idx], d_e[idx], self.edge_cap - s.e if strict else big)),          # ... and the edge cap
+            shed=((p[idx], gain[idx], s.load - target),            # sources shed down to the mean,
+                  (q[idx], d_cost_q[idx], target - s.load)))       # receivers grow up to it
         idx = idx[ok]
         return cand[idx], q[idx]
 
@@ -339,63 +383,140 @@ class _Refiner:
             (p[idx], np.ones(len(idx)), s.n - 1),
             (q[idx], np.ones(len(idx)), self.node_cap - s.n), (q[idx], d_e[idx], self.edge_cap - s.e)))
         idx = idx[ok]
-        # neighbours moving in the same batch invalidate each other's gains: keep the better-ranked one
+        idx = self._no_clash(cand, idx)
+        return cand[idx], q[idx]
+
+    def propose_maxcomm(self, s: _State, bound: float, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """G3's step on the communication rows of the worst parts (the *sources*: rows within ``COMM_BAND`` of the
+        maximum and above the mean). A boundary node moves to the part holding most of its neighbours when that
+        lowers a source's halo + send rows: pushed out of a source, or pulled into one (a node of another part
+        whose neighbours are mostly in the source). Sources shed down to the band, the other parts stay below it;
+        ``strict``: the part gaining a node also stays under the cost bound (``max(bound, max cost)``) and the
+        caps (else the balance step that follows in a ``swap`` restores them)."""
+        a, comm = s.a, s.comm
+        top = float(comm.max())
+        target = max(float(comm.mean()), (1 - COMM_BAND) * top)
+        src = comm >= target
+        if src.all() or not src.any():
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        allowed = np.ones(self.P, dtype=bool)
+        cand = self._shortlist(s, np.arange(self.N), allowed, require_gain=True)
+        if not len(cand):
+            return cand, cand
+        ci, u = self.in_edges(cand)
+        q = self._destinations(s, cand, ci, u, allowed, None)
+        p = a[cand]
+        keep = (q >= 0) & (src[p] != src[np.maximum(q, 0)])
+        if not keep.all():
+            cand, q, p = cand[keep], q[keep], p[keep]
+            ci, u = self.in_edges(cand)
+        d_comm_p, d_comm_q, d_halo = self._deltas(s, cand, q, ci, u)
+        gain = -np.where(src[p], d_comm_p, d_comm_q)
+        rise = np.where(src[p], d_comm_q, d_comm_p)
+        idx = np.nonzero(gain > 0)[0]
+        score = gain[idx] / np.maximum(rise[idx], 0.5) - 1e-3 * d_halo[idx]
+        idx = idx[np.lexsort((cand[idx], -score))]
+        sign = np.where(src, -1.0, 1.0)
+        room = np.where(src, comm - target + 1, target - comm - 1)   # sources shed to the band, others stay below
+        pi, qi = p[idx], q[idx]
+        rules = [(pi, sign[pi] * d_comm_p[idx], room), (qi, sign[qi] * d_comm_q[idx], room),
+                 (pi, np.ones(len(idx)), s.n - 1)]
+        if strict:
+            d_e = self.in_deg[cand[idx]]
+            cost_top = max(bound, s.max_cost)
+            rules += [(qi, self.c_edge * d_e + self.c_row * d_comm_q[idx], cost_top - s.cost),
+                      (pi, -self.c_edge * d_e + self.c_row * d_comm_p[idx], cost_top - s.cost),
+                      (qi, np.ones(len(idx)), self.node_cap - s.n), (qi, d_e, self.edge_cap - s.e)]
+        idx = idx[self._within_budgets(idx, rules)]
+        idx = self._no_clash(cand, idx)
+        return cand[idx], q[idx]
+
+    def _no_clash(self, cand, idx):
+        """Of two neighbours in one batch only the better-ranked (earlier) one moves: their gains interact."""
         sel = cand[idx]
         rank = np.full(self.N, len(idx), dtype=np.int64)
         rank[sel] = np.arange(len(idx))
         ci, u = self.in_edges(sel)
-        clash = rank[u] < ci
         drop = np.zeros(len(idx), dtype=bool)
-        drop[ci[clash]] = True
-        idx = idx[~drop]
-        return cand[idx], q[idx]
+        drop[ci[rank[u] < ci]] = True
+        return idx[~drop]
 
-    def refine(self, a: np.ndarray, max_iters: int, progress=None, start=None) -> tuple[np.ndarray, dict]:
-        f = _State(self, start if start is not None else a)
-        first = dict(max_cost=f.max_cost, violation=f.violation, total_comm=f.total_comm)
-        del f
-        s = _State(self, a)
-        steps = {"balance": 1.0, "comm": 1.0}
-        idle = {"balance": False, "comm": False}
-        slow = {"balance": 0, "comm": 0}
-        iters, accepted = 0, 0
-        bar = progress(total=max_iters) if progress else None
-        mode = "balance"
+    def _loop(self, s: _State, modes, max_iters: int, bound: float, bar, objective: int) -> tuple[int, int]:
+        """Alternate the proposal steps of ``modes`` (applied, kept if ``key(bound)`` improves, else undone and
+        the step halved) until none proposes a move, each converged, the phase's objective (``key`` entry
+        ``objective``) gained less than ``TOL`` over the last ``WINDOW`` evaluations without cap violation, or
+        ``max_iters`` evaluations."""
+        steps = {m: 1.0 for m in modes}
+        idle = {m: False for m in modes}
+        slow = {m: 0 for m in modes}
+        iters = accepted = 0
+        k_mode = 0
+        history = [s.key(bound)[objective]]
         while iters < max_iters and not all(idle.values()):
+            if len(history) > WINDOW and s.violation == 0 and history[-1] > history[-1 - WINDOW] * (1 - TOL):
+                break
+            mode = modes[k_mode % len(modes)]
+            k_mode += 1
             if idle[mode]:
-                mode = "comm" if mode == "balance" else "balance"
                 continue
-            nodes, dest = (self.propose_balance if mode == "balance" else self.propose_comm)(s)
+            if mode in ("balance", "chain"):
+                nodes, dest = self.propose_balance(s, strict=mode == "balance")
+            elif mode == "comm":
+                nodes, dest = self.propose_comm(s)
+            else:
+                nodes, dest = self.propose_maxcomm(s, bound, strict=mode == "maxcomm")
             if not len(nodes) or steps[mode] < MIN_STEP:
                 idle[mode] = True
-                mode = "comm" if mode == "balance" else "balance"
                 continue
             k = max(1, int(np.ceil(steps[mode] * len(nodes))))
-            before = s.key()
+            before = s.key(bound)
             old = s.apply(nodes[:k], dest[:k])
+            if mode in ("swap", "chain"):  # G3's swap, batched: the receivers pass load on to the lightest parts
+                n2, d2 = self.propose_balance(s)
+                old2 = s.apply(n2, d2)
             iters += 1
             if bar:
                 bar.update(1)
-                bar.set_postfix(max_ms=f"{1e3 * s.max_cost:.3g}", viol=f"{s.violation:.3g}", mode=mode)
-            if _better(s.key(), before):
+                bar.set_postfix(max_ms=f"{1e3 * s.max_cost:.3g}", rows=int(s.max_comm), viol=f"{s.violation:.3g}",
+                                mode=mode)
+            after = s.key(bound)
+            if _better(after, before):
                 accepted += 1
                 steps[mode] = min(1.0, steps[mode] * 1.5)
-                idle = {"balance": False, "comm": False}
-                after = s.key()
-                small = after[0] >= before[0] - 1e-12 and after[1] > before[1] * (1 - TOL) \
-                    and after[2] > before[2] * (1 - TOL)
+                idle = {m: False for m in modes}
+                small = after[0] >= before[0] - 1e-12 and all(after[i] > before[i] * (1 - TOL) for i in (1, 2, 3))
                 slow[mode] = slow[mode] + 1 if small else 0
                 if slow[mode] >= 2:  # converged: two accepted steps in a row that gain < TOL
                     idle[mode] = True
             else:
+                if mode in ("swap", "chain"):
+                    s.apply(n2, old2)
                 s.apply(nodes[:k], old)
                 steps[mode] /= 2
-            mode = "comm" if mode == "balance" else "balance"
+            history.append(s.key(bound)[objective])
+        return iters, accepted
+
+    def refine(self, a: np.ndarray, max_iters: int, progress=None, start=None,
+               cost_slack: float = 0.0) -> tuple[np.ndarray, dict]:
+        """Phase 1 minimises the max cost (balance and total-halo steps); phase 2 lowers the max communication
+        rows (G3's step on the worst parts first) keeping the max cost within ``1 + cost_slack`` of phase 1's."""
+        s = _State(self, start if start is not None else a)
+        first = dict(max_cost=s.max_cost, violation=s.violation, total_comm=s.total_comm, max_comm=s.max_comm)
+        moved = np.nonzero(s.a != a)[0]
+        if len(moved):
+            s.apply(moved, a[moved])
+        bar = progress(total=max_iters) if progress else None
+        it1, acc1 = self._loop(s, PHASE1, max_iters, 0.0, bar, objective=1)
+        phase1 = dict(max_cost=s.max_cost, max_comm=s.max_comm, iterations=it1)
+        bound = s.max_cost * (1 + cost_slack) if s.violation == 0 else 0.0
+        it2, acc2 = self._loop(s, PHASE2, max_iters - it1, bound, bar, objective=2)
         if bar:
             bar.close()
-        last = dict(max_cost=s.max_cost, violation=s.violation, total_comm=s.total_comm,
-                    node_imbalance=float(s.n.max() / s.n.mean()), edge_imbalance=float(s.e.max() / max(1e-300, s.e.mean())))
-        return s.a, dict(first=first, last=last, iterations=iters, accepted=accepted, assignment=s.a)
+        last = dict(max_cost=s.max_cost, violation=s.violation, total_comm=s.total_comm, max_comm=s.max_comm,
+                    node_imbalance=float(s.n.max() / s.n.mean()),
+                    edge_imbalance=float(s.e.max() / max(1e-300, s.e.mean())))
+        return s.a, dict(first=first, phase1=phase1, last=last, iterations=it1 + it2, accepted=acc1 + acc2,
+                         assignment=s.a)
 
 
 def fill_isolated(a: np.ndarray, isolated: np.ndarray, num_parts: int) -> np.ndarray:
@@ -470,7 +591,8 @@ def _group_cumsum(group: np.ndarray, rank: np.ndarray, val: np.ndarray) -> np.nd
 
 def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imbalance: float = 1.10,
                  edge_imbalance: float = 1.10, max_iters: int = 100, seed: int = 0, progress: bool = False,
-                 log=None, start: np.ndarray | None = None, start_balance: str = "auto") -> tuple[np.ndarray, dict]:
+                 log=None, start: np.ndarray | None = None, start_balance: str = "auto", cost_slack: float = 0.0,
+                 recursive: bool | None = None) -> tuple[np.ndarray, dict]:
     """METIS start (node-balanced) refined for the slowest rank's estimated epoch. Returns (assignment, info).
 
     ``indptr``/``indices``: in-edge CSR without self loops.
@@ -486,9 +608,12 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
         # skewed degrees (power law): start edge-balanced and fill node counts with cheap nodes; else node-balanced
         mean = max(1e-12, float(in_deg.mean()))
         start_balance = "edges" if float(in_deg.std()) / mean > SKEW else "nodes"
+    if recursive is None:
+        recursive = num_parts <= RECURSIVE_MAX_PARTS
     if start is None:
         sym = symmetrize(indptr, indices)
-        start, info = metis_partition(indptr, indices, num_parts, balance=start_balance, seed=seed, sym=sym)
+        start, info = metis_partition(indptr, indices, num_parts, balance=start_balance, seed=seed, sym=sym,
+                                      recursive=recursive)
     t_metis = time.time() - t0
     ref = _Refiner(indptr, indices, num_parts, model, node_imbalance, edge_imbalance)
     bar = None
@@ -500,12 +625,13 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
             return tqdm(total=total, desc="g3 refinement", unit="iter", file=sys.stderr, leave=False)
     start = np.asarray(start, dtype=np.int64)
     isolated = (np.diff(np.asarray(indptr)) == 0) & (np.bincount(np.asarray(indices, dtype=np.int64), minlength=n) == 0)
-    a, r = ref.refine(fill_isolated(start, isolated, num_parts), max_iters, bar, start)
+    a, r = ref.refine(fill_isolated(start, isolated, num_parts), max_iters, bar, start, cost_slack=cost_slack)
     degree = in_deg + np.bincount(np.asarray(indices, dtype=np.int64), minlength=n)
     a = repair_nodes(a, ref.node_cap, num_parts, degree)
     if not np.array_equal(a, r["assignment"]):
         last = _State(ref, a)
         r["last"] = dict(max_cost=last.max_cost, violation=last.violation, total_comm=last.total_comm,
+                         max_comm=last.max_comm,
                          node_imbalance=float(last.n.max() / last.n.mean()),
                          edge_imbalance=float(last.e.max() / max(1e-300, last.e.mean())))
         r["repaired"] = True
@@ -514,8 +640,11 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
                objective_before=epoch * first["max_cost"], objective_after=epoch * last["max_cost"],
                violation_before=first["violation"], violation_after=last["violation"],
                halo_rows_before=int(first["total_comm"]), halo_rows_after=int(last["total_comm"]),
+               max_comm_rows_before=int(first["max_comm"]), max_comm_rows_after=int(last["max_comm"]),
+               max_comm_rows_phase1=int(r["phase1"]["max_comm"]), cost_slack=cost_slack,
                node_imbalance_after=last["node_imbalance"], edge_imbalance_after=last["edge_imbalance"],
-               iterations=r["iterations"], accepted_iterations=r["accepted"], start=f"metis balance={start_balance}",
+               iterations=r["iterations"], accepted_iterations=r["accepted"],
+               start=f"metis balance={start_balance} {'recursive' if recursive else 'kway'}",
                metis_seconds=round(t_metis, 3), refine_seconds=round(time.time() - t0 - t_metis, 3), **limits)
     if log:
         log(f"g3: objective {out['objective_before']:.6g}s -> {out['objective_after']:.6g}s, cap violation "

@@ -48,8 +48,12 @@ def vertex_weights(balance: str, in_degree: np.ndarray, train_mask: np.ndarray) 
 
 
 def metis_partition(indptr, indices, num_parts: int, *, balance: str = "nodes", in_degree=None, train_mask=None,
-                    seed: int = 0, sym: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, dict]:
-    """Node→part assignment from METIS k-way on the symmetrized graph. Returns (assignment, info)."""
+                    seed: int = 0, sym: tuple[np.ndarray, np.ndarray] | None = None,
+                    recursive: bool | None = None) -> tuple[np.ndarray, dict]:
+    """Node→part assignment from METIS on the symmetrized graph. Returns (assignment, info).
+
+    ``recursive``: recursive bisection (True) or k-way (False); None is pymetis's default (bisection for
+    P <= 8, k-way above)."""
     n = len(indptr) - 1
     if in_degree is None:
         in_degree = np.diff(indptr)
@@ -60,7 +64,7 @@ def metis_partition(indptr, indices, num_parts: int, *, balance: str = "nodes", 
     xadj, adjncy = sym if sym is not None else symmetrize(indptr, indices)
     vw = vertex_weights(balance, np.asarray(in_degree), np.asarray(train_mask))
     opts = pymetis.Options(seed=int(seed))
-    # recursive bisection for few parts is what pymetis picks by default; k-way scales to 1024 parts
-    res = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), vweights=vw, options=opts)
+    res = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), vweights=vw, options=opts,
+                             recursive=recursive)
     part = np.asarray(res.vertex_part, dtype=np.int64)
     return part, dict(balance=balance, metis_edge_cut=int(res.edge_cuts))
