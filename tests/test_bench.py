@@ -96,6 +96,17 @@ def test_memory(bench_dirs):
         assert r["theoretical"]["total"] == sum(v for k, v in r["theoretical"].items() if k != "total")
 
 
+def test_partitions(bench_dirs):
+    res = bench(bench_dirs, "partitions")
+    assert set(res["partitions"]) == {"metis-nodes", "metis-edges", "metis-both", "g3"}
+    for d in res["partitions"].values():
+        finite(d["epoch_time_median_s"], *d["rank_compute_s"], *d["rank_blocked_s"], *d["rank_idle_s"],
+               d["quality"]["max_comm_rows"], d["quality"]["replication_factor"])
+        assert len(d["rank_compute_s"]) == res["ranks"]
+    assert set(res["g3_vs"]) == {"metis-nodes", "metis-edges", "metis-both"}
+    finite(*res["g3_vs"].values())
+
+
 def test_bad_options(tmp_path):
     p = run_module("g3mpi.bench.cli", "vs-pyg", "--dims", "16,x", "--out", tmp_path / "o", check=False)
     assert p.returncode != 0 and "g3-bench: error" in p.stderr and "--dims" in p.stderr

@@ -11,6 +11,7 @@ Suites (each writes DIR/<suite>.json and DIR/<suite>*.png):
   schedules  pipelined vs blocking vs nocomm under a simulated network
   scaling    1 rank x 2 threads vs 2 ranks x 1 thread (real) and 1 -> 8 ranks oversubscribed (informational)
   memory     peak RSS per rank against the theoretical size of its data
+  partitions measured epoch time on the g3 partition vs each METIS partition of one graph, under --sim-net
   all        every suite in turn
 
 Multi-rank suites start ``mpiexec -n P python -m mpi4py -m g3mpi.bench.worker`` themselves (the mpiexec beside
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 PROG = "g3-bench"
-SUITES = ("vs-pyg", "kernels", "bytes", "schedules", "scaling", "memory")
+SUITES = ("vs-pyg", "kernels", "bytes", "schedules", "scaling", "memory", "partitions")
 
 #: defaults per suite: (nodes, edges, dims, epochs, graph generator); the acceptance sizes of the issue
 DEFAULTS = {
@@ -36,6 +37,7 @@ DEFAULTS = {
     "schedules": (65_536, 2_097_152, "64,128,128,16", 5, "rmat"),
     "scaling": (200_000, 4_000_000, "128,256,40", 5, "sbm"),
     "memory": (200_000, 4_000_000, "128,256,40", 3, "sbm"),
+    "partitions": (65_536, 2_097_152, "64,128,128,16", 5, "rmat"),
 }
 SMOKE = {
     "vs-pyg": (1500, 12_000, "16,32,4", 2, "random"),
@@ -44,10 +46,11 @@ SMOKE = {
     "schedules": (1024, 12_000, "16,32,32,4", 2, "rmat"),
     "scaling": (1500, 12_000, "16,32,4", 1, "sbm"),
     "memory": (1500, 12_000, "16,32,4", 1, "sbm"),
+    "partitions": (1024, 12_000, "16,32,32,4", 1, "rmat"),
 }
 MODELS = {"vs-pyg": "gcn,sage,gat", "kernels": "gcn,sage", "bytes": "gcn,sage", "schedules": "gcn,gat",
-          "scaling": "gcn", "memory": "gcn,sage"}
-RANKS = {"bytes": 4, "schedules": 4, "memory": 2}
+          "scaling": "gcn", "memory": "gcn,sage", "partitions": "gcn"}
+RANKS = {"bytes": 4, "schedules": 4, "memory": 2, "partitions": 4}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,10 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--models", help="comma-separated models (default per suite)")
     ap.add_argument("--heads", type=int, default=8, help="GAT heads of hidden layers (hidden = heads x channels)")
     ap.add_argument("--graph", choices=("sbm", "rmat"), help="generator of the multi-rank suites")
-    ap.add_argument("--sim-net", default="10Gbit,20us", help="schedules: simulated network BANDWIDTH,LATENCY")
+    ap.add_argument("--sim-net", default="10Gbit,20us", help="schedules, partitions: simulated network BANDWIDTH,LATENCY")
     ap.add_argument("--balance", choices=("nodes", "edges", "both", "train"),
                     help="schedules: METIS vertex weights of the partition (default edges)")
-    ap.add_argument("--repeats", type=int, default=2, help="scaling: alternating launches per configuration")
+    ap.add_argument("--repeats", type=int, default=2, help="scaling, partitions: alternating launches per configuration")
     ap.add_argument("--max-ranks", type=int, default=8, help="scaling: largest oversubscribed rank count")
     ap.add_argument("--systems", default="g3mpi,g3mpi-nocache,pyg-csr,pyg-edge_index",
                     help="vs-pyg: systems compared (g3mpi and pyg-csr always; pyg-edge_index needs several GiB "
@@ -131,6 +134,9 @@ def run_suite(suite: str, a, argv) -> dict:
         from .scaling import run
         over = tuple(p for p in (1, 2, 4, 8, 16, 32) if p <= (2 if a.smoke else a.max_ranks))
         res = run(sz, work, model=models[0], repeats=1 if a.smoke else a.repeats, oversub=over)
+    elif suite == "partitions":
+        from .partitions import run
+        res = run(sz, work, ranks=ranks, sim_net=a.sim_net, model=models[0], repeats=1 if a.smoke else a.repeats)
     else:
         from .memory import run
         res = run(sz, work, ranks=ranks, models=models)

@@ -155,5 +155,20 @@ def plot_memory(res: dict, out: Path) -> list:
     return files
 
 
+def plot_partitions(res: dict, out: Path) -> list:
+    plt = _plt()
+    labels = list(res["partitions"])
+    fig, axes = plt.subplots(1, 1 + len(labels), figsize=(4 + 3.2 * len(labels), 4))
+    axes[0].bar(labels, [res["partitions"][k]["epoch_time_median_s"] for k in labels],
+                color=[f"C{i}" for i in range(len(labels))])
+    axes[0].set_ylabel("median epoch time (s)")
+    axes[0].set_title(f"{res['model']}, {res['ranks']} ranks, sim-net {res['sim_net']}", fontsize=9)
+    axes[0].tick_params(axis="x", labelrotation=30)
+    for ax, k in zip(axes[1:], labels):
+        d = res["partitions"][k]
+        breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"], f"{k}: per-rank breakdown")
+    return [_save(fig, out / "partitions.png")]
+
+
 PLOTS = {"vs-pyg": plot_vs_pyg, "kernels": plot_kernels, "bytes": plot_bytes, "schedules": plot_schedules,
-         "scaling": plot_scaling, "memory": plot_memory}
+         "scaling": plot_scaling, "memory": plot_memory, "partitions": plot_partitions}
