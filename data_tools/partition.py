@@ -138,7 +138,8 @@ def run(cfg: PartitionConfig) -> dict:
         from tqdm import tqdm
 
         def progress(it, total):
-            return tqdm(it, total=total, desc="writing parts", unit="part", file=sys.stderr, leave=False)
+            # disable=None: no bar when stderr is not a terminal (batch logs)
+            return tqdm(it, total=total, desc="writing parts", unit="part", file=sys.stderr, leave=False, disable=None)
     meta = write_partition(g, assignment, cfg.parts, cfg.out, method=cfg.method, seed=cfg.seed, force=cfg.force,
                            extra_meta=extra, progress=progress)
     q = meta["quality"]

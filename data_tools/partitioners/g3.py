@@ -622,7 +622,7 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
         from tqdm import tqdm
 
         def bar(total):
-            return tqdm(total=total, desc="g3 refinement", unit="iter", file=sys.stderr, leave=False)
+            return tqdm(total=total, desc="g3 refinement", unit="iter", file=sys.stderr, leave=False, disable=None)
     start = np.asarray(start, dtype=np.int64)
     isolated = (np.diff(np.asarray(indptr)) == 0) & (np.bincount(np.asarray(indices, dtype=np.int64), minlength=n) == 0)
     a, r = ref.refine(fill_isolated(start, isolated, num_parts), max_iters, bar, start, cost_slack=cost_slack)

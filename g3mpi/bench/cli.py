@@ -69,10 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--models", help="comma-separated models (default per suite)")
     ap.add_argument("--heads", type=int, default=8, help="GAT heads of hidden layers (hidden = heads x channels)")
     ap.add_argument("--graph", choices=("sbm", "rmat"), help="generator of the multi-rank suites")
-    ap.add_argument("--sim-net", default="10Gbit,20us", help="schedules, partitions: simulated network BANDWIDTH,LATENCY")
+    ap.add_argument("--sim-net", default="10Gbit,20us",
+                    help="schedules, partitions: simulated network BANDWIDTH,LATENCY")
     ap.add_argument("--balance", choices=("nodes", "edges", "both", "train"),
                     help="schedules: METIS vertex weights of the partition (default edges)")
-    ap.add_argument("--repeats", type=int, default=2, help="scaling, partitions: alternating launches per configuration")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="scaling, partitions: alternating launches per configuration")
     ap.add_argument("--max-ranks", type=int, default=8, help="scaling: largest oversubscribed rank count")
     ap.add_argument("--systems", default="g3mpi,g3mpi-nocache,pyg-csr,pyg-edge_index",
                     help="vs-pyg: systems compared (g3mpi and pyg-csr always; pyg-edge_index needs several GiB "
