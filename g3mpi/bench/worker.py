@@ -116,7 +116,9 @@ def saved_activation_bytes(trainer, epoch: int) -> int:
         s = t.untyped_storage()
         if s.data_ptr() not in param_ptrs and t.layout == torch.strided:
             seen[s.data_ptr()] = s.nbytes()
-        return t
+        # detached: a saved output that holds its own grad_fn is a reference cycle autograd never frees (the
+        # whole forward's tensors would stay alive for the rest of the run)
+        return t.detach()
 
     trainer.model.train()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
