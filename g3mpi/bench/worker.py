@@ -167,6 +167,8 @@ def run(a, comm) -> dict | None:
     warm_libraries(comm)
     rss_base = peak_rss()
     rss_base_now = current_rss()
+    from g3mpi.train.trainer import return_freed_memory
+    return_freed_memory()   # as g3-train does before loading the part
     meta = read_meta(a.parts)
     if meta["num_parts"] != comm.size:
         raise ValueError(f"{a.parts}: {meta['num_parts']} parts but {comm.size} ranks")
