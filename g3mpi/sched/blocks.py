@@ -270,8 +270,8 @@ class BlockMatrix:
             return [(0, n, self.local_t)]
         if rows_per_chunk not in self._tchunks:
             lt = self.local_t
-            self._tchunks[rows_per_chunk] = [(a, min(n, a + rows_per_chunk), _row_range(lt, a, min(n, a + rows_per_chunk)))
-                                             for a in range(0, n, rows_per_chunk)]
+            cuts = list(range(0, n, rows_per_chunk)) + [n]
+            self._tchunks[rows_per_chunk] = [(a, b, _row_range(lt, a, b)) for a, b in zip(cuts[:-1], cuts[1:])]
         return self._tchunks[rows_per_chunk]
 
 
