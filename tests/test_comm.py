@@ -33,3 +33,31 @@ def test_simnet_link_queues_messages():
     b = net.arrival(1000, 0.0)                            # queues behind the first
     c = net.arrival(1000, 1.0)                            # link idle again
     assert a == pytest.approx(0.011) and b == pytest.approx(0.012) and c == pytest.approx(1.011)
+
+
+def test_backward_buffers_made_on_first_use():
+    """An exchange no gradient flows back through (raw input features) never allocates gradient buffers."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from g3mpi.comm import CommContext, HaloPlan
+    # one rank talking to itself: 3 halo rows that are its own rows 0, 2, 4
+    plan = HaloPlan(num_owned=5, num_halo=3, recv_parts=[0], recv_offsets=np.array([0, 3]), send_parts=[0],
+                    send_idx=[np.array([0, 2, 4])])
+    ctx = CommContext(MPI.COMM_SELF)
+    try:
+        ex = ctx.exchange(plan, 2)
+        fwd_bytes = 2 * 3 * 2 * 4
+        assert not ex.backward_planned and ex.buffer_bytes() == fwd_bytes
+        ex.start_forward(np.arange(10, dtype=np.float32).reshape(5, 2))
+        ctx.progress()
+        ex.forward.wait_all()
+        assert not ex.backward_planned
+        assert np.array_equal(ex.halo, [[0, 1], [4, 5], [8, 9]])
+        ex.halo_grad[:] = 1.0
+        assert ex.backward_planned and ex.buffer_bytes() == 2 * fwd_bytes
+        ex.backward.start()
+        ex.backward.wait_all()
+        assert np.array_equal(ex.grad_bufs[0], np.ones((3, 2)))
+    finally:
+        ctx.free()

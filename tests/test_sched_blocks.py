@@ -61,3 +61,28 @@ def test_blocks_and_chunks_equal_whole_product():
 def test_chunk_size_follows_width():
     assert chunk_rows_for(16, 0) > chunk_rows_for(256, 0) >= 64
     assert chunk_rows_for(16, 100) == 100
+
+
+def test_row_groups_leave_blocks_unbuilt_and_chunks_share_storage():
+    """The inter-layer pipeline's row groups come from the part's arrays: building them does not build the
+    blocks' torch forms (a rank would hold the matrices twice); their row chunks are views, not copies."""
+    from g3mpi.sched import row_groups
+    a, ro, boundary, diag = make()
+    n = a.shape[0]
+    bm = BlockMatrix(a.indptr, a.indices, n, ro, boundary, a.data, diag)
+    sizes = bm.sizes()
+    B, I = row_groups(bm, [boundary])
+    assert bm._torch is None
+    h = torch.randn(a.shape[1], 3)
+    want = (a @ h.numpy()) + diag[:, None] * h.numpy()[:n]
+    for grp in (B, I):
+        fwd, bwd = grp.chunks(4)
+        out = torch.cat([torch.sparse.mm(m, h[:n]) for _, _, m in fwd])
+        for i, nb in enumerate(grp.nb):
+            if nb is not None:
+                out.index_add_(0, nb[0], torch.sparse.mm(nb[1], h[n + ro[i]:n + ro[i + 1]]))
+        assert np.allclose(out.numpy(), want[grp.rows.numpy()], rtol=1e-6, atol=1e-6)
+        base = grp.local_t.col_indices().untyped_storage().data_ptr()
+        assert all(m.col_indices().untyped_storage().data_ptr() == base for _, _, m in bwd)
+    assert bm.sizes() == sizes
+    assert sizes["nnz"] == bm.local._nnz() + sum(nb.mat._nnz() for nb in bm.neighbours)

@@ -81,7 +81,8 @@ def theoretical_bytes(trainer, part, saved_activations: int) -> dict:
     part: every array of the rank's part as loaded (CSR of in-edges, halo/send lists, degrees, features, labels,
       masks, original IDs); matrices: the aggregation CSR and its precomputed transpose per edge weighting, at the
       sizes torch's kernels need (int64 indices, float32 values, self loops included), counted from their nnz;
-    exchange: halo, halo-gradient, send and receive-gradient buffers of every exchange (planned widths);
+    exchange: halo and send buffers of every exchange, and its halo-gradient and receive-gradient buffers where
+      a gradient flows back through it (not the exchange of the raw input features), at the planned widths;
     activations: the storages autograd keeps for backward in one training forward (measured with saved-tensor
       hooks, parameters excluded); params: parameters, gradients and Adam's two moments."""
     from g3mpi.format.partition import ARRAYS
@@ -91,15 +92,11 @@ def theoretical_bytes(trainer, part, saved_activations: int) -> dict:
     for blk in trainer.graph._blocks.values():
         if not isinstance(blk, BlockMatrix):
             continue  # derived caches (row groups) index the same matrices
-        n = blk.num_owned
-        nnz = blk.local._nnz() + sum(nb.mat._nnz() for nb in blk.neighbours)
-        rows = n + sum(len(nb.rows) for nb in blk.neighbours)
-        cols = n + sum(nb.mat.shape[1] for nb in blk.neighbours)
-        mat_b += (rows + 1 + cols + 1) * 8 + 2 * nnz * 12   # CSR + transpose: row pointers, (index, value) per nnz
+        sz = blk.sizes()  # counted from the part, whichever forms (blocks, row groups) the layers built
+        mat_b += (sz["rows"] + 1 + sz["cols"] + 1) * 8 + 2 * sz["nnz"] * 12   # CSR + transpose
     ex_b = 0
     for ex in trainer.ctx._exchanges:
-        ex_b += ex.halo.nbytes + ex.halo_grad.nbytes + sum(b.nbytes for b in ex.send_bufs) + \
-            sum(b.nbytes for b in ex.grad_bufs)
+        ex_b += ex.buffer_bytes()   # backward buffers only where a gradient flows back (not layer 0's input)
     params = sum(p.numel() * p.element_size() for p in trainer.params)
     out = dict(part=part_b, matrices=mat_b, exchange=ex_b, activations=int(saved_activations), params=4 * params)
     out["total"] = int(sum(out.values()))
@@ -116,7 +113,9 @@ def saved_activation_bytes(trainer, epoch: int) -> int:
         s = t.untyped_storage()
         if s.data_ptr() not in param_ptrs and t.layout == torch.strided:
             seen[s.data_ptr()] = s.nbytes()
-        return t
+        # detached: a saved output that holds its own grad_fn is a reference cycle autograd never frees (the
+        # whole forward's tensors would stay alive for the rest of the run)
+        return t.detach()
 
     trainer.model.train()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -170,6 +169,8 @@ def run(a, comm) -> dict | None:
     warm_libraries(comm)
     rss_base = peak_rss()
     rss_base_now = current_rss()
+    from g3mpi.train.trainer import return_freed_memory
+    return_freed_memory()   # as g3-train does before loading the part
     meta = read_meta(a.parts)
     if meta["num_parts"] != comm.size:
         raise ValueError(f"{a.parts}: {meta['num_parts']} parts but {comm.size} ranks")

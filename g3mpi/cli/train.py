@@ -116,6 +116,9 @@ def main(argv=None, comm=None) -> int:
         return 2
     log = setup_logging(comm, cfg.log_level)
 
+    from g3mpi.train.trainer import return_freed_memory
+    return_freed_memory()   # before the part is loaded (the Trainer sets it too)
+
     # every rank loads its own part; failures anywhere are agreed on before any exchange starts
     err, part, meta = None, None, None
     try:

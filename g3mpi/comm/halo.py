@@ -307,23 +307,61 @@ class HaloExchange:
       ``send_bufs[i]`` [len(send_idx[i]), width]: forward send buffers;
       ``halo_grad`` [n_halo, width]: backward send source (slice i goes back to its owner);
       ``grad_bufs[i]`` [len(send_idx[i]), width]: backward receive buffers, to be summed into ``send_idx[i]``.
+    The backward buffers and transfer are made on first use (``backward``, ``halo_grad``, ``grad_bufs``).
     """
 
     def __init__(self, comm, plan: HaloPlan, width: int, tag: int, stats: CommStats, simnet: SimNet | None = None,
                  dtype=np.float32, name: str = ""):
         self.plan, self.width, self.name = plan, int(width), name or f"x{tag}"
-        shape = lambda n: (n, self.width)  # noqa: E731
-        self.halo = np.zeros(shape(plan.num_halo), dtype=dtype)
-        self.halo_grad = np.zeros(shape(plan.num_halo), dtype=dtype)
-        self.send_bufs = [np.zeros(shape(len(ix)), dtype=dtype) for ix in plan.send_idx]
-        self.grad_bufs = [np.zeros(shape(len(ix)), dtype=dtype) for ix in plan.send_idx]
+        self._comm, self._tag, self._stats, self._simnet, self._dtype = comm, tag, stats, simnet, dtype
+        self.halo = np.zeros(self._shape(plan.num_halo), dtype=dtype)
+        self.send_bufs = [np.zeros(self._shape(len(ix)), dtype=dtype) for ix in plan.send_idx]
         k = len(plan.recv_parts)
         halo_slices = [self.halo[plan.recv_slice(i)] for i in range(k)]
-        grad_slices = [self.halo_grad[plan.recv_slice(i)] for i in range(k)]
         self.forward = Transfer(comm, plan.send_parts, self.send_bufs, plan.recv_parts, halo_slices, 4 * tag, stats,
                                 simnet, name=self.name + ".fwd")
-        self.backward = Transfer(comm, plan.recv_parts, grad_slices, plan.send_parts, self.grad_bufs, 4 * tag + 2,
-                                 stats, simnet, name=self.name + ".bwd")
+        self._backward = None
+        self._halo_grad = None
+        self._grad_bufs = None
+
+    def _shape(self, n: int) -> tuple:
+        return (n, self.width)
+
+    # The backward direction is planned on first use: no gradient flows back through an exchange of raw input
+    # features (layer 0), so its gradient buffers would only take memory. Planning is local (persistent
+    # requests), so ranks need not agree on when it happens.
+    @property
+    def backward(self) -> Transfer:
+        if self._backward is None:
+            plan, dtype = self.plan, self._dtype
+            self._halo_grad = np.zeros(self._shape(plan.num_halo), dtype=dtype)
+            self._grad_bufs = [np.zeros(self._shape(len(ix)), dtype=dtype) for ix in plan.send_idx]
+            grad_slices = [self._halo_grad[plan.recv_slice(i)] for i in range(len(plan.recv_parts))]
+            self._backward = Transfer(self._comm, plan.recv_parts, grad_slices, plan.send_parts, self._grad_bufs,
+                                      4 * self._tag + 2, self._stats, self._simnet, name=self.name + ".bwd")
+            self._backward.watchdog = self.forward.watchdog
+        return self._backward
+
+    @property
+    def halo_grad(self) -> np.ndarray:
+        self.backward
+        return self._halo_grad
+
+    @property
+    def grad_bufs(self) -> list:
+        self.backward
+        return self._grad_bufs
+
+    @property
+    def backward_planned(self) -> bool:
+        return self._backward is not None
+
+    def buffer_bytes(self) -> int:
+        """Bytes of the buffers allocated so far (the backward ones only once backward has run)."""
+        n = self.halo.nbytes + sum(b.nbytes for b in self.send_bufs)
+        if self._backward is not None:
+            n += self._halo_grad.nbytes + sum(b.nbytes for b in self._grad_bufs)
+        return int(n)
 
     def gather(self, h: np.ndarray, i: int, send_idx=None) -> None:
         """Copy the rows send neighbour i needs into its send buffer (``send_idx``: positions of those rows
@@ -343,7 +381,8 @@ class HaloExchange:
 
     def free(self) -> None:
         self.forward.free()
-        self.backward.free()
+        if self._backward is not None:
+            self._backward.free()
 
 
 class CommContext:
@@ -366,7 +405,7 @@ class CommContext:
         if 4 * tag + 3 > self.comm.Get_attr(MPI.TAG_UB):
             raise RuntimeError("too many halo exchanges for this MPI's tag range")
         ex = HaloExchange(self.comm, plan, width, tag, self.stats, self.simnet, dtype, name)
-        ex.forward.watchdog = ex.backward.watchdog = self.watchdog
+        ex.forward.watchdog = self.watchdog   # the backward transfer takes it over when it is planned
         self._exchanges.append(ex)
         return ex
 
@@ -374,7 +413,8 @@ class CommContext:
         """Drive MPI progress of every exchange in flight (called between chunks of computation)."""
         for ex in self._exchanges:
             ex.forward.progress()
-            ex.backward.progress()
+            if ex.backward_planned:
+                ex.backward.progress()
 
     def free(self) -> None:
         for ex in self._exchanges:

@@ -16,6 +16,27 @@ from g3mpi.sched import BlockMatrix, Schedule, row_groups
 KINDS = ("gcn", "mean", "gat")
 
 
+#: edges per slice when edge weights are computed (bounds the float64 temporaries)
+_EDGE_SLICE = 1 << 20
+
+
+def _edge_weights(indptr, indices, fn) -> np.ndarray:
+    """float32 weight of every CSR entry, ``fn(rows, cols)`` evaluated in float64 over slices of about
+    _EDGE_SLICE edges (whole rows), so no edge-length float64 or int64 array is ever made."""
+    indptr = np.asarray(indptr)
+    out = np.empty(int(indptr[-1]), dtype=np.float32)
+    n = len(indptr) - 1
+    a = 0
+    while a < n:
+        b = int(np.searchsorted(indptr, indptr[a] + _EDGE_SLICE, side="right")) - 1
+        b = min(n, max(b, a + 1))
+        e0, e1 = int(indptr[a]), int(indptr[b])
+        rows = np.repeat(np.arange(a, b, dtype=np.int64), np.diff(indptr[a:b + 1]))
+        out[e0:e1] = fn(rows, indices[e0:e1])
+        a = b
+    return out
+
+
 class DistGraph:
     def __init__(self, part, ctx: CommContext, schedule: Schedule | None = None):
         self.part = part
@@ -41,15 +62,13 @@ class DistGraph:
         if kind not in self._blocks:
             p = self.part
             n = self.num_owned
-            rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(p.indptr))
-            cols = np.asarray(p.indices, dtype=np.int64)
             if kind == "gcn":
                 dinv = (np.asarray(p.in_degree, np.float64) + 1.0) ** -0.5
-                vals = (dinv[rows] * dinv[cols]).astype(np.float32)
+                vals = _edge_weights(p.indptr, p.indices, lambda r, c: dinv[r] * dinv[c])
                 diag = (dinv[:n] ** 2).astype(np.float32)
             elif kind == "mean":
-                deg = np.maximum(np.asarray(p.in_degree[:n], np.float64), 1.0)
-                vals = (1.0 / deg[rows]).astype(np.float32)
+                inv = 1.0 / np.maximum(np.asarray(p.in_degree[:n], np.float64), 1.0)
+                vals = _edge_weights(p.indptr, p.indices, lambda r, c: inv[r])
                 diag = None
             elif kind == "gat":
                 vals, diag = None, np.ones(n, dtype=np.float32)

@@ -112,6 +112,7 @@ def forward_pipelined(model, x, key, c0=None):
         conv = convs[l]
         ex = conv.agg.ex
         pay = _merge(n, B.rows, pb, I.rows, pi)
+        pb = pi = None   # dead from here on: references to dead tensors are dropped as soon as possible
         ob = SpMM.apply(pay, B.local, B.local_t)
         k = ex.forward.num_recvs
         parts_b, parts_i = [None] * k, [None] * k
@@ -129,10 +130,13 @@ def forward_pipelined(model, x, key, c0=None):
         for i in range(k):
             if parts_b[i] is not None:
                 ob = ob.index_add_(0, B.nb[i][0], parts_b[i])
+                parts_b[i] = None
         ob = halo_join(ob, dummy)
         yb = conv.post(ob, ab, xb)
+        ob = None
         if l < last:
             xb = node_dropout(model.activation(yb), key, l + 1, ids_b, model.dropout, training)
+            yb = None
             pb, ab, dummy = start(convs[l + 1], xb)
         fwd, bwd = I.chunks(chunk_rows_for(pay.shape[1], sched.chunk_rows) if sched.chunk_rows >= 0 else 0)
         oi = _ChunkedSpMM.apply(pay, fwd, bwd, progress)

@@ -26,12 +26,35 @@ def to_torch_csr(m: sp.csr_matrix) -> torch.Tensor:
     """scipy CSR -> torch CSR (int64 indices). Callers pass matrices built from a validated part file."""
     m = m.tocsr()
     m.sort_indices()
+    return _torch_csr(m.indptr, m.indices, m.data, m.shape)
+
+
+def _torch_csr(indptr, indices, data, shape) -> torch.Tensor:
+    """torch CSR from CSR arrays (int64 indices: converted once, no copy when they already are)."""
+    def as_tensor(a, dtype):
+        return a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a, dtype=dtype))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)),
-                                       torch.from_numpy(m.indices.astype(np.int64)),
-                                       torch.from_numpy(np.ascontiguousarray(m.data, dtype=np.float32)),
-                                       size=m.shape, check_invariants=False)
+        return torch.sparse_csr_tensor(as_tensor(indptr, np.int64), as_tensor(indices, np.int64),
+                                       as_tensor(data, np.float32), size=tuple(shape), check_invariants=False)
+
+
+def _transpose(m: sp.csr_matrix) -> torch.Tensor:
+    """torch CSR of ``m.T`` (scipy's CSR -> CSC conversion: columns come out with sorted rows)."""
+    t = m.T.tocsr()
+    return _torch_csr(t.indptr, t.indices, t.data, t.shape)
+
+
+def _row_range(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
+    """Rows a:b of a torch CSR, sharing its column indices and values (only the row pointers are new)."""
+    crow = t.crow_indices()
+    lo, hi = int(crow[a]), int(crow[b])
+    return _torch_csr(crow[a:b + 1] - lo, t.col_indices()[lo:hi], t.values()[lo:hi], (b - a, t.shape[1]))
+
+
+def _coo_rows(crow: torch.Tensor) -> torch.Tensor:
+    """Row of every entry of a CSR, int64 (the destination index of an edge)."""
+    return torch.repeat_interleave(torch.arange(len(crow) - 1, dtype=torch.int64), crow.diff())
 
 
 def chunk_rows_for(width: int, chunk_rows: int) -> int:
@@ -41,64 +64,183 @@ def chunk_rows_for(width: int, chunk_rows: int) -> int:
     return max(64, CHUNK_BYTES // (4 * max(1, int(width))))
 
 
-@dataclass
 class NeighbourBlock:
     """Block of receive neighbour i: ``rows`` [r] owned rows with an edge from its halo slice;
     ``mat`` [r, slice] and ``mat_t`` [slice, r] as torch CSR; ``src``/``dst`` the same edges as COO
-    (source position in the slice, destination position in ``rows``)."""
+    (source position in the slice, destination position in ``rows``; ``src`` shares ``mat``'s column indices,
+    ``dst`` is made on first use)."""
 
-    rows: torch.Tensor
-    mat: torch.Tensor
-    mat_t: torch.Tensor
-    dst: torch.Tensor
-    src: torch.Tensor
+    def __init__(self, rows: torch.Tensor, mat: torch.Tensor, mat_t: torch.Tensor):
+        self.rows, self.mat, self.mat_t = rows, mat, mat_t
+        self._dst = None
+
+    @property
+    def src(self) -> torch.Tensor:
+        return self.mat.col_indices()
+
+    @property
+    def dst(self) -> torch.Tensor:
+        if self._dst is None:
+            self._dst = _coo_rows(self.mat.crow_indices())
+        return self._dst
 
 
 class BlockMatrix:
     """One rank's aggregation matrix split into blocks; built once per (part, edge weights).
 
     ``values`` are the weights of the part's CSR entries (None = 1), ``diag`` the weights of added self loops
-    (None = no self loops). Chunks are made on demand per row count and cached.
+    (None = no self loops). The arrays are kept by reference (the part's own arrays: no copy).
+
+    Everything else is made on first use and cached, so a rank holds only the forms its layers use: the torch
+    CSR blocks and their transposes (``local``, ``local_t``, ``neighbours``: blocking schedule, GAT), the COO
+    form of the local block (``local_dst``/``local_src``: GAT only), row chunks, or the row groups of the
+    inter-layer pipeline (``row_groups``), which are built from the part's arrays and do not need the blocks.
     """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, num_owned: int, recv_offsets: np.ndarray,
                  boundary_rows: np.ndarray, values: np.ndarray | None = None, diag: np.ndarray | None = None):
-        n = int(num_owned)
-        self.num_owned = n
-        indices = np.asarray(indices, dtype=np.int64)
-        indptr = np.asarray(indptr, dtype=np.int64)
-        if values is None:
-            values = np.ones(len(indices), dtype=np.float32)
-        n_halo = int(recv_offsets[-1]) if len(recv_offsets) else 0
-        full = sp.csr_matrix((np.asarray(values, np.float32), indices, indptr), shape=(n, n + n_halo))
-        local = full[:, :n].tocsr()
-        if diag is not None:
-            local = (local + sp.diags(np.asarray(diag, np.float32), format="csr", shape=(n, n))).tocsr()
-        local.sort_indices()
-        self._local_sp = local
-        self.local = to_torch_csr(local)
-        self.local_t = to_torch_csr(local.T.tocsr())
-        rows_all = np.repeat(np.arange(n, dtype=np.int64), np.diff(local.indptr))
-        self.local_dst = torch.from_numpy(rows_all)
-        self.local_src = torch.from_numpy(local.indices.astype(np.int64))
+        self.num_owned = int(num_owned)
+        self._indptr = np.asarray(indptr, dtype=np.int64)
+        self._indices = np.asarray(indices)
+        self._values = None if values is None else np.asarray(values, dtype=np.float32)
+        self._diag = None if diag is None else np.asarray(diag, dtype=np.float32)
+        self._recv_offsets = np.asarray(recv_offsets, dtype=np.int64)
         self.has_diag = diag is not None
-        self.neighbours = []
-        self._nb_sp = []
-        for i in range(len(recv_offsets) - 1):
-            a, b = n + int(recv_offsets[i]), n + int(recv_offsets[i + 1])
-            blk = full[:, a:b].tocsr()
-            blk.sort_indices()
-            rows = np.nonzero(np.diff(blk.indptr))[0].astype(np.int64)
-            sub = blk[rows].tocsr()
-            sub.sort_indices()
-            dst = np.repeat(np.arange(len(rows), dtype=np.int64), np.diff(sub.indptr))
-            self._nb_sp.append(sub)
-            self.neighbours.append(NeighbourBlock(
-                rows=torch.from_numpy(rows), mat=to_torch_csr(sub), mat_t=to_torch_csr(sub.T.tocsr()),
-                dst=torch.from_numpy(dst), src=torch.from_numpy(sub.indices.astype(np.int64))))
         self.boundary = np.asarray(boundary_rows, dtype=np.int64)
+        self._torch = None
+        self._local_dst = None
+        self._sizes = None
         self._chunks = {}
         self._tchunks = {}
+
+    # -- scipy forms, built on demand from the part's arrays and dropped by the caller -------------------------
+    def _rows_of_edges(self) -> np.ndarray:
+        dt = np.int32 if self.num_owned < 2 ** 31 else np.int64
+        return np.repeat(np.arange(self.num_owned, dtype=dt), np.diff(self._indptr))
+
+    def _edge_values(self, sel) -> np.ndarray:
+        if self._values is None:
+            return np.ones(int(np.count_nonzero(sel)) if sel.dtype == bool else len(sel), dtype=np.float32)
+        return self._values[sel]
+
+    def local_scipy(self) -> sp.csr_matrix:
+        """The local block [n, n] (owned sources, plus the diagonal), sorted indices, duplicates summed where
+        the diagonal was added. A fresh matrix: the caller drops it when done."""
+        n = self.num_owned
+        idx = self._indices
+        is_loc = idx < n
+        rows = self._rows_of_edges()[is_loc]
+        cols = idx[is_loc]
+        vals = self._edge_values(is_loc)
+        del is_loc
+        cnt = np.bincount(rows, minlength=n)
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        if self._diag is None:
+            np.cumsum(cnt, out=ptr[1:])
+        else:
+            # one more slot at the end of every row for the diagonal: the k-th entry of row r moves to k + r
+            np.cumsum(cnt + 1, out=ptr[1:])
+            pos = np.arange(len(cols), dtype=np.int64)
+            pos += rows
+            c2 = np.empty(len(cols) + n, dtype=cols.dtype)
+            v2 = np.empty(len(cols) + n, dtype=np.float32)
+            c2[pos] = cols
+            v2[pos] = vals
+            del pos
+            c2[ptr[1:] - 1] = np.arange(n, dtype=cols.dtype)
+            v2[ptr[1:] - 1] = self._diag
+            cols, vals = c2, v2
+        del rows
+        m = sp.csr_matrix((vals, cols, ptr), shape=(n, n), copy=False)
+        m.has_sorted_indices = False
+        m.sort_indices()
+        if self._diag is not None:
+            m.sum_duplicates()
+        return m
+
+    def neighbour_scipy(self) -> list:
+        """Per receive neighbour i: (rows [r] int64: owned rows with an edge from i's halo slice, CSR [r, slice]
+        with sorted indices). Fresh arrays."""
+        n = self.num_owned
+        idx = self._indices
+        is_halo = idx >= n
+        hrows = self._rows_of_edges()[is_halo]
+        hcols = idx[is_halo] - n
+        hvals = self._edge_values(is_halo)
+        del is_halo
+        out = []
+        ro = self._recv_offsets
+        for i in range(len(ro) - 1):
+            a, b = int(ro[i]), int(ro[i + 1])
+            sel = (hcols >= a) & (hcols < b)
+            r = hrows[sel]
+            cnt = np.bincount(r, minlength=n)
+            rows = np.nonzero(cnt)[0].astype(np.int64)
+            ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+            np.cumsum(cnt[rows], out=ptr[1:])
+            m = sp.csr_matrix((hvals[sel], hcols[sel] - a, ptr), shape=(len(rows), b - a), copy=False)
+            m.has_sorted_indices = False
+            m.sort_indices()
+            out.append((rows, m))
+        return out
+
+    # -- torch forms ------------------------------------------------------------------------------------------
+    def _materialize(self):
+        if self._torch is None:
+            loc = self.local_scipy()
+            local, local_t = to_torch_csr(loc), _transpose(loc)
+            del loc
+            nbs = []
+            for rows, m in self.neighbour_scipy():
+                nbs.append(NeighbourBlock(torch.from_numpy(rows), to_torch_csr(m), _transpose(m)))
+            self._torch = (local, local_t, nbs)
+        return self._torch
+
+    @property
+    def local(self) -> torch.Tensor:
+        """Local block [n, n] as torch CSR."""
+        return self._materialize()[0]
+
+    @property
+    def local_t(self) -> torch.Tensor:
+        """Its transpose, precomputed for backward."""
+        return self._materialize()[1]
+
+    @property
+    def neighbours(self) -> list:
+        """One ``NeighbourBlock`` per receive neighbour, in receive order."""
+        return self._materialize()[2]
+
+    @property
+    def local_src(self) -> torch.Tensor:
+        """Source (column) of every local-block entry: the CSR's own column indices."""
+        return self.local.col_indices()
+
+    @property
+    def local_dst(self) -> torch.Tensor:
+        """Destination (row) of every local-block entry, int64 (made on first use: GAT)."""
+        if self._local_dst is None:
+            self._local_dst = _coo_rows(self.local.crow_indices())
+        return self._local_dst
+
+    def sizes(self) -> dict:
+        """Shape figures of the whole aggregation (local + neighbour blocks), without building the torch forms:
+        ``nnz`` (self loops included, duplicates summed as stored), ``rows`` (n + rows of every neighbour
+        block), ``cols`` (n + width of every neighbour block)."""
+        if self._sizes is None:
+            if self._torch is not None:
+                local, _, nbs = self._torch
+                nnz = local._nnz() + sum(nb.mat._nnz() for nb in nbs)
+                rows = self.num_owned + sum(len(nb.rows) for nb in nbs)
+                cols = self.num_owned + sum(nb.mat.shape[1] for nb in nbs)
+            else:
+                nnz = self.local_scipy().nnz
+                nbs = self.neighbour_scipy()
+                nnz += sum(m.nnz for _, m in nbs)
+                rows = self.num_owned + sum(len(r) for r, _ in nbs)
+                cols = self.num_owned + sum(m.shape[1] for _, m in nbs)
+            self._sizes = dict(nnz=int(nnz), rows=int(rows), cols=int(cols))
+        return self._sizes
 
     def chunks(self, rows_per_chunk: int) -> list:
         """Row chunks of the local block, boundary rows first: list of (rows LongTensor or None, CSR).
@@ -112,22 +254,24 @@ class BlockMatrix:
             order = np.concatenate([np.nonzero(is_b)[0], np.nonzero(~is_b)[0]])
             nb = int(is_b.sum())
             cuts = sorted(set(list(range(0, nb, rows_per_chunk)) + list(range(nb, n, rows_per_chunk)) + [n]))
+            loc = self.local_scipy()
             out = []
             for a, b in zip(cuts[:-1], cuts[1:]):
                 r = np.sort(order[a:b])
-                out.append((torch.from_numpy(r), to_torch_csr(self._local_sp[r])))
+                out.append((torch.from_numpy(r), to_torch_csr(loc[r])))
             self._chunks[rows_per_chunk] = out
         return self._chunks[rows_per_chunk]
 
     def transpose_chunks(self, rows_per_chunk: int) -> list:
-        """Contiguous row ranges of the local transpose: list of (start, stop, CSR)."""
+        """Contiguous row ranges of the local transpose: list of (start, stop, CSR); the chunks share the
+        transpose's indices and values."""
         n = self.num_owned
         if rows_per_chunk <= 0 or rows_per_chunk >= n:
             return [(0, n, self.local_t)]
         if rows_per_chunk not in self._tchunks:
-            lt = self._local_sp.T.tocsr()
-            self._tchunks[rows_per_chunk] = [(a, min(n, a + rows_per_chunk), to_torch_csr(lt[a:a + rows_per_chunk]))
-                                             for a in range(0, n, rows_per_chunk)]
+            lt = self.local_t
+            cuts = list(range(0, n, rows_per_chunk)) + [n]
+            self._tchunks[rows_per_chunk] = [(a, b, _row_range(lt, a, b)) for a, b in zip(cuts[:-1], cuts[1:])]
         return self._tchunks[rows_per_chunk]
 
 
@@ -146,46 +290,48 @@ class RowGroup:
     local_t: torch.Tensor
     nb: list
     send_pos: list | None = None
-    local_sp: object = None
     _chunks: dict = field(default_factory=dict)
 
     def chunks(self, rows_per_chunk: int) -> tuple[list, list]:
         """(forward chunks [(a, b, CSR of group rows a:b)], backward chunks [(a, b, CSR of owned rows a:b of
-        the transpose)]) for ``rows_per_chunk`` (0: one chunk each)."""
+        the transpose)]) for ``rows_per_chunk`` (0: one chunk each). Chunks share the group's indices and
+        values."""
         if rows_per_chunk <= 0 or len(self.rows) == 0:
             n = self.local.shape[1]
             return [(0, len(self.rows), self.local)], [(0, n, self.local_t)]
         if rows_per_chunk not in self._chunks:
-            m = self.local_sp
-            mt = m.T.tocsr()
-            self._chunks[rows_per_chunk] = (
-                [(a, min(a + rows_per_chunk, m.shape[0]), to_torch_csr(m[a:a + rows_per_chunk]))
-                 for a in range(0, m.shape[0], rows_per_chunk)],
-                [(a, min(a + rows_per_chunk, mt.shape[0]), to_torch_csr(mt[a:a + rows_per_chunk]))
-                 for a in range(0, mt.shape[0], rows_per_chunk)])
+            self._chunks[rows_per_chunk] = tuple(
+                [(a, min(a + rows_per_chunk, m.shape[0]), _row_range(m, a, min(a + rows_per_chunk, m.shape[0])))
+                 for a in range(0, m.shape[0], rows_per_chunk)] for m in (self.local, self.local_t))
         return self._chunks[rows_per_chunk]
 
 
 def row_groups(bm: "BlockMatrix", send_idx: list) -> tuple[RowGroup, RowGroup]:
-    """Split ``bm`` into the boundary rows (in some send list) and the interior rows."""
+    """Split ``bm`` into the boundary rows (in some send list) and the interior rows. Built from the part's
+    arrays (``bm.local_scipy``), not from ``bm``'s torch blocks, which stay unbuilt unless something else
+    needs them."""
     n = bm.num_owned
     is_b = np.zeros(n, dtype=bool)
     is_b[bm.boundary] = True
     groups = []
+    loc_all = bm.local_scipy()
+    nbs = bm.neighbour_scipy()
     for sel in (is_b, ~is_b):
         rows = np.nonzero(sel)[0].astype(np.int64)
-        loc = bm._local_sp[rows].tocsr()
+        loc = loc_all[rows]
         nb = []
-        for blk, sp_blk in zip(bm.neighbours, bm._nb_sp):
-            keep = sel[blk.rows.numpy()]
+        for nb_rows, sp_blk in nbs:
+            keep = sel[nb_rows]
             if not keep.any():
                 nb.append(None)
                 continue
-            sub = sp_blk[np.nonzero(keep)[0]].tocsr()
-            pos = np.searchsorted(rows, blk.rows.numpy()[keep])
-            nb.append((torch.from_numpy(pos.astype(np.int64)), to_torch_csr(sub), to_torch_csr(sub.T.tocsr())))
-        groups.append(RowGroup(rows=torch.from_numpy(rows), local=to_torch_csr(loc),
-                               local_t=to_torch_csr(loc.T.tocsr()), nb=nb, local_sp=loc))
+            sub = sp_blk[np.nonzero(keep)[0]]
+            pos = np.searchsorted(rows, nb_rows[keep])
+            nb.append((torch.from_numpy(pos.astype(np.int64)), to_torch_csr(sub), _transpose(sub)))
+            del sub
+        groups.append(RowGroup(rows=torch.from_numpy(rows), local=to_torch_csr(loc), local_t=_transpose(loc), nb=nb))
+        del loc
+    del loc_all, nbs
     b = groups[0]
     rows_b = b.rows.numpy()
     b.send_pos = [np.ascontiguousarray(np.searchsorted(rows_b, idx)) for idx in send_idx]
