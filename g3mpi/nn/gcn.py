@@ -38,6 +38,10 @@ class GCNLayer(nn.Module):
         """A_hat x [n_owned, in] (aggregate-first layers only)."""
         return self.agg(x)
 
+    def input_product_rows(self, agg_rows: torch.Tensor, x_rows: torch.Tensor) -> torch.Tensor:
+        """``input_product`` of some rows, from their aggregate and their own input rows."""
+        return agg_rows
+
     def from_input_product(self, c: torch.Tensor) -> torch.Tensor:
         return F.linear(c, self.lin.weight, self.bias)
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from g3mpi.ops import DistGraph, DropoutKey, node_dropout
-from g3mpi.ops.pipeline import forward_pipelined
+from g3mpi.ops.pipeline import forward_pipelined, input_product_groups
 
 from .gat import GATLayer
 from .gcn import GCNLayer
@@ -24,6 +24,13 @@ from .sage import SAGELayer
 
 MODELS = ("gcn", "sage", "gat")
 ACTIVATIONS = {"relu": F.relu, "elu": F.elu, "gelu": F.gelu, "leaky_relu": F.leaky_relu, "tanh": torch.tanh}
+
+
+def _same(a, b) -> bool:
+    """The same row groups: both None, or the same index tensors (identity)."""
+    if a is None or b is None:
+        return a is b
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 class GNN(nn.Module):
@@ -61,26 +68,28 @@ class GNN(nn.Module):
                 d = o
         self.convs = nn.ModuleList(convs)
         self.input_cache = bool(input_cache) and model != "gat" and not convs[0].transform_first
-        self._cached = None     # (input tensor, its version, layer 0's input product)
+        self._cached = None     # (input tensor, its version, row groups, layer 0's input product)
 
-    def _input_product(self, x: torch.Tensor):
-        """Layer 0's parameter-free product of ``x`` when it can be reused, else None."""
+    def _input_product(self, x: torch.Tensor, groups=None):
+        """Layer 0's parameter-free product of ``x`` when it can be reused, else None. With ``groups`` (row index
+        tensors, the pipeline's boundary and interior rows) a tuple of its rows per group: only that is kept."""
         if not self.input_cache or x.requires_grad or (self.training and self.dropout > 0):
             return None
         c = self._cached
-        if c is None or c[0] is not x or c[1] != x._version:
-            self._cached = None
+        if c is None or c[0] is not x or c[1] != x._version or not _same(c[2], groups):
+            self._cached = c = None
             with torch.no_grad():
-                c = (x, x._version, self.convs[0].input_product(x))
-            self._cached = c
-        return c[2]
+                val = self.convs[0].input_product(x) if groups is None else input_product_groups(self, x)
+            c = self._cached = (x, x._version, groups, val)
+        return c[3]
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
         g = self.graph
-        c0 = self._input_product(x)
         if (self.model != "gat" and g.schedule.mode == "pipelined" and g.schedule.interlayer
                 and (g.plan.send_parts or g.plan.recv_parts)):
-            return forward_pipelined(self, x, key, c0)
+            B, I = g.row_groups(self.convs[0].agg.kind)
+            return forward_pipelined(self, x, key, self._input_product(x, (B.rows, I.rows)))
+        c0 = self._input_product(x)
         ids = self.graph.orig_ids
         last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):

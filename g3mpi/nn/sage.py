@@ -51,5 +51,9 @@ class SAGELayer(nn.Module):
         """[mean_{j -> i} x_j, x_i] [n_owned, 2 * in] (aggregate-first layers only)."""
         return torch.cat([self.agg(x), x], dim=1)
 
+    def input_product_rows(self, agg_rows: torch.Tensor, x_rows: torch.Tensor) -> torch.Tensor:
+        """``input_product`` of some rows, from their aggregate and their own input rows."""
+        return torch.cat([agg_rows, x_rows], dim=1)
+
     def from_input_product(self, z: torch.Tensor) -> torch.Tensor:
         return F.linear(z, torch.cat([self.lin_l.weight, self.lin_r.weight], dim=1), self.lin_l.bias)

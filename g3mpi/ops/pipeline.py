@@ -75,11 +75,34 @@ def _merge(n, rows_b, yb, rows_i, yi):
     return out.index_copy_(0, rows_i, yi)
 
 
+def input_product_groups(model, x):
+    """The first layer's input product (``input_product_rows``) of the boundary and of the interior rows, computed
+    with the row groups' own matrices (no whole-rank blocks are built for it); no autograd."""
+    g = model.graph
+    sched = g.schedule
+    conv = model.convs[0]
+    ex = conv.agg.ex
+    B, I = g.row_groups(conv.agg.kind)
+    xb, xi = x[B.rows], x[I.rows]
+    dummy = halo_start(xb, ex, sched, B.send_pos)
+    ob, oi = torch.sparse.mm(B.local, x), torch.sparse.mm(I.local, x)
+    k = ex.forward.num_recvs
+    halos = [None] * k
+    for i in sched.poll(ex.forward) + sched.rest(ex.forward):
+        halos[i] = halo_recv(dummy, ex, sched, i)
+    for i in range(k):          # fixed order, as forward_pipelined adds them
+        if B.nb[i] is not None:
+            ob.index_add_(0, B.nb[i][0], torch.sparse.mm(B.nb[i][1], halos[i]))
+        if I.nb[i] is not None:
+            oi.index_add_(0, I.nb[i][0], torch.sparse.mm(I.nb[i][1], halos[i]))
+    return conv.input_product_rows(ob, xb), conv.input_product_rows(oi, xi)
+
+
 def forward_pipelined(model, x, key, c0=None):
     """The model stack of ``GNN`` (GCN or SAGE) with inter-layer pipelining; same result as the layer-by-layer
     forward. Layers provide ``pre(x_rows) -> (payload_rows, aux_rows)`` and ``post(agg_rows, aux_rows, x_rows)``.
-    ``c0``: the first layer's cached input product (``GNN`` input cache), or None; with it the pipeline starts at
-    the second layer."""
+    ``c0``: the first layer's cached input product (``GNN`` input cache) as (boundary rows, interior rows), or
+    None; with it the pipeline starts at the second layer."""
     from .dropout import node_dropout
     g = model.graph
     sched = g.schedule
@@ -97,12 +120,13 @@ def forward_pipelined(model, x, key, c0=None):
 
     first = 0
     if c0 is not None:
-        y0 = convs[0].from_input_product(c0)
+        yb, yi = (convs[0].from_input_product(c) for c in c0)
         if last == 0:
-            return y0
+            return _merge(n, B.rows, yb, I.rows, yi)
         first = 1
-        xb = node_dropout(model.activation(y0[B.rows]), key, 1, ids_b, model.dropout, training)
-        xi = node_dropout(model.activation(y0[I.rows]), key, 1, ids_i, model.dropout, training)
+        xb = node_dropout(model.activation(yb), key, 1, ids_b, model.dropout, training)
+        xi = node_dropout(model.activation(yi), key, 1, ids_i, model.dropout, training)
+        yb = yi = None
     else:
         xb = node_dropout(x[B.rows], key, 0, ids_b, model.dropout, training)
         xi = node_dropout(x[I.rows], key, 0, ids_i, model.dropout, training)
