@@ -90,7 +90,8 @@ def test_scaling(bench_dirs):
 
 def test_memory(bench_dirs):
     res = bench(bench_dirs, "memory", "--models", "gcn")
-    for r in res["models"]["gcn"]["ranks"]:
+    m = res["models"]["gcn"]
+    for r in m["ranks"] + m["release_memory"]["ranks"]:
         finite(r["ratio"], r["rss_peak"], r["rss_base"], *r["theoretical"].values())
         assert r["rss_peak"] >= r["rss_base"] > 0
         assert r["theoretical"]["total"] == sum(v for k, v in r["theoretical"].items() if k != "total")

@@ -5,7 +5,8 @@ interpreter, torch, numpy, h5py and MPI: the baseline) and after training; the t
 what the rank must hold (see ``worker.theoretical_bytes``): its part's arrays, the aggregation CSR and its
 transpose, the exchange buffers, the activations autograd keeps for backward (measured with saved-tensor
 hooks) and parameters with gradients and Adam moments. Ratio = (peak RSS - baseline) / theoretical; the raw
-peak is reported too.
+peak is reported too. Each model is measured twice: with the runtime's defaults and with ``--release-memory``
+(glibc keeps no freed block of 128 KiB or more: lower peak, but every such allocation page-faults afresh).
 """
 from __future__ import annotations
 
@@ -14,23 +15,32 @@ from pathlib import Path
 from .common import Sizes, prepare_graph, prepare_parts, progress, ratio, run_worker, worker_model_args
 
 
+def _measure(sz: Sizes, work: Path, parts, ranks: int, model: str, release: bool) -> dict:
+    mode = "release-memory" if release else "default"
+    out = run_worker(ranks, ["--parts", parts, "--memory", "--epochs", sz.epochs, *worker_model_args(model, sz),
+                             *(["--release-memory"] if release else [])],
+                     work / f"memory-{model}-{ranks}-{mode}.json", threads=sz.threads)
+    rk = []
+    for r in out["ranks"]:
+        used = r["rss_peak"] - r["rss_base"]
+        rk.append(dict(rank=r["rank"], rss_peak=r["rss_peak"], rss_base=r["rss_base"], rss_data=used,
+                       rss_after_setup=r["rss_after_setup"], theoretical=r["theoretical"],
+                       ratio=ratio(used, r["theoretical"]["total"]),
+                       raw_ratio=ratio(r["rss_peak"], r["theoretical"]["total"])))
+    progress(f"memory: {model} ({mode}): (peak - baseline) / theoretical = "
+             + ", ".join(f"rank {x['rank']}: {x['rss_data'] / 2**20:.0f}/{x['theoretical']['total'] / 2**20:.0f}"
+                         f" MiB = {x['ratio']:.2f}x" for x in rk))
+    return dict(ranks=rk, ratio_max=max(x["ratio"] for x in rk))
+
+
 def run(sz: Sizes, work: Path, ranks: int = 2, models=("gcn", "sage")) -> dict:
+    """Per model, the default runtime and ``--release-memory`` (freed memory returned to the system at once)."""
     graph = prepare_graph(sz, work)
     parts = prepare_parts(graph, ranks, work)
     res = dict(graph=graph.name, ranks=ranks, models={})
     for model in models:
         progress(f"memory: {model} on {ranks} ranks")
-        out = run_worker(ranks, ["--parts", parts, "--memory", "--epochs", sz.epochs, *worker_model_args(model, sz)],
-                         work / f"memory-{model}-{ranks}.json", threads=sz.threads)
-        rk = []
-        for r in out["ranks"]:
-            used = r["rss_peak"] - r["rss_base"]
-            rk.append(dict(rank=r["rank"], rss_peak=r["rss_peak"], rss_base=r["rss_base"], rss_data=used,
-                           rss_after_setup=r["rss_after_setup"], theoretical=r["theoretical"],
-                           ratio=ratio(used, r["theoretical"]["total"]),
-                           raw_ratio=ratio(r["rss_peak"], r["theoretical"]["total"])))
-        res["models"][model] = dict(ranks=rk, ratio_max=max(x["ratio"] for x in rk))
-        progress(f"memory: {model}: (peak - baseline) / theoretical = "
-                 + ", ".join(f"rank {x['rank']}: {x['rss_data'] / 2**20:.0f}/{x['theoretical']['total'] / 2**20:.0f}"
-                             f" MiB = {x['ratio']:.2f}x" for x in rk))
+        d = _measure(sz, work, parts, ranks, model, release=False)
+        d["release_memory"] = _measure(sz, work, parts, ranks, model, release=True)
+        res["models"][model] = d
     return res

@@ -153,6 +153,7 @@ def build_parser():
     ap.add_argument("--chunk-rows", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--release-memory", action="store_true", help="as g3-train --release-memory")
     ap.add_argument("--no-input-cache", action="store_true",
                     help="recompute the first layer's aggregation every epoch (every layer exchanges every epoch)")
     ap.add_argument("--memory", action="store_true", help="account the theoretical size of each rank's data")
@@ -169,8 +170,9 @@ def run(a, comm) -> dict | None:
     warm_libraries(comm)
     rss_base = peak_rss()
     rss_base_now = current_rss()
-    from g3mpi.train.trainer import return_freed_memory
-    return_freed_memory()   # as g3-train does before loading the part
+    if a.release_memory:
+        from g3mpi.train.trainer import return_freed_memory
+        return_freed_memory()   # as g3-train --release-memory does before loading the part
     meta = read_meta(a.parts)
     if meta["num_parts"] != comm.size:
         raise ValueError(f"{a.parts}: {meta['num_parts']} parts but {comm.size} ranks")
@@ -183,7 +185,7 @@ def run(a, comm) -> dict | None:
     cfg = TrainConfig(parts=a.parts, out="", model=a.model, layers=a.layers, hidden=a.hidden, heads=a.heads,
                       dropout=0.0, weight_decay=0.0, lr=0.01, threads=a.threads, schedule=schedules[0],
                       chunk_rows=a.chunk_rows, sim_net=a.sim_net, verify=False, progress=False,
-                      input_cache=not a.no_input_cache)
+                      input_cache=not a.no_input_cache, release_memory=a.release_memory)
     variants = []
     ref = None
     for d in designs:

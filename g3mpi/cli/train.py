@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--schedule", choices=("pipelined", "blocking", "nocomm"))
     g.add_argument("--chunk-rows", type=int, help="rows per aggregation chunk (0: automatic, <0: no chunks)")
     g.add_argument("--sim-net", help="simulated network BANDWIDTH,LATENCY, e.g. 10Gbit,20us")
+    g.add_argument("--release-memory", dest="release_memory", action="store_const", const=True,
+                   help="return freed memory to the system at once (lower peak RSS; slower epochs where page "
+                        "faults are expensive)")
     g.add_argument("--no-input-cache", dest="input_cache", action="store_const", const=False,
                    help="recompute the first layer's aggregation of the input in every pass")
     g.add_argument("--no-verify", dest="verify", action="store_const", const=False,
@@ -116,8 +119,9 @@ def main(argv=None, comm=None) -> int:
         return 2
     log = setup_logging(comm, cfg.log_level)
 
-    from g3mpi.train.trainer import return_freed_memory
-    return_freed_memory()   # before the part is loaded (the Trainer sets it too)
+    if cfg.release_memory:
+        from g3mpi.train.trainer import return_freed_memory
+        return_freed_memory()   # before the part is loaded (the Trainer sets it too)
 
     # every rank loads its own part; failures anywhere are agreed on before any exchange starts
     err, part, meta = None, None, None

@@ -79,7 +79,8 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, comm, part, meta: dict):
         self.cfg, self.comm, self.part, self.meta = cfg, comm, part, meta
-        return_freed_memory()
+        if cfg.release_memory:
+            return_freed_memory()
         torch.set_num_threads(cfg.threads)
         simnet = SimNet.from_spec(cfg.sim_net) if cfg.sim_net else None
         self.watchdog = Watchdog(comm, cfg.comm_timeout, prog="g3-train")
