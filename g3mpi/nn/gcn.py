@@ -36,7 +36,7 @@ class GCNLayer(nn.Module):
     # compute the first product once for a constant input (``GNN``, ``input_cache``)
     def input_product(self, x: torch.Tensor) -> torch.Tensor:
         """A_hat x [n_owned, in] (aggregate-first layers only)."""
-        return self.agg(x)
+        return self.input_product_rows(self.agg(x), x)
 
     def input_product_rows(self, agg_rows: torch.Tensor, x_rows: torch.Tensor) -> torch.Tensor:
         """``input_product`` of some rows, from their aggregate and their own input rows."""

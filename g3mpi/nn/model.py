@@ -77,7 +77,7 @@ class GNN(nn.Module):
             return None
         c = self._cached
         if c is None or c[0] is not x or c[1] != x._version or not _same(c[2], groups):
-            self._cached = c = None
+            self._cached = None     # the old product is freed before the new one is computed
             with torch.no_grad():
                 val = self.convs[0].input_product(x) if groups is None else input_product_groups(self, x)
             c = self._cached = (x, x._version, groups, val)

@@ -49,7 +49,7 @@ class SAGELayer(nn.Module):
     # compute the first product once for a constant input (``GNN``, ``input_cache``)
     def input_product(self, x: torch.Tensor) -> torch.Tensor:
         """[mean_{j -> i} x_j, x_i] [n_owned, 2 * in] (aggregate-first layers only)."""
-        return torch.cat([self.agg(x), x], dim=1)
+        return self.input_product_rows(self.agg(x), x)
 
     def input_product_rows(self, agg_rows: torch.Tensor, x_rows: torch.Tensor) -> torch.Tensor:
         """``input_product`` of some rows, from their aggregate and their own input rows."""
