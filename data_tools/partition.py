@@ -21,7 +21,7 @@ from g3mpi.format import FormatError, load_graph
 from g3mpi.format.common import check_output
 
 from .build import strip_self_loops, write_partition
-from .partitioners import BALANCES, METHODS, CostModel, calibrate, metis_partition, parse_bandwidth, random_partition
+from .partitioners import BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, parse_bandwidth, random_partition
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
 
 PROG = "g3-partition"
@@ -42,6 +42,7 @@ class PartitionConfig:
     max_iters: int = 100
     cost_slack: float = 0.0
     start: str = "auto"
+    objective: str = "cut"
     bandwidth: float = 10e9 / 8
     edge_seconds: float = DEFAULT_EDGE_SECONDS
     width: int | None = None
@@ -59,6 +60,8 @@ def parse_args(argv) -> PartitionConfig:
     ap.add_argument("--force", action="store_true", help="replace an existing output directory")
     ap.add_argument("--balance", choices=BALANCES, default="nodes",
                     help="METIS vertex weights (metis only; g3 balances nodes and edges itself)")
+    ap.add_argument("--objective", choices=OBJECTIVES, default="cut",
+                    help="what METIS minimises: the edge cut, or the total communication volume (k-way; metis only)")
     g = ap.add_argument_group("g3 refinement and cost model")
     g.add_argument("--node-imbalance", type=float, default=1.10, help="max owned nodes per part / mean (g3)")
     g.add_argument("--edge-imbalance", type=float, default=1.10, help="max local edges per part / mean (g3)")
@@ -66,8 +69,9 @@ def parse_args(argv) -> PartitionConfig:
     g.add_argument("--cost-slack", type=float, default=0.0,
                    help="phase 2 may raise the max estimated epoch by this fraction to lower the max "
                         "communication rows (g3; default 0: never)")
-    g.add_argument("--start", choices=("auto", "recursive", "kway"), default="auto",
-                   help="METIS start of g3: recursive bisection or k-way (auto: bisection up to 16 parts)")
+    g.add_argument("--start", choices=("auto", "recursive", "kway", "volume"), default="auto",
+                   help="METIS start of g3: recursive bisection, k-way, or k-way minimising the communication "
+                        "volume (fewer communication rows, slower METIS); auto: bisection up to 16 parts")
     g.add_argument("--bandwidth", default="10Gbit", help="network bandwidth per rank, e.g. 10Gbit, 1.25GB (g3)")
     g.add_argument("--edge-seconds", type=float, default=DEFAULT_EDGE_SECONDS,
                    help="compute coefficient: seconds per edge per feature (g3)")
@@ -89,7 +93,8 @@ def parse_args(argv) -> PartitionConfig:
         ap.error(str(e))
     return PartitionConfig(graph=a.graph, parts=a.parts, method=a.method, out=a.out, seed=a.seed, force=a.force,
                            balance=a.balance, node_imbalance=a.node_imbalance, edge_imbalance=a.edge_imbalance,
-                           max_iters=a.max_iters, cost_slack=a.cost_slack, start=a.start, bandwidth=bw,
+                           max_iters=a.max_iters, cost_slack=a.cost_slack, start=a.start, objective=a.objective,
+                           bandwidth=bw,
                            edge_seconds=a.edge_seconds, width=a.width, calibrate=a.calibrate,
                            progress=not a.no_progress)
 
@@ -107,12 +112,13 @@ def assign(g, cfg: PartitionConfig, model: CostModel) -> tuple[np.ndarray, dict]
     in_deg = np.diff(indptr)
     if cfg.method == "metis":
         return metis_partition(indptr, indices, P, balance=cfg.balance, in_degree=in_deg, train_mask=g.train_mask,
-                               seed=cfg.seed)
+                               seed=cfg.seed, objective=cfg.objective)
     from .partitioners.g3 import g3_partition
     return g3_partition(indptr, indices, P, model=model, node_imbalance=cfg.node_imbalance,
                         edge_imbalance=cfg.edge_imbalance, max_iters=cfg.max_iters, seed=cfg.seed,
                         progress=cfg.progress, log=log, cost_slack=cfg.cost_slack,
-                        recursive=None if cfg.start == "auto" else cfg.start == "recursive")
+                        recursive=None if cfg.start in ("auto", "volume") else cfg.start == "recursive",
+                        start_objective="volume" if cfg.start == "volume" else "cut")
 
 
 def run(cfg: PartitionConfig) -> dict:
@@ -133,6 +139,7 @@ def run(cfg: PartitionConfig) -> dict:
     extra = dict(info, partition_seconds=round(t_part, 3), load_seconds=round(t_load, 3), cost_model=model.to_dict())
     if cfg.method == "metis":
         extra.setdefault("balance", cfg.balance)
+        extra.setdefault("metis_objective", cfg.objective)
     progress = None
     if cfg.progress:
         from tqdm import tqdm

@@ -271,7 +271,7 @@ def test_fill_isolated_and_repair():
     assert sorted(np.bincount(d, minlength=2)) == [2, 3]
 
 
-@pytest.mark.parametrize("start", ["recursive", "kway"])
+@pytest.mark.parametrize("start", ["recursive", "kway", "volume"])
 @pytest.mark.parametrize("slack", [0.0, 0.02])
 def test_g3_start_and_cost_slack(start, slack):
     """Both METIS starts and the phase-2 cost slack: caps held, phase 2 never raises the max communication rows
@@ -283,11 +283,12 @@ def test_g3_start_and_cost_slack(start, slack):
         g = random_graph(n=400 + 50 * seed, m=2400, seed=20 + seed)
         indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
         P = 3 + 2 * seed
-        kw = dict(model=model, max_iters=40, seed=seed, recursive=start == "recursive", cost_slack=slack)
+        kw = dict(model=model, max_iters=40, seed=seed, recursive=start == "recursive", cost_slack=slack,
+                  start_objective="volume" if start == "volume" else "cut")
         a, info = g3_partition(indptr, indices, P, **kw)
         b, _ = g3_partition(indptr, indices, P, **kw)
         assert np.array_equal(a, b)
-        assert info["start"].endswith(start if start == "kway" else "recursive")
+        assert info["start"].endswith({"kway": "kway", "recursive": "recursive", "volume": "kway objective=volume"}[start])
         s = partition_stats(*out_edges(indptr, indices), a, P)
         owned, edges = s["owned"], s["local_edges"]
         assert owned.sum() == g.num_nodes and owned.min() > 0
@@ -326,6 +327,43 @@ def test_g3_cli_options(rand_h5, tmp_path):
     assert p.returncode != 0 and "--cost-slack" in p.stderr
 
 
+@pytest.mark.parametrize("balance", ["nodes", "edges"])
+def test_metis_volume_objective(balance):
+    """METIS with the volume objective: on a symmetric graph the volume it reports is the total halo rows (= total
+    send rows) of its assignment; it is k-way only; deterministic for a seed."""
+    from data_tools.partitioners import symmetrize
+    for seed in range(3):
+        g = random_graph(n=500 + 40 * seed, m=3000, seed=40 + seed)
+        indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+        indptr, indices = symmetrize(indptr, indices)
+        P = 3 + seed
+        a, info = metis_partition(indptr, indices, P, balance=balance, seed=seed, objective="volume")
+        b, _ = metis_partition(indptr, indices, P, balance=balance, seed=seed, objective="volume")
+        assert np.array_equal(a, b) and info["metis_objective"] == "volume"
+        s = partition_stats(*out_edges(indptr, indices), a, P)
+        assert info["metis_volume"] == s["halo"].sum() == s["send"].sum()
+        assert sorted(set(a.tolist())) == list(range(P))
+    with pytest.raises(ValueError, match="k-way"):
+        metis_partition(indptr, indices, 3, objective="volume", recursive=True)
+    with pytest.raises(ValueError, match="objective"):
+        metis_partition(indptr, indices, 3, objective="bogus")
+
+
+def test_volume_options_cli(rand_h5, tmp_path):
+    """--method metis --objective volume and --method g3 --start volume end to end: valid parts, meta records."""
+    _, path = rand_h5
+    partition(path, tmp_path / "m", 4, "metis", "edges", 0, "--objective", "volume", inproc=True)
+    meta = read_meta(tmp_path / "m")
+    r = inspect_path(tmp_path / "m")
+    assert meta["metis_objective"] == "volume" and meta["metis_volume"] >= r["total_halo"] > 0  # directed graph
+    partition(path, tmp_path / "g", 4, "g3", None, 0, "--start", "volume", "--max-iters", "20", inproc=True)
+    meta = read_meta(tmp_path / "g")
+    inspect_path(tmp_path / "g")
+    assert meta["start"].endswith("objective=volume")
+    p = partition(path, tmp_path / "bad", 4, "metis", None, 0, "--objective", "nope", check=False)
+    assert p.returncode != 0 and "--objective" in p.stderr
+
+
 def test_bench_partition_small(cora_npz, tmp_path):
     """The benchmark end to end on Cora at 2 parts, and --merge of two result files."""
     from data_tools.bench_partition import main as bench_main
@@ -334,9 +372,15 @@ def test_bench_partition_small(cora_npz, tmp_path):
                        "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     methods = {row["method"] for row in r["rows"]}
-    assert {"metis-nodes", "metis-edges", "metis-both", "random", "g3"} <= methods
+    assert {"metis-nodes", "metis-edges", "metis-both", "metis-edges-volume", "random", "g3", "g3-volume"} <= methods
     assert all(row["seconds"] >= 0 and row["wall_seconds"] >= 0 for row in r["rows"])
-    assert r["run"]["command"].startswith("python -m data_tools.bench_partition") and len(r["checks"]) == 1
+    assert r["run"]["command"].startswith("python -m data_tools.bench_partition")
+    assert [c["method"] for c in r["checks"]] == ["g3", "g3-volume"]
+    assert all(c["lowest_cost_incl_volume"] <= c["lowest_cost"] for c in r["checks"])
+    sub = tmp_path / "s.json"
+    assert bench_main(["--graphs", "cora", "--parts", "2", "--repeats", "1", "--cora", str(cora_npz),
+                       "--methods", "metis-nodes,g3", "--out", str(sub)]) == 0
+    assert {row["method"] for row in json.loads(sub.read_text())["rows"]} == {"metis-nodes", "g3"}
     merged = tmp_path / "m.json"
     assert bench_main(["--merge", str(out), str(out), "--out", str(merged)]) == 0
     m = json.loads(merged.read_text())

@@ -12,7 +12,8 @@ node_cap = node_imbalance * mean owned nodes and edge_cap = edge_imbalance * mea
 
 0. Start: METIS (recursive bisection up to 16 parts, k-way above), node-balanced, or edge-balanced when
    in-degrees are skewed (coefficient of variation > 2, power-law graphs such as RMAT, where node-balanced
-   METIS leaves 3-8x edge imbalance). Nodes without any edge cost nothing anywhere: they are re-placed by
+   METIS leaves 3-8x edge imbalance); optionally (``start_objective="volume"``) k-way METIS minimising the
+   total communication volume instead of the cut. Nodes without any edge cost nothing anywhere: they are re-placed by
    water-filling so owned counts are as equal as they can be.
 1. Balance step: parts above the mean load are *sources* (only the parts over a cap while any is), parts
    below it with room under both caps are *receivers*. Nodes of the sources (a shortlist of at most
@@ -592,10 +593,13 @@ def _group_cumsum(group: np.ndarray, rank: np.ndarray, val: np.ndarray) -> np.nd
 def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imbalance: float = 1.10,
                  edge_imbalance: float = 1.10, max_iters: int = 100, seed: int = 0, progress: bool = False,
                  log=None, start: np.ndarray | None = None, start_balance: str = "auto", cost_slack: float = 0.0,
-                 recursive: bool | None = None) -> tuple[np.ndarray, dict]:
+                 recursive: bool | None = None, start_objective: str = "cut") -> tuple[np.ndarray, dict]:
     """METIS start (node-balanced) refined for the slowest rank's estimated epoch. Returns (assignment, info).
 
-    ``indptr``/``indices``: in-edge CSR without self loops.
+    ``indptr``/``indices``: in-edge CSR without self loops. ``start_objective``: the METIS start minimises the
+    edge cut (``cut``, default) or the total communication volume (``volume``: k-way, so ``recursive`` is
+    ignored). On the R-MAT graphs of the benchmark the volume start leaves 14-20 % fewer max communication
+    rows after refinement and a slightly lower estimated epoch, but METIS takes 3-9x longer with it.
     """
     n = len(indptr) - 1
     epoch = 2 * model.layers
@@ -608,12 +612,14 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
         # skewed degrees (power law): start edge-balanced and fill node counts with cheap nodes; else node-balanced
         mean = max(1e-12, float(in_deg.mean()))
         start_balance = "edges" if float(in_deg.std()) / mean > SKEW else "nodes"
-    if recursive is None:
+    if start_objective == "volume":
+        recursive = False
+    elif recursive is None:
         recursive = num_parts <= RECURSIVE_MAX_PARTS
     if start is None:
         sym = symmetrize(indptr, indices)
         start, info = metis_partition(indptr, indices, num_parts, balance=start_balance, seed=seed, sym=sym,
-                                      recursive=recursive)
+                                      recursive=recursive, objective=start_objective)
     t_metis = time.time() - t0
     ref = _Refiner(indptr, indices, num_parts, model, node_imbalance, edge_imbalance)
     bar = None
@@ -644,7 +650,8 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
                max_comm_rows_phase1=int(r["phase1"]["max_comm"]), cost_slack=cost_slack,
                node_imbalance_after=last["node_imbalance"], edge_imbalance_after=last["edge_imbalance"],
                iterations=r["iterations"], accepted_iterations=r["accepted"],
-               start=f"metis balance={start_balance} {'recursive' if recursive else 'kway'}",
+               start=f"metis balance={start_balance} {'recursive' if recursive else 'kway'}"
+                     + (" objective=volume" if start_objective == "volume" else ""),
                metis_seconds=round(t_metis, 3), refine_seconds=round(time.time() - t0 - t_metis, 3), **limits)
     if log:
         log(f"g3: objective {out['objective_before']:.6g}s -> {out['objective_after']:.6g}s, cap violation "

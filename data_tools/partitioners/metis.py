@@ -17,6 +17,10 @@ import pymetis
 import scipy.sparse as sp
 
 BALANCES = ("nodes", "edges", "both", "train")
+#: METIS objectives: ``cut`` minimises the edges cut; ``volume`` (k-way only) the total communication volume of
+#: the symmetrized graph, i.e. the sum over nodes of the number of other parts holding a neighbour: the total
+#: halo rows (= total send rows) when the graph is symmetric, an upper bound of them otherwise
+OBJECTIVES = ("cut", "volume")
 
 
 def symmetrize(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -49,22 +53,31 @@ def vertex_weights(balance: str, in_degree: np.ndarray, train_mask: np.ndarray) 
 
 def metis_partition(indptr, indices, num_parts: int, *, balance: str = "nodes", in_degree=None, train_mask=None,
                     seed: int = 0, sym: tuple[np.ndarray, np.ndarray] | None = None,
-                    recursive: bool | None = None) -> tuple[np.ndarray, dict]:
+                    recursive: bool | None = None, objective: str = "cut") -> tuple[np.ndarray, dict]:
     """Node→part assignment from METIS on the symmetrized graph. Returns (assignment, info).
 
     ``recursive``: recursive bisection (True) or k-way (False); None is pymetis's default (bisection for
-    P <= 8, k-way above)."""
+    P <= 8, k-way above). ``objective``: ``cut`` (METIS's default) or ``volume`` (METIS_OBJTYPE_VOL: the
+    total communication volume; k-way only, so ``recursive`` must not be True)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown METIS objective {objective!r} (choose from {', '.join(OBJECTIVES)})")
+    if objective == "volume":
+        if recursive:
+            raise ValueError("METIS minimises the communication volume only in k-way mode (recursive=False)")
+        recursive = False
     n = len(indptr) - 1
     if in_degree is None:
         in_degree = np.diff(indptr)
     if train_mask is None:
         train_mask = np.zeros(n, dtype=bool)
     if num_parts == 1:
-        return np.zeros(n, dtype=np.int64), dict(balance=balance, metis_edge_cut=0)
+        return np.zeros(n, dtype=np.int64), dict(balance=balance, metis_objective=objective, metis_edge_cut=0)
     xadj, adjncy = sym if sym is not None else symmetrize(indptr, indices)
     vw = vertex_weights(balance, np.asarray(in_degree), np.asarray(train_mask))
-    opts = pymetis.Options(seed=int(seed))
+    opts = pymetis.Options(seed=int(seed), objtype=OBJECTIVES.index(objective))  # METIS_OBJTYPE_CUT = 0, VOL = 1
     res = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), vweights=vw, options=opts,
                              recursive=recursive)
     part = np.asarray(res.vertex_part, dtype=np.int64)
-    return part, dict(balance=balance, metis_edge_cut=int(res.edge_cuts))
+    # METIS returns its objective's value: the edge cut, or the total communication volume
+    return part, dict(balance=balance, metis_objective=objective,
+                      **{"metis_edge_cut" if objective == "cut" else "metis_volume": int(res.edge_cuts)})
