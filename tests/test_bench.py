@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -99,13 +100,16 @@ def test_memory(bench_dirs):
 
 def test_partitions(bench_dirs):
     res = bench(bench_dirs, "partitions")
-    assert set(res["partitions"]) == {"metis-nodes", "metis-edges", "metis-both", "g3"}
+    assert set(res["partitions"]) == {"metis-nodes", "metis-edges", "metis-both", "g3", "g3-volume"}
     for d in res["partitions"].values():
         finite(d["epoch_time_median_s"], *d["rank_compute_s"], *d["rank_blocked_s"], *d["rank_idle_s"],
                d["quality"]["max_comm_rows"], d["quality"]["replication_factor"])
         assert len(d["rank_compute_s"]) == res["ranks"]
     assert set(res["g3_vs"]) == {"metis-nodes", "metis-edges", "metis-both"}
-    finite(*res["g3_vs"].values())
+    assert set(res["g3_volume_vs"]) == {"metis-nodes", "metis-edges", "metis-both", "g3"}
+    finite(*res["g3_vs"].values(), *res["g3_volume_vs"].values())
+    meta = json.loads((Path(res["partitions"]["g3-volume"]["parts"]) / "meta.json").read_text())
+    assert meta["start"].endswith("objective=volume")
 
 
 def test_bad_options(tmp_path):

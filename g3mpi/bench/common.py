@@ -105,8 +105,9 @@ def prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
     return on_root(_prepare_graph, sz, work, seed)
 
 
-def prepare_parts(graph: Path, P: int, work: Path, method: str = "metis", balance: str = "nodes") -> Path:
-    return on_root(_prepare_parts, graph, P, work, method, balance)
+def prepare_parts(graph: Path, P: int, work: Path, method: str = "metis", balance: str = "nodes",
+                  start: str = "auto") -> Path:
+    return on_root(_prepare_parts, graph, P, work, method, balance, start)
 
 
 def _prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
@@ -135,12 +136,15 @@ def _prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
     return out
 
 
-def _prepare_parts(graph: Path, P: int, work: Path, method: str = "metis", balance: str = "nodes") -> Path:
-    """Partition directory of ``graph`` into P parts with g3-partition (cached); ``balance``: METIS weights."""
-    out = work / (f"{graph.stem}.{method}{P}" + ("" if balance == "nodes" else f".{balance}"))
+def _prepare_parts(graph: Path, P: int, work: Path, method: str = "metis", balance: str = "nodes",
+                   start: str = "auto") -> Path:
+    """Partition directory of ``graph`` into P parts with g3-partition (cached); ``balance``: METIS weights;
+    ``start``: g3's METIS start (``--start``)."""
+    out = work / (f"{graph.stem}.{method}{P}" + ("" if balance == "nodes" else f".{balance}")
+                  + ("" if start == "auto" else f".{start}"))
     if not (out / "meta.json").exists():
         _tool("data_tools.partition", graph, "--parts", P, "--method", method, "--balance", balance,
-              "--no-progress", "--force", "--out", out)
+              *(("--start", start) if start != "auto" else ()), "--no-progress", "--force", "--out", out)
     return out
 
 
