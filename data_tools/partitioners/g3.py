@@ -211,9 +211,10 @@ class _Refiner:
         self.P = num_parts
         self.indptr = np.asarray(indptr, dtype=np.int64)
         self.indices = np.asarray(indices, dtype=np.int64)
-        self.dst = np.repeat(np.arange(self.N, dtype=np.int64), np.diff(self.indptr))
+        self.deg = np.diff(self.indptr)
+        self.dst = np.repeat(np.arange(self.N, dtype=np.int64), self.deg)
         self.src = self.indices
-        self.in_deg = np.diff(self.indptr).astype(float)
+        self.in_deg = self.deg.astype(float)
         self.model = model
         self.node_cap = node_imbalance * self.N / num_parts
         self.k = max(4096, self.N // 16)  # candidates examined exactly per proposal
@@ -223,9 +224,10 @@ class _Refiner:
 
     def in_edges(self, cand: np.ndarray):
         """(candidate index, source u) of every in-edge u -> v of the candidates v."""
-        deg = np.diff(self.indptr)[cand]
+        deg = self.deg[cand]
+        ends = np.cumsum(deg)
         ci = np.repeat(np.arange(len(cand), dtype=np.int64), deg)
-        pos = np.repeat(self.indptr[cand] - np.concatenate([[0], np.cumsum(deg)[:-1]]), deg) + np.arange(int(deg.sum()))
+        pos = np.repeat(self.indptr[cand] - (ends - deg), deg) + np.arange(int(ends[-1]) if len(ends) else 0)
         return ci, self.indices[pos]
 
     def _destinations(self, s: _State, cand, ci, u, allowed: np.ndarray, fallback: int | None):
@@ -281,12 +283,10 @@ class _Refiner:
         sheds while it is still above its target, so one move larger than the excess is allowed). The rules
         filter one after another, so a move dropped by one no longer uses up budget in the next."""
         keep = np.arange(len(idx))
-        for group, val, budget in rules:
-            g, v = group[keep], np.asarray(val, dtype=float)[keep]
-            keep = keep[_group_cumsum(g, keep, v) <= budget[g] + 1e-12]
-        for group, val, budget in shed:
-            g, v = group[keep], np.asarray(val, dtype=float)[keep]
-            keep = keep[_group_cumsum(g, keep, v) - v < budget[g] - 1e-12]
+        for (group, val, budget), shedding in [(r, False) for r in rules] + [(r, True) for r in shed]:
+            if not len(keep):
+                break
+            keep = keep[_fits(group[keep], np.asarray(val, dtype=float)[keep], budget, shedding)]
         ok = np.zeros(len(idx), dtype=bool)
         ok[keep] = True
         return ok
@@ -575,18 +575,19 @@ def repair_nodes(a: np.ndarray, cap: float, num_parts: int, degree: np.ndarray) 
     return a
 
 
-def _group_cumsum(group: np.ndarray, rank: np.ndarray, val: np.ndarray) -> np.ndarray:
-    """Cumulative sum of val within each group, in rank order (returned in the input order)."""
-    order = np.lexsort((rank, group))
-    v = np.asarray(val, dtype=float)[order]
-    cs = np.cumsum(v)
+def _fits(group: np.ndarray, val: np.ndarray, budget: np.ndarray, shed: bool) -> np.ndarray:
+    """Per move (in rank order = input order): whether the running total of val within its group, including the
+    move (``shed``: before it), stays within budget[group]. The running total is the cumulative sum over all
+    moves sorted by group, less its value at the group's start."""
+    # part IDs < len(budget): as int16 the stable sort is a radix sort
+    order = np.argsort(group.astype(np.int16) if len(budget) <= 1 << 15 else group, kind="stable")
     g = group[order]
-    starts = np.concatenate([[True], g[1:] != g[:-1]])
-    base = np.maximum.accumulate(np.where(starts, np.arange(len(g)), 0))
-    before = np.concatenate([[0.0], cs])[base]
-    out = np.empty_like(cs)
-    out[order] = cs - before
-    return out
+    v = val[order]
+    cs = np.cumsum(v)
+    within = cs - np.concatenate(([0.0], cs))[np.searchsorted(g, g)]
+    ok = np.empty(len(g), dtype=bool)
+    ok[order] = within - v < budget[g] - 1e-12 if shed else within <= budget[g] + 1e-12
+    return ok
 
 
 def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imbalance: float = 1.10,
