@@ -120,6 +120,12 @@ class _State:
         self.halo += sign * b.sum(axis=0)
         self.send += sign * np.bincount(self.a[rows], weights=k, minlength=self.ref.P)
 
+    def _replicas(self, block, parts):
+        """(halo rows per part, send rows per part) contributed by the rows ``block`` of C, owned by ``parts``."""
+        b = block > 0
+        b[np.arange(len(parts)), parts] = False
+        return b.sum(axis=0), np.bincount(parts, weights=_row_count(b), minlength=self.ref.P)
+
     def get(self, u: np.ndarray, q: np.ndarray) -> np.ndarray:
         """C[u, q] for arrays of (u, q) pairs."""
         if self.dense:
@@ -156,13 +162,22 @@ class _State:
             self._summarise()
             return old
         ci, u = ref.in_edges(nodes)
-        rows = np.unique(np.concatenate([nodes, u]))
-        self._contribute(rows, -1)
-        flat = self.C.reshape(-1)
-        np.subtract.at(flat, u * P + old[ci], 1)
-        np.add.at(flat, u * P + dest[ci], 1)
+        rows = np.unique(np.concatenate([nodes, u]))   # the rows of C that change, and the moved nodes
+        block = self.C[rows]
+        halo0, send0 = self._replicas(block, self.a[rows])
+        nb = len(rows) * P
+        at = np.searchsorted(rows, u) * P
+        if nb <= 16 * len(u) + 4096:
+            block += (np.bincount(at + dest[ci], minlength=nb) - np.bincount(at + old[ci], minlength=nb)).reshape(-1, P)
+        else:
+            flat = block.reshape(-1)
+            np.subtract.at(flat, at + old[ci], 1)
+            np.add.at(flat, at + dest[ci], 1)
+        self.C[rows] = block
         self.a[nodes] = dest
-        self._contribute(rows, +1)
+        halo1, send1 = self._replicas(block, self.a[rows])
+        self.halo += halo1 - halo0
+        self.send += send1 - send0
         d_e = ref.in_deg[nodes]
         self.n += np.bincount(dest, minlength=P) - np.bincount(old, minlength=P)
         self.e += np.bincount(dest, weights=d_e, minlength=P) - np.bincount(old, weights=d_e, minlength=P)
@@ -236,12 +251,23 @@ class _Refiner:
         Candidates with no neighbour in an allowed part get ``fallback`` (or -1 when None)."""
         P, a = self.P, s.a
         nc = len(cand)
+        q = np.full(nc, -1 if fallback is None else fallback, dtype=np.int64)
+        if s.dense and nc * P <= DENSE_LIMIT // 4:  # counts C[v, r] of out-neighbours plus in-neighbours, as integers
+            w = np.bincount(ci * P + a[u], minlength=nc * P).reshape(nc, P)
+            w += s.C[cand]
+            if not allowed.all():
+                w[:, ~allowed] = 0
+            rows = np.arange(nc)
+            w[rows, a[cand]] = 0
+            best = np.argmax(w, axis=1)
+            has = w[rows, best] > 0
+            q[has] = best[has]
+            return q
         oc, orr, ow = s.out_pairs(cand)
         pair_c = np.concatenate([ci, oc])
         pair_r = np.concatenate([a[u], orr])
         pair_w = np.concatenate([np.ones(len(ci)), ow])
         ok = allowed[pair_r] & (pair_r != a[cand][pair_c])
-        q = np.full(nc, -1 if fallback is None else fallback, dtype=np.int64)
         if nc * P <= DENSE_LIMIT // 4:
             w = np.bincount(pair_c[ok] * P + pair_r[ok], weights=pair_w[ok], minlength=nc * P).reshape(nc, P)
             best = np.argmax(w, axis=1)
@@ -262,6 +288,19 @@ class _Refiner:
         nc = len(cand)
         p = a[cand]
         au, qe, pe = a[u], q[ci], p[ci]
+        if s.dense:  # the same integer figures, from flat lookups into C (exact as floats in any order)
+            flat = s.C.reshape(-1)
+            uP, vP = u * P, cand * P
+            g_up1, g_uq0 = flat[uP + pe] == 1, flat[uP + qe] == 0
+            m_vp, m_vq = (flat[vP + p] > 0).view(np.int8), (flat[vP + q] > 0).view(np.int8)
+            t = _row_count(s.C[cand])
+            in_p, in_q = au == pe, au == qe
+            lost_p = (~in_p & g_up1).view(np.int8)   # p no longer needs u
+            new_q = (~in_q & g_uq0).view(np.int8)    # q now needs u
+            d_comm_p = (2 * m_vp - t) + np.bincount(ci, weights=(in_p & g_uq0).view(np.int8) - lost_p, minlength=nc)
+            d_comm_q = (t - 2 * m_vq) + np.bincount(ci, weights=new_q - (in_q & g_up1).view(np.int8), minlength=nc)
+            d_halo = (m_vp - m_vq) + np.bincount(ci, weights=new_q - lost_p, minlength=nc)
+            return d_comm_p, d_comm_q, d_halo
         g_up = s.get(u, pe)
         g_uq = s.get(u, qe)
         m_vp = (s.get(cand, p) > 0).astype(float)
@@ -296,11 +335,13 @@ class _Refiner:
         (a proxy of the communication a move saves; exact deltas follow for the shortlist only)."""
         if not s.dense:
             return cand
-        rows = s.C[cand].astype(np.int64)
-        own = rows[np.arange(len(cand)), s.a[cand]]
-        rows[:, ~allowed] = -1
-        rows[np.arange(len(cand)), s.a[cand]] = -1
-        ext = rows.max(axis=1)
+        rows = s.C.copy() if len(cand) == self.N else s.C[cand]  # (all N candidates: cand is arange(N))
+        at = np.arange(len(cand)), s.a[cand]
+        own = rows[at]
+        if not allowed.all():
+            rows[:, ~allowed] = -1
+        rows[at] = -1
+        ext = _row_max(rows)
         score = ext - own
         if require_gain:
             keep = (ext > 0) & (score >= 0)
@@ -573,6 +614,24 @@ def repair_nodes(a: np.ndarray, cap: float, num_parts: int, degree: np.ndarray) 
         need -= len(take)
     a[np.sort(movers)] = np.repeat(np.arange(num_parts, dtype=np.int64), quota)
     return a
+
+
+def _row_max(x: np.ndarray) -> np.ndarray:
+    """x.max(axis=1) of an (n, P) array, column by column for few parts (numpy's reduce along short rows is slow)."""
+    if x.shape[1] > 32 or not x.shape[1]:
+        return x.max(axis=1)
+    out = x[:, 0].copy()
+    for j in range(1, x.shape[1]):
+        np.maximum(out, x[:, j], out=out)
+    return out
+
+
+def _row_count(x: np.ndarray) -> np.ndarray:
+    """Number of positive (true) entries of each row of an (n, P) integer or bool array, as int64."""
+    b = x if x.dtype == bool else x > 0
+    if x.shape[1] >= 256:
+        return b.sum(axis=1)
+    return (b.view(np.uint8) @ np.ones(x.shape[1], dtype=np.uint8)).astype(np.int64)  # a byte per row: P < 256
 
 
 def _fits(group: np.ndarray, val: np.ndarray, budget: np.ndarray, shed: bool) -> np.ndarray:
