@@ -72,6 +72,8 @@ SKEW = 2.0
 RECURSIVE_MAX_PARTS = 16
 #: largest N x P for which the replica counts are kept dense (int32: 1 GiB)
 DENSE_LIMIT = 1 << 28
+#: most entries of C an undo record keeps (int32: 64 MiB); larger moves are undone by moving back
+UNDO_LIMIT = 1 << 24
 
 
 class _State:
@@ -85,6 +87,7 @@ class _State:
     def __init__(self, ref: "_Refiner", a: np.ndarray):
         self.ref = ref
         self.a = a.copy()
+        self._undo = []
         P, N = ref.P, ref.N
         self.dense = N * P <= DENSE_LIMIT
         self.n = np.bincount(a, minlength=P).astype(float)
@@ -153,10 +156,11 @@ class _State:
 
     # ---- moves
     def apply(self, nodes: np.ndarray, dest: np.ndarray) -> np.ndarray:
-        """Move nodes to dest; returns their previous parts (for :meth:`apply` back)."""
+        """Move nodes to dest; returns their previous parts (for :meth:`apply` back, or :meth:`undo`)."""
         ref, P = self.ref, self.ref.P
         old = self.a[nodes].copy()
         if not self.dense:
+            self._undo = self._undo[-1:] + [(nodes, old, None)]
             self.a[nodes] = dest
             self._rebuild()
             self._summarise()
@@ -164,6 +168,9 @@ class _State:
         ci, u = ref.in_edges(nodes)
         rows = np.unique(np.concatenate([nodes, u]))   # the rows of C that change, and the moved nodes
         block = self.C[rows]
+        # what undo restores: the rows of C (small enough to keep), the per-part figures (replaced, never mutated)
+        saved = (rows, block.copy(), [getattr(self, k) for k in self._FIGURES]) if block.size <= UNDO_LIMIT else None
+        self._undo = self._undo[-1:] + [(nodes, old, saved)]
         halo0, send0 = self._replicas(block, self.a[rows])
         nb = len(rows) * P
         at = np.searchsorted(rows, u) * P
@@ -176,26 +183,43 @@ class _State:
         self.C[rows] = block
         self.a[nodes] = dest
         halo1, send1 = self._replicas(block, self.a[rows])
-        self.halo += halo1 - halo0
-        self.send += send1 - send0
+        self.halo = self.halo + (halo1 - halo0)   # integer counts: exact in any order
+        self.send = self.send + (send1 - send0)
         d_e = ref.in_deg[nodes]
-        self.n += np.bincount(dest, minlength=P) - np.bincount(old, minlength=P)
-        self.e += np.bincount(dest, weights=d_e, minlength=P) - np.bincount(old, weights=d_e, minlength=P)
+        self.n = self.n + (np.bincount(dest, minlength=P) - np.bincount(old, minlength=P))
+        self.e = self.e + (np.bincount(dest, weights=d_e, minlength=P) - np.bincount(old, weights=d_e, minlength=P))
         self._summarise()
         return old
 
+    def undo(self):
+        """Take back the latest :meth:`apply` not yet undone (at most the last two can be)."""
+        nodes, old, saved = self._undo.pop()
+        if saved is None:  # sparse counts, or too many rows to keep: move back (exact integer counts, same result)
+            self.apply(nodes, old)
+            self._undo.pop()
+            return
+        rows, block, figures = saved
+        self.C[rows] = block
+        self.a[nodes] = old
+        for k, v in zip(self._FIGURES, figures):
+            setattr(self, k, v)
+
+    #: every per-part figure that apply and _summarise replace
+    _FIGURES = ("halo", "send", "n", "e", "cost", "excess_n", "excess_e", "violation", "mean_cost", "load", "max_cost",
+                "total_comm", "comm", "max_comm")
+
     def _summarise(self):
         ref = self.ref
-        comp, comm = ref.model.layer_costs(self.e, self.halo + self.send)
+        self.comm = self.halo + self.send
+        comp, comm = ref.model.layer_costs(self.e, self.comm)
         self.cost = comp + comm
         self.excess_n = np.maximum(0.0, self.n - ref.node_cap) / ref.node_cap
         self.excess_e = np.maximum(0.0, self.e - ref.edge_cap) / max(1.0, ref.edge_cap)
         self.violation = float(self.excess_n.sum() + self.excess_e.sum())
-        self.mean_cost = float(self.cost.mean())
+        self.mean_cost = float(self.cost.sum() / len(self.cost))   # = cost.mean(), without its Python overhead
         self.load = self.cost + PENALTY * self.mean_cost * (self.excess_n + self.excess_e)
         self.max_cost = float(self.cost.max())
         self.total_comm = float(self.halo.sum())
-        self.comm = self.halo + self.send
         self.max_comm = float(self.comm.max())
 
     def key(self, bound: float = 0.0) -> tuple:
@@ -511,10 +535,10 @@ class _Refiner:
                 continue
             k = max(1, int(np.ceil(steps[mode] * len(nodes))))
             before = s.key(bound)
-            old = s.apply(nodes[:k], dest[:k])
+            s.apply(nodes[:k], dest[:k])
             if mode in ("swap", "chain"):  # G3's swap, batched: the receivers pass load on to the lightest parts
                 n2, d2 = self.propose_balance(s)
-                old2 = s.apply(n2, d2)
+                s.apply(n2, d2)
             iters += 1
             if bar:
                 bar.update(1)
@@ -531,8 +555,8 @@ class _Refiner:
                     idle[mode] = True
             else:
                 if mode in ("swap", "chain"):
-                    s.apply(n2, old2)
-                s.apply(nodes[:k], old)
+                    s.undo()
+                s.undo()
                 steps[mode] /= 2
             history.append(s.key(bound)[objective])
         return iters, accepted
