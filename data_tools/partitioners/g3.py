@@ -269,6 +269,12 @@ class _Refiner:
         pos = np.repeat(self.indptr[cand] - (ends - deg), deg) + np.arange(int(ends[-1]) if len(ends) else 0)
         return ci, self.indices[pos]
 
+    @staticmethod
+    def _edges_of(has, ci, u):
+        """The in-edges (ci, u) of the candidates ``has`` selects, as ``in_edges(cand[has])`` gives them."""
+        e = has[ci]
+        return (np.cumsum(has) - 1)[ci[e]], u[e]
+
     def _destinations(self, s: _State, cand, ci, u, allowed: np.ndarray, fallback: int | None):
         """Per candidate: the allowed part (not its own) holding most of its in- and out-neighbours.
 
@@ -357,7 +363,7 @@ class _Refiner:
     def _shortlist(self, s: _State, cand: np.ndarray, allowed: np.ndarray, require_gain: bool = False):
         """At most ``self.k`` candidates, those with most neighbours in an allowed other part relative to their own
         (a proxy of the communication a move saves; exact deltas follow for the shortlist only)."""
-        if not s.dense:
+        if not s.dense or (not require_gain and len(cand) <= self.k):
             return cand
         rows = s.C.copy() if len(cand) == self.N else s.C[cand]  # (all N candidates: cand is arange(N))
         at = np.arange(len(cand)), s.a[cand]
@@ -434,7 +440,7 @@ class _Refiner:
         q = self._destinations(s, cand, ci, u, allowed, None)
         has = q >= 0
         cand, q = cand[has], q[has]
-        ci, u = self.in_edges(cand)
+        ci, u = self._edges_of(has, ci, u)
         p = a[cand]
         d_comm_p, d_comm_q, d_halo = self._deltas(s, cand, q, ci, u)
         d_e = self.in_deg[cand]
