@@ -275,22 +275,23 @@ class _Refiner:
         e = has[ci]
         return (np.cumsum(has) - 1)[ci[e]], u[e]
 
-    def _destinations(self, s: _State, cand, ci, u, allowed: np.ndarray, fallback: int | None):
+    def _destinations(self, s: _State, cand, ci, u, allowed: np.ndarray, fallback: int | None, rows=None):
         """Per candidate: the allowed part (not its own) holding most of its in- and out-neighbours.
 
-        Candidates with no neighbour in an allowed part get ``fallback`` (or -1 when None)."""
+        Candidates with no neighbour in an allowed part get ``fallback`` (or -1 when None). ``rows``: C[cand]
+        when the caller has it (dense counts)."""
         P, a = self.P, s.a
         nc = len(cand)
         q = np.full(nc, -1 if fallback is None else fallback, dtype=np.int64)
         if s.dense and nc * P <= DENSE_LIMIT // 4:  # counts C[v, r] of out-neighbours plus in-neighbours, as integers
             w = np.bincount(ci * P + a[u], minlength=nc * P).reshape(nc, P)
-            w += s.C[cand]
+            w += s.C[cand] if rows is None else rows
             if not allowed.all():
                 w[:, ~allowed] = 0
-            rows = np.arange(nc)
-            w[rows, a[cand]] = 0
+            at = np.arange(nc)
+            w[at, a[cand]] = 0
             best = np.argmax(w, axis=1)
-            has = w[rows, best] > 0
+            has = w[at, best] > 0
             q[has] = best[has]
             return q
         oc, orr, ow = s.out_pairs(cand)
@@ -312,8 +313,9 @@ class _Refiner:
         q[kc[first]] = kr[first]
         return q
 
-    def _deltas(self, s: _State, cand, q, ci, u):
-        """Exact single-move changes (comm rows of p, comm rows of q, total halo rows) of moving cand to q."""
+    def _deltas(self, s: _State, cand, q, ci, u, rows=None):
+        """Exact single-move changes (comm rows of p, comm rows of q, total halo rows) of moving cand to q.
+        ``rows``: C[cand] when the caller has it (dense counts)."""
         P, a = self.P, s.a
         nc = len(cand)
         p = a[cand]
@@ -323,7 +325,7 @@ class _Refiner:
             uP, vP = u * P, cand * P
             g_up1, g_uq0 = flat[uP + pe] == 1, flat[uP + qe] == 0
             m_vp, m_vq = (flat[vP + p] > 0).view(np.int8), (flat[vP + q] > 0).view(np.int8)
-            t = _row_count(s.C[cand])
+            t = _row_count(s.C[cand] if rows is None else rows)
             in_p, in_q = au == pe, au == qe
             lost_p = (~in_p & g_up1).view(np.int8)   # p no longer needs u
             new_q = (~in_q & g_uq0).view(np.int8)    # q now needs u
@@ -399,9 +401,10 @@ class _Refiner:
         cand = self._shortlist(s, np.nonzero(sources[a])[0], receivers)
         ci, u = self.in_edges(cand)
         rec = np.nonzero(receivers)[0]
-        q = self._destinations(s, cand, ci, u, receivers, int(rec[np.argmin(s.load[rec])]))
+        rows = s.C[cand] if s.dense else None
+        q = self._destinations(s, cand, ci, u, receivers, int(rec[np.argmin(s.load[rec])]), rows)
         p = a[cand]
-        d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u)
+        d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, rows)
         d_e = self.in_deg[cand]
         d_cost_q = self.c_edge * d_e + self.c_row * d_comm_q
         pen = PENALTY * s.mean_cost
@@ -437,12 +440,13 @@ class _Refiner:
         if not len(cand):
             return cand, cand
         ci, u = self.in_edges(cand)
-        q = self._destinations(s, cand, ci, u, allowed, None)
+        rows = s.C[cand] if s.dense else None
+        q = self._destinations(s, cand, ci, u, allowed, None, rows)
         has = q >= 0
         cand, q = cand[has], q[has]
         ci, u = self._edges_of(has, ci, u)
         p = a[cand]
-        d_comm_p, d_comm_q, d_halo = self._deltas(s, cand, q, ci, u)
+        d_comm_p, d_comm_q, d_halo = self._deltas(s, cand, q, ci, u, None if rows is None else rows[has])
         d_e = self.in_deg[cand]
         d_cost_p = -self.c_edge * d_e + self.c_row * d_comm_p
         d_cost_q = self.c_edge * d_e + self.c_row * d_comm_q
