@@ -264,9 +264,9 @@ class _Refiner:
     def in_edges(self, cand: np.ndarray):
         """(candidate index, source u) of every in-edge u -> v of the candidates v."""
         deg = self.deg[cand]
-        ends = np.cumsum(deg)
-        ci = np.repeat(np.arange(len(cand), dtype=np.int64), deg)
-        pos = np.repeat(self.indptr[cand] - (ends - deg), deg) + np.arange(int(ends[-1]) if len(ends) else 0)
+        ends = deg.cumsum()
+        ci = np.arange(len(cand), dtype=np.int64).repeat(deg)
+        pos = (self.indptr[cand] - (ends - deg)).repeat(deg) + np.arange(int(ends[-1]) if len(ends) else 0)
         return ci, self.indices[pos]
 
     @staticmethod
@@ -352,12 +352,18 @@ class _Refiner:
         """Moves (in rank order) whose per-group running total stays within the group's budget. ``rules``: the
         total including the move (a receiver never passes its budget); ``shed``: the total before it (a source
         sheds while it is still above its target, so one move larger than the excess is allowed). The rules
-        filter one after another, so a move dropped by one no longer uses up budget in the next."""
+        filter one after another, so a move dropped by one no longer uses up budget in the next. A rule may carry
+        a fourth entry, True when its values are non-negative integers: then a rule that every group's total
+        meets (exact) cannot drop a move and is skipped."""
         keep = np.arange(len(idx))
-        for (group, val, budget), shedding in [(r, False) for r in rules] + [(r, True) for r in shed]:
+        for rule, shedding in [(r, False) for r in rules] + [(r, True) for r in shed]:
             if not len(keep):
                 break
-            keep = keep[_fits(group[keep], np.asarray(val, dtype=float)[keep], budget, shedding)]
+            group, val, budget = rule[0][keep], np.asarray(rule[1], dtype=float)[keep], rule[2]
+            if len(rule) > 3 and rule[3] and not shedding and (
+                    np.bincount(group, weights=val, minlength=len(budget)) <= budget + 1e-12).all():
+                continue
+            keep = keep[_fits(group, val, budget, shedding)]
         ok = np.zeros(len(idx), dtype=bool)
         ok[keep] = True
         return ok
@@ -415,10 +421,10 @@ class _Refiner:
         idx = idx[np.lexsort((cand[idx], -score[idx]))]
         big = np.full(self.P, np.inf)
         ok = self._within_budgets(idx, (
-            (p[idx], np.ones(len(idx)), s.n - 1),                  # sources never empty
+            (p[idx], np.ones(len(idx)), s.n - 1, True),            # sources never empty
             (q[idx], d_cost_q[idx], s.max_cost * (1 - 1e-6) - s.load),  # receivers stay under the max cost
-            (q[idx], np.ones(len(idx)), self.node_cap - s.n if strict else big),  # ... within the node cap
-            (q[idx], d_e[idx], self.edge_cap - s.e if strict else big)),          # ... and the edge cap
+            (q[idx], np.ones(len(idx)), self.node_cap - s.n if strict else big, True),  # ... within the node cap
+            (q[idx], d_e[idx], self.edge_cap - s.e if strict else big, True)),          # ... and the edge cap
             shed=((p[idx], gain[idx], s.load - target),            # sources shed down to the mean,
                   (q[idx], d_cost_q[idx], target - s.load)))       # receivers grow up to it
         idx = idx[ok]
@@ -455,8 +461,8 @@ class _Refiner:
         slack = top - s.load
         ok = self._within_budgets(idx, (
             (p[idx], d_cost_p[idx], slack), (q[idx], d_cost_q[idx], slack),
-            (p[idx], np.ones(len(idx)), s.n - 1),
-            (q[idx], np.ones(len(idx)), self.node_cap - s.n), (q[idx], d_e[idx], self.edge_cap - s.e)))
+            (p[idx], np.ones(len(idx)), s.n - 1, True),
+            (q[idx], np.ones(len(idx)), self.node_cap - s.n, True), (q[idx], d_e[idx], self.edge_cap - s.e, True)))
         idx = idx[ok]
         idx = self._no_clash(cand, idx)
         return cand[idx], q[idx]
@@ -673,11 +679,11 @@ def _fits(group: np.ndarray, val: np.ndarray, budget: np.ndarray, shed: bool) ->
     move (``shed``: before it), stays within budget[group]. The running total is the cumulative sum over all
     moves sorted by group, less its value at the group's start."""
     # part IDs < len(budget): as int16 the stable sort is a radix sort
-    order = np.argsort(group.astype(np.int16) if len(budget) <= 1 << 15 else group, kind="stable")
+    order = (group.astype(np.int16) if len(budget) <= 1 << 15 else group).argsort(kind="stable")
     g = group[order]
     v = val[order]
-    cs = np.cumsum(v)
-    within = cs - np.concatenate(([0.0], cs))[np.searchsorted(g, g)]
+    cs = v.cumsum()
+    within = cs - np.concatenate(([0.0], cs))[g.searchsorted(g)]
     ok = np.empty(len(g), dtype=bool)
     ok[order] = within - v < budget[g] - 1e-12 if shed else within <= budget[g] + 1e-12
     return ok
