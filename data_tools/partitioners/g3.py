@@ -47,6 +47,7 @@ for a given seed (the METIS seed; ties broken by node and part ID).
 """
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
@@ -74,6 +75,8 @@ RECURSIVE_MAX_PARTS = 16
 DENSE_LIMIT = 1 << 28
 #: most entries of C an undo record keeps (int32: 64 MiB); larger moves are undone by moving back
 UNDO_LIMIT = 1 << 24
+#: state versions: every assignment a _State takes gets a new one (undo returns to the previous one)
+_VERSIONS = itertools.count()
 
 
 class _State:
@@ -88,6 +91,7 @@ class _State:
         self.ref = ref
         self.a = a.copy()
         self._undo = []
+        self.version = next(_VERSIONS)
         P, N = ref.P, ref.N
         self.dense = N * P <= DENSE_LIMIT
         self.n = np.bincount(a, minlength=P).astype(float)
@@ -160,7 +164,8 @@ class _State:
         ref, P = self.ref, self.ref.P
         old = self.a[nodes].copy()
         if not self.dense:
-            self._undo = self._undo[-1:] + [(nodes, old, None)]
+            self._undo = self._undo[-1:] + [(nodes, old, self.version, None)]
+            self.version = next(_VERSIONS)
             self.a[nodes] = dest
             self._rebuild()
             self._summarise()
@@ -170,7 +175,8 @@ class _State:
         block = self.C[rows]
         # what undo restores: the rows of C (small enough to keep), the per-part figures (replaced, never mutated)
         saved = (rows, block.copy(), [getattr(self, k) for k in self._FIGURES]) if block.size <= UNDO_LIMIT else None
-        self._undo = self._undo[-1:] + [(nodes, old, saved)]
+        self._undo = self._undo[-1:] + [(nodes, old, self.version, saved)]
+        self.version = next(_VERSIONS)
         halo0, send0 = self._replicas(block, self.a[rows])
         nb = len(rows) * P
         at = np.searchsorted(rows, u) * P
@@ -193,11 +199,13 @@ class _State:
 
     def undo(self):
         """Take back the latest :meth:`apply` not yet undone (at most the last two can be)."""
-        nodes, old, saved = self._undo.pop()
+        nodes, old, version, saved = self._undo.pop()
         if saved is None:  # sparse counts, or too many rows to keep: move back (exact integer counts, same result)
             self.apply(nodes, old)
             self._undo.pop()
+            self.version = version
             return
+        self.version = version
         rows, block, figures = saved
         self.C[rows] = block
         self.a[nodes] = old
@@ -532,6 +540,7 @@ class _Refiner:
         slow = {m: 0 for m in modes}
         iters = accepted = 0
         k_mode = 0
+        memo = {}  # mode -> (state version, its proposal)
         history = [s.key(bound)[objective]]
         while iters < max_iters and not all(idle.values()):
             if len(history) > WINDOW and s.violation == 0 and history[-1] > history[-1 - WINDOW] * (1 - TOL):
@@ -540,12 +549,16 @@ class _Refiner:
             k_mode += 1
             if idle[mode]:
                 continue
-            if mode in ("balance", "chain"):
+            seen = memo.get(mode)
+            if seen is not None and seen[0] == s.version:  # a step was undone: same state, same proposal
+                nodes, dest = seen[1:]
+            elif mode in ("balance", "chain"):
                 nodes, dest = self.propose_balance(s, strict=mode == "balance")
             elif mode == "comm":
                 nodes, dest = self.propose_comm(s)
             else:
                 nodes, dest = self.propose_maxcomm(s, bound, strict=mode == "maxcomm")
+            memo[mode] = s.version, nodes, dest
             if not len(nodes) or steps[mode] < MIN_STEP:
                 idle[mode] = True
                 continue
