@@ -171,7 +171,18 @@ class _State:
             self._summarise()
             return old
         ci, u = ref.in_edges(nodes)
-        rows = np.unique(np.concatenate([nodes, u]))   # the rows of C that change, and the moved nodes
+        # the rows of C that change and the moved nodes (sorted), and where each u is among them
+        if ref.N <= 32 * (len(nodes) + len(u)):
+            mark = np.zeros(ref.N, dtype=bool)
+            mark[nodes] = True
+            mark[u] = True
+            rows = np.flatnonzero(mark)
+            where = np.empty(ref.N, dtype=np.int64)
+            where[rows] = np.arange(len(rows))
+            at = where[u] * P
+        else:
+            rows = np.unique(np.concatenate([nodes, u]))
+            at = rows.searchsorted(u) * P
         block = self.C[rows]
         # what undo restores: the rows of C (small enough to keep), the per-part figures (replaced, never mutated)
         saved = (rows, block.copy(), [getattr(self, k) for k in self._FIGURES]) if block.size <= UNDO_LIMIT else None
@@ -179,7 +190,6 @@ class _State:
         self.version = next(_VERSIONS)
         halo0, send0 = self._replicas(block, self.a[rows])
         nb = len(rows) * P
-        at = np.searchsorted(rows, u) * P
         if nb <= 16 * len(u) + 4096:
             block += (np.bincount(at + dest[ci], minlength=nb) - np.bincount(at + old[ci], minlength=nb)).reshape(-1, P)
         else:
@@ -403,7 +413,7 @@ class _Refiner:
         ``strict=False`` (the first half of a chained step): the receivers may pass a cap, the balance step
         that follows passes the excess on."""
         a = s.a
-        target = float(s.load.mean())
+        target = float(s.load.sum() / len(s.load))   # = load.mean(), without its Python overhead
         sources = s.load > target * (1 + 1e-9)
         if s.violation > 0:  # the parts over a cap first: other moves would only blur whether the batch helps
             sources &= (s.excess_n + s.excess_e) > 0
