@@ -300,7 +300,7 @@ class _Refiner:
         when the caller has it (dense counts)."""
         P, a = self.P, s.a
         nc = len(cand)
-        q = np.full(nc, -1 if fallback is None else fallback, dtype=np.int64)
+        fallback = -1 if fallback is None else fallback
         if s.dense and nc * P <= DENSE_LIMIT // 4:  # counts C[v, r] of out-neighbours plus in-neighbours, as integers
             w = np.bincount(ci * P + a[u], minlength=nc * P).reshape(nc, P)
             w += s.C[cand] if rows is None else rows
@@ -308,10 +308,9 @@ class _Refiner:
                 w[:, ~allowed] = 0
             at = np.arange(nc)
             w[at, a[cand]] = 0
-            best = np.argmax(w, axis=1)
-            has = w[at, best] > 0
-            q[has] = best[has]
-            return q
+            best = w.argmax(axis=1)
+            return np.where(w[at, best] > 0, best, fallback)
+        q = np.full(nc, fallback, dtype=np.int64)
         oc, orr, ow = s.out_pairs(cand)
         pair_c = np.concatenate([ci, oc])
         pair_r = np.concatenate([a[u], orr])
@@ -373,15 +372,21 @@ class _Refiner:
         filter one after another, so a move dropped by one no longer uses up budget in the next. A rule may carry
         a fourth entry, True when its values are non-negative integers: then a rule that every group's total
         meets (exact) cannot drop a move and is skipped."""
-        keep = np.arange(len(idx))
+        keep = None  # the moves still kept (None: all)
         for rule, shedding in [(r, False) for r in rules] + [(r, True) for r in shed]:
-            if not len(keep):
-                break
-            group, val, budget = rule[0][keep], np.asarray(rule[1], dtype=float)[keep], rule[2]
+            group, val, budget = rule[0], np.asarray(rule[1], dtype=float), rule[2]
+            if keep is not None:
+                if not len(keep):
+                    break
+                group, val = group[keep], val[keep]
             if len(rule) > 3 and rule[3] and not shedding and (
                     np.bincount(group, weights=val, minlength=len(budget)) <= budget + 1e-12).all():
                 continue
-            keep = keep[_fits(group, val, budget, shedding)]
+            fits = _fits(group, val, budget, shedding)
+            if not fits.all():
+                keep = np.flatnonzero(fits) if keep is None else keep[fits]
+        if keep is None:
+            return np.ones(len(idx), dtype=bool)
         ok = np.zeros(len(idx), dtype=bool)
         ok[keep] = True
         return ok
