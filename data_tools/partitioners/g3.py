@@ -340,15 +340,20 @@ class _Refiner:
         if s.dense:  # the same integer figures, from flat lookups into C (exact as floats in any order)
             flat = s.C.reshape(-1)
             uP, vP = u * P, cand * P
-            g_up1, g_uq0 = flat[uP + pe] == 1, flat[uP + qe] == 0
+            x = (flat[uP + qe] == 0).view(np.int8)     # C[u, q] == 0
+            y = -(flat[uP + pe] == 1).view(np.int8)    # -(C[u, p] == 1)
             m_vp, m_vq = (flat[vP + p] > 0).view(np.int8), (flat[vP + q] > 0).view(np.int8)
             t = _row_count(s.C[cand] if rows is None else rows)
             in_p, in_q = au == pe, au == qe
-            lost_p = (~in_p & g_up1).view(np.int8)   # p no longer needs u
-            new_q = (~in_q & g_uq0).view(np.int8)    # q now needs u
-            d_comm_p = (2 * m_vp - t) + np.bincount(ci, weights=(in_p & g_uq0).view(np.int8) - lost_p, minlength=nc)
-            d_comm_q = (t - 2 * m_vq) + np.bincount(ci, weights=new_q - (in_q & g_up1).view(np.int8), minlength=nc)
-            d_halo = (m_vp - m_vq) + np.bincount(ci, weights=new_q - lost_p, minlength=nc)
+            # per in-edge u -> v, with lost_p = u not in p and C[u, p] == 1 (p no longer needs u), new_q = u not in q
+            # and C[u, q] == 0 (q now needs u): the terms of p's rows (u in p: x, else -lost_p), of q's rows (u in
+            # q: -(C[u, p] == 1), else new_q) and of the halo (new_q - lost_p: p's term if u is in p or q, else both)
+            w_p = np.where(in_p, x, y)
+            w_q = np.where(in_q, y, x)
+            w_h = np.where(in_p | in_q, w_p, w_p + w_q)
+            d_comm_p = (2 * m_vp - t) + np.bincount(ci, weights=w_p, minlength=nc)
+            d_comm_q = (t - 2 * m_vq) + np.bincount(ci, weights=w_q, minlength=nc)
+            d_halo = (m_vp - m_vq) + np.bincount(ci, weights=w_h, minlength=nc)
             return d_comm_p, d_comm_q, d_halo
         g_up = s.get(u, pe)
         g_uq = s.get(u, qe)
