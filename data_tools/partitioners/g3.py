@@ -163,8 +163,10 @@ class _State:
         """Move nodes to dest; returns their previous parts (for :meth:`apply` back, or :meth:`undo`)."""
         ref, P = self.ref, self.ref.P
         old = self.a[nodes].copy()
-        if not self.dense:
-            self._undo = self._undo[-1:] + [(nodes, old, self.version, None)]
+        if not self.dense:  # the sparse counts are rebuilt, never mutated: undo can keep the previous ones
+            keys = self._FIGURES + ("m", "keys")
+            saved = (None, None, keys, [getattr(self, k) for k in keys]) if len(self.keys) <= UNDO_LIMIT else None
+            self._undo = self._undo[-1:] + [(nodes, old, self.version, saved)]
             self.version = next(_VERSIONS)
             self.a[nodes] = dest
             self._rebuild()
@@ -185,7 +187,8 @@ class _State:
             at = rows.searchsorted(u) * P
         block = self.C[rows]
         # what undo restores: the rows of C (small enough to keep), the per-part figures (replaced, never mutated)
-        saved = (rows, block.copy(), [getattr(self, k) for k in self._FIGURES]) if block.size <= UNDO_LIMIT else None
+        saved = ((rows, block.copy(), self._FIGURES, [getattr(self, k) for k in self._FIGURES])
+                 if block.size <= UNDO_LIMIT else None)
         self._undo = self._undo[-1:] + [(nodes, old, self.version, saved)]
         self.version = next(_VERSIONS)
         halo0, send0 = self._replicas(block, self.a[rows])
@@ -210,16 +213,17 @@ class _State:
     def undo(self):
         """Take back the latest :meth:`apply` not yet undone (at most the last two can be)."""
         nodes, old, version, saved = self._undo.pop()
-        if saved is None:  # sparse counts, or too many rows to keep: move back (exact integer counts, same result)
+        if saved is None:  # too much to keep: move back (exact integer counts, the same figures)
             self.apply(nodes, old)
             self._undo.pop()
             self.version = version
             return
         self.version = version
-        rows, block, figures = saved
-        self.C[rows] = block
+        rows, block, keys, values = saved
+        if rows is not None:
+            self.C[rows] = block
         self.a[nodes] = old
-        for k, v in zip(self._FIGURES, figures):
+        for k, v in zip(keys, values):
             setattr(self, k, v)
 
     #: every per-part figure that apply and _summarise replace
