@@ -334,9 +334,10 @@ class _Refiner:
         q[kc[first]] = kr[first]
         return q
 
-    def _deltas(self, s: _State, cand, q, ci, u, rows=None):
+    def _deltas(self, s: _State, cand, q, ci, u, rows=None, halo: bool = True):
         """Exact single-move changes (comm rows of p, comm rows of q, total halo rows) of moving cand to q.
-        ``rows``: C[cand] when the caller has it (dense counts)."""
+        ``rows``: C[cand] when the caller has it (dense counts); ``halo=False``: the halo change is not needed
+        (None)."""
         P, a = self.P, s.a
         nc = len(cand)
         p = a[cand]
@@ -354,9 +355,11 @@ class _Refiner:
             # q: -(C[u, p] == 1), else new_q) and of the halo (new_q - lost_p: p's term if u is in p or q, else both)
             w_p = np.where(in_p, x, y)
             w_q = np.where(in_q, y, x)
-            w_h = np.where(in_p | in_q, w_p, w_p + w_q)
             d_comm_p = (2 * m_vp - t) + np.bincount(ci, weights=w_p, minlength=nc)
             d_comm_q = (t - 2 * m_vq) + np.bincount(ci, weights=w_q, minlength=nc)
+            if not halo:
+                return d_comm_p, d_comm_q, None
+            w_h = np.where(in_p | in_q, w_p, w_p + w_q)
             d_halo = (m_vp - m_vq) + np.bincount(ci, weights=w_h, minlength=nc)
             return d_comm_p, d_comm_q, d_halo
         g_up = s.get(u, pe)
@@ -442,7 +445,7 @@ class _Refiner:
         rows = s.C[cand] if s.dense else None
         q = self._destinations(s, cand, ci, u, receivers, int(rec[np.argmin(s.load[rec])]), rows)
         p = a[cand]
-        d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, rows)
+        d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, rows, halo=False)
         d_e = self.in_deg[cand]
         d_cost_q = self.c_edge * d_e + self.c_row * d_comm_q
         pen = PENALTY * s.mean_cost
