@@ -449,21 +449,25 @@ class _Refiner:
         d_e = self.in_deg[cand]
         d_cost_q = self.c_edge * d_e + self.c_row * d_comm_q
         pen = PENALTY * s.mean_cost
-        gain = self.c_edge * d_e - self.c_row * d_comm_p + pen * (
-            (s.n[p] > self.node_cap) / self.node_cap + (s.e[p] > self.edge_cap) * d_e / max(1.0, self.edge_cap))
-        score = np.where(d_cost_q <= 0, 1e30 + gain, gain / np.maximum(d_cost_q, 1e-300))
+        gain = self.c_edge * d_e - self.c_row * d_comm_p
+        if (s.n > self.node_cap).any() or (s.e > self.edge_cap).any():  # else the penalty term is +0.0 everywhere
+            gain = gain + pen * (
+                (s.n[p] > self.node_cap) / self.node_cap + (s.e[p] > self.edge_cap) * d_e / max(1.0, self.edge_cap))
         idx = np.nonzero(gain > 0)[0]
-        idx = idx[np.lexsort((cand[idx], -score[idx]))]
+        g, dq = gain[idx], d_cost_q[idx]
+        score = np.where(dq <= 0, 1e30 + g, g / np.maximum(dq, 1e-300))
+        order = np.lexsort((cand[idx], -score))
+        idx, g, dq = idx[order], g[order], dq[order]
+        pi, qi, ones = p[idx], q[idx], np.ones(len(idx))
         big = np.full(self.P, np.inf)
         ok = self._within_budgets(idx, (
-            (p[idx], np.ones(len(idx)), s.n - 1, True),            # sources never empty
-            (q[idx], d_cost_q[idx], s.max_cost * (1 - 1e-6) - s.load),  # receivers stay under the max cost
-            (q[idx], np.ones(len(idx)), self.node_cap - s.n if strict else big, True),  # ... within the node cap
-            (q[idx], d_e[idx], self.edge_cap - s.e if strict else big, True)),          # ... and the edge cap
-            shed=((p[idx], gain[idx], s.load - target),            # sources shed down to the mean,
-                  (q[idx], d_cost_q[idx], target - s.load)))       # receivers grow up to it
-        idx = idx[ok]
-        return cand[idx], q[idx]
+            (pi, ones, s.n - 1, True),                             # sources never empty
+            (qi, dq, s.max_cost * (1 - 1e-6) - s.load),            # receivers stay under the max cost
+            (qi, ones, self.node_cap - s.n if strict else big, True),  # ... within the node cap
+            (qi, d_e[idx], self.edge_cap - s.e if strict else big, True)),  # ... and the edge cap
+            shed=((pi, g, s.load - target),                        # sources shed down to the mean,
+                  (qi, dq, target - s.load)))                      # receivers grow up to it
+        return cand[idx[ok]], qi[ok]
 
     def propose_comm(self, s: _State) -> tuple[np.ndarray, np.ndarray]:
         """Boundary moves that lower the total halo rows without raising any load to the maximum or a cap."""
