@@ -492,18 +492,18 @@ class _Refiner:
         ci, u = self._edges_of(has, ci, u)
         p = a[cand]
         d_comm_p, d_comm_q, d_halo = self._deltas(s, cand, q, ci, u, None if rows is None else rows[has])
-        d_e = self.in_deg[cand]
-        d_cost_p = -self.c_edge * d_e + self.c_row * d_comm_p
-        d_cost_q = self.c_edge * d_e + self.c_row * d_comm_q
         idx = np.nonzero(d_halo < 0)[0]
         idx = idx[np.lexsort((cand[idx], d_halo[idx]))]
+        d_e = self.in_deg[cand[idx]]
+        d_cost_p = -self.c_edge * d_e + self.c_row * d_comm_p[idx]
+        d_cost_q = self.c_edge * d_e + self.c_row * d_comm_q[idx]
+        pi, qi, ones = p[idx], q[idx], np.ones(len(idx))
         slack = top - s.load
         ok = self._within_budgets(idx, (
-            (p[idx], d_cost_p[idx], slack), (q[idx], d_cost_q[idx], slack),
-            (p[idx], np.ones(len(idx)), s.n - 1, True),
-            (q[idx], np.ones(len(idx)), self.node_cap - s.n, True), (q[idx], d_e[idx], self.edge_cap - s.e, True)))
-        idx = idx[ok]
-        idx = self._no_clash(cand, idx)
+            (pi, d_cost_p, slack), (qi, d_cost_q, slack),
+            (pi, ones, s.n - 1, True),
+            (qi, ones, self.node_cap - s.n, True), (qi, d_e, self.edge_cap - s.e, True)))
+        idx = self._no_clash(cand, idx[ok])
         return cand[idx], q[idx]
 
     def propose_maxcomm(self, s: _State, bound: float, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
