@@ -48,6 +48,7 @@ for a given seed (the METIS seed; ties broken by node and part ID).
 """
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
@@ -73,6 +74,10 @@ SKEW = 2.0
 RECURSIVE_MAX_PARTS = 16
 #: largest N x P for which the replica counts are kept dense (int32: 1 GiB)
 DENSE_LIMIT = 1 << 28
+#: most entries of C an undo record keeps (int32: 64 MiB); larger moves are undone by moving back
+UNDO_LIMIT = 1 << 24
+#: state versions: every assignment a _State takes gets a new one (undo returns to the previous one)
+_VERSIONS = itertools.count()
 
 
 class _State:
@@ -86,6 +91,8 @@ class _State:
     def __init__(self, ref: "_Refiner", a: np.ndarray):
         self.ref = ref
         self.a = a.copy()
+        self._undo = []
+        self.version = next(_VERSIONS)
         P, N = ref.P, ref.N
         self.dense = N * P <= DENSE_LIMIT
         self.n = np.bincount(a, minlength=P).astype(float)
@@ -121,6 +128,12 @@ class _State:
         self.halo += sign * b.sum(axis=0)
         self.send += sign * np.bincount(self.a[rows], weights=k, minlength=self.ref.P)
 
+    def _replicas(self, block, parts):
+        """(halo rows per part, send rows per part) contributed by the rows ``block`` of C, owned by ``parts``."""
+        b = block > 0
+        b[np.arange(len(parts)), parts] = False
+        return b.sum(axis=0), np.bincount(parts, weights=_row_count(b), minlength=self.ref.P)
+
     def get(self, u: np.ndarray, q: np.ndarray) -> np.ndarray:
         """C[u, q] for arrays of (u, q) pairs."""
         if self.dense:
@@ -148,40 +161,88 @@ class _State:
 
     # ---- moves
     def apply(self, nodes: np.ndarray, dest: np.ndarray) -> np.ndarray:
-        """Move nodes to dest; returns their previous parts (for :meth:`apply` back)."""
+        """Move nodes to dest; returns their previous parts (for :meth:`apply` back, or :meth:`undo`)."""
         ref, P = self.ref, self.ref.P
         old = self.a[nodes].copy()
-        if not self.dense:
+        if not self.dense:  # the sparse counts are rebuilt, never mutated: undo can keep the previous ones
+            keys = self._FIGURES + ("m", "keys")
+            saved = (None, None, keys, [getattr(self, k) for k in keys]) if len(self.keys) <= UNDO_LIMIT else None
+            self._undo = self._undo[-1:] + [(nodes, old, self.version, saved)]
+            self.version = next(_VERSIONS)
             self.a[nodes] = dest
             self._rebuild()
             self._summarise()
             return old
         ci, u = ref.in_edges(nodes)
-        rows = np.unique(np.concatenate([nodes, u]))
-        self._contribute(rows, -1)
-        flat = self.C.reshape(-1)
-        np.subtract.at(flat, u * P + old[ci], 1)
-        np.add.at(flat, u * P + dest[ci], 1)
+        # the rows of C that change and the moved nodes (sorted), and where each u is among them
+        if ref.N <= 32 * (len(nodes) + len(u)):
+            mark = np.zeros(ref.N, dtype=bool)
+            mark[nodes] = True
+            mark[u] = True
+            rows = np.flatnonzero(mark)
+            where = np.empty(ref.N, dtype=np.int64)
+            where[rows] = np.arange(len(rows))
+            at = where[u] * P
+        else:
+            rows = np.unique(np.concatenate([nodes, u]))
+            at = rows.searchsorted(u) * P
+        block = self.C[rows]
+        # what undo restores: the rows of C (small enough to keep), the per-part figures (replaced, never mutated)
+        saved = ((rows, block.copy(), self._FIGURES, [getattr(self, k) for k in self._FIGURES])
+                 if block.size <= UNDO_LIMIT else None)
+        self._undo = self._undo[-1:] + [(nodes, old, self.version, saved)]
+        self.version = next(_VERSIONS)
+        halo0, send0 = self._replicas(block, self.a[rows])
+        nb = len(rows) * P
+        if nb <= 16 * len(u) + 4096:
+            block += (np.bincount(at + dest[ci], minlength=nb) - np.bincount(at + old[ci], minlength=nb)).reshape(-1, P)
+        else:
+            flat = block.reshape(-1)
+            np.subtract.at(flat, at + old[ci], 1)
+            np.add.at(flat, at + dest[ci], 1)
+        self.C[rows] = block
         self.a[nodes] = dest
-        self._contribute(rows, +1)
+        halo1, send1 = self._replicas(block, self.a[rows])
+        self.halo = self.halo + (halo1 - halo0)   # integer counts: exact in any order
+        self.send = self.send + (send1 - send0)
         d_e = ref.in_deg[nodes]
-        self.n += np.bincount(dest, minlength=P) - np.bincount(old, minlength=P)
-        self.e += np.bincount(dest, weights=d_e, minlength=P) - np.bincount(old, weights=d_e, minlength=P)
+        self.n = self.n + (np.bincount(dest, minlength=P) - np.bincount(old, minlength=P))
+        self.e = self.e + (np.bincount(dest, weights=d_e, minlength=P) - np.bincount(old, weights=d_e, minlength=P))
         self._summarise()
         return old
 
+    def undo(self):
+        """Take back the latest :meth:`apply` not yet undone (at most the last two can be)."""
+        nodes, old, version, saved = self._undo.pop()
+        if saved is None:  # too much to keep: move back (exact integer counts, the same figures)
+            self.apply(nodes, old)
+            self._undo.pop()
+            self.version = version
+            return
+        self.version = version
+        rows, block, keys, values = saved
+        if rows is not None:
+            self.C[rows] = block
+        self.a[nodes] = old
+        for k, v in zip(keys, values):
+            setattr(self, k, v)
+
+    #: every per-part figure that apply and _summarise replace
+    _FIGURES = ("halo", "send", "n", "e", "cost", "excess_n", "excess_e", "violation", "mean_cost", "load", "max_cost",
+                "total_comm", "comm", "max_comm")
+
     def _summarise(self):
         ref = self.ref
-        comp, comm = ref.model.layer_costs(self.e, self.halo + self.send)
+        self.comm = self.halo + self.send
+        comp, comm = ref.model.layer_costs(self.e, self.comm)
         self.cost = comp + comm
         self.excess_n = np.maximum(0.0, self.n - ref.node_cap) / ref.node_cap
         self.excess_e = np.maximum(0.0, self.e - ref.edge_cap) / max(1.0, ref.edge_cap)
         self.violation = float(self.excess_n.sum() + self.excess_e.sum())
-        self.mean_cost = float(self.cost.mean())
+        self.mean_cost = float(self.cost.sum() / len(self.cost))   # = cost.mean(), without its Python overhead
         self.load = self.cost + PENALTY * self.mean_cost * (self.excess_n + self.excess_e)
         self.max_cost = float(self.cost.max())
         self.total_comm = float(self.halo.sum())
-        self.comm = self.halo + self.send
         self.max_comm = float(self.comm.max())
 
     def key(self, bound: float = 0.0) -> tuple:
@@ -212,9 +273,10 @@ class _Refiner:
         self.P = num_parts
         self.indptr = np.asarray(indptr, dtype=np.int64)
         self.indices = np.asarray(indices, dtype=np.int64)
-        self.dst = np.repeat(np.arange(self.N, dtype=np.int64), np.diff(self.indptr))
+        self.deg = np.diff(self.indptr)
+        self.dst = np.repeat(np.arange(self.N, dtype=np.int64), self.deg)
         self.src = self.indices
-        self.in_deg = np.diff(self.indptr).astype(float)
+        self.in_deg = self.deg.astype(float)
         self.model = model
         self.node_cap = node_imbalance * self.N / num_parts
         self.k = max(4096, self.N // 16)  # candidates examined exactly per proposal
@@ -224,23 +286,41 @@ class _Refiner:
 
     def in_edges(self, cand: np.ndarray):
         """(candidate index, source u) of every in-edge u -> v of the candidates v."""
-        deg = np.diff(self.indptr)[cand]
-        ci = np.repeat(np.arange(len(cand), dtype=np.int64), deg)
-        pos = np.repeat(self.indptr[cand] - np.concatenate([[0], np.cumsum(deg)[:-1]]), deg) + np.arange(int(deg.sum()))
+        deg = self.deg[cand]
+        ends = deg.cumsum()
+        ci = np.arange(len(cand), dtype=np.int64).repeat(deg)
+        pos = (self.indptr[cand] - (ends - deg)).repeat(deg) + np.arange(int(ends[-1]) if len(ends) else 0)
         return ci, self.indices[pos]
 
-    def _destinations(self, s: _State, cand, ci, u, allowed: np.ndarray, fallback: int | None):
+    @staticmethod
+    def _edges_of(has, ci, u):
+        """The in-edges (ci, u) of the candidates ``has`` selects, as ``in_edges(cand[has])`` gives them."""
+        e = has[ci]
+        return (np.cumsum(has) - 1)[ci[e]], u[e]
+
+    def _destinations(self, s: _State, cand, ci, u, allowed: np.ndarray, fallback: int | None, rows=None):
         """Per candidate: the allowed part (not its own) holding most of its in- and out-neighbours.
 
-        Candidates with no neighbour in an allowed part get ``fallback`` (or -1 when None)."""
+        Candidates with no neighbour in an allowed part get ``fallback`` (or -1 when None). ``rows``: C[cand]
+        when the caller has it (dense counts)."""
         P, a = self.P, s.a
         nc = len(cand)
+        fallback = -1 if fallback is None else fallback
+        if s.dense and nc * P <= DENSE_LIMIT // 4:  # counts C[v, r] of out-neighbours plus in-neighbours, as integers
+            w = np.bincount(ci * P + a[u], minlength=nc * P).reshape(nc, P)
+            w += s.C[cand] if rows is None else rows
+            if not allowed.all():
+                w[:, ~allowed] = 0
+            at = np.arange(nc)
+            w[at, a[cand]] = 0
+            best = w.argmax(axis=1)
+            return np.where(w[at, best] > 0, best, fallback)
+        q = np.full(nc, fallback, dtype=np.int64)
         oc, orr, ow = s.out_pairs(cand)
         pair_c = np.concatenate([ci, oc])
         pair_r = np.concatenate([a[u], orr])
         pair_w = np.concatenate([np.ones(len(ci)), ow])
         ok = allowed[pair_r] & (pair_r != a[cand][pair_c])
-        q = np.full(nc, -1 if fallback is None else fallback, dtype=np.int64)
         if nc * P <= DENSE_LIMIT // 4:
             w = np.bincount(pair_c[ok] * P + pair_r[ok], weights=pair_w[ok], minlength=nc * P).reshape(nc, P)
             best = np.argmax(w, axis=1)
@@ -255,12 +335,34 @@ class _Refiner:
         q[kc[first]] = kr[first]
         return q
 
-    def _deltas(self, s: _State, cand, q, ci, u):
-        """Exact single-move changes (comm rows of p, comm rows of q, total halo rows) of moving cand to q."""
+    def _deltas(self, s: _State, cand, q, ci, u, rows=None, halo: bool = True):
+        """Exact single-move changes (comm rows of p, comm rows of q, total halo rows) of moving cand to q.
+        ``rows``: C[cand] when the caller has it (dense counts); ``halo=False``: the halo change is not needed
+        (None)."""
         P, a = self.P, s.a
         nc = len(cand)
         p = a[cand]
         au, qe, pe = a[u], q[ci], p[ci]
+        if s.dense:  # the same integer figures, from flat lookups into C (exact as floats in any order)
+            flat = s.C.reshape(-1)
+            uP, vP = u * P, cand * P
+            x = (flat[uP + qe] == 0).view(np.int8)     # C[u, q] == 0
+            y = -(flat[uP + pe] == 1).view(np.int8)    # -(C[u, p] == 1)
+            m_vp, m_vq = (flat[vP + p] > 0).view(np.int8), (flat[vP + q] > 0).view(np.int8)
+            t = _row_count(s.C[cand] if rows is None else rows)
+            in_p, in_q = au == pe, au == qe
+            # per in-edge u -> v, with lost_p = u not in p and C[u, p] == 1 (p no longer needs u), new_q = u not in q
+            # and C[u, q] == 0 (q now needs u): the terms of p's rows (u in p: x, else -lost_p), of q's rows (u in
+            # q: -(C[u, p] == 1), else new_q) and of the halo (new_q - lost_p: p's term if u is in p or q, else both)
+            w_p = np.where(in_p, x, y)
+            w_q = np.where(in_q, y, x)
+            d_comm_p = (2 * m_vp - t) + np.bincount(ci, weights=w_p, minlength=nc)
+            d_comm_q = (t - 2 * m_vq) + np.bincount(ci, weights=w_q, minlength=nc)
+            if not halo:
+                return d_comm_p, d_comm_q, None
+            w_h = np.where(in_p | in_q, w_p, w_p + w_q)
+            d_halo = (m_vp - m_vq) + np.bincount(ci, weights=w_h, minlength=nc)
+            return d_comm_p, d_comm_q, d_halo
         g_up = s.get(u, pe)
         g_uq = s.get(u, qe)
         m_vp = (s.get(cand, p) > 0).astype(float)
@@ -280,14 +382,24 @@ class _Refiner:
         """Moves (in rank order) whose per-group running total stays within the group's budget. ``rules``: the
         total including the move (a receiver never passes its budget); ``shed``: the total before it (a source
         sheds while it is still above its target, so one move larger than the excess is allowed). The rules
-        filter one after another, so a move dropped by one no longer uses up budget in the next."""
-        keep = np.arange(len(idx))
-        for group, val, budget in rules:
-            g, v = group[keep], np.asarray(val, dtype=float)[keep]
-            keep = keep[_group_cumsum(g, keep, v) <= budget[g] + 1e-12]
-        for group, val, budget in shed:
-            g, v = group[keep], np.asarray(val, dtype=float)[keep]
-            keep = keep[_group_cumsum(g, keep, v) - v < budget[g] - 1e-12]
+        filter one after another, so a move dropped by one no longer uses up budget in the next. A rule may carry
+        a fourth entry, True when its values are non-negative integers: then a rule that every group's total
+        meets (exact) cannot drop a move and is skipped."""
+        keep = None  # the moves still kept (None: all)
+        for rule, shedding in [(r, False) for r in rules] + [(r, True) for r in shed]:
+            group, val, budget = rule[0], np.asarray(rule[1], dtype=float), rule[2]
+            if keep is not None:
+                if not len(keep):
+                    break
+                group, val = group[keep], val[keep]
+            if len(rule) > 3 and rule[3] and not shedding and (
+                    np.bincount(group, weights=val, minlength=len(budget)) <= budget + 1e-12).all():
+                continue
+            fits = _fits(group, val, budget, shedding)
+            if not fits.all():
+                keep = np.flatnonzero(fits) if keep is None else keep[fits]
+        if keep is None:
+            return np.ones(len(idx), dtype=bool)
         ok = np.zeros(len(idx), dtype=bool)
         ok[keep] = True
         return ok
@@ -295,13 +407,15 @@ class _Refiner:
     def _shortlist(self, s: _State, cand: np.ndarray, allowed: np.ndarray, require_gain: bool = False):
         """At most ``self.k`` candidates, those with most neighbours in an allowed other part relative to their own
         (a proxy of the communication a move saves; exact deltas follow for the shortlist only)."""
-        if not s.dense:
+        if not s.dense or (not require_gain and len(cand) <= self.k):
             return cand
-        rows = s.C[cand].astype(np.int64)
-        own = rows[np.arange(len(cand)), s.a[cand]]
-        rows[:, ~allowed] = -1
-        rows[np.arange(len(cand)), s.a[cand]] = -1
-        ext = rows.max(axis=1)
+        rows = s.C.copy() if len(cand) == self.N else s.C[cand]  # (all N candidates: cand is arange(N))
+        at = np.arange(len(cand)), s.a[cand]
+        own = rows[at]
+        if not allowed.all():
+            rows[:, ~allowed] = -1
+        rows[at] = -1
+        ext = _row_max(rows)
         score = ext - own
         if require_gain:
             keep = (ext > 0) & (score >= 0)
@@ -317,7 +431,7 @@ class _Refiner:
         ``strict=False`` (the first half of a chained step): the receivers may pass a cap, the balance step
         that follows passes the excess on."""
         a = s.a
-        target = float(s.load.mean())
+        target = float(s.load.sum() / len(s.load))   # = load.mean(), without its Python overhead
         sources = s.load > target * (1 + 1e-9)
         if s.violation > 0:  # the parts over a cap first: other moves would only blur whether the batch helps
             sources &= (s.excess_n + s.excess_e) > 0
@@ -329,27 +443,32 @@ class _Refiner:
         cand = self._shortlist(s, np.nonzero(sources[a])[0], receivers)
         ci, u = self.in_edges(cand)
         rec = np.nonzero(receivers)[0]
-        q = self._destinations(s, cand, ci, u, receivers, int(rec[np.argmin(s.load[rec])]))
+        rows = s.C[cand] if s.dense else None
+        q = self._destinations(s, cand, ci, u, receivers, int(rec[np.argmin(s.load[rec])]), rows)
         p = a[cand]
-        d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u)
+        d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, rows, halo=False)
         d_e = self.in_deg[cand]
         d_cost_q = self.c_edge * d_e + self.c_row * d_comm_q
         pen = PENALTY * s.mean_cost
-        gain = self.c_edge * d_e - self.c_row * d_comm_p + pen * (
-            (s.n[p] > self.node_cap) / self.node_cap + (s.e[p] > self.edge_cap) * d_e / max(1.0, self.edge_cap))
-        score = np.where(d_cost_q <= 0, 1e30 + gain, gain / np.maximum(d_cost_q, 1e-300))
+        gain = self.c_edge * d_e - self.c_row * d_comm_p
+        if (s.n > self.node_cap).any() or (s.e > self.edge_cap).any():  # else the penalty term is +0.0 everywhere
+            gain = gain + pen * (
+                (s.n[p] > self.node_cap) / self.node_cap + (s.e[p] > self.edge_cap) * d_e / max(1.0, self.edge_cap))
         idx = np.nonzero(gain > 0)[0]
-        idx = idx[np.lexsort((cand[idx], -score[idx]))]
+        g, dq = gain[idx], d_cost_q[idx]
+        score = np.where(dq <= 0, 1e30 + g, g / np.maximum(dq, 1e-300))
+        order = np.lexsort((cand[idx], -score))
+        idx, g, dq = idx[order], g[order], dq[order]
+        pi, qi, ones = p[idx], q[idx], np.ones(len(idx))
         big = np.full(self.P, np.inf)
         ok = self._within_budgets(idx, (
-            (p[idx], np.ones(len(idx)), s.n - 1),                  # sources never empty
-            (q[idx], d_cost_q[idx], s.max_cost * (1 - 1e-6) - s.load),  # receivers stay under the max cost
-            (q[idx], np.ones(len(idx)), self.node_cap - s.n if strict else big),  # ... within the node cap
-            (q[idx], d_e[idx], self.edge_cap - s.e if strict else big)),          # ... and the edge cap
-            shed=((p[idx], gain[idx], s.load - target),            # sources shed down to the mean,
-                  (q[idx], d_cost_q[idx], target - s.load)))       # receivers grow up to it
-        idx = idx[ok]
-        return cand[idx], q[idx]
+            (pi, ones, s.n - 1, True),                             # sources never empty
+            (qi, dq, s.max_cost * (1 - 1e-6) - s.load),            # receivers stay under the max cost
+            (qi, ones, self.node_cap - s.n if strict else big, True),  # ... within the node cap
+            (qi, d_e[idx], self.edge_cap - s.e if strict else big, True)),  # ... and the edge cap
+            shed=((pi, g, s.load - target),                        # sources shed down to the mean,
+                  (qi, dq, target - s.load)))                      # receivers grow up to it
+        return cand[idx[ok]], qi[ok]
 
     def propose_comm(self, s: _State) -> tuple[np.ndarray, np.ndarray]:
         """Boundary moves that lower the total halo rows without raising any load to the maximum or a cap."""
@@ -367,24 +486,25 @@ class _Refiner:
         if not len(cand):
             return cand, cand
         ci, u = self.in_edges(cand)
-        q = self._destinations(s, cand, ci, u, allowed, None)
+        rows = s.C[cand] if s.dense else None
+        q = self._destinations(s, cand, ci, u, allowed, None, rows)
         has = q >= 0
         cand, q = cand[has], q[has]
-        ci, u = self.in_edges(cand)
+        ci, u = self._edges_of(has, ci, u)
         p = a[cand]
-        d_comm_p, d_comm_q, d_halo = self._deltas(s, cand, q, ci, u)
-        d_e = self.in_deg[cand]
-        d_cost_p = -self.c_edge * d_e + self.c_row * d_comm_p
-        d_cost_q = self.c_edge * d_e + self.c_row * d_comm_q
+        d_comm_p, d_comm_q, d_halo = self._deltas(s, cand, q, ci, u, None if rows is None else rows[has])
         idx = np.nonzero(d_halo < 0)[0]
         idx = idx[np.lexsort((cand[idx], d_halo[idx]))]
+        d_e = self.in_deg[cand[idx]]
+        d_cost_p = -self.c_edge * d_e + self.c_row * d_comm_p[idx]
+        d_cost_q = self.c_edge * d_e + self.c_row * d_comm_q[idx]
+        pi, qi, ones = p[idx], q[idx], np.ones(len(idx))
         slack = top - s.load
         ok = self._within_budgets(idx, (
-            (p[idx], d_cost_p[idx], slack), (q[idx], d_cost_q[idx], slack),
-            (p[idx], np.ones(len(idx)), s.n - 1),
-            (q[idx], np.ones(len(idx)), self.node_cap - s.n), (q[idx], d_e[idx], self.edge_cap - s.e)))
-        idx = idx[ok]
-        idx = self._no_clash(cand, idx)
+            (pi, d_cost_p, slack), (qi, d_cost_q, slack),
+            (pi, ones, s.n - 1, True),
+            (qi, ones, self.node_cap - s.n, True), (qi, d_e, self.edge_cap - s.e, True)))
+        idx = self._no_clash(cand, idx[ok])
         return cand[idx], q[idx]
 
     def propose_maxcomm(self, s: _State, bound: float, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -452,6 +572,7 @@ class _Refiner:
         slow = {m: 0 for m in modes}
         iters = accepted = 0
         k_mode = 0
+        memo = {}  # mode -> (state version, its proposal)
         history = [s.key(bound)[objective]]
         while iters < max_iters and not all(idle.values()):
             if len(history) > WINDOW and s.violation == 0 and history[-1] > history[-1 - WINDOW] * (1 - TOL):
@@ -460,21 +581,25 @@ class _Refiner:
             k_mode += 1
             if idle[mode]:
                 continue
-            if mode in ("balance", "chain"):
+            seen = memo.get(mode)
+            if seen is not None and seen[0] == s.version:  # a step was undone: same state, same proposal
+                nodes, dest = seen[1:]
+            elif mode in ("balance", "chain"):
                 nodes, dest = self.propose_balance(s, strict=mode == "balance")
             elif mode == "comm":
                 nodes, dest = self.propose_comm(s)
             else:
                 nodes, dest = self.propose_maxcomm(s, bound, strict=mode == "maxcomm")
+            memo[mode] = s.version, nodes, dest
             if not len(nodes) or steps[mode] < MIN_STEP:
                 idle[mode] = True
                 continue
             k = max(1, int(np.ceil(steps[mode] * len(nodes))))
             before = s.key(bound)
-            old = s.apply(nodes[:k], dest[:k])
+            s.apply(nodes[:k], dest[:k])
             if mode in ("swap", "chain"):  # G3's swap, batched: the receivers pass load on to the lightest parts
                 n2, d2 = self.propose_balance(s)
-                old2 = s.apply(n2, d2)
+                s.apply(n2, d2)
             iters += 1
             if bar:
                 bar.update(1)
@@ -491,8 +616,8 @@ class _Refiner:
                     idle[mode] = True
             else:
                 if mode in ("swap", "chain"):
-                    s.apply(n2, old2)
-                s.apply(nodes[:k], old)
+                    s.undo()
+                s.undo()
                 steps[mode] /= 2
             history.append(s.key(bound)[objective])
         return iters, accepted
@@ -576,18 +701,37 @@ def repair_nodes(a: np.ndarray, cap: float, num_parts: int, degree: np.ndarray) 
     return a
 
 
-def _group_cumsum(group: np.ndarray, rank: np.ndarray, val: np.ndarray) -> np.ndarray:
-    """Cumulative sum of val within each group, in rank order (returned in the input order)."""
-    order = np.lexsort((rank, group))
-    v = np.asarray(val, dtype=float)[order]
-    cs = np.cumsum(v)
-    g = group[order]
-    starts = np.concatenate([[True], g[1:] != g[:-1]])
-    base = np.maximum.accumulate(np.where(starts, np.arange(len(g)), 0))
-    before = np.concatenate([[0.0], cs])[base]
-    out = np.empty_like(cs)
-    out[order] = cs - before
+def _row_max(x: np.ndarray) -> np.ndarray:
+    """x.max(axis=1) of an (n, P) array, column by column for few parts (numpy's reduce along short rows is slow)."""
+    if x.shape[1] > 32 or not x.shape[1]:
+        return x.max(axis=1)
+    out = x[:, 0].copy()
+    for j in range(1, x.shape[1]):
+        np.maximum(out, x[:, j], out=out)
     return out
+
+
+def _row_count(x: np.ndarray) -> np.ndarray:
+    """Number of positive (true) entries of each row of an (n, P) integer or bool array, as int64."""
+    b = x if x.dtype == bool else x > 0
+    if x.shape[1] >= 256:
+        return b.sum(axis=1)
+    return (b.view(np.uint8) @ np.ones(x.shape[1], dtype=np.uint8)).astype(np.int64)  # a byte per row: P < 256
+
+
+def _fits(group: np.ndarray, val: np.ndarray, budget: np.ndarray, shed: bool) -> np.ndarray:
+    """Per move (in rank order = input order): whether the running total of val within its group, including the
+    move (``shed``: before it), stays within budget[group]. The running total is the cumulative sum over all
+    moves sorted by group, less its value at the group's start."""
+    # part IDs < len(budget): as int16 the stable sort is a radix sort
+    order = (group.astype(np.int16) if len(budget) <= 1 << 15 else group).argsort(kind="stable")
+    g = group[order]
+    v = val[order]
+    cs = v.cumsum()
+    within = cs - np.concatenate(([0.0], cs))[g.searchsorted(g)]
+    ok = np.empty(len(g), dtype=bool)
+    ok[order] = within - v < budget[g] - 1e-12 if shed else within <= budget[g] + 1e-12
+    return ok
 
 
 def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imbalance: float = 1.10,
