@@ -619,6 +619,8 @@ class _Refiner:
                     s.undo()
                 s.undo()
                 steps[mode] /= 2
+                if k == 1:  # a single move was rejected: a smaller step would propose the same move again
+                    idle[mode] = True
             history.append(s.key(bound)[objective])
         return iters, accepted
 
