@@ -76,9 +76,6 @@ RECURSIVE_MAX_PARTS = 16
 DENSE_LIMIT = 1 << 28
 #: most entries of C an undo record keeps (int32: 64 MiB); larger moves are undone by moving back
 UNDO_LIMIT = 1 << 24
-#: state versions: every assignment a _State takes gets a new one (undo returns to the previous one)
-_VERSIONS = itertools.count()
-
 
 class _State:
     """Per-part figures of one assignment, updated incrementally as nodes move.
@@ -92,7 +89,7 @@ class _State:
         self.ref = ref
         self.a = a.copy()
         self._undo = []
-        self.version = next(_VERSIONS)
+        self.version = next(self.ref.versions)
         P, N = ref.P, ref.N
         self.dense = N * P <= DENSE_LIMIT
         self.n = np.bincount(a, minlength=P).astype(float)
@@ -168,7 +165,7 @@ class _State:
             keys = self._FIGURES + ("m", "keys")
             saved = (None, None, keys, [getattr(self, k) for k in keys]) if len(self.keys) <= UNDO_LIMIT else None
             self._undo = self._undo[-1:] + [(nodes, old, self.version, saved)]
-            self.version = next(_VERSIONS)
+            self.version = next(self.ref.versions)
             self.a[nodes] = dest
             self._rebuild()
             self._summarise()
@@ -191,7 +188,7 @@ class _State:
         saved = ((rows, block.copy(), self._FIGURES, [getattr(self, k) for k in self._FIGURES])
                  if block.size <= UNDO_LIMIT else None)
         self._undo = self._undo[-1:] + [(nodes, old, self.version, saved)]
-        self.version = next(_VERSIONS)
+        self.version = next(self.ref.versions)
         halo0, send0 = self._replicas(block, self.a[rows])
         nb = len(rows) * P
         if nb <= 16 * len(u) + 4096:
@@ -278,6 +275,9 @@ class _Refiner:
         self.src = self.indices
         self.in_deg = self.deg.astype(float)
         self.model = model
+        # state versions: every assignment a _State of this refiner takes gets a new one (undo returns to the
+        # previous one); a proposal is remembered per version
+        self.versions = itertools.count()
         self.node_cap = node_imbalance * self.N / num_parts
         self.k = max(4096, self.N // 16)  # candidates examined exactly per proposal
         self.edge_cap = edge_imbalance * len(self.src) / num_parts
