@@ -87,6 +87,8 @@ def parse_args(argv) -> PartitionConfig:
         ap.error("--max-iters must be >= 0")
     if not a.cost_slack >= 0:
         ap.error("--cost-slack must be >= 0")
+    if a.objective != "cut" and a.method != "metis":
+        ap.error("--objective applies to --method metis (g3: --start volume)")
     try:
         bw = parse_bandwidth(a.bandwidth)
     except ValueError as e:

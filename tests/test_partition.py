@@ -362,6 +362,8 @@ def test_volume_options_cli(rand_h5, tmp_path):
     assert meta["start"].endswith("objective=volume")
     p = partition(path, tmp_path / "bad", 4, "metis", None, 0, "--objective", "nope", check=False)
     assert p.returncode != 0 and "--objective" in p.stderr
+    p = partition(path, tmp_path / "bad", 4, "g3", None, 0, "--objective", "volume", check=False)
+    assert p.returncode != 0 and "--start volume" in p.stderr and not (tmp_path / "bad").exists()
 
 
 def test_bench_partition_small(cora_npz, tmp_path):
