@@ -744,8 +744,9 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
 
     ``indptr``/``indices``: in-edge CSR without self loops. ``start_objective``: the METIS start minimises the
     edge cut (``cut``, default) or the total communication volume (``volume``: k-way, so ``recursive`` is
-    ignored). On the R-MAT graphs of the benchmark the volume start leaves 14-20 % fewer max communication
-    rows after refinement and a slightly lower estimated epoch, but METIS takes 3-9x longer with it.
+    ignored). On the R-MAT graphs of the benchmark the volume start leaves 13-16 % fewer max communication
+    rows after refinement and a 1-3 % lower estimated epoch, but METIS takes 3-5x longer with it (3-10x on
+    the SBM graph).
     """
     n = len(indptr) - 1
     epoch = 2 * model.layers
