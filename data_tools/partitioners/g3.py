@@ -55,7 +55,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .cost import CostModel, replica_matrix
-from .metis import metis_partition, symmetrize
+from .metis import fill_empty_parts, metis_partition, symmetrize
 
 PENALTY = 10.0
 MIN_STEP = 1 / 256
@@ -781,6 +781,7 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     a, r = ref.refine(fill_isolated(start, isolated, num_parts), max_iters, bar, start, cost_slack=cost_slack)
     degree = in_deg + np.bincount(np.asarray(indices, dtype=np.int64), minlength=n)
     a = repair_nodes(a, ref.node_cap, num_parts, degree)
+    a, _ = fill_empty_parts(a, num_parts, degree)  # a no-op unless P is close to N
     if not np.array_equal(a, r["assignment"]):
         last = _State(ref, a)
         r["last"] = dict(max_cost=last.max_cost, violation=last.violation, total_comm=last.total_comm,
