@@ -138,6 +138,9 @@ def run(cfg: PartitionConfig) -> dict:
     t1 = time.time()
     assignment, info = assign(g, cfg, model)
     t_part = time.time() - t1
+    if info.get("empty_parts_filled"):
+        log(f"METIS left {info['empty_parts_filled']} of {cfg.parts} parts empty (too many parts for {n} nodes); "
+            f"each was given the lowest-degree node of the largest part")
     extra = dict(info, partition_seconds=round(t_part, 3), load_seconds=round(t_load, 3), cost_model=model.to_dict())
     if cfg.method == "metis":
         extra.setdefault("balance", cfg.balance)
