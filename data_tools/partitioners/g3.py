@@ -99,7 +99,10 @@ class _State:
             self.halo = np.zeros(P)
             self.send = np.zeros(P)
             for s0 in range(0, N, 1 << 18):
-                self._contribute(np.arange(s0, min(N, s0 + (1 << 18))), +1)
+                rows = np.arange(s0, min(N, s0 + (1 << 18)))
+                halo, send = self._replicas(self.C[rows], a[rows])
+                self.halo += halo
+                self.send += send
         else:
             self._rebuild()
         self._summarise()
@@ -118,13 +121,6 @@ class _State:
         self.n = np.bincount(a, minlength=P).astype(float)
         self.e = np.bincount(a, weights=ref.in_deg, minlength=P)
 
-    def _contribute(self, rows, sign):
-        b = self.C[rows] > 0
-        b[np.arange(len(rows)), self.a[rows]] = False
-        k = b.sum(axis=1)
-        self.halo += sign * b.sum(axis=0)
-        self.send += sign * np.bincount(self.a[rows], weights=k, minlength=self.ref.P)
-
     def _replicas(self, block, parts):
         """(halo rows per part, send rows per part) contributed by the rows ``block`` of C, owned by ``parts``."""
         b = block > 0
@@ -134,7 +130,7 @@ class _State:
     def get(self, u: np.ndarray, q: np.ndarray) -> np.ndarray:
         """C[u, q] for arrays of (u, q) pairs."""
         if self.dense:
-            return self.C[u, q]
+            return self.C.reshape(-1)[u * self.ref.P + q]   # flat lookups: cheaper than C[u, q]
         k = u * self.ref.P + q
         i = np.minimum(np.searchsorted(self.keys, k), max(0, len(self.keys) - 1))
         hit = self.keys[i] == k if len(self.keys) else np.zeros(len(k), dtype=bool)
@@ -143,7 +139,7 @@ class _State:
     def rowcount(self, v: np.ndarray) -> np.ndarray:
         """Number of parts each v has an out-edge into."""
         if self.dense:
-            return (self.C[v] > 0).sum(axis=1)
+            return _row_count(self.C[v])
         return np.diff(self.m.indptr)[v]
 
     def out_pairs(self, v: np.ndarray):
@@ -339,42 +335,27 @@ class _Refiner:
         """Exact single-move changes (comm rows of p, comm rows of q, total halo rows) of moving cand to q.
         ``rows``: C[cand] when the caller has it (dense counts); ``halo=False``: the halo change is not needed
         (None)."""
-        P, a = self.P, s.a
+        a = s.a
         nc = len(cand)
         p = a[cand]
         au, qe, pe = a[u], q[ci], p[ci]
-        if s.dense:  # the same integer figures, from flat lookups into C (exact as floats in any order)
-            flat = s.C.reshape(-1)
-            uP, vP = u * P, cand * P
-            x = (flat[uP + qe] == 0).view(np.int8)     # C[u, q] == 0
-            y = -(flat[uP + pe] == 1).view(np.int8)    # -(C[u, p] == 1)
-            m_vp, m_vq = (flat[vP + p] > 0).view(np.int8), (flat[vP + q] > 0).view(np.int8)
-            t = _row_count(s.C[cand] if rows is None else rows)
-            in_p, in_q = au == pe, au == qe
-            # per in-edge u -> v, with lost_p = u not in p and C[u, p] == 1 (p no longer needs u), new_q = u not in q
-            # and C[u, q] == 0 (q now needs u): the terms of p's rows (u in p: x, else -lost_p), of q's rows (u in
-            # q: -(C[u, p] == 1), else new_q) and of the halo (new_q - lost_p: p's term if u is in p or q, else both)
-            w_p = np.where(in_p, x, y)
-            w_q = np.where(in_q, y, x)
-            d_comm_p = (2 * m_vp - t) + np.bincount(ci, weights=w_p, minlength=nc)
-            d_comm_q = (t - 2 * m_vq) + np.bincount(ci, weights=w_q, minlength=nc)
-            if not halo:
-                return d_comm_p, d_comm_q, None
-            w_h = np.where(in_p | in_q, w_p, w_p + w_q)
-            d_halo = (m_vp - m_vq) + np.bincount(ci, weights=w_h, minlength=nc)
-            return d_comm_p, d_comm_q, d_halo
-        g_up = s.get(u, pe)
-        g_uq = s.get(u, qe)
-        m_vp = (s.get(cand, p) > 0).astype(float)
-        m_vq = (s.get(cand, q) > 0).astype(float)
-        t = s.rowcount(cand).astype(float)
-        lost_p = (au != pe) & (g_up == 1)      # p no longer needs u
-        new_q = (au != qe) & (g_uq == 0)       # q now needs u
-        d_comm_p = m_vp - (t - m_vp) + np.bincount(
-            ci, weights=((au == pe) & (g_uq == 0)) * 1.0 - lost_p, minlength=nc)
-        d_comm_q = -m_vq + (t - m_vq) + np.bincount(
-            ci, weights=new_q * 1.0 - ((au == qe) & (g_up == 1)), minlength=nc)
-        d_halo = m_vp - m_vq + np.bincount(ci, weights=new_q * 1.0 - lost_p, minlength=nc)
+        x = (s.get(u, qe) == 0).view(np.int8)        # C[u, q] == 0
+        y = -(s.get(u, pe) == 1).view(np.int8)       # -(C[u, p] == 1)
+        m_vp, m_vq = (s.get(cand, p) > 0).view(np.int8), (s.get(cand, q) > 0).view(np.int8)
+        t = s.rowcount(cand) if rows is None else _row_count(rows)
+        in_p, in_q = au == pe, au == qe
+        # per in-edge u -> v, with lost_p = u not in p and C[u, p] == 1 (p no longer needs u), new_q = u not in q
+        # and C[u, q] == 0 (q now needs u): the terms of p's rows (u in p: x, else -lost_p), of q's rows (u in
+        # q: -(C[u, p] == 1), else new_q) and of the halo (new_q - lost_p: p's term if u is in p or q, else both).
+        # Integer figures: exact as floats in any order.
+        w_p = np.where(in_p, x, y)
+        w_q = np.where(in_q, y, x)
+        d_comm_p = (2 * m_vp - t) + np.bincount(ci, weights=w_p, minlength=nc)
+        d_comm_q = (t - 2 * m_vq) + np.bincount(ci, weights=w_q, minlength=nc)
+        if not halo:
+            return d_comm_p, d_comm_q, None
+        w_h = np.where(in_p | in_q, w_p, w_p + w_q)
+        d_halo = (m_vp - m_vq) + np.bincount(ci, weights=w_h, minlength=nc)
         return d_comm_p, d_comm_q, d_halo
 
     @staticmethod
