@@ -21,7 +21,8 @@ from g3mpi.format import FormatError, load_graph
 from g3mpi.format.common import check_output
 
 from .build import strip_self_loops, write_partition
-from .partitioners import BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, parse_bandwidth, random_partition
+from .partitioners import (BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, parse_bandwidth,
+                           random_partition)
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
 
 PROG = "g3-partition"
@@ -96,8 +97,7 @@ def parse_args(argv) -> PartitionConfig:
     return PartitionConfig(graph=a.graph, parts=a.parts, method=a.method, out=a.out, seed=a.seed, force=a.force,
                            balance=a.balance, node_imbalance=a.node_imbalance, edge_imbalance=a.edge_imbalance,
                            max_iters=a.max_iters, cost_slack=a.cost_slack, start=a.start, objective=a.objective,
-                           bandwidth=bw,
-                           edge_seconds=a.edge_seconds, width=a.width, calibrate=a.calibrate,
+                           bandwidth=bw, edge_seconds=a.edge_seconds, width=a.width, calibrate=a.calibrate,
                            progress=not a.no_progress)
 
 
@@ -119,7 +119,7 @@ def assign(g, cfg: PartitionConfig, model: CostModel) -> tuple[np.ndarray, dict]
     return g3_partition(indptr, indices, P, model=model, node_imbalance=cfg.node_imbalance,
                         edge_imbalance=cfg.edge_imbalance, max_iters=cfg.max_iters, seed=cfg.seed,
                         progress=cfg.progress, log=log, cost_slack=cfg.cost_slack,
-                        recursive=None if cfg.start in ("auto", "volume") else cfg.start == "recursive",
+                        recursive=None if cfg.start == "auto" else cfg.start == "recursive",
                         start_objective="volume" if cfg.start == "volume" else "cut")
 
 

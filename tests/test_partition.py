@@ -288,7 +288,8 @@ def test_g3_start_and_cost_slack(start, slack):
         a, info = g3_partition(indptr, indices, P, **kw)
         b, _ = g3_partition(indptr, indices, P, **kw)
         assert np.array_equal(a, b)
-        assert info["start"].endswith({"kway": "kway", "recursive": "recursive", "volume": "kway objective=volume"}[start])
+        ends = {"kway": "kway", "recursive": "recursive", "volume": "kway objective=volume"}[start]
+        assert info["start"].endswith(ends)
         s = partition_stats(*out_edges(indptr, indices), a, P)
         owned, edges = s["owned"], s["local_edges"]
         assert owned.sum() == g.num_nodes and owned.min() > 0
