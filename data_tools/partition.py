@@ -71,8 +71,10 @@ def parse_args(argv) -> PartitionConfig:
                    help="phase 2 may raise the max estimated epoch by this fraction to lower the max "
                         "communication rows (g3; default 0: never)")
     g.add_argument("--start", choices=("auto", "recursive", "kway", "volume"), default="auto",
-                   help="METIS start of g3: recursive bisection, k-way, or k-way minimising the communication "
-                        "volume (fewer communication rows, slower METIS); auto: bisection up to 16 parts")
+                   help="METIS start of g3: recursive bisection or k-way minimising the edge cut, or k-way "
+                        "minimising the communication volume (fewer communication rows, slower METIS); auto: the "
+                        "volume on skewed (power-law) graphs up to 8 parts, else the cut by bisection up to 16 "
+                        "parts, k-way above")
     g.add_argument("--bandwidth", default="10Gbit", help="network bandwidth per rank, e.g. 10Gbit, 1.25GB (g3)")
     g.add_argument("--edge-seconds", type=float, default=DEFAULT_EDGE_SECONDS,
                    help="compute coefficient: seconds per edge per feature (g3)")
@@ -120,7 +122,7 @@ def assign(g, cfg: PartitionConfig, model: CostModel) -> tuple[np.ndarray, dict]
                         edge_imbalance=cfg.edge_imbalance, max_iters=cfg.max_iters, seed=cfg.seed,
                         progress=cfg.progress, log=log, cost_slack=cfg.cost_slack,
                         recursive=None if cfg.start == "auto" else cfg.start == "recursive",
-                        start_objective="volume" if cfg.start == "volume" else "cut")
+                        start_objective={"auto": "auto", "volume": "volume"}.get(cfg.start, "cut"))
 
 
 def run(cfg: PartitionConfig) -> dict:

@@ -100,16 +100,17 @@ def test_memory(bench_dirs):
 
 def test_partitions(bench_dirs):
     res = bench(bench_dirs, "partitions")
-    assert set(res["partitions"]) == {"metis-nodes", "metis-edges", "metis-both", "g3", "g3-volume"}
+    assert set(res["partitions"]) == {"metis-nodes", "metis-edges", "metis-both", "g3", "g3-cut"}
     for d in res["partitions"].values():
         finite(d["epoch_time_median_s"], *d["rank_compute_s"], *d["rank_blocked_s"], *d["rank_idle_s"],
                d["quality"]["max_comm_rows"], d["quality"]["replication_factor"])
         assert len(d["rank_compute_s"]) == res["ranks"]
     assert set(res["g3_vs"]) == {"metis-nodes", "metis-edges", "metis-both"}
-    assert set(res["g3_volume_vs"]) == {"metis-nodes", "metis-edges", "metis-both", "g3"}
-    finite(*res["g3_vs"].values(), *res["g3_volume_vs"].values())
-    meta = json.loads((Path(res["partitions"]["g3-volume"]["parts"]) / "meta.json").read_text())
-    assert meta["start"].endswith("objective=volume")
+    assert set(res["g3_cut_vs"]) == {"metis-nodes", "metis-edges", "metis-both", "g3"}
+    finite(*res["g3_vs"].values(), *res["g3_cut_vs"].values())
+    starts = {k: json.loads((Path(res["partitions"][k]["parts"]) / "meta.json").read_text())["start"]
+              for k in ("g3", "g3-cut")}
+    assert starts["g3"].endswith("objective=volume") and starts["g3-cut"].endswith("recursive")  # R-MAT: skewed
 
 
 def test_bad_options(tmp_path):

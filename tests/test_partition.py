@@ -271,6 +271,24 @@ def test_fill_isolated_and_repair():
     assert sorted(np.bincount(d, minlength=2)) == [2, 3]
 
 
+def test_start_plan():
+    """g3's default METIS start: edge-balanced and minimising the volume on skewed (power-law) in-degrees up to
+    VOLUME_MAX_PARTS parts, the cut above or when bisection is asked for; node-balanced cut otherwise."""
+    from data_tools.partitioners.g3 import VOLUME_MAX_PARTS, start_plan
+    flat = np.full(1000, 8)
+    skewed = np.ones(1000, dtype=np.int64)
+    skewed[:5] = 2000  # coefficient of variation ~ 6
+    assert start_plan(flat, 4) == ("nodes", True, "cut")
+    assert start_plan(flat, 32) == ("nodes", False, "cut")
+    assert start_plan(skewed, 4) == ("edges", False, "volume")
+    assert start_plan(skewed, VOLUME_MAX_PARTS) == ("edges", False, "volume")
+    assert start_plan(skewed, VOLUME_MAX_PARTS + 1) == ("edges", True, "cut")
+    assert start_plan(skewed, 4, recursive=True) == ("edges", True, "cut")
+    assert start_plan(skewed, 4, recursive=False) == ("edges", False, "cut")
+    assert start_plan(skewed, 4, objective="cut") == ("edges", True, "cut")
+    assert start_plan(flat, 4, balance="both", objective="volume") == ("both", False, "volume")
+
+
 @pytest.mark.parametrize("start", ["recursive", "kway", "volume"])
 @pytest.mark.parametrize("slack", [0.0, 0.02])
 def test_g3_start_and_cost_slack(start, slack):
@@ -401,10 +419,13 @@ def test_bench_partition_small(cora_npz, tmp_path):
                        "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     methods = {row["method"] for row in r["rows"]}
-    assert {"metis-nodes", "metis-edges", "metis-both", "metis-edges-volume", "random", "g3", "g3-volume"} <= methods
+    assert {"metis-nodes", "metis-edges", "metis-both", "metis-edges-volume", "random", "g3", "g3-cut",
+            "g3-volume"} <= methods
     assert all(row["seconds"] >= 0 and row["wall_seconds"] >= 0 for row in r["rows"])
     assert r["run"]["command"].startswith("python -m data_tools.bench_partition")
-    assert [c["method"] for c in r["checks"]] == ["g3", "g3-volume"]
+    assert [c["method"] for c in r["checks"]] == ["g3", "g3-cut", "g3-volume"]
+    same = {row["method"]: row.get("same_as") for row in r["rows"]}
+    assert same["g3-cut"] == "g3" and same["g3"] is None and same["g3-volume"] is None  # Cora: not skewed
     assert all(c["lowest_cost_incl_volume"] <= c["lowest_cost"] for c in r["checks"])
     sub = tmp_path / "s.json"
     assert bench_main(["--graphs", "cora", "--parts", "2", "--repeats", "1", "--cora", str(cora_npz),

@@ -12,8 +12,10 @@ node_cap = node_imbalance * mean owned nodes and edge_cap = edge_imbalance * mea
 
 0. Start: METIS (recursive bisection up to 16 parts, k-way above), node-balanced, or edge-balanced when
    in-degrees are skewed (coefficient of variation > 2, power-law graphs such as RMAT, where node-balanced
-   METIS leaves 3-8x edge imbalance); optionally (``start_objective="volume"``) k-way METIS minimising the
-   total communication volume instead of the cut. Nodes without any edge cost nothing anywhere: they are re-placed by
+   METIS leaves 3-8x edge imbalance). On skewed graphs up to 8 parts (and with ``start_objective="volume"``
+   at any P) k-way METIS minimising the total communication volume instead of the cut: there it leaves
+   13-16 % fewer max communication rows after refinement, but the volume objective's METIS time grows with P
+   (2.5-3x the cut's at 16 parts on RMAT), so above 8 parts the default stays the cut. Nodes without any edge cost nothing anywhere: they are re-placed by
    water-filling so owned counts are as equal as they can be.
 1. Balance step: parts above the mean load are *sources* (only the parts over a cap while any is), parts
    below it with room under both caps are *receivers*. Nodes of the sources (a shortlist of at most
@@ -72,6 +74,8 @@ SKEW = 2.0
 #: g3 starts from METIS recursive bisection up to this many parts (k-way above): on the SBM and RMAT18 graphs
 #: of the benchmark bisection left 29% / 38% fewer max communication rows at 16 parts than k-way
 RECURSIVE_MAX_PARTS = 16
+#: on skewed graphs g3 starts from METIS minimising the communication volume up to this many parts (the cut above)
+VOLUME_MAX_PARTS = 8
 #: largest N x P for which the replica counts are kept dense (int32: 1 GiB)
 DENSE_LIMIT = 1 << 28
 #: most entries of C an undo record keeps (int32: 64 MiB); larger moves are undone by moving back
@@ -731,17 +735,38 @@ def _fits(group: np.ndarray, val: np.ndarray, budget: np.ndarray, shed: bool) ->
     return ok
 
 
+def start_plan(in_deg: np.ndarray, num_parts: int, balance: str = "auto", recursive: bool | None = None,
+               objective: str = "auto") -> tuple[str, bool, str]:
+    """The METIS start g3 uses: (vertex weights, recursive bisection or not, objective), ``auto``/None resolved.
+
+    Skewed in-degrees (coefficient of variation > ``SKEW``, power-law graphs): edge-balanced, and up to
+    ``VOLUME_MAX_PARTS`` parts (unless ``recursive`` is given) k-way minimising the communication volume; else
+    node-balanced, minimising the cut by bisection up to ``RECURSIVE_MAX_PARTS`` parts, k-way above."""
+    in_deg = np.asarray(in_deg)
+    skewed = float(in_deg.std()) / max(1e-12, float(in_deg.mean())) > SKEW if len(in_deg) else False
+    if balance == "auto":  # skewed: edge-balanced, node counts are filled with cheap nodes
+        balance = "edges" if skewed else "nodes"
+    if objective == "auto":
+        objective = "volume" if skewed and num_parts <= VOLUME_MAX_PARTS and recursive is None else "cut"
+    if objective == "volume":
+        recursive = False
+    elif recursive is None:
+        recursive = num_parts <= RECURSIVE_MAX_PARTS
+    return balance, bool(recursive), objective
+
+
 def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imbalance: float = 1.10,
                  edge_imbalance: float = 1.10, max_iters: int = 100, seed: int = 0, progress: bool = False,
                  log=None, start: np.ndarray | None = None, start_balance: str = "auto", cost_slack: float = 0.0,
-                 recursive: bool | None = None, start_objective: str = "cut") -> tuple[np.ndarray, dict]:
+                 recursive: bool | None = None, start_objective: str = "auto") -> tuple[np.ndarray, dict]:
     """METIS start (node-balanced) refined for the slowest rank's estimated epoch. Returns (assignment, info).
 
     ``indptr``/``indices``: in-edge CSR without self loops. ``start_objective``: the METIS start minimises the
-    edge cut (``cut``, default) or the total communication volume (``volume``: k-way, so ``recursive`` is
-    ignored). On the R-MAT graphs of the benchmark the volume start leaves 13-16 % fewer max communication
-    rows after refinement and a 1-3 % lower estimated epoch, but METIS takes 3-5x longer with it (3-10x on
-    the SBM graph).
+    edge cut (``cut``) or the total communication volume (``volume``: k-way, so ``recursive`` is ignored);
+    ``auto`` (default): the volume when the in-degrees are skewed, P <= ``VOLUME_MAX_PARTS`` and ``recursive``
+    is not given, else the cut. On the R-MAT graphs of the benchmark the volume start leaves 13-16 % fewer max
+    communication rows after refinement and a 1-3 % lower estimated epoch, but METIS takes 3-5x longer with it
+    (3-10x on the SBM graph, where it gains 1-2 %).
     """
     n = len(indptr) - 1
     epoch = 2 * model.layers
@@ -750,14 +775,8 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
         return np.zeros(n, dtype=np.int64), dict(objective_before=0.0, objective_after=0.0, iterations=0, **limits)
     t0 = time.time()
     in_deg = np.diff(np.asarray(indptr))
-    if start_balance == "auto":
-        # skewed degrees (power law): start edge-balanced and fill node counts with cheap nodes; else node-balanced
-        mean = max(1e-12, float(in_deg.mean()))
-        start_balance = "edges" if float(in_deg.std()) / mean > SKEW else "nodes"
-    if start_objective == "volume":
-        recursive = False
-    elif recursive is None:
-        recursive = num_parts <= RECURSIVE_MAX_PARTS
+    start_balance, recursive, start_objective = start_plan(in_deg, num_parts, start_balance, recursive,
+                                                           start_objective)
     if start is None:
         sym = symmetrize(indptr, indices)
         start, info = metis_partition(indptr, indices, num_parts, balance=start_balance, seed=seed, sym=sym,
