@@ -95,6 +95,9 @@ VOLUME_MAX_PARTS = 8
 DESCENT_PATIENCE = 30
 #: at most this fraction of the descent's candidates is proposed as plateau moves (energy unchanged) per batch
 DESCENT_PLATEAU = 0.1
+#: the most candidates the descent examines per evaluation (a random subset beyond): on 10^5-10^6-node graphs
+#: an evaluation then costs about as much as a phase-2 one
+DESCENT_K = 4096
 #: the descent's level: this fraction below the max communication rows (at least one row below it)
 DESCENT_BAND = 0.03
 #: largest N x P for which the replica counts are kept dense (int32: 1 GiB)
@@ -569,7 +572,7 @@ class _Refiner:
         first (lowest dE first), then at most ``plateau`` x candidates moves with dE = 0 in random order.
 
         Candidates: boundary nodes (an out-edge into another part) in, or next to, a part above ``level`` (at most
-        ``self.k``, a random subset beyond), each with one destination drawn at random among the parts its
+        ``DESCENT_K``, a random subset beyond), each with one destination drawn at random among the parts its
         out-edges reach. The exact change of every part's rows is computed (p and q by :meth:`_deltas`, the
         send rows of the in-neighbours' parts from C); a move qualifies when it keeps both caps, keeps the cost
         of every part it changes under ``cost_top`` and raises no part to the current maximum rows. The batch
@@ -594,8 +597,8 @@ class _Refiner:
             mark = np.zeros(self.N, dtype=bool)
             mark[self.src[touch]] = True   # u -> v across parts: u has an out-edge into another part
             cand = np.flatnonzero(mark)
-        if len(cand) > self.k:   # a random subset (random keys, O(len(cand)))
-            cand = np.sort(cand[np.argpartition(rng.random(len(cand)), self.k)[:self.k]])
+        if len(cand) > DESCENT_K:   # a random subset (random keys, O(len(cand)))
+            cand = np.sort(cand[np.argpartition(rng.random(len(cand)), DESCENT_K)[:DESCENT_K]])
         if not len(cand):
             return none, none
         nc = len(cand)
