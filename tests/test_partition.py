@@ -320,6 +320,47 @@ def test_g3_start_and_cost_slack(start, slack):
             assert info["max_comm_rows_after"] <= info["max_comm_rows_phase1"]
 
 
+@pytest.mark.parametrize("dense,seed", [(True, 0), (True, 3), (False, 1)])
+def test_g3_descent_never_raises_max_rows(dense, seed, monkeypatch):
+    """Phase 3 (threshold descent) from a random start on small random graphs: every kept batch leaves the max
+    communication rows no higher, the caps held and the max cost within the bound; exact figures (the state's
+    counts equal a fresh count); the same seed gives the same moves."""
+    from data_tools.partitioners import CostModel
+    from data_tools.partitioners import g3 as g3mod
+    if not dense:
+        monkeypatch.setattr(g3mod, "DENSE_LIMIT", 0)
+    g = random_graph(n=400, m=3000, seed=seed)
+    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    P, model = 5, CostModel(width=16)
+    start = random_partition(g.num_nodes, P, seed)[0]
+    ref = g3mod._Refiner(indptr, indices, P, model, 1.10, 1.10)
+    s0 = g3mod._State(ref, start)
+    assert s0.violation == 0
+    bound = s0.max_cost * 1.001
+    seen = []  # the state at every proposal: after each batch, kept or undone
+    orig = g3mod._Refiner.propose_descent
+
+    def propose(self, s, *args):
+        seen.append((s.max_comm, s.max_cost, s.violation, s.n.max(), s.e.max()))
+        return orig(self, s, *args)
+    monkeypatch.setattr(g3mod._Refiner, "propose_descent", propose)
+    runs = []
+    for _ in range(2):
+        seen.clear()
+        s = g3mod._State(ref, start)
+        it, acc = ref._descend(s, bound, 40, seed, None)
+        assert 0 < acc <= it <= 40
+        np.testing.assert_array_equal(g3mod._State(ref, s.a).comm, s.comm)   # exact incremental counts
+        seen.append((s.max_comm, s.max_cost, s.violation, s.n.max(), s.e.max()))
+        rows = [x[0] for x in seen]
+        assert all(b <= a for a, b in zip(rows, rows[1:])), rows
+        assert rows[-1] < s0.max_comm, "the descent finds something on a random start"
+        for _, cost, viol, n, e in seen:
+            assert viol == 0 and n <= ref.node_cap and e <= ref.edge_cap and cost <= bound * (1 + 1e-12)
+        runs.append(s.a.copy())
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
 def test_budgets_filter_rule_after_rule():
     """A move dropped by one budget no longer uses up another's; a shedding source may overshoot once."""
     from data_tools.partitioners.g3 import _Refiner
