@@ -793,7 +793,9 @@ class _Refiner:
     def refine(self, a: np.ndarray, max_iters: int, progress=None, start=None,
                cost_slack: float = 0.0, descent_iters: int | None = None, seed: int = 0) -> tuple[np.ndarray, dict]:
         """Phase 1 minimises the max cost (balance and total-halo steps); phase 2 lowers the max communication
-        rows (G3's step on the worst parts first) keeping the max cost within ``1 + cost_slack`` of phase 1's."""
+        rows (G3's step on the worst parts first) keeping the max cost within ``1 + cost_slack`` of phase 1's;
+        phase 3 (:meth:`_descend`, under the same bound) evens out the parts' rows when phase 2 leaves them more
+        than ``DESCENT_MIN_IMBALANCE`` apart, or always when ``descent_iters`` is given (``seed``: its draws)."""
         s = _State(self, start if start is not None else a)
         first = dict(max_cost=s.max_cost, violation=s.violation, total_comm=s.total_comm, max_comm=s.max_comm)
         moved = np.nonzero(s.a != a)[0]
