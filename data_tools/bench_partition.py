@@ -157,12 +157,11 @@ def run_graph(name, indptr, indices, train, parts, model, seed, max_iters, log, 
         for method in methods or METHODS:
             if method == "metis-train" and not train.any():
                 continue
-            if method in G3_STARTS:  # a variant whose start resolves to one already run gives the same partition
-                plan = start_plan(in_deg, P, objective=G3_STARTS[method])
-                if plan in g3_done:
-                    rows.append(dict(g3_done[plan], method=method, same_as=g3_done[plan]["method"]))
-                    log(f"  P={P:<3} {method:<18} the same start as {g3_done[plan]['method']} ({plan[2]})")
-                    continue
+            plan = start_plan(in_deg, P, objective=G3_STARTS[method]) if method in G3_STARTS else None
+            if plan in g3_done:  # a g3 variant whose start resolves to one already run gives the same partition
+                rows.append(dict(g3_done[plan], method=method, same_as=g3_done[plan]["method"]))
+                log(f"  P={P:<3} {method:<18} the same start as {g3_done[plan]['method']} ({plan[2]})")
+                continue
             if method.startswith("metis"):
                 _, balance, *objective = method.split("-")
 
@@ -185,7 +184,7 @@ def run_graph(name, indptr, indices, train, parts, model, seed, max_iters, log, 
                 row.update(iterations=info["iterations"], objective_before_ms=1e3 * info["objective_before"],
                            objective_after_ms=1e3 * info["objective_after"], start=info["start"],
                            max_comm_rows_start=info["max_comm_rows_before"])
-                g3_done[start_plan(in_deg, P, objective=G3_STARTS[method])] = row
+                g3_done[plan] = row
             log(f"  P={P:<3} {row['method']:<18} cpu {cpu:8.3f}s wall {wall:8.3f}s  est_max_epoch "
                 f"{row['est_max_epoch_ms']:9.3f} ms  node_imb {row['node_imbalance']:.3f}  "
                 f"edge_imb {row['edge_imbalance']:.3f}  max_comm_rows {row['max_comm_rows']}")

@@ -15,8 +15,8 @@ node_cap = node_imbalance * mean owned nodes and edge_cap = edge_imbalance * mea
    METIS leaves 3-8x edge imbalance). On skewed graphs up to 8 parts (and with ``start_objective="volume"``
    at any P) k-way METIS minimising the total communication volume instead of the cut: there it leaves
    13-16 % fewer max communication rows after refinement, but the volume objective's METIS time grows with P
-   (2.5-3x the cut's at 16 parts on RMAT), so above 8 parts the default stays the cut. Nodes without any edge cost nothing anywhere: they are re-placed by
-   water-filling so owned counts are as equal as they can be.
+   (2.5-3x the cut's at 16 parts on RMAT), so above 8 parts the default stays the cut. Nodes without any
+   edge cost nothing anywhere: they are re-placed by water-filling so owned counts are as equal as they can be.
 1. Balance step: parts above the mean load are *sources* (only the parts over a cap while any is), parts
    below it with room under both caps are *receivers*. Nodes of the sources (a shortlist of at most
    max(4096, N/16), those with most neighbours in a receiver relative to their own part) each get a
@@ -364,7 +364,7 @@ class _Refiner:
         w = np.bincount(inv, weights=pair_w[ok], minlength=len(key))
         kc, kr = key // P, key % P
         order = np.lexsort((kr, -w, kc))
-        first = order[np.concatenate([[True], kc[order][1:] != kc[order][:-1]])] if len(order) else order
+        first = _run_starts(order, kc)
         q[kc[first]] = kr[first]
         return q
 
@@ -613,7 +613,7 @@ class _Refiner:
         oc, orr = oc[other], orr[other]
         key = rng.random(len(oc))
         order = np.lexsort((key, oc))           # per candidate, its out-parts in random order: take the first
-        first = order[np.concatenate([[True], oc[order][1:] != oc[order][:-1]])] if len(order) else order
+        first = _run_starts(order, oc)
         q = np.full(nc, -1, dtype=np.int64)
         q[oc[first]] = orr[first]
         has = q >= 0
@@ -879,6 +879,15 @@ def repair_nodes(a: np.ndarray, cap: float, num_parts: int, degree: np.ndarray) 
     return a
 
 
+def _run_starts(order: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The entries of ``order`` (an ordering grouping equal ``keys``) that start a run of equal keys: the first
+    of each group."""
+    if not len(order):
+        return order
+    k = keys[order]
+    return order[np.concatenate([[True], k[1:] != k[:-1]])]
+
+
 def _sorted_unique(x: np.ndarray) -> np.ndarray:
     """np.unique(x) of an integer array by sorting: numpy 2.4's hash-based unique is 8-17x slower on 10^3-10^5
     entries."""
@@ -981,10 +990,11 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
         def bar(total):
             return tqdm(total=total, desc="g3 refinement", unit="iter", file=sys.stderr, leave=False, disable=None)
     start = np.asarray(start, dtype=np.int64)
-    isolated = (np.diff(np.asarray(indptr)) == 0) & (np.bincount(np.asarray(indices, dtype=np.int64), minlength=n) == 0)
+    out_deg = np.bincount(np.asarray(indices, dtype=np.int64), minlength=n)
+    isolated = (in_deg == 0) & (out_deg == 0)
     a, r = ref.refine(fill_isolated(start, isolated, num_parts), max_iters, bar, start, cost_slack=cost_slack,
                       descent_iters=descent_iters, seed=seed)
-    degree = in_deg + np.bincount(np.asarray(indices, dtype=np.int64), minlength=n)
+    degree = in_deg + out_deg
     a = repair_nodes(a, ref.node_cap, num_parts, degree)
     a, _ = fill_empty_parts(a, num_parts, degree)  # a no-op unless P is close to N
     if not np.array_equal(a, r["assignment"]):
