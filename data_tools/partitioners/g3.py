@@ -115,7 +115,8 @@ class _State:
 
     ``C[u, r]`` = number of edges from u into part r, kept dense (N x P int32) when that fits in
     ``DENSE_LIMIT`` entries, so that a move costs O(its in-edges x P) and no full pass over the graph;
-    otherwise a sparse matrix rebuilt after each move (O(E) per evaluation, any P).
+    otherwise a sparse matrix rebuilt after each move (O(E) per evaluation, any P). ``ext[u]`` = number of
+    other parts u has an out-edge into (u's send rows; u is a boundary node when it is > 0).
     """
 
     def __init__(self, ref: "_Refiner", a: np.ndarray):
@@ -132,9 +133,10 @@ class _State:
             self.flat = self.C.reshape(-1)   # a view: C is only ever updated in place
             self.halo = np.zeros(P)
             self.send = np.zeros(P)
+            self.ext = np.zeros(N, dtype=np.int64)
             for s0 in range(0, N, 1 << 18):
                 rows = np.arange(s0, min(N, s0 + (1 << 18)))
-                halo, send = self._replicas(self.C[rows], a[rows])
+                halo, send, self.ext[rows] = self._replicas(self.C[rows], a[rows])
                 self.halo += halo
                 self.send += send
         else:
@@ -150,16 +152,19 @@ class _State:
         cols = m.indices.astype(np.int64)
         self.keys = rows * P + cols
         remote = cols != a[rows]
+        self.ext = np.bincount(rows[remote], minlength=ref.N)
         self.halo = np.bincount(cols[remote], minlength=P).astype(float)
         self.send = np.bincount(a[rows[remote]], minlength=P).astype(float)
         self.n = np.bincount(a, minlength=P).astype(float)
         self.e = np.bincount(a, weights=ref.in_deg, minlength=P)
 
     def _replicas(self, block, parts):
-        """(halo rows per part, send rows per part) contributed by the rows ``block`` of C, owned by ``parts``."""
+        """(halo rows per part, send rows per part, ext of each row) contributed by the rows ``block`` of C, owned
+        by ``parts``."""
         b = block > 0
         b[np.arange(len(parts)), parts] = False
-        return b.sum(axis=0), np.bincount(parts, weights=_row_count(b), minlength=self.ref.P)
+        ext = _row_count(b)
+        return b.sum(axis=0), np.bincount(parts, weights=ext, minlength=self.ref.P), ext
 
     def get(self, u: np.ndarray, q: np.ndarray) -> np.ndarray:
         """C[u, q] for arrays of (u, q) pairs."""
@@ -169,12 +174,6 @@ class _State:
         i = np.minimum(np.searchsorted(self.keys, k), max(0, len(self.keys) - 1))
         hit = self.keys[i] == k if len(self.keys) else np.zeros(len(k), dtype=bool)
         return np.where(hit, self.m.data[i], 0)
-
-    def rowcount(self, v: np.ndarray) -> np.ndarray:
-        """Number of parts each v has an out-edge into."""
-        if self.dense:
-            return _row_count(self.C[v])
-        return np.diff(self.m.indptr)[v]
 
     def out_pairs(self, v: np.ndarray):
         """(index into v, part r, C[v, r]) for the non-zero entries of the rows v."""
@@ -192,11 +191,11 @@ class _State:
         ref, P = self.ref, self.ref.P
         old = self.a[nodes].copy()
         if not len(nodes):  # nothing moves (a chained step whose balance half proposes nothing): an undo record only
-            self._undo = self._undo[-1:] + [(nodes, old, self.version, (None, None, (), []))]
+            self._undo = self._undo[-1:] + [(nodes, old, self.version, (None, None, None, (), []))]
             return old
         if not self.dense:  # the sparse counts are rebuilt, never mutated: undo can keep the previous ones
-            keys = self._FIGURES + ("m", "keys")
-            saved = (None, None, keys, [getattr(self, k) for k in keys]) if len(self.keys) <= UNDO_LIMIT else None
+            keys = self._FIGURES + ("m", "keys", "ext")
+            saved = (None, None, None, keys, [getattr(self, k) for k in keys]) if len(self.keys) <= UNDO_LIMIT else None
             self._undo = self._undo[-1:] + [(nodes, old, self.version, saved)]
             self.version = next(self.ref.versions)
             self.a[nodes] = dest
@@ -218,11 +217,15 @@ class _State:
             at = rows.searchsorted(u) * P
         block = self.C[rows]
         # what undo restores: the rows of C (small enough to keep), the per-part figures (replaced, never mutated)
-        saved = ((rows, block.copy(), self._FIGURES, [getattr(self, k) for k in self._FIGURES])
+        ext0 = self.ext[rows]
+        saved = ((rows, block.copy(), ext0, self._FIGURES, [getattr(self, k) for k in self._FIGURES])
                  if block.size <= UNDO_LIMIT else None)
         self._undo = self._undo[-1:] + [(nodes, old, self.version, saved)]
         self.version = next(self.ref.versions)
-        halo0, send0 = self._replicas(block, self.a[rows])
+        b = block > 0
+        b[np.arange(len(rows)), self.a[rows]] = False
+        halo0 = b.sum(axis=0)
+        send0 = np.bincount(self.a[rows], weights=ext0, minlength=P)
         nb = len(rows) * P
         if nb <= 16 * len(u) + 4096:
             block += (np.bincount(at + dest[ci], minlength=nb) - np.bincount(at + old[ci], minlength=nb)).reshape(-1, P)
@@ -232,7 +235,7 @@ class _State:
             np.add.at(flat, at + dest[ci], 1)
         self.C[rows] = block
         self.a[nodes] = dest
-        halo1, send1 = self._replicas(block, self.a[rows])
+        halo1, send1, self.ext[rows] = self._replicas(block, self.a[rows])
         self.halo = self.halo + (halo1 - halo0)   # integer counts: exact in any order
         self.send = self.send + (send1 - send0)
         d_e = ref.in_deg[nodes]
@@ -250,9 +253,10 @@ class _State:
             self.version = version
             return
         self.version = version
-        rows, block, keys, values = saved
+        rows, block, ext, keys, values = saved
         if rows is not None:
             self.C[rows] = block
+            self.ext[rows] = ext
         self.a[nodes] = old
         for k, v in zip(keys, values):
             setattr(self, k, v)
@@ -368,10 +372,9 @@ class _Refiner:
         q[kc[first]] = kr[first]
         return q
 
-    def _deltas(self, s: _State, cand, q, ci, u, rows=None, halo: bool = True):
+    def _deltas(self, s: _State, cand, q, ci, u, halo: bool = True):
         """Exact single-move changes (comm rows of p, comm rows of q, total halo rows) of moving cand to q.
-        ``rows``: C[cand] when the caller has it (dense counts); ``halo=False``: the halo change is not needed
-        (None)."""
+        ``halo=False``: the halo change is not needed (None)."""
         a = s.a
         nc = len(cand)
         p = a[cand]
@@ -379,7 +382,7 @@ class _Refiner:
         x = (s.get(u, qe) == 0).view(np.int8)        # C[u, q] == 0
         y = -(s.get(u, pe) == 1).view(np.int8)       # -(C[u, p] == 1)
         m_vp, m_vq = (s.get(cand, p) > 0).view(np.int8), (s.get(cand, q) > 0).view(np.int8)
-        t = s.rowcount(cand) if rows is None else _row_count(rows)
+        t = s.ext[cand] + m_vp                      # parts v has an out-edge into
         in_p, in_q = au == pe, au == qe
         # per in-edge u -> v, with lost_p = u not in p and C[u, p] == 1 (p no longer needs u), new_q = u not in q
         # and C[u, q] == 0 (q now needs u): the terms of p's rows (u in p: x, else -lost_p), of q's rows (u in
@@ -404,6 +407,7 @@ class _Refiner:
         a fourth entry, True when its values are non-negative integers: then a rule that every group's total
         meets (exact) cannot drop a move and is skipped."""
         keep = None  # the moves still kept (None: all)
+        sorts = {}   # id of a rule's group array -> its grouping of the moves still kept (rules share p's and q's)
         for rule, shedding in [(r, False) for r in rules] + [(r, True) for r in shed]:
             group, val, budget = rule[0], np.asarray(rule[1], dtype=float), rule[2]
             if keep is not None:
@@ -413,9 +417,13 @@ class _Refiner:
             if len(rule) > 3 and rule[3] and not shedding and (
                     np.bincount(group, weights=val, minlength=len(budget)) <= budget + 1e-12).all():
                 continue
-            fits = _fits(group, val, budget, shedding)
+            grouping = sorts.get(id(rule[0]))
+            if grouping is None:
+                grouping = sorts[id(rule[0])] = _grouping(group, len(budget))
+            fits = _fits(group, val, budget, shedding, grouping)
             if not fits.all():
                 keep = np.flatnonzero(fits) if keep is None else keep[fits]
+                sorts = {}
         if keep is None:
             return np.ones(len(idx), dtype=bool)
         ok = np.zeros(len(idx), dtype=bool)
@@ -464,7 +472,7 @@ class _Refiner:
         rows = s.C[cand] if s.dense else None
         q = self._destinations(s, cand, ci, u, receivers, int(rec[np.argmin(s.load[rec])]), rows)
         p = a[cand]
-        d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, rows, halo=False)
+        d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, halo=False)
         d_e = self.in_deg[cand]
         d_cost_q = self.c_edge * d_e + self.c_row * d_comm_q
         pen = PENALTY * s.mean_cost
@@ -510,7 +518,7 @@ class _Refiner:
         cand, q = cand[has], q[has]
         ci, u = self._edges_of(has, ci, u)
         p = a[cand]
-        d_comm_p, d_comm_q, d_halo = self._deltas(s, cand, q, ci, u, None if rows is None else rows[has])
+        d_comm_p, d_comm_q, d_halo = self._deltas(s, cand, q, ci, u)
         idx = np.nonzero(d_halo < 0)[0]
         idx = idx[np.lexsort((cand[idx], d_halo[idx]))]
         d_e = self.in_deg[cand[idx]]
@@ -595,7 +603,7 @@ class _Refiner:
                 cand = np.flatnonzero(near)
             else:
                 cand = np.arange(self.N)
-            cand = cand[_row_count(s.C[cand]) > (s.flat[cand * P + a[cand]] > 0)]   # boundary nodes
+            cand = cand[s.ext[cand] > 0]   # boundary nodes
         else:
             cross = a[self.src] != a[self.dst]
             touch = cross & (hot[a[self.src]] | hot[a[self.dst]])
@@ -612,10 +620,12 @@ class _Refiner:
         other = orr != p[oc]
         oc, orr = oc[other], orr[other]
         key = rng.random(len(oc))
-        order = np.lexsort((key, oc))           # per candidate, its out-parts in random order: take the first
-        first = _run_starts(order, oc)
         q = np.full(nc, -1, dtype=np.int64)
-        q[oc[first]] = orr[first]
+        if len(oc):   # per candidate (oc is sorted), the out-part with the lowest key (ties: the first)
+            starts = np.flatnonzero(np.concatenate(([True], oc[1:] != oc[:-1])))
+            low = np.minimum.reduceat(key, starts)
+            first = _run_starts(np.flatnonzero(key == low.repeat(np.diff(np.append(starts, len(oc))))), oc)
+            q[oc[first]] = orr[first]
         has = q >= 0
         if not has.all():
             cand, q, p = cand[has], q[has], p[has]
@@ -916,16 +926,24 @@ def _row_count(x: np.ndarray) -> np.ndarray:
     return (b.view(np.uint8) @ np.ones(x.shape[1], dtype=np.uint8)).astype(np.int64)  # a byte per row: P < 256
 
 
-def _fits(group: np.ndarray, val: np.ndarray, budget: np.ndarray, shed: bool) -> np.ndarray:
+def _grouping(group: np.ndarray, num_groups: int) -> tuple:
+    """(order, group[order], where each sorted entry's group starts): the moves sorted by group, stably."""
+    # group IDs < num_groups: as int16 the stable sort is a radix sort
+    order = (group.astype(np.int16) if num_groups <= 1 << 15 else group).argsort(kind="stable")
+    g = group[order]
+    return order, g, g.searchsorted(g)
+
+
+def _fits(group: np.ndarray, val: np.ndarray, budget: np.ndarray, shed: bool, grouping: tuple | None = None
+          ) -> np.ndarray:
     """Per move (in rank order = input order): whether the running total of val within its group, including the
     move (``shed``: before it), stays within budget[group]. The running total is the cumulative sum over all
-    moves sorted by group, less its value at the group's start."""
-    # part IDs < len(budget): as int16 the stable sort is a radix sort
-    order = (group.astype(np.int16) if len(budget) <= 1 << 15 else group).argsort(kind="stable")
-    g = group[order]
+    moves sorted by group, less its value at the group's start. ``grouping``: :func:`_grouping` of group, when
+    the caller has it."""
+    order, g, start = _grouping(group, len(budget)) if grouping is None else grouping
     v = val[order]
     cs = v.cumsum()
-    within = cs - np.concatenate(([0.0], cs))[g.searchsorted(g)]
+    within = cs - np.concatenate(([0.0], cs))[start]
     ok = np.empty(len(g), dtype=bool)
     ok[order] = within - v < budget[g] - 1e-12 if shed else within <= budget[g] + 1e-12
     return ok
