@@ -361,6 +361,49 @@ def test_g3_descent_never_raises_max_rows(dense, seed, monkeypatch):
     np.testing.assert_array_equal(runs[0], runs[1])
 
 
+def test_g3_descent_stops_when_rows_stall(monkeypatch):
+    """The descent stops once its max communication rows fell by less than DESCENT_TOL over the last
+    DESCENT_WINDOW evaluations (a tolerance of 100 %: after exactly DESCENT_WINDOW evaluations); deterministic."""
+    from data_tools.partitioners import CostModel
+    from data_tools.partitioners import g3 as g3mod
+    g = random_graph(n=400, m=3000, seed=0)
+    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    P = 5
+    start = random_partition(g.num_nodes, P, 0)[0]
+    ref = g3mod._Refiner(indptr, indices, P, CostModel(width=16), 1.10, 1.10)
+    bound = g3mod._State(ref, start).max_cost * 1.001
+    s = g3mod._State(ref, start)
+    full, _ = ref._descend(s, bound, 40, 0, None)
+    assert full > g3mod.DESCENT_WINDOW
+    monkeypatch.setattr(g3mod, "DESCENT_TOL", 1.0)
+    runs = []
+    for _ in range(2):
+        s = g3mod._State(ref, start)
+        it, _ = ref._descend(s, bound, 40, 0, None)
+        assert it == g3mod.DESCENT_WINDOW
+        runs.append(s.a.copy())
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def test_g3_descent_replaces_phase2_when_rows_far_apart(cora_npz):
+    """On Cora phase 1 leaves the parts' communication rows more than DESCENT_MIN_IMBALANCE apart: phase 2 is
+    skipped and the descent runs in its place, lowering the max rows below phase 1's; with the descent off
+    (descent_iters=0) phase 2 runs. Both deterministic."""
+    from data_tools.partitioners import CostModel
+    from data_tools.partitioners.g3 import g3_partition
+    g = cora_graph(cora_npz)
+    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    model = CostModel(width=128)
+    a, info = g3_partition(indptr, indices, 8, model=model)
+    assert info["phase2_skipped"] and info["descent_iterations"] > 0
+    assert info["max_comm_rows_after"] < info["max_comm_rows_phase1"]
+    assert np.array_equal(a, g3_partition(indptr, indices, 8, model=model)[0])
+    b, off = g3_partition(indptr, indices, 8, model=model, descent_iters=0)
+    assert not off["phase2_skipped"] and off["descent_iterations"] == 0
+    assert off["iterations"] > info["iterations"] - info["descent_iterations"]
+    assert np.array_equal(b, g3_partition(indptr, indices, 8, model=model, descent_iters=0)[0])
+
+
 def test_budgets_filter_rule_after_rule():
     """A move dropped by one budget no longer uses up another's; a shedding source may overshoot once."""
     from data_tools.partitioners.g3 import _Refiner

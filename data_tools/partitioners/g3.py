@@ -42,7 +42,7 @@ node_cap = node_imbalance * mean owned nodes and edge_cap = edge_imbalance * mea
    undone and ``step`` halved.
 
 6. Descent step (phase 3): a zero-temperature threshold descent on the energy E = sum over parts of
-   max(0, comm_p - level), the level ``DESCENT_BAND`` (3 %) below the max communication rows (at least one
+   max(0, comm_p - level), the level ``DESCENT_BAND`` (10 %) below the max communication rows (at least one
    row), lowered as the maximum falls. Boundary nodes in or next to a part above the level each draw (seeded)
    one destination among the parts their out-edges reach; the exact row changes of p, q (as in 4) and of the
    in-neighbours' parts (send rows: u loses its last edge into p, gains its first into q) give each move's
@@ -56,11 +56,17 @@ node_cap = node_imbalance * mean owned nodes and edge_cap = edge_imbalance * mea
 Phase 1 alternates balance, communication and chain steps; phase 2 alternates swap, max-communication,
 balance and communication steps with the max cost allowed up to ``(1 + cost_slack)`` times phase 1's
 (default 0: the max cost never rises). Each phase runs until no step proposes a move, ``step`` < 1/256,
-two accepted steps in a row gain less than 0.1 %, or ``max_iters`` evaluations (both phases together).
-Phase 3 (the descent, under the same bound; by default only when the max communication rows are more than
-``DESCENT_MIN_IMBALANCE`` (1.10) times the mean) runs until ``DESCENT_PATIENCE`` kept batches in a row leave the
-energy as it was, nothing is proposed, or as many evaluations as phases 1 and 2 took (at most ``max_iters``;
-``descent_iters`` overrides it): on 10^5-10^6-node graphs an evaluation costs tens of milliseconds. A
+two accepted steps in a row gain less than 0.1 %, its objective gained less than 0.1 % over the last
+``WINDOW`` (8) evaluations (phase 1: ``PHASE1_WINDOW``, 3, one round of its steps), or ``max_iters``
+evaluations (both phases together). Phase 3 (the descent, under the same bound; by default only when the max
+communication rows are more than ``DESCENT_MIN_IMBALANCE`` (1.10) times the mean) runs until the max rows
+fell by less than ``DESCENT_TOL`` (1 %) over the last ``DESCENT_WINDOW`` (4) evaluations,
+``DESCENT_PATIENCE`` kept batches in a row leave the energy as it was, nothing is proposed, or as many
+evaluations as phases 1 and 2 took (at most ``max_iters``; ``descent_iters`` overrides it): on 10^5-10^6-node
+graphs an evaluation costs tens of milliseconds. When phase 1 already leaves the rows more than
+``DESCENT_MIN_IMBALANCE`` apart, phase 2 is skipped and the descent runs in its place (phase 2 only works on
+the parts within ``COMM_BAND`` of the maximum; on Cora it took 8-14 evaluations for what the descent does in
+1-3). A
 last repair moves lowest-degree nodes out of any part still above the node cap. Everything is deterministic
 for a given seed (the METIS seed; ties broken by node and part ID).
 """
@@ -79,8 +85,12 @@ PENALTY = 10.0
 MIN_STEP = 1 / 256
 #: relative gain under which an accepted step counts as converging
 TOL = 1e-3
-#: a phase stops when its objective gained less than TOL over this many evaluations
+#: phase 2 stops when its objective gained less than TOL over this many evaluations
 WINDOW = 8
+#: phase 1 stops when its objective (the max cost) gained less than TOL over this many evaluations: one round of its
+#: three steps. On the SBM and R-MAT 16 graphs of the benchmark (4-16 parts) a window of 8 left est. epochs at most
+#: 0.1 % lower for 20-40 % more phase-1 evaluations; on Cora the extra evaluations gained nothing
+PHASE1_WINDOW = 3
 #: the max-communication step works on the parts within this fraction of the maximum rows
 COMM_BAND = 0.05
 PHASE1 = ("balance", "comm", "chain")
@@ -99,11 +109,18 @@ DESCENT_PLATEAU = 0.1
 #: the most candidates the descent examines per evaluation (a random subset beyond): on 10^5-10^6-node graphs
 #: an evaluation then costs about as much as a phase-2 one
 DESCENT_K = 4096
-#: the descent's level: this fraction below the max communication rows (at least one row below it)
-DESCENT_BAND = 0.03
+#: the descent's level: this fraction below the max communication rows (at least one row below it). On Cora
+#: (4-16 parts) 10 % reached the rows of a 3 % level in about half the evaluations
+DESCENT_BAND = 0.10
+#: the descent stops when its max communication rows fell by less than DESCENT_TOL over DESCENT_WINDOW evaluations
+DESCENT_WINDOW = 4
+DESCENT_TOL = 0.01
 #: by default the descent runs only when the parts' rows are further apart than this (max / mean): on the SBM and
 #: R-MAT graphs of the benchmark, where phase 2 leaves them within 1-9 %, it lowered the max rows by at most 3 %
-#: for 10-50 % more refinement time; on Cora (20-43 % apart) by 7-16 %
+#: for 10-50 % more refinement time; on Cora (20-43 % apart) by 7-16 %. When phase 1 leaves them further apart
+#: than this, the descent replaces phase 2 (which works only on the parts within COMM_BAND of the maximum): on Cora
+#: phase 2 then took 8-14 evaluations for what the descent does in 1-3; forced on the SBM and R-MAT 16/18 graphs at
+#: 16 parts (phase 1 leaves them 8-10 % apart), the descent in place of phase 2 left 0-2 % fewer max rows
 DESCENT_MIN_IMBALANCE = 1.10
 #: largest N x P for which the replica counts are kept dense (int32: 1 GiB)
 DENSE_LIMIT = 1 << 28
@@ -703,10 +720,11 @@ class _Refiner:
         drop[ci[rank[u] < ci]] = True
         return idx[~drop]
 
-    def _loop(self, s: _State, modes, max_iters: int, bound: float, bar, objective: int) -> tuple[int, int]:
+    def _loop(self, s: _State, modes, max_iters: int, bound: float, bar, objective: int,
+              window: int = WINDOW) -> tuple[int, int]:
         """Alternate the proposal steps of ``modes`` (applied, kept if ``key(bound)`` improves, else undone and
         the step halved) until none proposes a move, each converged, the phase's objective (``key`` entry
-        ``objective``) gained less than ``TOL`` over the last ``WINDOW`` evaluations without cap violation, or
+        ``objective``) gained less than ``TOL`` over the last ``window`` evaluations without cap violation, or
         ``max_iters`` evaluations."""
         steps = {m: 1.0 for m in modes}
         idle = {m: False for m in modes}
@@ -716,7 +734,7 @@ class _Refiner:
         memo = {}  # mode -> (state version, its proposal)
         history = [s.key(bound)[objective]]
         while iters < max_iters and not all(idle.values()):
-            if len(history) > WINDOW and s.violation == 0 and history[-1] > history[-1 - WINDOW] * (1 - TOL):
+            if len(history) > window and s.violation == 0 and history[-1] > history[-1 - window] * (1 - TOL):
                 break
             mode = modes[k_mode % len(modes)]
             k_mode += 1
@@ -771,11 +789,15 @@ class _Refiner:
         kept if no cap is newly crossed, the max cost stays under ``cost_top``, the max rows do not rise and the
         energy does not rise (plateau batches are kept: they reshape the boundary for later drops); else
         undone and ``step`` halved. Stops after ``DESCENT_PATIENCE`` kept batches in a row without an energy
-        drop, when nothing is proposed, ``step`` < 1/256, or after ``max_iters`` evaluations. Deterministic for
+        drop, when the max rows fell by less than ``DESCENT_TOL`` over the last ``DESCENT_WINDOW`` evaluations,
+        when nothing is proposed, ``step`` < 1/256, or after ``max_iters`` evaluations. Deterministic for
         ``seed`` (candidate subsets, destinations and plateau moves are drawn from it)."""
         rng = np.random.default_rng(seed)
         step, iters, accepted, stall = 1.0, 0, 0, 0
+        history = [s.max_comm]
         while iters < max_iters and step >= MIN_STEP and stall < DESCENT_PATIENCE:
+            if len(history) > DESCENT_WINDOW and history[-1] > history[-1 - DESCENT_WINDOW] * (1 - DESCENT_TOL):
+                break
             top = s.max_comm
             level = min(top - 1, np.floor(top * (1 - DESCENT_BAND)))
             nodes, dest = self.propose_descent(s, cost_top, level, rng, DESCENT_PLATEAU)
@@ -798,6 +820,7 @@ class _Refiner:
             else:
                 s.undo()
                 step /= 2
+            history.append(s.max_comm)
         return iters, accepted
 
     def refine(self, a: np.ndarray, max_iters: int, progress=None, start=None,
@@ -805,21 +828,28 @@ class _Refiner:
         """Phase 1 minimises the max cost (balance and total-halo steps); phase 2 lowers the max communication
         rows (G3's step on the worst parts first) keeping the max cost within ``1 + cost_slack`` of phase 1's;
         phase 3 (:meth:`_descend`, under the same bound) evens out the parts' rows when phase 2 leaves them more
-        than ``DESCENT_MIN_IMBALANCE`` apart, or always when ``descent_iters`` is given (``seed``: its draws)."""
+        than ``DESCENT_MIN_IMBALANCE`` apart, or always when ``descent_iters`` is given (``seed``: its draws).
+        When phase 1 already leaves them more than ``DESCENT_MIN_IMBALANCE`` apart, phase 2 is skipped and the
+        descent runs in its place (unless ``descent_iters`` is 0)."""
         s = _State(self, start if start is not None else a)
         first = dict(max_cost=s.max_cost, violation=s.violation, total_comm=s.total_comm, max_comm=s.max_comm)
         moved = np.nonzero(s.a != a)[0]
         if len(moved):
             s.apply(moved, a[moved])
         bar = progress(total=max_iters) if progress else None
-        it1, acc1 = self._loop(s, PHASE1, max_iters, 0.0, bar, objective=1)
+        it1, acc1 = self._loop(s, PHASE1, max_iters, 0.0, bar, objective=1, window=PHASE1_WINDOW)
         phase1 = dict(max_cost=s.max_cost, max_comm=s.max_comm, iterations=it1)
         bound = s.max_cost * (1 + cost_slack) if s.violation == 0 else 0.0
-        it2, acc2 = self._loop(s, PHASE2, max_iters - it1, bound, bar, objective=2)
-        phase2 = dict(max_cost=s.max_cost, max_comm=s.max_comm, iterations=it2)
+        descent = s.violation == 0 and bound > 0 and descent_iters != 0
+        # the descent replaces phase 2 when the parts' rows are far apart (max / mean communication rows)
+        skip2 = descent and float(s.comm.max() / max(1e-300, s.comm.mean())) > DESCENT_MIN_IMBALANCE
+        it2 = acc2 = 0
+        if not skip2:
+            it2, acc2 = self._loop(s, PHASE2, max_iters - it1, bound, bar, objective=2)
+        phase2 = dict(max_cost=s.max_cost, max_comm=s.max_comm, iterations=it2, skipped=skip2)
         it3 = acc3 = 0
-        spread = float(s.comm.max() / max(1e-300, s.comm.mean()))   # max / mean communication rows
-        if s.violation == 0 and bound > 0 and (descent_iters is not None or spread > DESCENT_MIN_IMBALANCE):
+        spread = float(s.comm.max() / max(1e-300, s.comm.mean()))
+        if descent and (skip2 or descent_iters is not None or spread > DESCENT_MIN_IMBALANCE):
             budget = min(max_iters, it1 + it2) if descent_iters is None else descent_iters
             it3, acc3 = self._descend(s, bound, budget, seed, bar)
         it2, acc2 = it2 + it3, acc2 + acc3
@@ -1031,7 +1061,8 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
                max_comm_rows_phase1=int(r["phase1"]["max_comm"]), cost_slack=cost_slack,
                node_imbalance_after=last["node_imbalance"], edge_imbalance_after=last["edge_imbalance"],
                iterations=r["iterations"], accepted_iterations=r["accepted"],
-               max_comm_rows_phase2=int(r["phase2"]["max_comm"]), descent_iterations=r["descent"]["iterations"],
+               max_comm_rows_phase2=int(r["phase2"]["max_comm"]), phase2_skipped=r["phase2"]["skipped"],
+               descent_iterations=r["descent"]["iterations"],
                start=f"metis balance={start_balance} {'recursive' if recursive else 'kway'}"
                      + (" objective=volume" if start_objective == "volume" else ""),
                metis_seconds=round(t_metis, 3), refine_seconds=round(time.time() - t0 - t_metis, 3), **limits)
