@@ -89,7 +89,7 @@ TOL = 1e-3
 WINDOW = 8
 #: phase 1 stops when its objective (the max cost) gained less than TOL over this many evaluations: one round of its
 #: three steps. On the SBM and R-MAT 16 graphs of the benchmark (4-16 parts) a window of 8 left est. epochs at most
-#: 0.1 % lower for 20-40 % more phase-1 evaluations; on Cora the extra evaluations gained nothing
+#: 0.1 % lower for 4-7 more evaluations (17-24 in all instead of 12-20); on Cora the extra ones gained nothing
 PHASE1_WINDOW = 3
 #: the max-communication step works on the parts within this fraction of the maximum rows
 COMM_BAND = 0.05
@@ -120,7 +120,8 @@ DESCENT_TOL = 0.01
 #: for 10-50 % more refinement time; on Cora (20-43 % apart) by 7-16 %. When phase 1 leaves them further apart
 #: than this, the descent replaces phase 2 (which works only on the parts within COMM_BAND of the maximum): on Cora
 #: phase 2 then took 8-14 evaluations for what the descent does in 1-3; forced on the SBM and R-MAT 16/18 graphs at
-#: 16 parts (phase 1 leaves them 8-10 % apart), the descent in place of phase 2 left 0-2 % fewer max rows
+#: 16 parts (phase 1 leaves them 8-10 % apart), the descent in place of phase 2 left the max rows 2 % lower to
+#: 0.3 % higher at the same est. epoch
 DESCENT_MIN_IMBALANCE = 1.10
 #: largest N x P for which the replica counts are kept dense (int32: 1 GiB)
 DENSE_LIMIT = 1 << 28
