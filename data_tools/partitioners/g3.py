@@ -152,8 +152,9 @@ class _State:
             self.halo = np.zeros(P)
             self.send = np.zeros(P)
             self.ext = np.zeros(N, dtype=np.int64)
-            for s0 in range(0, N, 1 << 18):
-                rows = np.arange(s0, min(N, s0 + (1 << 18)))
+            chunk = max(1, (1 << 21) // P)   # rows per block: its float copy in _replicas stays within 16 MiB
+            for s0 in range(0, N, chunk):
+                rows = np.arange(s0, min(N, s0 + chunk))
                 halo, send, self.ext[rows] = self._replicas(self.C[rows], a[rows])
                 self.halo += halo
                 self.send += send
@@ -178,11 +179,13 @@ class _State:
 
     def _replicas(self, block, parts):
         """(halo rows per part, send rows per part, ext of each row) contributed by the rows ``block`` of C, owned
-        by ``parts``."""
+        by ``parts``. The row and column counts are products with 0/1 float matrices (exact below 2^53; numpy's
+        integer reductions along short rows or down columns are several times slower)."""
         b = block > 0
         b[np.arange(len(parts)), parts] = False
-        ext = _row_count(b)
-        return b.sum(axis=0), np.bincount(parts, weights=ext, minlength=self.ref.P), ext
+        f = b.astype(float)
+        ext = (f @ np.ones(self.ref.P)).astype(np.int64)
+        return np.ones(len(f)) @ f, np.bincount(parts, weights=ext, minlength=self.ref.P), ext
 
     def get(self, u: np.ndarray, q: np.ndarray) -> np.ndarray:
         """C[u, q] for arrays of (u, q) pairs."""
@@ -240,10 +243,7 @@ class _State:
                  if block.size <= UNDO_LIMIT else None)
         self._undo = self._undo[-1:] + [(nodes, old, self.version, saved)]
         self.version = next(self.ref.versions)
-        b = block > 0
-        b[np.arange(len(rows)), self.a[rows]] = False
-        halo0 = b.sum(axis=0)
-        send0 = np.bincount(self.a[rows], weights=ext0, minlength=P)
+        halo0, send0, _ = self._replicas(block, self.a[rows])
         nb = len(rows) * P
         if nb <= 16 * len(u) + 4096:
             block += (np.bincount(at + dest[ci], minlength=nb) - np.bincount(at + old[ci], minlength=nb)).reshape(-1, P)
@@ -947,14 +947,6 @@ def _row_max(x: np.ndarray) -> np.ndarray:
     for j in range(1, x.shape[1]):
         np.maximum(out, x[:, j], out=out)
     return out
-
-
-def _row_count(x: np.ndarray) -> np.ndarray:
-    """Number of positive (true) entries of each row of an (n, P) integer or bool array, as int64."""
-    b = x if x.dtype == bool else x > 0
-    if x.shape[1] >= 256:
-        return b.sum(axis=1)
-    return (b.view(np.uint8) @ np.ones(x.shape[1], dtype=np.uint8)).astype(np.int64)  # a byte per row: P < 256
 
 
 def _grouping(group: np.ndarray, num_groups: int) -> tuple:
