@@ -148,14 +148,15 @@ class _State:
         self.e = np.bincount(a, weights=ref.in_deg, minlength=P)
         if self.dense:
             self.C = np.bincount(ref.src * P + a[ref.dst], minlength=N * P).astype(np.int32).reshape(N, P)
-            self.flat = self.C.reshape(-1)   # a view: C is only ever updated in place
+            self.flat = self.C.reshape(-1)   # views: C is only ever updated in place
+            self._row_items = self.C.view(np.dtype((np.void, self.C.itemsize * P))).reshape(N)   # a row per item
             self.halo = np.zeros(P)
             self.send = np.zeros(P)
             self.ext = np.zeros(N, dtype=np.int64)
             chunk = max(1, (1 << 21) // P)   # rows per block: its float copy in _replicas stays within 16 MiB
             for s0 in range(0, N, chunk):
                 rows = np.arange(s0, min(N, s0 + chunk))
-                halo, send, self.ext[rows] = self._replicas(self.C[rows], a[rows])
+                halo, send, self.ext[rows] = self._replicas(self.C[rows[0]:rows[-1] + 1], a[rows])
                 self.halo += halo
                 self.send += send
         else:
@@ -187,6 +188,15 @@ class _State:
         ext = (f @ np.ones(self.ref.P)).astype(np.int64)
         return np.ones(len(f)) @ f, np.bincount(parts, weights=ext, minlength=self.ref.P), ext
 
+    def rows(self, v: np.ndarray) -> np.ndarray:
+        """C[v] (a copy) for an array of nodes v (dense counts): numpy 2.4's fancy indexing of short rows is 5-10x
+        slower than take."""
+        return self.C.take(v, axis=0)
+
+    def _put_rows(self, rows: np.ndarray, block: np.ndarray):
+        """C[rows] = block, a row as one item (2-8x faster than assigning short rows by fancy indexing)."""
+        self._row_items[rows] = np.ascontiguousarray(block).view(self._row_items.dtype).reshape(-1)
+
     def get(self, u: np.ndarray, q: np.ndarray) -> np.ndarray:
         """C[u, q] for arrays of (u, q) pairs."""
         if self.dense:
@@ -196,15 +206,18 @@ class _State:
         hit = self.keys[i] == k if len(self.keys) else np.zeros(len(k), dtype=bool)
         return np.where(hit, self.m.data[i], 0)
 
-    def out_pairs(self, v: np.ndarray):
-        """(index into v, part r, C[v, r]) for the non-zero entries of the rows v."""
+    def out_pairs(self, v: np.ndarray, weights: bool = True):
+        """(index into v, part r, C[v, r]) for the non-zero entries of the rows v, row by row, parts ascending.
+        ``weights=False``: (index into v, part r) only."""
         if self.dense:
-            ci, r = np.nonzero(self.C[v])
-            return ci.astype(np.int64), r.astype(np.int64), self.C[v[ci], r].astype(float)
+            rows = self.rows(v)
+            ci, r = np.nonzero(rows)
+            return (ci, r, rows[ci, r].astype(float)) if weights else (ci, r)
         cnt = np.diff(self.m.indptr)[v]
         ci = np.repeat(np.arange(len(v), dtype=np.int64), cnt)
         pos = np.repeat(self.m.indptr[v] - np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt) + np.arange(int(cnt.sum()))
-        return ci, self.m.indices[pos].astype(np.int64), self.m.data[pos].astype(float)
+        r = self.m.indices[pos].astype(np.int64)
+        return (ci, r, self.m.data[pos].astype(float)) if weights else (ci, r)
 
     # ---- moves
     def apply(self, nodes: np.ndarray, dest: np.ndarray) -> np.ndarray:
@@ -236,7 +249,7 @@ class _State:
         else:
             rows = _sorted_unique(np.concatenate([nodes, u]))
             at = rows.searchsorted(u) * P
-        block = self.C[rows]
+        block = self.rows(rows)
         # what undo restores: the rows of C (small enough to keep), the per-part figures (replaced, never mutated)
         ext0 = self.ext[rows]
         saved = ((rows, block.copy(), ext0, self._FIGURES, [getattr(self, k) for k in self._FIGURES])
@@ -251,7 +264,7 @@ class _State:
             flat = block.reshape(-1)
             np.subtract.at(flat, at + old[ci], 1)
             np.add.at(flat, at + dest[ci], 1)
-        self.C[rows] = block
+        self._put_rows(rows, block)
         self.a[nodes] = dest
         halo1, send1, self.ext[rows] = self._replicas(block, self.a[rows])
         self.halo = self.halo + (halo1 - halo0)   # integer counts: exact in any order
@@ -273,7 +286,7 @@ class _State:
         self.version = version
         rows, block, ext, keys, values = saved
         if rows is not None:
-            self.C[rows] = block
+            self._put_rows(rows, block)
             self.ext[rows] = ext
         self.a[nodes] = old
         for k, v in zip(keys, values):
@@ -363,7 +376,7 @@ class _Refiner:
         fallback = -1 if fallback is None else fallback
         if s.dense and nc * P <= DENSE_LIMIT // 4:  # counts C[v, r] of out-neighbours plus in-neighbours, as integers
             w = np.bincount(ci * P + a[u], minlength=nc * P).reshape(nc, P)
-            w += s.C[cand] if rows is None else rows
+            w += s.rows(cand) if rows is None else rows
             if not allowed.all():
                 w[:, ~allowed] = 0
             at = np.arange(nc)
@@ -390,18 +403,24 @@ class _Refiner:
         q[kc[first]] = kr[first]
         return q
 
-    def _deltas(self, s: _State, cand, q, ci, u, halo: bool = True):
+    @staticmethod
+    def _edge_terms(s: _State, p, q, ci, u):
+        """Per in-edge u -> v of the candidates (v moving from p to q): (part of u, x = (C[u, q] == 0),
+        y = -(C[u, p] == 1), u in p, u in q); x and y as int8."""
+        au, qe, pe = s.a[u], q[ci], p[ci]
+        x = (s.get(u, qe) == 0).view(np.int8)
+        y = -(s.get(u, pe) == 1).view(np.int8)
+        return au, x, y, au == pe, au == qe
+
+    def _deltas(self, s: _State, cand, q, ci, u, halo: bool = True, terms=None):
         """Exact single-move changes (comm rows of p, comm rows of q, total halo rows) of moving cand to q.
-        ``halo=False``: the halo change is not needed (None)."""
-        a = s.a
+        ``halo=False``: the halo change is not needed (None). ``terms``: :meth:`_edge_terms`, when the caller
+        has them."""
         nc = len(cand)
-        p = a[cand]
-        au, qe, pe = a[u], q[ci], p[ci]
-        x = (s.get(u, qe) == 0).view(np.int8)        # C[u, q] == 0
-        y = -(s.get(u, pe) == 1).view(np.int8)       # -(C[u, p] == 1)
+        p = s.a[cand]
+        au, x, y, in_p, in_q = self._edge_terms(s, p, q, ci, u) if terms is None else terms
         m_vp, m_vq = (s.get(cand, p) > 0).view(np.int8), (s.get(cand, q) > 0).view(np.int8)
         t = s.ext[cand] + m_vp                      # parts v has an out-edge into
-        in_p, in_q = au == pe, au == qe
         # per in-edge u -> v, with lost_p = u not in p and C[u, p] == 1 (p no longer needs u), new_q = u not in q
         # and C[u, q] == 0 (q now needs u): the terms of p's rows (u in p: x, else -lost_p), of q's rows (u in
         # q: -(C[u, p] == 1), else new_q) and of the halo (new_q - lost_p: p's term if u is in p or q, else both).
@@ -453,7 +472,7 @@ class _Refiner:
         (a proxy of the communication a move saves; exact deltas follow for the shortlist only)."""
         if not s.dense or (not require_gain and len(cand) <= self.k):
             return cand
-        rows = s.C.copy() if len(cand) == self.N else s.C[cand]  # (all N candidates: cand is arange(N))
+        rows = s.C.copy() if len(cand) == self.N else s.rows(cand)  # (all N candidates: cand is arange(N))
         at = np.arange(len(cand)), s.a[cand]
         own = rows[at]
         if not allowed.all():
@@ -487,7 +506,7 @@ class _Refiner:
         cand = self._shortlist(s, np.nonzero(sources[a])[0], receivers)
         ci, u = self.in_edges(cand)
         rec = np.nonzero(receivers)[0]
-        rows = s.C[cand] if s.dense else None
+        rows = s.rows(cand) if s.dense else None
         q = self._destinations(s, cand, ci, u, receivers, int(rec[np.argmin(s.load[rec])]), rows)
         p = a[cand]
         d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, halo=False)
@@ -530,7 +549,7 @@ class _Refiner:
         if not len(cand):
             return cand, cand
         ci, u = self.in_edges(cand)
-        rows = s.C[cand] if s.dense else None
+        rows = s.rows(cand) if s.dense else None
         q = self._destinations(s, cand, ci, u, allowed, None, rows)
         has = q >= 0
         cand, q = cand[has], q[has]
@@ -634,31 +653,25 @@ class _Refiner:
             return none, none
         nc = len(cand)
         p = a[cand]
-        oc, orr, ow = s.out_pairs(cand)
+        oc, orr = s.out_pairs(cand, weights=False)
         other = orr != p[oc]
         oc, orr = oc[other], orr[other]
-        key = rng.random(len(oc))
-        q = np.full(nc, -1, dtype=np.int64)
-        if len(oc):   # per candidate (oc is sorted), the out-part with the lowest key (ties: the first)
-            starts = np.flatnonzero(np.concatenate(([True], oc[1:] != oc[:-1])))
-            low = np.minimum.reduceat(key, starts)
-            first = _run_starts(np.flatnonzero(key == low.repeat(np.diff(np.append(starts, len(oc))))), oc)
-            q[oc[first]] = orr[first]
-        has = q >= 0
+        key = np.full((nc, P), np.inf)
+        key[oc, orr] = rng.random(len(oc))
+        q = key.argmin(axis=1)   # per candidate the out-part with the lowest random key (ties: the lowest part)
+        has = key[np.arange(nc), q] < np.inf
         if not has.all():
             cand, q, p = cand[has], q[has], p[has]
             nc = len(cand)
         ci, u = self.in_edges(cand)
-        d_p, d_q, _ = self._deltas(s, cand, q, ci, u, halo=False)
-        # the send rows of the in-neighbours' parts r (neither p nor q): -1 when u loses its last edge into p,
-        # +1 when u gets its first edge into q
-        au, pe, qe = a[u], p[ci], q[ci]
-        third = (au != pe) & (au != qe)
-        w3 = ((s.get(u[third], qe[third]) == 0).view(np.int8).astype(np.int64)
-              - (s.get(u[third], pe[third]) == 1).view(np.int8))
-        k3 = ci[third] * P + au[third]
-        nz = w3 != 0
-        k3, w3 = k3[nz], w3[nz]
+        terms = self._edge_terms(s, p, q, ci, u)
+        d_p, d_q, _ = self._deltas(s, cand, q, ci, u, halo=False, terms=terms)
+        # the send rows of the in-neighbours' parts r (neither p nor q): -1 when u loses its last edge into p
+        # (y), +1 when u gets its first edge into q (x)
+        au, x, y, in_p, in_q = terms
+        w = x + y
+        third = np.flatnonzero(~(in_p | in_q) & (w != 0))
+        k3, w3 = ci[third] * P + au[third], w[third]
         key3 = _sorted_unique(k3)
         d3 = np.bincount(np.searchsorted(key3, k3), weights=w3, minlength=len(key3))
         keep3 = d3 != 0
