@@ -200,7 +200,7 @@ class _State:
     def get(self, u: np.ndarray, q: np.ndarray) -> np.ndarray:
         """C[u, q] for arrays of (u, q) pairs."""
         if self.dense:
-            return self.flat[u * self.ref.P + q]   # flat lookups: cheaper than C[u, q]
+            return self.flat.take(u * self.ref.P + q)   # flat lookups: cheaper than C[u, q]
         k = u * self.ref.P + q
         i = np.minimum(np.searchsorted(self.keys, k), max(0, len(self.keys) - 1))
         hit = self.keys[i] == k if len(self.keys) else np.zeros(len(k), dtype=bool)
@@ -353,12 +353,13 @@ class _Refiner:
         self.c_edge, self.c_row = float(comp[0]), float(comm[0])
 
     def in_edges(self, cand: np.ndarray):
-        """(candidate index, source u) of every in-edge u -> v of the candidates v."""
-        deg = self.deg[cand]
+        """(candidate index, source u) of every in-edge u -> v of the candidates v. (Gathers by take: about twice
+        as fast as fancy indexing in numpy 2.4.)"""
+        deg = self.deg.take(cand)
         ends = deg.cumsum()
         ci = np.arange(len(cand), dtype=np.int64).repeat(deg)
-        pos = (self.indptr[cand] - (ends - deg)).repeat(deg) + np.arange(int(ends[-1]) if len(ends) else 0)
-        return ci, self.indices[pos]
+        pos = (self.indptr.take(cand) - (ends - deg)).repeat(deg) + np.arange(int(ends[-1]) if len(ends) else 0)
+        return ci, self.indices.take(pos)
 
     @staticmethod
     def _edges_of(has, ci, u):
@@ -407,7 +408,7 @@ class _Refiner:
     def _edge_terms(s: _State, p, q, ci, u):
         """Per in-edge u -> v of the candidates (v moving from p to q): (part of u, x = (C[u, q] == 0),
         y = -(C[u, p] == 1), u in p, u in q); x and y as int8."""
-        au, qe, pe = s.a[u], q[ci], p[ci]
+        au, qe, pe = s.a.take(u), q.take(ci), p.take(ci)
         x = (s.get(u, qe) == 0).view(np.int8)
         y = -(s.get(u, pe) == 1).view(np.int8)
         return au, x, y, au == pe, au == qe
