@@ -155,8 +155,8 @@ class _State:
             self.ext = np.zeros(N, dtype=np.int64)
             chunk = max(1, (1 << 21) // P)   # rows per block: its float copy in _replicas stays within 16 MiB
             for s0 in range(0, N, chunk):
-                rows = np.arange(s0, min(N, s0 + chunk))
-                halo, send, self.ext[rows] = self._replicas(self.C[rows[0]:rows[-1] + 1], a[rows])
+                s1 = min(N, s0 + chunk)
+                halo, send, self.ext[s0:s1] = self._replicas(self.C[s0:s1], a[s0:s1])
                 self.halo += halo
                 self.send += send
         else:
@@ -188,7 +188,7 @@ class _State:
         ext = (f @ np.ones(self.ref.P)).astype(np.int64)
         return np.ones(len(f)) @ f, np.bincount(parts, weights=ext, minlength=self.ref.P), ext
 
-    def rows(self, v: np.ndarray) -> np.ndarray:
+    def c_rows(self, v: np.ndarray) -> np.ndarray:
         """C[v] (a copy) for an array of nodes v (dense counts): numpy 2.4's fancy indexing of short rows is 5-10x
         slower than take."""
         return self.C.take(v, axis=0)
@@ -210,7 +210,7 @@ class _State:
         """(index into v, part r, C[v, r]) for the non-zero entries of the rows v, row by row, parts ascending.
         ``weights=False``: (index into v, part r) only."""
         if self.dense:
-            rows = self.rows(v)
+            rows = self.c_rows(v)
             ci, r = np.nonzero(rows)
             return (ci, r, rows[ci, r].astype(float)) if weights else (ci, r)
         cnt = np.diff(self.m.indptr)[v]
@@ -249,7 +249,7 @@ class _State:
         else:
             rows = _sorted_unique(np.concatenate([nodes, u]))
             at = rows.searchsorted(u) * P
-        block = self.rows(rows)
+        block = self.c_rows(rows)
         # what undo restores: the rows of C (small enough to keep), the per-part figures (replaced, never mutated)
         ext0 = self.ext[rows]
         saved = ((rows, block.copy(), ext0, self._FIGURES, [getattr(self, k) for k in self._FIGURES])
@@ -377,7 +377,7 @@ class _Refiner:
         fallback = -1 if fallback is None else fallback
         if s.dense and nc * P <= DENSE_LIMIT // 4:  # counts C[v, r] of out-neighbours plus in-neighbours, as integers
             w = np.bincount(ci * P + a[u], minlength=nc * P).reshape(nc, P)
-            w += s.rows(cand) if rows is None else rows
+            w += s.c_rows(cand) if rows is None else rows
             if not allowed.all():
                 w[:, ~allowed] = 0
             at = np.arange(nc)
@@ -473,7 +473,7 @@ class _Refiner:
         (a proxy of the communication a move saves; exact deltas follow for the shortlist only)."""
         if not s.dense or (not require_gain and len(cand) <= self.k):
             return cand
-        rows = s.C.copy() if len(cand) == self.N else s.rows(cand)  # (all N candidates: cand is arange(N))
+        rows = s.C.copy() if len(cand) == self.N else s.c_rows(cand)  # (all N candidates: cand is arange(N))
         at = np.arange(len(cand)), s.a[cand]
         own = rows[at]
         if not allowed.all():
@@ -507,7 +507,7 @@ class _Refiner:
         cand = self._shortlist(s, np.nonzero(sources[a])[0], receivers)
         ci, u = self.in_edges(cand)
         rec = np.nonzero(receivers)[0]
-        rows = s.rows(cand) if s.dense else None
+        rows = s.c_rows(cand) if s.dense else None
         q = self._destinations(s, cand, ci, u, receivers, int(rec[np.argmin(s.load[rec])]), rows)
         p = a[cand]
         d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, halo=False)
@@ -550,7 +550,7 @@ class _Refiner:
         if not len(cand):
             return cand, cand
         ci, u = self.in_edges(cand)
-        rows = s.rows(cand) if s.dense else None
+        rows = s.c_rows(cand) if s.dense else None
         q = self._destinations(s, cand, ci, u, allowed, None, rows)
         has = q >= 0
         cand, q = cand[has], q[has]
@@ -657,9 +657,10 @@ class _Refiner:
         oc, orr = s.out_pairs(cand, weights=False)
         other = orr != p[oc]
         oc, orr = oc[other], orr[other]
+        # per candidate the out-part with the lowest random key (ties: the lowest part), from nc <= DESCENT_K rows
         key = np.full((nc, P), np.inf)
         key[oc, orr] = rng.random(len(oc))
-        q = key.argmin(axis=1)   # per candidate the out-part with the lowest random key (ties: the lowest part)
+        q = key.argmin(axis=1)
         has = key[np.arange(nc), q] < np.inf
         if not has.all():
             cand, q, p = cand[has], q[has], p[has]
