@@ -430,6 +430,30 @@ def test_g3_cli_options(rand_h5, tmp_path):
     assert p.returncode != 0 and "--cost-slack" in p.stderr
 
 
+def test_symmetrize_against_dense():
+    """symmetrize gives both directions of every edge once, sorted, without self loops, whatever the duplicates
+    (an edge repeated 256 times, a self loop repeated) and directions."""
+    from data_tools.partitioners import symmetrize
+    rng = np.random.default_rng(3)
+    n = 60
+    src = np.concatenate([rng.integers(0, n, 400), np.full(256, 5), np.full(3, 7)])
+    dst = np.concatenate([rng.integers(0, n, 400), np.full(256, 9), np.full(3, 7)])
+    order = np.lexsort((src, dst))
+    src, dst = src[order], dst[order]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
+    sptr, sidx = symmetrize(indptr, src)
+    dense = np.zeros((n, n), dtype=bool)
+    dense[dst, src] = True
+    dense |= dense.T
+    np.fill_diagonal(dense, False)
+    assert sptr.dtype == sidx.dtype == np.int64
+    assert np.array_equal(np.diff(sptr), dense.sum(axis=1))
+    for v in range(n):
+        assert np.array_equal(sidx[sptr[v]:sptr[v + 1]], np.flatnonzero(dense[v]))
+    assert 9 in sidx[sptr[5]:sptr[6]] and 5 in sidx[sptr[9]:sptr[10]]
+
+
 @pytest.mark.parametrize("balance", ["nodes", "edges"])
 def test_metis_volume_objective(balance):
     """METIS with the volume objective: on a symmetric graph the volume it reports is the total halo rows (= total

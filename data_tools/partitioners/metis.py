@@ -26,13 +26,15 @@ OBJECTIVES = ("cut", "volume")
 def symmetrize(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Undirected adjacency (CSR, both directions, no self loops, no duplicates) of a directed CSR."""
     n = len(indptr) - 1
-    a = sp.csr_matrix((np.ones(len(indices), dtype=np.int8), np.asarray(indices), np.asarray(indptr)), shape=(n, n))
+    # boolean entries: the sum is a logical or, so duplicated edges can never cancel out (an int8 count wrapped to 0
+    # for 256 copies of an edge)
+    a = sp.csr_matrix((np.ones(len(indices), dtype=bool), np.asarray(indices), np.asarray(indptr)), shape=(n, n))
     s = (a + a.T).tocsr()
     s.sort_indices()
-    # drop the diagonal and any explicit zero (an int8 sum wraps to 0 only for 256 duplicates of an edge) by a mask:
-    # scipy's setdiag(0) first inserts the missing diagonal entries, 2x the cost of the whole rest
+    # the diagonal is dropped by a mask: scipy's setdiag(0) first inserts the missing diagonal entries, 2x the cost
+    # of the whole rest
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(s.indptr))
-    keep = (s.indices != rows) & (s.data != 0)
+    keep = s.indices != rows
     out_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows[keep], minlength=n), out=out_ptr[1:])
     return out_ptr, s.indices[keep].astype(np.int64)
