@@ -51,7 +51,7 @@ node_cap = node_imbalance * mean owned nodes and edge_cap = edge_imbalance * mea
    part stays under the cost bound, both caps hold; never two neighbours (as in 2). A batch is kept if the
    max rows, the energy and (beyond the bound) the max cost do not rise, else undone and halved. Unlike 3
    it acts on every part above the level and keeps moves that gain nothing at once: on Cora the comm
-   imbalance (max / mean rows) falls from 1.2-1.4 to ~1.13 and the max rows by 7-16 %.
+   imbalance (max / mean rows) falls from 1.2-1.4 to 1.13-1.25 and the max rows by 7-16 %.
 
 Phase 1 alternates balance, communication and chain steps; phase 2 alternates swap, max-communication,
 balance and communication steps with the max cost allowed up to ``(1 + cost_slack)`` times phase 1's
@@ -309,6 +309,10 @@ class _State:
         self.max_cost = float(self.cost.max())
         self.total_comm = float(self.halo.sum())
         self.max_comm = float(self.comm.max())
+
+    def comm_spread(self) -> float:
+        """Max / mean communication rows of the parts."""
+        return float(self.comm.max() / max(1e-300, self.comm.mean()))
 
     def key(self, bound: float = 0.0) -> tuple:
         """(cap violation, max cost (any value up to ``bound`` counts as ``bound``), max comm rows, total halo)."""
@@ -858,14 +862,13 @@ class _Refiner:
         bound = s.max_cost * (1 + cost_slack) if s.violation == 0 else 0.0
         descent = s.violation == 0 and bound > 0 and descent_iters != 0
         # the descent replaces phase 2 when the parts' rows are far apart (max / mean communication rows)
-        skip2 = descent and float(s.comm.max() / max(1e-300, s.comm.mean())) > DESCENT_MIN_IMBALANCE
+        skip2 = descent and s.comm_spread() > DESCENT_MIN_IMBALANCE
         it2 = acc2 = 0
         if not skip2:
             it2, acc2 = self._loop(s, PHASE2, max_iters - it1, bound, bar, objective=2)
         phase2 = dict(max_cost=s.max_cost, max_comm=s.max_comm, iterations=it2, skipped=skip2)
         it3 = acc3 = 0
-        spread = float(s.comm.max() / max(1e-300, s.comm.mean()))
-        if descent and (skip2 or descent_iters is not None or spread > DESCENT_MIN_IMBALANCE):
+        if descent and (descent_iters is not None or s.comm_spread() > DESCENT_MIN_IMBALANCE):   # (true if skip2)
             budget = min(max_iters, it1 + it2) if descent_iters is None else descent_iters
             it3, acc3 = self._descend(s, bound, budget, seed, bar)
         it2, acc2 = it2 + it3, acc2 + acc3
