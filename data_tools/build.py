@@ -15,19 +15,7 @@ from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, Graph, 
                           part_name, write_meta, write_node_map, write_part)
 from g3mpi.format.partition import NODE_MAP_NAME
 
-
-def strip_self_loops(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """CSR without its diagonal entries (models add their own self loops)."""
-    n = len(indptr) - 1
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    keep = indices != rows
-    removed = int(len(indices) - keep.sum())
-    if removed == 0:
-        return indptr, indices, 0
-    counts = np.bincount(rows[keep], minlength=n)
-    new_indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=new_indptr[1:])
-    return new_indptr, indices[keep], removed
+from .partitioners.metis import strip_self_loops
 
 
 def relabel(assignment: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -23,6 +23,21 @@ BALANCES = ("nodes", "edges", "both", "train")
 OBJECTIVES = ("cut", "volume")
 
 
+def strip_self_loops(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """CSR without its diagonal entries, as the partitioners take it (models add their own self loops).
+    Returns (indptr, indices, number removed); the input arrays themselves when there is none."""
+    n = len(indptr) - 1
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    keep = indices != rows
+    removed = int(len(indices) - keep.sum())
+    if removed == 0:
+        return indptr, indices, 0
+    counts = np.bincount(rows[keep], minlength=n)
+    new_indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=new_indptr[1:])
+    return new_indptr, indices[keep], removed
+
+
 def symmetrize(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Undirected adjacency (CSR, both directions, no self loops, no duplicates) of a directed CSR."""
     n = len(indptr) - 1
@@ -33,11 +48,8 @@ def symmetrize(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.
     s.sort_indices()
     # the diagonal is dropped by a mask: scipy's setdiag(0) first inserts the missing diagonal entries, 2x the cost
     # of the whole rest
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(s.indptr))
-    keep = s.indices != rows
-    out_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows[keep], minlength=n), out=out_ptr[1:])
-    return out_ptr, s.indices[keep].astype(np.int64)
+    indptr, indices, _ = strip_self_loops(s.indptr.astype(np.int64), s.indices.astype(np.int64))
+    return indptr, indices
 
 
 def vertex_weights(balance: str, in_degree: np.ndarray, train_mask: np.ndarray) -> np.ndarray | None:
