@@ -1,14 +1,18 @@
-"""Serial pieces of the reliability layer: the watchdog's deadline, checkpoint atomicity and loading, the fault
+"""Serial pieces of the reliability layer: the watchdog's deadline, the abort's wait for stderr, checkpoint atomicity and loading, the fault
 hooks' parsing, the soak's RSS analysis (no mpiexec: fast)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from g3mpi.comm import abort as abort_mod
 from g3mpi.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from g3mpi.train.faults import TestHooks, first_nonfinite
 from g3mpi.train.soak import rss_growth
@@ -23,7 +27,7 @@ from g3mpi.comm.watchdog import Watchdog
 class Fired(Exception):
     pass
 
-def boom():
+def boom(code):
     raise Fired
 
 comm = MPI.COMM_SELF
@@ -58,6 +62,58 @@ def test_watchdog_fires_with_names():
     assert "waiting for rank 3 in the halo exchange of layer 'sage1', backward direction, epoch 9" in line
     assert "DONE [0] 4.0" in p.stdout and "ACTIVE False True" in p.stdout
 
+
+
+def test_abort_waits_until_stderr_is_read(tmp_path, monkeypatch):
+    """abort_job writes its line in one write, aborts only after the pipe's reader took all of it (hydra would
+    otherwise drop it when the job is torn down), and does not wait on a file."""
+    r, w = os.pipe()
+    assert abort_mod.unread_bytes(w) == 0
+    os.write(w, b"12345")
+    assert abort_mod.unread_bytes(w) == 5 and abort_mod.unread_bytes(r) == 5   # either end
+    os.read(r, 5)
+    assert abort_mod.unread_bytes(w) == 0
+    with open(tmp_path / "f", "w") as f:
+        assert abort_mod.unread_bytes(f.fileno()) is None
+
+    saved = os.dup(2)
+    calls = []
+    try:
+        os.dup2(w, 2)
+        reader_done = threading.Event()
+        got = []
+
+        def reader():   # a slow reader, like a launcher proxy busy elsewhere
+            time.sleep(0.3)
+            got.append(os.read(r, 1 << 16))
+            reader_done.set()
+        threading.Thread(target=reader).start()
+
+        class Comm:
+            rank = 3
+        abort_mod.abort_job(Comm(), "t: error: [rank 3] boom", code=7,
+                            abort=lambda code: calls.append((code, reader_done.is_set())))
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    assert calls == [(7, True)]            # aborted once, after the reader had the line
+    assert got == [b"t: error: [rank 3] boom\n"]
+
+    # not a pipe: no wait
+    slept = []
+    monkeypatch.setattr(abort_mod.time, "sleep", slept.append)
+    with open(tmp_path / "err", "w") as f:
+        saved = os.dup(2)
+        try:
+            os.dup2(f.fileno(), 2)
+            abort_mod.abort_job(Comm(), "x", abort=lambda code: calls.append(code))
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    assert calls[-1] == 1 and slept == []
+    assert (tmp_path / "err").read_text() == "x\n"
+    os.close(r)
+    os.close(w)
 
 def test_checkpoint_atomic_and_weights_only(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint.pt"

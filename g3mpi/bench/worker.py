@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
+from g3mpi.comm.abort import abort_job
+
 DESIGNS = ("g3", "g3-original", "replicate-all")
 
 
@@ -261,9 +263,8 @@ def main(argv=None, comm=None) -> int:
         out = run(a, comm)
     except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
         import traceback
-        print(f"g3mpi.bench.worker: error: [rank {comm.rank}] {type(e).__name__}: {e}\n{traceback.format_exc()}",
-              file=sys.stderr, flush=True)
-        comm.Abort(1)
+        abort_job(comm, f"g3mpi.bench.worker: error: [rank {comm.rank}] {type(e).__name__}: {e}\n"
+                        f"{traceback.format_exc()}")
         return 1
     if out is not None:
         from .common import write_json

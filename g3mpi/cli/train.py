@@ -11,11 +11,12 @@ the command line. The resolved configuration is saved as RUN/config.toml. Errors
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
 
 from mpi4py import MPI
+
+from g3mpi.comm.abort import abort_job, write_line
 
 PROG = "g3-train"
 
@@ -70,9 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _error(comm, msg: str) -> None:
-    # one write() per line: the lines of ranks sharing one stderr pipe never interleave
-    sys.stderr.flush()
-    os.write(2, f"{PROG}: error: [rank {comm.rank}] {msg}\n".encode(errors="replace"))
+    write_line(f"{PROG}: error: [rank {comm.rank}] {msg}")
 
 
 def _agree(comm, err: str | None, what: str) -> bool:
@@ -174,8 +173,7 @@ def main(argv=None, comm=None) -> int:
         comm.Barrier()
         return 1
     except Exception:  # noqa: BLE001 - one failing rank must not leave the others waiting
-        _error(comm, "training failed:\n" + traceback.format_exc())
-        comm.Abort(1)
+        abort_job(comm, f"{PROG}: error: [rank {comm.rank}] training failed:\n{traceback.format_exc()}")
         return 1
     if comm.rank == 0:
         log.info("done: best epoch %s, val %.4f, test %.4f, median epoch %.4fs -> %s", summary["best_epoch"],

@@ -11,11 +11,11 @@ exchange (layer) and the direction, and aborts the communicator (which ends ever
 """
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 from mpi4py import MPI
+
+from .abort import abort_job
 
 #: longest sleep between two polls (the latency a polled wait can add)
 MAX_SLEEP_S = 200e-6
@@ -24,14 +24,15 @@ SPIN = 50
 
 
 class Watchdog:
-    """Deadline-bounded waits for one rank. ``context`` (e.g. ``"epoch 12"``) is added to the message."""
+    """Deadline-bounded waits for one rank. ``context`` (e.g. ``"epoch 12"``) is added to the message. ``abort``
+    (a callable taking the exit code) replaces ``comm.Abort`` in tests."""
 
     def __init__(self, comm, timeout: float, prog: str = "g3mpi", abort=None):
         self.comm = comm
         self.timeout = float(timeout)
         self.prog = prog
         self.context = ""
-        self._abort = abort or (lambda: comm.Abort(1))
+        self._abort = abort
 
     @property
     def active(self) -> bool:
@@ -106,7 +107,5 @@ class Watchdog:
                 f"{who} in the {what}{ctx}; aborting the job")
 
     def fire(self, message: str) -> None:
-        sys.stderr.flush()
-        os.write(2, f"{self.prog}: error: [rank {self.comm.rank}] {message}\n".encode(errors="replace"))
-        self._abort()
+        abort_job(self.comm, f"{self.prog}: error: [rank {self.comm.rank}] {message}", abort=self._abort)
         raise SystemExit(1)  # only reached when a test replaces the abort
