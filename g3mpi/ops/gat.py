@@ -19,12 +19,14 @@ import torch.nn.functional as F
 from .dropout import DropoutKey, edge_keep_mask
 from .exchange import halo_join, halo_recv, halo_start
 from .graph import DistGraph
+from .heads import HeadPattern, head_spmm
 
 NEGATIVE_SLOPE = 0.2
 
 
-def _partial(dst, src, x_src, a_src, a_dst_rows, n_rows: int, keep):
-    """(max [r,H], numerator [r,H,C], denominator [r,H]) of one block's edges (dst in [0,r), src into x_src)."""
+def _partial(dst, src, pat: HeadPattern, x_src, a_src, a_dst_rows, n_rows: int, keep):
+    """(max [r,H], numerator [r,H,C], denominator [r,H]) of one block's edges (dst in [0,r), src into x_src;
+    ``pat``: the block's head-expanded pattern, for the numerator's weighted sum)."""
     H = a_src.shape[1]
     s = F.leaky_relu(a_src.index_select(0, src) + a_dst_rows.index_select(0, dst), NEGATIVE_SLOPE)
     with torch.no_grad():
@@ -33,7 +35,7 @@ def _partial(dst, src, x_src, a_src, a_dst_rows, n_rows: int, keep):
     p = torch.exp(s - m.index_select(0, dst))
     den = torch.zeros(n_rows, H).index_add(0, dst, p)
     w = p if keep is None else p * keep
-    num = torch.zeros(n_rows, H, x_src.shape[2]).index_add(0, dst, w.unsqueeze(-1) * x_src.index_select(0, src))
+    num = head_spmm(pat, w, x_src)   # sum_j w_ij x_j as sparse products: no [edges, H, C] tensor
     return m, num, den
 
 
@@ -44,6 +46,7 @@ class GATAggregation:
         self.graph = graph
         self.H, self.C = int(heads), int(channels)
         self.blocks = graph.blocks("gat")
+        self.patterns = graph.head_patterns(self.H)   # (local, one per neighbour), shared by layers with H heads
         self.ex = graph.exchange(self.H * self.C + self.H, name=name)
 
     def __call__(self, x: torch.Tensor, a_src: torch.Tensor, a_dst: torch.Tensor, *, attn_dropout: float = 0.0,
@@ -65,15 +68,15 @@ class GATAggregation:
                     halo_ids = g.halo_orig_ids[ex.plan.recv_slice(i)]
                     keep = edge_keep_mask(key, layer, g.orig_ids[nb.rows][nb.dst], halo_ids[nb.src], H,
                                           attn_dropout)
-                parts[i] = _partial(nb.dst, nb.src, h[:, :H * C].reshape(-1, H, C), h[:, H * C:],
-                                    a_dst.index_select(0, nb.rows), len(nb.rows), keep)
+                parts[i] = _partial(nb.dst, nb.src, self.patterns[1][i], h[:, :H * C].reshape(-1, H, C),
+                                    h[:, H * C:], a_dst.index_select(0, nb.rows), len(nb.rows), keep)
 
         if sched.mode == "blocking":
             compute(sched.rest(ex.forward))
         keep = None
         if drop:
             keep = edge_keep_mask(key, layer, g.orig_ids[blk.local_dst], g.orig_ids[blk.local_src], H, attn_dropout)
-        m, num, den = _partial(blk.local_dst, blk.local_src, x, a_src, a_dst, n, keep)
+        m, num, den = _partial(blk.local_dst, blk.local_src, self.patterns[0], x, a_src, a_dst, n, keep)
         compute(sched.poll(ex.forward))
         compute(sched.rest(ex.forward))
         with torch.no_grad():

@@ -12,6 +12,8 @@ import torch
 from g3mpi.comm import CommContext, HaloPlan
 from g3mpi.sched import BlockMatrix, Schedule, row_groups
 
+from .heads import HeadPattern
+
 #: edge weightings a layer can ask for
 KINDS = ("gcn", "mean", "gat")
 
@@ -77,6 +79,18 @@ class DistGraph:
             self._blocks[kind] = BlockMatrix(p.indptr, p.indices, n, self.plan.recv_offsets, self.boundary,
                                              vals, diag)
         return self._blocks[kind]
+
+    def head_patterns(self, heads: int):
+        """(local, [one per receive neighbour]) ``HeadPattern`` of the ``gat`` blocks for ``heads`` heads (cached:
+        GAT layers with the same head count share them)."""
+        key = ("heads", int(heads))
+        if key not in self._blocks:
+            blk = self.blocks("gat")
+            local = HeadPattern(blk.local.crow_indices(), blk.local.col_indices(), self.num_owned, heads)
+            nbs = [HeadPattern(nb.mat.crow_indices(), nb.mat.col_indices(), nb.mat.shape[1], heads)
+                   for nb in blk.neighbours]
+            self._blocks[key] = (local, nbs)
+        return self._blocks[key]
 
     def row_groups(self, kind: str):
         """(boundary, interior) row groups of the blocks of ``kind`` (cached)."""

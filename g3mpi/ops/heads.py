@@ -1,0 +1,133 @@
+"""Multi-head edge-weighted aggregation as sparse products: the attention-weighted sum of GAT.
+
+For one block of a rank's aggregation (CSR ``crow`` [r+1], ``col`` [e]: edge k goes from source ``col[k]`` to
+destination row ``dst_k``) and H heads,
+
+    out[i, h, :] = sum_{k: dst_k = i} w[k, h] x[col[k], h, :]          w [e, H], x [c, H, C] -> out [r, H, C]
+
+Message passing (PyG's ``GATConv``) gathers ``x[col]`` per edge, scales and scatters it back: a [e, H, C]
+tensor written, read and saved for backward, and the same again in backward. Here the block's pattern is
+expanded once into a [r*H, c*H] CSR pattern whose row ``i*H + h`` holds the edges of row i with columns
+``col[k]*H + h``. With x viewed as [c*H, C]:
+
+    forward          out  = A_w @ x                      (CSR SpMM, values w in pattern order)
+    grad of x        gx   = A_w^T @ g                    (SpMM with the transposed pattern)
+    grad of w        gw[k, h] = <g[dst_k, h], x[col[k], h]>   (SDDMM: ``torch.sparse.sampled_addmm``)
+
+Nothing of size e*H*C is made. Per call only the e*H values are gathered into pattern order. The pattern
+costs about 24 bytes per edge and head (int32 columns when they fit, int64 value permutations), built once.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+
+def _csr(crow, col, values, shape) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(crow, col, values, size=shape, check_invariants=False)
+
+
+def _expand(crow: np.ndarray, col: np.ndarray, order: np.ndarray, n_rows: int, H: int, idx_dtype):
+    """Head-expanded CSR of the pattern whose row i lists the edges ``order[crow[i]:crow[i+1]]`` with columns
+    ``col``: (crow [n_rows*H + 1], col [e*H], perm [e*H] into a row-major [e, H] value array, or None for H = 1)."""
+    deg = np.diff(crow)
+    if H == 1:
+        return (torch.from_numpy(crow.astype(idx_dtype)), torch.from_numpy(col[order].astype(idx_dtype)),
+                None if np.array_equal(order, np.arange(len(order))) else torch.from_numpy(order))
+    h = np.arange(H, dtype=np.int64)
+    # row i*H + h starts at crow[i]*H + h*deg[i]; the k-th entry of row i (edge order[crow[i] + k]) is at +k
+    starts = (crow[:-1, None] * H + h[None, :] * deg[:, None]).reshape(-1)
+    crow_x = np.empty(n_rows * H + 1, dtype=np.int64)
+    crow_x[:-1] = starts
+    crow_x[-1] = len(order) * H
+    row = np.repeat(np.arange(n_rows, dtype=np.int64), deg)            # row of each position of ``order``
+    offset = np.arange(len(order), dtype=np.int64) - crow[:-1][row]
+    pos = crow[:-1][row, None] * H + h[None, :] * deg[row, None] + offset[:, None]   # [e, H]
+    perm = np.empty(len(order) * H, dtype=np.int64)
+    perm[pos.reshape(-1)] = (order[:, None] * H + h[None, :]).reshape(-1)
+    col_x = np.empty(len(order) * H, dtype=idx_dtype)
+    col_x[pos.reshape(-1)] = (col[order][:, None] * H + h[None, :]).reshape(-1)
+    return torch.from_numpy(crow_x.astype(idx_dtype)), torch.from_numpy(col_x), torch.from_numpy(perm)
+
+
+class HeadPattern:
+    """The head-expanded pattern of one CSR block and its transpose, built once (see the module docstring).
+
+    ``crow``/``col``: the block's CSR (torch or numpy, sorted columns per row), ``num_cols``: its width,
+    ``heads``: H."""
+
+    def __init__(self, crow, col, num_cols: int, heads: int):
+        crow = np.asarray(crow, dtype=np.int64)
+        col = np.asarray(col, dtype=np.int64)
+        self.rows, self.cols, self.H, self.nnz = len(crow) - 1, int(num_cols), int(heads), len(col)
+        H = self.H
+        fits = max(self.rows, self.cols) * H < 2 ** 31 and self.nnz * H < 2 ** 31
+        idx = np.int32 if fits else np.int64
+        self.crow, self.col, self.perm = _expand(crow, col, np.arange(self.nnz, dtype=np.int64), self.rows, H, idx)
+        # transpose: row j lists the edges with source j (stable: in destination order)
+        dst = np.repeat(np.arange(self.rows, dtype=np.int64), np.diff(crow))
+        by_src = np.argsort(col, kind="stable")
+        crow_t = np.zeros(self.cols + 1, dtype=np.int64)
+        np.cumsum(np.bincount(col, minlength=self.cols), out=crow_t[1:])
+        # columns of the transposed pattern are destinations: dst[order] for the entries in ``order``
+        self.crow_t, self.col_t, self.perm_t = _expand(crow_t, dst, by_src, self.cols, H, idx)
+
+    @property
+    def shape(self) -> tuple:
+        return (self.rows * self.H, self.cols * self.H)
+
+    def _values(self, w: torch.Tensor, perm) -> torch.Tensor:
+        flat = w.reshape(-1)
+        return flat if perm is None else flat.index_select(0, perm)
+
+    def matrix(self, w: torch.Tensor) -> torch.Tensor:
+        """A_w [r*H, c*H]: the pattern with the weights w [e, H]."""
+        return _csr(self.crow, self.col, self._values(w, self.perm), self.shape)
+
+    def matrix_t(self, w: torch.Tensor) -> torch.Tensor:
+        """A_w^T [c*H, r*H]."""
+        return _csr(self.crow_t, self.col_t, self._values(w, self.perm_t), self.shape[::-1])
+
+    def sddmm(self, g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """[e, H]: <g[dst_k, h], x[col[k], h]> for every edge k and head h (g [r*H, C], x [c*H, C])."""
+        zero = _csr(self.crow, self.col, torch.zeros(self.nnz * self.H, dtype=g.dtype), self.shape)
+        vals = torch.sparse.sampled_addmm(zero, g, x.t(), beta=0.0).values()
+        if self.perm is None:
+            return vals.view(self.nnz, self.H)
+        return torch.empty_like(vals).index_copy_(0, self.perm, vals).view(self.nnz, self.H)
+
+
+class _HeadSpMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w, x, pat: HeadPattern):
+        C = x.shape[-1]
+        x2 = x.detach().reshape(pat.cols * pat.H, C).contiguous()
+        w = w.detach().contiguous()
+        ctx.pat = pat
+        ctx.save_for_backward(w, x2)
+        return (pat.matrix(w) @ x2).view(pat.rows, pat.H, C)
+
+    @staticmethod
+    def backward(ctx, g):
+        w, x2 = ctx.saved_tensors
+        pat = ctx.pat
+        C = x2.shape[1]
+        g2 = g.reshape(pat.rows * pat.H, C).contiguous()
+        gw = pat.sddmm(g2, x2) if ctx.needs_input_grad[0] else None
+        gx = (pat.matrix_t(w) @ g2).view(pat.cols, pat.H, C) if ctx.needs_input_grad[1] else None
+        return gw, gx, None
+
+
+def head_spmm(pat: HeadPattern, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """out [r, H, C] with out[i, h] = sum over the edges k into row i of w[k, h] x[col[k], h] (differentiable in
+    w [e, H] and x [c, H, C], float32)."""
+    if w.shape != (pat.nnz, pat.H) or x.dim() != 3 or x.shape[:2] != (pat.cols, pat.H):
+        raise ValueError(f"head_spmm: w {tuple(w.shape)} and x {tuple(x.shape)} do not match the pattern "
+                         f"({pat.nnz} edges, {pat.H} heads, {pat.cols} source rows)")
+    if pat.nnz == 0:
+        return x.new_zeros(pat.rows, pat.H, x.shape[2])
+    return _HeadSpMM.apply(w, x, pat)
