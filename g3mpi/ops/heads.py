@@ -45,12 +45,17 @@ def _expand(crow: np.ndarray, col: np.ndarray, order: np.ndarray, n_rows: int, H
     crow_x[:-1] = starts
     crow_x[-1] = len(order) * H
     row = np.repeat(np.arange(n_rows, dtype=np.int64), deg)            # row of each position of ``order``
-    offset = np.arange(len(order), dtype=np.int64) - crow[:-1][row]
-    pos = crow[:-1][row, None] * H + h[None, :] * deg[row, None] + offset[:, None]   # [e, H]
+    pos0 = crow[:-1][row] * (H - 1) + np.arange(len(order), dtype=np.int64)   # position of head 0's entry
+    step = deg[row]
+    del row
+    src_flat = order * H
+    col_flat = col[order] * H
     perm = np.empty(len(order) * H, dtype=np.int64)
-    perm[pos.reshape(-1)] = (order[:, None] * H + h[None, :]).reshape(-1)
     col_x = np.empty(len(order) * H, dtype=idx_dtype)
-    col_x[pos.reshape(-1)] = (col[order][:, None] * H + h[None, :]).reshape(-1)
+    for k in range(H):   # head by head: temporaries of e entries, not e x H
+        perm[pos0] = src_flat + k
+        col_x[pos0] = col_flat + k
+        pos0 += step
     return torch.from_numpy(crow_x.astype(idx_dtype)), torch.from_numpy(col_x), torch.from_numpy(perm)
 
 
