@@ -15,7 +15,7 @@ expanded once into a [r*H, c*H] CSR pattern whose row ``i*H + h`` holds the edge
     grad of w        gw[k, h] = <g[dst_k, h], x[col[k], h]>   (SDDMM: ``torch.sparse.sampled_addmm``)
 
 Nothing of size e*H*C is made. Per call only the e*H values are gathered into pattern order. The pattern
-costs about 24 bytes per edge and head (int32 columns when they fit, int64 value permutations), built once.
+costs about 16 bytes per edge and head (int32 columns and value permutations when they fit), built once.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _expand(crow: np.ndarray, col: np.ndarray, order: np.ndarray, n_rows: int, H
     deg = np.diff(crow)
     if H == 1:
         return (torch.from_numpy(crow.astype(idx_dtype)), torch.from_numpy(col[order].astype(idx_dtype)),
-                None if np.array_equal(order, np.arange(len(order))) else torch.from_numpy(order))
+                None if np.array_equal(order, np.arange(len(order))) else torch.from_numpy(order.astype(idx_dtype)))
     h = np.arange(H, dtype=np.int64)
     # row i*H + h starts at crow[i]*H + h*deg[i]; the k-th entry of row i (edge order[crow[i] + k]) is at +k
     starts = (crow[:-1, None] * H + h[None, :] * deg[:, None]).reshape(-1)
@@ -50,7 +50,7 @@ def _expand(crow: np.ndarray, col: np.ndarray, order: np.ndarray, n_rows: int, H
     del row
     src_flat = order * H
     col_flat = col[order] * H
-    perm = np.empty(len(order) * H, dtype=np.int64)
+    perm = np.empty(len(order) * H, dtype=idx_dtype)
     col_x = np.empty(len(order) * H, dtype=idx_dtype)
     for k in range(H):   # head by head: temporaries of e entries, not e x H
         perm[pos0] = src_flat + k
@@ -103,7 +103,7 @@ class HeadPattern:
         vals = torch.sparse.sampled_addmm(zero, g, x.t(), beta=0.0).values()
         if self.perm is None:
             return vals.view(self.nnz, self.H)
-        return torch.empty_like(vals).index_copy_(0, self.perm, vals).view(self.nnz, self.H)
+        return torch.empty_like(vals).index_copy_(0, self.perm.long(), vals).view(self.nnz, self.H)
 
 
 class _HeadSpMM(torch.autograd.Function):
