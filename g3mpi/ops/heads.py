@@ -19,16 +19,10 @@ costs about 16 bytes per edge and head (int32 columns and value permutations whe
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import torch
 
-
-def _csr(crow, col, values, shape) -> torch.Tensor:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(crow, col, values, size=shape, check_invariants=False)
+from g3mpi.sched.blocks import torch_csr
 
 
 def _expand(crow: np.ndarray, col: np.ndarray, order: np.ndarray, n_rows: int, H: int, idx_dtype):
@@ -91,15 +85,15 @@ class HeadPattern:
 
     def matrix(self, w: torch.Tensor) -> torch.Tensor:
         """A_w [r*H, c*H]: the pattern with the weights w [e, H]."""
-        return _csr(self.crow, self.col, self._values(w, self.perm), self.shape)
+        return torch_csr(self.crow, self.col, self._values(w, self.perm), self.shape)
 
     def matrix_t(self, w: torch.Tensor) -> torch.Tensor:
         """A_w^T [c*H, r*H]."""
-        return _csr(self.crow_t, self.col_t, self._values(w, self.perm_t), self.shape[::-1])
+        return torch_csr(self.crow_t, self.col_t, self._values(w, self.perm_t), self.shape[::-1])
 
     def sddmm(self, g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """[e, H]: <g[dst_k, h], x[col[k], h]> for every edge k and head h (g [r*H, C], x [c*H, C])."""
-        zero = _csr(self.crow, self.col, torch.zeros(self.nnz * self.H, dtype=g.dtype), self.shape)
+        zero = torch_csr(self.crow, self.col, torch.zeros(self.nnz * self.H, dtype=g.dtype), self.shape)
         vals = torch.sparse.sampled_addmm(zero, g, x.t(), beta=0.0).values()
         if self.perm is None:
             return vals.view(self.nnz, self.H)

@@ -26,11 +26,12 @@ def to_torch_csr(m: sp.csr_matrix) -> torch.Tensor:
     """scipy CSR -> torch CSR (int64 indices). Callers pass matrices built from a validated part file."""
     m = m.tocsr()
     m.sort_indices()
-    return _torch_csr(m.indptr, m.indices, m.data, m.shape)
+    return torch_csr(m.indptr, m.indices, m.data, m.shape)
 
 
-def _torch_csr(indptr, indices, data, shape) -> torch.Tensor:
-    """torch CSR from CSR arrays (int64 indices: converted once, no copy when they already are)."""
+def torch_csr(indptr, indices, data, shape) -> torch.Tensor:
+    """torch CSR from CSR arrays, without invariant checks (callers build them from validated parts). numpy
+    indices become int64 (no copy when they already are), numpy values float32; torch tensors pass unchanged."""
     def as_tensor(a, dtype):
         return a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a, dtype=dtype))
     with warnings.catch_warnings():
@@ -42,14 +43,14 @@ def _torch_csr(indptr, indices, data, shape) -> torch.Tensor:
 def _transpose(m: sp.csr_matrix) -> torch.Tensor:
     """torch CSR of ``m.T`` (scipy's CSR -> CSC conversion: columns come out with sorted rows)."""
     t = m.T.tocsr()
-    return _torch_csr(t.indptr, t.indices, t.data, t.shape)
+    return torch_csr(t.indptr, t.indices, t.data, t.shape)
 
 
 def _row_range(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
     """Rows a:b of a torch CSR, sharing its column indices and values (only the row pointers are new)."""
     crow = t.crow_indices()
     lo, hi = int(crow[a]), int(crow[b])
-    return _torch_csr(crow[a:b + 1] - lo, t.col_indices()[lo:hi], t.values()[lo:hi], (b - a, t.shape[1]))
+    return torch_csr(crow[a:b + 1] - lo, t.col_indices()[lo:hi], t.values()[lo:hi], (b - a, t.shape[1]))
 
 
 def _coo_rows(crow: torch.Tensor) -> torch.Tensor:
