@@ -70,8 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _line(comm, msg: str) -> str:
+    return f"{PROG}: error: [rank {comm.rank}] {msg}"
+
+
 def _error(comm, msg: str) -> None:
-    write_line(f"{PROG}: error: [rank {comm.rank}] {msg}")
+    write_line(_line(comm, msg))
 
 
 def _agree(comm, err: str | None, what: str) -> bool:
@@ -173,7 +177,7 @@ def main(argv=None, comm=None) -> int:
         comm.Barrier()
         return 1
     except Exception:  # noqa: BLE001 - one failing rank must not leave the others waiting
-        abort_job(comm, f"{PROG}: error: [rank {comm.rank}] training failed:\n{traceback.format_exc()}")
+        abort_job(comm, _line(comm, "training failed:\n" + traceback.format_exc()))
         return 1
     if comm.rank == 0:
         log.info("done: best epoch %s, val %.4f, test %.4f, median epoch %.4fs -> %s", summary["best_epoch"],
