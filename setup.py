@@ -7,7 +7,7 @@ setup(
     description="Exact, scalable full-graph GNN training (GCN, GraphSAGE, GAT) over MPI ranks",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     packages=find_packages(include=["g3mpi", "g3mpi.*", "data_tools", "data_tools.*"]),
     install_requires=[
         # an open torch requirement pulls a multi-GB CUDA build; the top of the range is the tested CPU build

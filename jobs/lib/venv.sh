@@ -3,7 +3,7 @@
 #
 # Environment:
 #   G3_VENV           the virtual environment to create or reuse (default: <repo>/.venv)
-#   G3_BASE_PYTHON    the Python that creates it (default: python3 on PATH; 3.10 or newer)
+#   G3_BASE_PYTHON    the Python that creates it (default: python3 on PATH; 3.11 or newer: tomllib)
 #   G3_TORCH_SPEC     the torch requirement installed first (default torch==2.13.0). It is pinned exactly because
 #                     an open torch requirement lets pip pull a multi-GB CUDA build; to take another build (CPU
 #                     wheels from another index, a site build), set this and/or G3_PIP_ARGS, e.g.
@@ -20,8 +20,8 @@ g3_venv_install() {
         echo "== reusing the virtual environment $G3_VENV"
     else
         command -v "$base" >/dev/null 2>&1 || { echo "error: $base not found (set G3_BASE_PYTHON)" >&2; return 1; }
-        "$base" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
-            { echo "error: $base is Python $("$base" -c 'import platform; print(platform.python_version())'); g3mpi needs 3.10 or newer (set G3_BASE_PYTHON)" >&2; return 1; }
+        "$base" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+            { echo "error: $base is Python $("$base" -c 'import platform; print(platform.python_version())'); g3mpi needs 3.11 or newer (set G3_BASE_PYTHON)" >&2; return 1; }
         echo "== creating the virtual environment $G3_VENV with $base"
         if ! "$base" -m venv "$G3_VENV"; then
             # Debian's python3 lacks ensurepip until python3-venv is installed
