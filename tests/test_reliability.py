@@ -256,6 +256,58 @@ def test_resume_refuses_incompatible(parts, tmp_path):
     assert (run / "checkpoint.pt").read_bytes() == before
 
 
+# -- a stop signal (time limit, scancel, kill) -------------------------------------------------------------------
+@pytest.mark.parametrize("target", ["mpiexec", "one rank"])
+def test_stop_signal_checkpoints_at_an_epoch_boundary_and_resume_is_exact(target, parts, tmp_path):
+    """SIGTERM to mpiexec (forwarded to every rank, as at a batch job's time limit) or SIGUSR1 to one rank only:
+    every rank stops after the same epoch with its checkpoint written, exit status 75, nothing else written;
+    --resume then continues exactly as a run that was never stopped."""
+    args = ["--eval-every", "1", "--dropout", "0.5", "--seed", "3", "--model", "sage"]
+    run, pids = tmp_path / "run", tmp_path / "pids"
+    pids.mkdir()
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-m", MOD, "--parts", str(parts / "p2"),
+           "--out", str(run), "--epochs", "100000", *args, *FAST]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**tool_env(), "G3_TEST_PIDFILE": str(pids)})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                (run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= 2):
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        if target == "mpiexec":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.kill(int((pids / "rank-1.pid").read_text()), signal.SIGUSR1)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 75, err
+    e = torch.load(run / "checkpoint.pt", weights_only=True)["epoch"]
+    assert e >= 2
+    assert [r["epoch"] for r in _metrics(run)] == list(range(1, e + 1))
+    why = "SIGTERM" if target == "mpiexec" else "a stop signal on 1 rank(s)"
+    assert f"g3-train: stopped by {why} after epoch {e} of 100000: {run}/checkpoint.pt is written; continue " \
+           f"with: mpiexec -n 2 g3-train --resume {run}" in err, err
+    assert not error_lines(err), err
+    assert sorted(x.name for x in run.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.jsonl"]
+    train(2, None, None, "--resume", run, "--epochs", e + 2)
+    train(2, parts / "p2", tmp_path / "straight", "--epochs", e + 2, *args)
+    a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)
+    b = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert a["epoch"] == b["epoch"] == e + 2
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    for i, st in a["optimizer"]["state"].items():
+        for k, v in st.items():
+            assert torch.equal(v, b["optimizer"]["state"][i][k]), (i, k)
+    for ra, rb in zip(_metrics(tmp_path / "straight"), _metrics(run), strict=True):
+        for k in ("epoch", "loss", "train_acc", "val_acc", "test_acc"):
+            assert ra[k] == rb[k], (ra["epoch"], k)
+
+
 # -- faults during training -------------------------------------------------------------------------------------
 def test_watchdog_names_stalled_neighbour(parts, tmp_path):
     run = tmp_path / "run"

@@ -1,8 +1,9 @@
 """Serial pieces of the reliability layer: the watchdog's deadline, the abort's wait for stderr, checkpoint atomicity and loading, the fault
-hooks' parsing, the soak's RSS analysis (no mpiexec: fast)."""
+hooks' parsing, the soak's RSS analysis, the stop-signal handler (no mpiexec: fast)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ from g3mpi.comm import abort as abort_mod
 from g3mpi.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from g3mpi.train.faults import TestHooks, first_nonfinite
 from g3mpi.train.soak import rss_growth
+from g3mpi.train.stop import StopSignals
 from tests.conftest import tool_env
 
 WATCHDOG = r"""
@@ -174,3 +176,40 @@ def test_soak_analysis():
     assert rss_growth(leak, warmup=50, window=50)["ranks"][0]["growth"] > 0.15
     with pytest.raises(ValueError, match="need at least"):
         rss_growth(flat[:100], warmup=50, window=50)
+
+
+STOP = r"""
+import os, signal, sys, time
+from g3mpi.train.stop import StopSignals
+with StopSignals() as stop:
+    os.kill(os.getpid(), signal.SIGUSR1)
+    time.sleep(0.1)
+    print(stop.received, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM if sys.argv[1] == "again" else signal.SIGUSR1)
+    time.sleep(5)
+    print("survived", flush=True)
+"""
+
+
+def test_stop_signals_record_then_restore():
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    with StopSignals() as stop:
+        assert stop.received is None
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)   # the handler runs between bytecodes of the main thread
+        assert stop.received == "SIGTERM"
+    assert {s: signal.getsignal(s) for s in before} == before
+    # off the main thread nothing is installed (Python allows handlers only there)
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("s", StopSignals().__enter__()))
+    t.start()
+    t.join()
+    assert out["s"].received is None and not out["s"]._previous
+
+
+@pytest.mark.parametrize("second", ["again", "same"])
+def test_a_second_stop_signal_ends_the_process(second):
+    p = subprocess.run([sys.executable, "-c", STOP, second], capture_output=True, text=True, timeout=30,
+                       env=tool_env())
+    assert p.stdout.splitlines() == ["SIGUSR1"], (p.stdout, p.stderr)
+    assert p.returncode == -(signal.SIGTERM if second == "again" else signal.SIGUSR1)

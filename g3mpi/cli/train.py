@@ -6,7 +6,8 @@
 
 Settings come from the defaults, then ``--config`` (TOML, keys as the long options with underscores), then
 the command line. The resolved configuration is saved as RUN/config.toml. Errors are reported on every rank
-(``g3-train: error: [rank r] ...``) and every rank exits non-zero.
+(``g3-train: error: [rank r] ...``) and every rank exits non-zero. SIGTERM or SIGUSR1 stops every rank after the
+current epoch with RUN/checkpoint.pt written and exit status 75 (:mod:`g3mpi.train.stop`).
 """
 from __future__ import annotations
 
@@ -93,6 +94,9 @@ def _agree(comm, err: str | None, what: str) -> bool:
 
 
 def main(argv=None, comm=None) -> int:
+    """Run g3-train on ``comm`` (default COMM_WORLD, the program's own). Returns the exit status: 0, 1 (errors),
+    2 (bad configuration) or 75 (stopped by a signal after writing the checkpoint)."""
+    own_world = comm is None
     comm = comm or MPI.COMM_WORLD
     ap = build_parser()
     args = vars(ap.parse_args(argv))
@@ -102,6 +106,7 @@ def main(argv=None, comm=None) -> int:
     from g3mpi.train import ConfigError, Trainer, config_from, prepare_run_dir
     from g3mpi.train.checkpoint import CHECKPOINT_NAME, CheckpointError, check_compatible, load_checkpoint
     from g3mpi.train.faults import TrainingFault
+    from g3mpi.train.stop import EXIT_STOPPED, StopSignals
 
     resume = args.pop("resume")
     try:
@@ -166,12 +171,14 @@ def main(argv=None, comm=None) -> int:
              part.num_halo, int(part.indptr[-1]), cfg.model)
     trainer = None
     try:
-        trainer = Trainer(cfg, comm, part, meta)
-        if ckpt is not None:
-            trainer.restore(ckpt)
-            log.info("resuming from %s at epoch %d", run_dir / CHECKPOINT_NAME, ckpt["epoch"])
-        summary = trainer.fit(run_dir)
-        trainer.close()
+        # SIGTERM / SIGUSR1 (a batch job's time limit, scancel, kill): stop after the epoch with a checkpoint
+        with StopSignals() as stop:
+            trainer = Trainer(cfg, comm, part, meta, stop=stop)
+            if ckpt is not None:
+                trainer.restore(ckpt)
+                log.info("resuming from %s at epoch %d", run_dir / CHECKPOINT_NAME, ckpt["epoch"])
+            summary = trainer.fit(run_dir)
+            trainer.close()
     except TrainingFault as e:  # raised on every rank together: a clean, coordinated exit
         _error(comm, str(e))
         comm.Barrier()
@@ -179,6 +186,18 @@ def main(argv=None, comm=None) -> int:
     except Exception:  # noqa: BLE001 - one failing rank must not leave the others waiting
         abort_job(comm, _line(comm, "training failed:\n" + traceback.format_exc()))
         return 1
+    if summary.get("stopped"):
+        if comm.rank == 0:
+            why = summary["signal"] or f"a stop signal on {summary['stop_ranks']} rank(s)"
+            write_line(f"g3-train: stopped by {why} after epoch {summary['epoch']} of {cfg.epochs}: "
+                       f"{run_dir / CHECKPOINT_NAME} is written; continue with: mpiexec -n {comm.size} "
+                       f"g3-train --resume {run_dir}")
+        comm.Barrier()   # every rank is here: the checkpoint and the line are out
+        if own_world:
+            # exit 75 on every rank, cleanly: under `python -m mpi4py` a non-zero exit with MPI still initialised
+            # calls MPI_Abort, which srun reports as killed tasks (exit status 137) instead of 75
+            MPI.Finalize()
+        return EXIT_STOPPED
     if comm.rank == 0:
         log.info("done: best epoch %s, val %.4f, test %.4f, median epoch %.4fs -> %s", summary["best_epoch"],
                  summary["val_acc"] or float("nan"), summary["test_acc"] or float("nan"),

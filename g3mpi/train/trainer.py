@@ -77,8 +77,11 @@ def current_rss_bytes() -> int:
 class Trainer:
     """Owns one rank's graph view, model and optimiser. ``comm`` is injected; every rank calls the same methods."""
 
-    def __init__(self, cfg: TrainConfig, comm, part, meta: dict):
+    def __init__(self, cfg: TrainConfig, comm, part, meta: dict, stop=None):
+        """``stop``: a :class:`~g3mpi.train.stop.StopSignals` (or anything with a ``received`` attribute): when
+        set on any rank, :meth:`fit` stops after the current epoch with a checkpoint."""
         self.cfg, self.comm, self.part, self.meta = cfg, comm, part, meta
+        self.stop = stop
         if cfg.release_memory:
             return_freed_memory()
         torch.set_num_threads(cfg.threads)
@@ -107,8 +110,8 @@ class Trainer:
             raise ValueError(f"{cfg.parts}: the graph has no training nodes")
         # gradients summed over ranks layer by layer during backward (last layer first), overlapped with it
         self.gradsync = GradSync(comm, [list(c.parameters()) for c in reversed(self.model.convs)], self.watchdog)
-        # the loss, then the numbers of ranks with a non-finite loss / gradient
-        self._flags = np.zeros(3, dtype=np.float64)
+        # the loss, the numbers of ranks with a non-finite loss / gradient, and of ranks asked to stop (a signal)
+        self._flags = np.zeros(4, dtype=np.float64)
         self.start_epoch = 1
         self.resumed = None   # the checkpoint this trainer continues from, if any
 
@@ -158,7 +161,8 @@ class Trainer:
         # this rank's gradients as computed (the buckets in flight hold copies of them)
         bad = first_nonfinite(loss.detach(), self.named_params)
         flags = self._flags
-        flags[:] = (float(loss.detach()), 1.0 if bad == "loss" else 0.0, 1.0 if bad else 0.0)
+        signalled = self.stop is not None and self.stop.received is not None
+        flags[:] = (float(loss.detach()), 1.0 if bad == "loss" else 0.0, 1.0 if bad else 0.0, float(signalled))
         self.watchdog.allreduce(flags)
         sync.wait()
         if flags[2] > 0 or not np.isfinite(flags[0]) or not bool(torch.isfinite(sync.buf).all()):
@@ -168,7 +172,7 @@ class Trainer:
         self.opt.step()
         dt = time.perf_counter() - t0
         s = stats.as_dict()
-        return dict(loss=float(flags[0]), epoch_time_s=dt, compute_s=dt - s["blocked_s"] - allreduce_s,
+        return dict(loss=float(flags[0]), stop_ranks=int(flags[3]), epoch_time_s=dt, compute_s=dt - s["blocked_s"] - allreduce_s,
                     blocked_s=s["blocked_s"], comm_s=s["comm_s"], overlap=s["overlap"], allreduce_s=allreduce_s,
                     bytes_sent=s["bytes_sent"], bytes_recv=s["bytes_recv"], messages=s["messages_sent"])
 
@@ -206,6 +210,10 @@ class Trainer:
 
     # -- the whole run ------------------------------------------------------------------------------------------
     def fit(self, run_dir: Path) -> dict:
+        """Train from ``start_epoch`` to ``cfg.epochs`` (or early stopping), writing metrics.jsonl and checkpoints,
+        then the best model's predictions, model.pt and summary.json. Returns the summary on rank 0, {} on the
+        others. Stopped by a signal (``stop``), it returns ``dict(stopped=True, epoch=E, signal=..., stop_ranks=n)``
+        on every rank after writing the checkpoint of epoch E, and writes nothing else."""
         cfg, comm, rank = self.cfg, self.comm, self.comm.rank
         metrics = MetricsLog(run_dir / "metrics.jsonl") if rank == 0 else None
         bar = None
@@ -269,6 +277,12 @@ class Trainer:
                             post.update(val=f"{accs['val_acc']:.3f}", best=f"{best['val_acc']:.3f}")
                         bar.set_postfix(post, refresh=False)
                         bar.update(1)
+                if rec["stop_ranks"] and epoch < cfg.epochs:   # a signal on some rank: every rank stops here
+                    self.checkpoint(run_dir, epoch, best, since_best, last_loss)
+                    signal_name = self.stop.received if self.stop is not None else None
+                    log.info("stopping after epoch %d: %s on %d of %d rank(s); checkpoint written", epoch,
+                             signal_name or "a stop signal", rec["stop_ranks"], comm.size)
+                    return dict(stopped=True, epoch=epoch, signal=signal_name, stop_ranks=rec["stop_ranks"])
                 stop = bool(cfg.patience and since_best >= cfg.patience)
                 if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0 and epoch != cfg.epochs and not stop:
                     self.checkpoint(run_dir, epoch, best, since_best, last_loss)
