@@ -143,6 +143,25 @@ def test_ranks_must_match_parts(tmp_path):
     assert p.returncode == 1 and "nowhere/meta.json: no such file" in p.stderr
 
 
+def test_resume_takes_the_runs_partition_and_directory(tmp_path):
+    """--resume RUN: the partition comes from RUN/config.toml (and is checked against the ranks), no --out or
+    --config is added (g3-train continues in RUN with its own settings)."""
+    parts = small_partition(tmp_path / "parts", 2)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text(f'parts = "{parts}"\nout = "{run}"\nepochs = 5\n')
+    p = launcher("train", "-n", 2, "-t", 1, "--dry-run", "--", "--resume", run, "--epochs", 9,
+                 G3_OUT=tmp_path / "other", G3_CONFIG=tmp_path / "other.toml")
+    assert p.returncode == 0, p.stderr
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])
+    tool = cmd[cmd.index("g3mpi.cli.train") + 1:]
+    assert tool == ["--parts", str(parts), "--resume", str(run), "--epochs", "9", "--threads", "1"]
+    p = launcher("train", "-n", 3, "--", "--resume", run)
+    assert p.returncode == 1 and f"{parts} has 2 parts but 3 ranks were requested" in p.stderr
+    p = launcher("train", "-n", 2, "--", "--resume", tmp_path / "nowhere")
+    assert p.returncode == 1 and "nowhere/config.toml: no such file" in p.stderr
+
+
 def test_serial_stages_refuse_several_ranks():
     p = launcher("partition", "-n", 2, "--", "g.h5")
     assert p.returncode == 1 and "serial program" in p.stderr

@@ -291,3 +291,44 @@ def test_corrupt_partition_fails_the_train_job(cluster, cora_chain):
     assert not (work / "run-corrupt" / "summary.json").exists()
     # the aborted training step (step 1, after the world-check probe) leaves its segment until the cluster stops
     cluster.aborted_segments.append(mpich_segment(job.jobid, 1))
+
+
+def _job_state(cluster, jobid: str) -> str:
+    show = cluster.run("scontrol", "show", "job", jobid, "-o").stdout
+    return dict(kv.split("=", 1) for kv in show.split() if "=" in kv).get("JobState", "?")
+
+
+def test_train_job_stops_on_a_signal_then_resumes(cluster, cora_chain):
+    """scancel --signal=USR1 (what train.sbatch's --signal=USR1@120 sends before the time limit): the ranks stop
+    after an epoch with a checkpoint and the job exits 75; a job with --resume RUN finishes the run."""
+    import json
+    import time
+
+    work, env, jobs = cora_chain
+    assert jobs["partition"].exit_code == "0:0", jobs["partition"].log
+    run = work / "run-stop"
+    args = [a for a in TRAIN_ARGS]
+    args[args.index("--epochs") + 1] = 100000
+    jobid = cluster.submit(JOBS / "slurm" / "train.sbatch", *args, opts=("--ntasks-per-node=2", "--cpus-per-task=1"),
+                           cwd=work, env=dict(env, G3_OUT=str(run)))
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+        assert _job_state(cluster, jobid) in ("PENDING", "RUNNING"), cluster.job(jobid, work, name="g3-train").log
+        time.sleep(0.2)
+    p = cluster.run("scancel", "--signal=USR1", jobid)
+    assert p.returncode == 0, p.stderr
+    while time.monotonic() < deadline and _job_state(cluster, jobid) in ("PENDING", "RUNNING", "COMPLETING"):
+        time.sleep(0.2)
+    job = cluster.job(jobid, work, name="g3-train")
+    assert job.exit_code == "75:0", job.log
+    assert not Path("/dev/shm", mpich_segment(jobid, 1)).exists()   # a clean exit (MPI_Finalize), no abort
+    e = len(metrics.read_text().splitlines())
+    assert f"g3-train: stopped by SIGUSR1 after epoch {e} of 100000" in job.log, job.log
+    assert not (run / "summary.json").exists()
+    resumed = cluster.sbatch_wait(JOBS / "slurm" / "train.sbatch", "--resume", run, "--epochs", e + 3,
+                                  opts=("--ntasks-per-node=2", "--cpus-per-task=1"), cwd=work, env=env, timeout=600,
+                                  name="g3-train")
+    assert resumed.returncode == 0 and resumed.exit_code == "0:0", resumed.log
+    assert [json.loads(x)["epoch"] for x in metrics.read_text().splitlines()] == list(range(1, e + 4))
+    assert json.loads((run / "summary.json").read_text())["epochs"] == e + 3

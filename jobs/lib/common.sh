@@ -292,19 +292,33 @@ g3_args_partition() {
     G3_ARGS=("${args[@]}")
 }
 
-# train: g3-train --parts $G3_PARTS --out $G3_OUT [--config $G3_CONFIG] --threads $G3_THREADS $G3_TRAIN_ARGS ARGS
+# train: g3-train --parts $G3_PARTS --out $G3_OUT [--config $G3_CONFIG] --threads $G3_THREADS $G3_TRAIN_ARGS ARGS;
+# with --resume RUN in the arguments: g3-train --parts <RUN's partition> --threads $G3_THREADS ... --resume RUN
 g3_args_train() {
-    local args=()
+    local args=() run parts
     # shellcheck disable=SC2206
     [[ -z ${G3_TRAIN_ARGS:-} ]] || args=($G3_TRAIN_ARGS)
     args+=("$@")
-    g3_has_opt --parts "${args[@]}" || args=(--parts "${G3_PARTS:-parts}" "${args[@]}")
-    g3_has_opt --out "${args[@]}" || args+=(--out "${G3_OUT:-$(g3_default_run_dir train)}")
+    if run=$(g3_opt_value --resume "${args[@]}"); then
+        # --resume RUN: g3-train continues in RUN with RUN/config.toml's settings, so no --out or --config of
+        # ours; the partition is the run's own (given here too, for the check of ranks against parts)
+        [[ -f $run/config.toml ]] ||
+            g3_die "$run/config.toml: no such file (--resume needs the run directory of an earlier g3-train)"
+        if ! g3_has_opt --parts "${args[@]}"; then
+            parts=$("$G3_PY" -c 'import sys, tomllib
+print(tomllib.load(open(sys.argv[1], "rb"))["parts"])' "$run/config.toml") ||
+                g3_die "$run/config.toml: cannot read its partition directory ('parts')"
+            args=(--parts "$parts" "${args[@]}")
+        fi
+    else
+        g3_has_opt --parts "${args[@]}" || args=(--parts "${G3_PARTS:-parts}" "${args[@]}")
+        g3_has_opt --out "${args[@]}" || args+=(--out "${G3_OUT:-$(g3_default_run_dir train)}")
+        if [[ -n ${G3_CONFIG:-} ]] && ! g3_has_opt --config "${args[@]}"; then
+            args+=(--config "$G3_CONFIG")
+        fi
+    fi
     # torch threads per rank, explicitly (OMP_NUM_THREADS is exported too)
     g3_has_opt --threads "${args[@]}" || args+=(--threads "$G3_THREADS")
-    if [[ -n ${G3_CONFIG:-} ]] && ! g3_has_opt --config "${args[@]}"; then
-        args+=(--config "$G3_CONFIG")
-    fi
     G3_ARGS=("${args[@]}")
 }
 
