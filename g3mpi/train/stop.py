@@ -10,8 +10,8 @@ While a :class:`StopSignals` is active such a signal only records its name. The 
 at the next epoch's loss allreduce (one more number in a message that is sent anyway), finishes that epoch,
 writes the checkpoint and returns; ``g3-train`` then exits with :data:`EXIT_STOPPED` on every rank. A second
 stop signal while the first is pending ends the process at once (the signal's default action): an impatient
-user, or SLURM's SIGTERM at the limit after an early SIGUSR1, is never ignored. SIGINT (Ctrl-C) is left alone: it stops at
-once, as it always did.
+user, or SLURM's SIGTERM at the limit after an early SIGUSR1, is never ignored. SIGINT (Ctrl-C) is left alone:
+it stops at once, as it always did.
 """
 from __future__ import annotations
 
