@@ -100,9 +100,13 @@ class Cluster:
         assert jobid.isdigit(), f"no job ID from sbatch: {p.stdout!r} {p.stderr!r}"
         return self.job(jobid, cwd, p.returncode, p.stderr, name or Path(script).stem)
 
-    def job(self, jobid: str, cwd: Path, returncode: int = -1, stderr: str = "", name: str = "") -> Job:
+    def fields(self, jobid: str) -> dict:
+        """scontrol show job's KEY=VALUE fields of a job."""
         show = self.run("scontrol", "show", "job", jobid, "-o").stdout
-        fields = dict(kv.split("=", 1) for kv in show.split() if "=" in kv)
+        return dict(kv.split("=", 1) for kv in show.split() if "=" in kv)
+
+    def job(self, jobid: str, cwd: Path, returncode: int = -1, stderr: str = "", name: str = "") -> Job:
+        fields = self.fields(jobid)
         log_path = Path(fields.get("StdOut", cwd / f"{name}-{jobid}.out"))
         log = log_path.read_text() if log_path.exists() else f"<no log at {log_path}>"
         return Job(jobid, returncode, fields.get("ExitCode", "?"), log, stderr)
@@ -294,8 +298,7 @@ def test_corrupt_partition_fails_the_train_job(cluster, cora_chain):
 
 
 def _job_state(cluster, jobid: str) -> str:
-    show = cluster.run("scontrol", "show", "job", jobid, "-o").stdout
-    return dict(kv.split("=", 1) for kv in show.split() if "=" in kv).get("JobState", "?")
+    return cluster.fields(jobid).get("JobState", "?")
 
 
 def test_train_job_stops_on_a_signal_then_resumes(cluster, cora_chain):
@@ -307,7 +310,7 @@ def test_train_job_stops_on_a_signal_then_resumes(cluster, cora_chain):
     work, env, jobs = cora_chain
     assert jobs["partition"].exit_code == "0:0", jobs["partition"].log
     run = work / "run-stop"
-    args = [a for a in TRAIN_ARGS]
+    args = list(TRAIN_ARGS)
     args[args.index("--epochs") + 1] = 100000
     jobid = cluster.submit(JOBS / "slurm" / "train.sbatch", *args, opts=("--ntasks-per-node=2", "--cpus-per-task=1"),
                            cwd=work, env=dict(env, G3_OUT=str(run)))

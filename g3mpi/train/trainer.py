@@ -172,9 +172,10 @@ class Trainer:
         self.opt.step()
         dt = time.perf_counter() - t0
         s = stats.as_dict()
-        return dict(loss=float(flags[0]), stop_ranks=int(flags[3]), epoch_time_s=dt, compute_s=dt - s["blocked_s"] - allreduce_s,
-                    blocked_s=s["blocked_s"], comm_s=s["comm_s"], overlap=s["overlap"], allreduce_s=allreduce_s,
-                    bytes_sent=s["bytes_sent"], bytes_recv=s["bytes_recv"], messages=s["messages_sent"])
+        return dict(loss=float(flags[0]), stop_ranks=int(flags[3]), epoch_time_s=dt,
+                    compute_s=dt - s["blocked_s"] - allreduce_s, blocked_s=s["blocked_s"], comm_s=s["comm_s"],
+                    overlap=s["overlap"], allreduce_s=allreduce_s, bytes_sent=s["bytes_sent"],
+                    bytes_recv=s["bytes_recv"], messages=s["messages_sent"])
 
     @staticmethod
     def _nonfinite_message(epoch: int, bad: str | None, n_loss: int, n_grad: int) -> str:
