@@ -8,7 +8,9 @@ new dependencies. Here the same step runs on many nodes at once, on a cost model
     load_p = compute_p + comm_p + penalty * mean_cost * (excess_nodes_p / node_cap + excess_edges_p / edge_cap)
 
 where compute_p = edge_seconds * local_edges_p * width, comm_p = (halo_p + send_p) * width * 4 / bandwidth,
-node_cap = node_imbalance * mean owned nodes and edge_cap = edge_imbalance * mean local edges.
+node_cap = max(node_imbalance * mean owned nodes, ceil(N / P)) and edge_cap_p = edge_imbalance * mean local edges,
+raised by d - mean when part p owns a node with d > mean in-edges (a hub, on skewed graphs with many parts: its
+in-edges stay together, so the plain cap could never be met).
 
 0. Start: METIS (recursive bisection up to 16 parts, k-way above), node-balanced, or edge-balanced when
    in-degrees are skewed (coefficient of variation > 2, power-law graphs such as RMAT, where node-balanced
@@ -66,9 +68,9 @@ evaluations as phases 1 and 2 took (at most ``max_iters``; ``descent_iters`` ove
 graphs an evaluation costs tens of milliseconds. When phase 1 already leaves the rows more than
 ``DESCENT_MIN_IMBALANCE`` apart, phase 2 is skipped and the descent runs in its place (phase 2 only works on
 the parts within ``COMM_BAND`` of the maximum; on Cora it took 8-14 evaluations for what the descent does in
-1-3). A
-last repair moves lowest-degree nodes out of any part still above the node cap. Everything is deterministic
-for a given seed (the METIS seed; ties broken by node and part ID).
+1-3). A last repair moves lowest-degree nodes out of any part still above the node cap, then nodes out of any
+part above its edge cap where another part has room under both (:func:`repair_edges`). Everything is
+deterministic for a given seed (the METIS seed; ties broken by node and part ID).
 """
 from __future__ import annotations
 
@@ -293,8 +295,8 @@ class _State:
             setattr(self, k, v)
 
     #: every per-part figure that apply and _summarise replace
-    _FIGURES = ("halo", "send", "n", "e", "cost", "excess_n", "excess_e", "violation", "mean_cost", "load", "max_cost",
-                "total_comm", "comm", "max_comm")
+    _FIGURES = ("halo", "send", "n", "e", "edge_cap", "cost", "excess_n", "excess_e", "violation", "mean_cost", "load",
+                "max_cost", "total_comm", "comm", "max_comm")
 
     def _summarise(self):
         ref = self.ref
@@ -302,7 +304,12 @@ class _State:
         comp, comm = ref.model.layer_costs(self.e, self.comm)
         self.cost = comp + comm
         self.excess_n = np.maximum(0.0, self.n - ref.node_cap) / ref.node_cap
-        self.excess_e = np.maximum(0.0, self.e - ref.edge_cap) / max(1.0, ref.edge_cap)
+        if len(ref.hubs):   # a part owning a hub may hold its in-edges and the cap's slack above the mean
+            self.edge_cap = np.full(len(self.e), ref.edge_cap)
+            np.maximum.at(self.edge_cap, self.a[ref.hubs], ref.in_deg[ref.hubs] + ref.edge_slack)
+        else:
+            self.edge_cap = ref.edge_caps
+        self.excess_e = np.maximum(0.0, self.e - self.edge_cap) / np.maximum(1.0, self.edge_cap)
         self.violation = float(self.excess_n.sum() + self.excess_e.sum())
         self.mean_cost = float(self.cost.sum() / len(self.cost))   # = cost.mean(), without its Python overhead
         self.load = self.cost + PENALTY * self.mean_cost * (self.excess_n + self.excess_e)
@@ -350,9 +357,16 @@ class _Refiner:
         # state versions: every assignment a _State of this refiner takes gets a new one (undo returns to the
         # previous one); a proposal is remembered per version
         self.versions = itertools.count()
-        self.node_cap = node_imbalance * self.N / num_parts
         self.k = max(4096, self.N // 16)  # candidates examined exactly per proposal
-        self.edge_cap = edge_imbalance * len(self.src) / num_parts
+        # a cap below what any assignment reaches could never be met, and the later phases need none violated:
+        # the node cap is at least ceil(N / P); a part owning a hub (more in-edges than the mean part) may hold
+        # the hub's in-edges plus the edge cap's slack above the mean (_State.edge_cap, per part)
+        self.node_cap = max(node_imbalance * self.N / num_parts, float(-(-self.N // num_parts)))
+        mean_e = len(self.src) / num_parts
+        self.edge_cap = edge_imbalance * mean_e
+        self.edge_slack = self.edge_cap - mean_e
+        self.edge_caps = np.full(num_parts, self.edge_cap)
+        self.hubs = np.flatnonzero(self.in_deg > mean_e)
         comp, comm = model.layer_costs([1.0], [1.0])
         self.c_edge, self.c_row = float(comp[0]), float(comm[0])
 
@@ -505,7 +519,7 @@ class _Refiner:
             sources &= (s.excess_n + s.excess_e) > 0
         receivers = s.load < target
         if strict:
-            receivers &= (s.n < self.node_cap - 1) & (s.e < self.edge_cap)
+            receivers &= (s.n < self.node_cap - 1) & (s.e < s.edge_cap)
         if not sources.any() or not receivers.any():
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         cand = self._shortlist(s, np.nonzero(sources[a])[0], receivers)
@@ -519,9 +533,9 @@ class _Refiner:
         d_cost_q = self.c_edge * d_e + self.c_row * d_comm_q
         pen = PENALTY * s.mean_cost
         gain = self.c_edge * d_e - self.c_row * d_comm_p
-        if (s.n > self.node_cap).any() or (s.e > self.edge_cap).any():  # else the penalty term is +0.0 everywhere
-            gain = gain + pen * (
-                (s.n[p] > self.node_cap) / self.node_cap + (s.e[p] > self.edge_cap) * d_e / max(1.0, self.edge_cap))
+        if (s.n > self.node_cap).any() or (s.e > s.edge_cap).any():  # else the penalty term is +0.0 everywhere
+            gain = gain + pen * ((s.n[p] > self.node_cap) / self.node_cap
+                                 + (s.e[p] > s.edge_cap[p]) * d_e / np.maximum(1.0, s.edge_cap[p]))
         idx = np.nonzero(gain > 0)[0]
         g, dq = gain[idx], d_cost_q[idx]
         score = np.where(dq <= 0, 1e30 + g, g / np.maximum(dq, 1e-300))
@@ -533,7 +547,7 @@ class _Refiner:
             (pi, ones, s.n - 1, True),                             # sources never empty
             (qi, dq, s.max_cost * (1 - 1e-6) - s.load),            # receivers stay under the max cost
             (qi, ones, self.node_cap - s.n if strict else big, True),  # ... within the node cap
-            (qi, d_e[idx], self.edge_cap - s.e if strict else big, True)),  # ... and the edge cap
+            (qi, d_e[idx], s.edge_cap - s.e if strict else big, True)),  # ... and the edge cap
             shed=((pi, g, s.load - target),                        # sources shed down to the mean,
                   (qi, dq, target - s.load)))                      # receivers grow up to it
         return cand[idx[ok]], qi[ok]
@@ -542,7 +556,7 @@ class _Refiner:
         """Boundary moves that lower the total halo rows without raising any load to the maximum or a cap."""
         a = s.a
         top = float(s.load.max()) * (1 - 1e-6)
-        allowed = (s.n < self.node_cap - 1) & (s.e < self.edge_cap) & (s.load < top)
+        allowed = (s.n < self.node_cap - 1) & (s.e < s.edge_cap) & (s.load < top)
         if s.dense:
             cand = self._shortlist(s, np.arange(self.N), allowed, require_gain=True)
         else:
@@ -571,7 +585,7 @@ class _Refiner:
         ok = self._within_budgets(idx, (
             (pi, d_cost_p, slack), (qi, d_cost_q, slack),
             (pi, ones, s.n - 1, True),
-            (qi, ones, self.node_cap - s.n, True), (qi, d_e, self.edge_cap - s.e, True)))
+            (qi, ones, self.node_cap - s.n, True), (qi, d_e, s.edge_cap - s.e, True)))
         idx = self._no_clash(cand, idx[ok])
         return cand[idx], q[idx]
 
@@ -615,7 +629,7 @@ class _Refiner:
             cost_top = max(bound, s.max_cost)
             rules += [(qi, self.c_edge * d_e + self.c_row * d_comm_q[idx], cost_top - s.cost),
                       (pi, -self.c_edge * d_e + self.c_row * d_comm_p[idx], cost_top - s.cost),
-                      (qi, np.ones(len(idx)), self.node_cap - s.n), (qi, d_e, self.edge_cap - s.e)]
+                      (qi, np.ones(len(idx)), self.node_cap - s.n), (qi, d_e, s.edge_cap - s.e)]
         idx = idx[self._within_budgets(idx, rules)]
         idx = self._no_clash(cand, idx)
         return cand[idx], q[idx]
@@ -696,7 +710,7 @@ class _Refiner:
         ok = ((d_p <= room[p]) & (d_q <= room[q])
               & (-self.c_edge * d_e + self.c_row * d_p <= cost_room[p])
               & (self.c_edge * d_e + self.c_row * d_q <= cost_room[q])
-              & (s.n[q] + 1 <= self.node_cap) & (s.e[q] + d_e <= self.edge_cap) & (s.n[p] > 1))
+              & (s.n[q] + 1 <= self.node_cap) & (s.e[q] + d_e <= s.edge_cap[q]) & (s.n[p] > 1))
         bad3 = (d3 > room[r3]) | (self.c_row * d3 > cost_room[r3])
         ok[c3[bad3]] = False
         better = np.flatnonzero(ok & (dE < -1e-9))
@@ -715,7 +729,7 @@ class _Refiner:
             (pi, -self.c_edge * d_ei + self.c_row * d_p[idx], cost_room),
             (qi, self.c_edge * d_ei + self.c_row * d_q[idx], cost_room),
             (pi, ones, s.n - 1, True), (qi, ones, self.node_cap - s.n, True),
-            (qi, d_ei, self.edge_cap - s.e, True)))
+            (qi, d_ei, s.edge_cap - s.e, True)))
         rank = np.full(nc, len(idx), dtype=np.int64)
         rank[idx] = np.arange(len(idx))
         up = d3 > 0
@@ -938,6 +952,46 @@ def repair_nodes(a: np.ndarray, cap: float, num_parts: int, degree: np.ndarray) 
     return a
 
 
+def repair_edges(a: np.ndarray, node_cap: float, edge_cap: float, num_parts: int, in_deg: np.ndarray) -> np.ndarray:
+    """Enforce local edges <= the part's edge cap (``edge_cap``, raised by d - mean when the part owns a node with
+    d > mean in-edges, as in the refinement) without breaking owned nodes <= cap. A last resort after refinement,
+    like :func:`repair_nodes`; usually moves nothing.
+
+    Each part over its cap sheds, while over: the node (not its largest) with the fewest in-edges that still
+    covers the excess, else the one with most in-edges, to the part with most edge room that has room for it
+    under both caps (ties by part ID). Parts in ID order; a node that fits nowhere stays."""
+    a = a.copy()
+    in_deg = np.asarray(in_deg)
+    limit = max(int(np.floor(node_cap + 1e-9)), -(-len(a) // num_parts))
+    e = np.bincount(a, weights=in_deg, minlength=num_parts)
+    n = np.bincount(a, minlength=num_parts)
+    mean = float(in_deg.sum()) / num_parts
+    cap = np.full(num_parts, float(edge_cap))
+    hubs = np.flatnonzero(in_deg > mean)
+    np.maximum.at(cap, a[hubs], in_deg[hubs] + (edge_cap - mean))
+    for p in np.flatnonzero(e > cap + 1e-9):
+        mem = np.flatnonzero(a == p)
+        mem = mem[np.lexsort((mem, in_deg[mem]))]   # by in-degree, then ID
+        mem = mem[in_deg[mem] > 0][:-1]             # the largest stays (it may raise the cap)
+        while e[p] > cap[p] + 1e-9 and len(mem):
+            excess = e[p] - cap[p]
+            d = in_deg[mem]
+            i = int(np.searchsorted(d, excess - 1e-9)) if d[-1] >= excess - 1e-9 else len(mem) - 1
+            v, dv = int(mem[i]), float(d[i])
+            mem = np.delete(mem, i)
+            room = np.where((n < limit) & (e + dv <= cap + 1e-9), cap - e, -np.inf)
+            room[p] = -np.inf
+            q = int(np.argmax(room))
+            if not np.isfinite(room[q]):
+                continue
+            a[v] = q
+            e[p] -= dv
+            e[q] += dv
+            n[p] -= 1
+            n[q] += 1
+    return a
+
+
 def _run_starts(order: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """The entries of ``order`` (an ordering grouping equal ``keys``) that start a run of equal keys: the first
     of each group."""
@@ -1033,6 +1087,7 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
         return np.zeros(n, dtype=np.int64), dict(objective_before=0.0, objective_after=0.0, iterations=0, **limits)
     t0 = time.time()
     in_deg = np.diff(np.asarray(indptr))
+    m = int(in_deg.sum())
     start_balance, recursive, start_objective = start_plan(in_deg, num_parts, start_balance, recursive,
                                                            start_objective)
     if start is None:
@@ -1056,6 +1111,7 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     degree = in_deg + out_deg
     a = repair_nodes(a, ref.node_cap, num_parts, degree)
     a, _ = fill_empty_parts(a, num_parts, degree)  # a no-op unless P is close to N
+    a = repair_edges(a, ref.node_cap, ref.edge_cap, num_parts, in_deg)
     if not np.array_equal(a, r["assignment"]):
         last = _State(ref, a)
         r["last"] = dict(max_cost=last.max_cost, violation=last.violation, total_comm=last.total_comm,
@@ -1076,8 +1132,20 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
                descent_iterations=r["descent"]["iterations"],
                start=f"metis balance={start_balance} {'recursive' if recursive else 'kway'}"
                      + (" objective=volume" if start_objective == "volume" else ""),
-               metis_seconds=round(t_metis, 3), refine_seconds=round(time.time() - t0 - t_metis, 3), **limits)
+               metis_seconds=round(t_metis, 3), refine_seconds=round(time.time() - t0 - t_metis, 3),
+               node_imbalance_cap=ref.node_cap * num_parts / n, hubs=len(ref.hubs),
+               edge_imbalance_floor=float(in_deg.max()) * num_parts / max(1, m), **limits)
     if log:
+        if in_deg.max() > ref.edge_cap:
+            hub = int(np.argmax(in_deg))
+            big = int((in_deg > ref.edge_cap).sum())
+            log(f"g3: note: {big} node(s) have more in-edges than an edge imbalance of {edge_imbalance:g} allows "
+                f"({ref.edge_cap:.0f} per part); the largest, node {hub}, has {int(in_deg[hub])} "
+                f"({out['edge_imbalance_floor']:.3f}x the mean part's {m / num_parts:.0f}). A part owning a node with "
+                f"d in-edges above the mean may hold d - {m / num_parts:.0f} more than the cap")
+        if ref.node_cap > node_imbalance * n / num_parts:
+            log(f"g3: note: a node imbalance of {node_imbalance:g} cannot be met with {n} nodes in {num_parts} parts; "
+                f"each part may own {int(ref.node_cap)} ({out['node_imbalance_cap']:.3f}x the mean)")
         log(f"g3: objective {out['objective_before']:.6g}s -> {out['objective_after']:.6g}s, cap violation "
             f"{first['violation']:.3g} -> {last['violation']:.3g}, {r['iterations']} iterations ({r['accepted']} kept)")
         if last["violation"] > 0:
