@@ -140,6 +140,8 @@ def run(cfg: PartitionConfig) -> dict:
     t1 = time.time()
     assignment, info = assign(g, cfg, model)
     t_part = time.time() - t1
+    for said in info.get("metis_messages", ()):
+        log(f"METIS said: {said}")
     if info.get("empty_parts_filled"):
         log(f"METIS left {info['empty_parts_filled']} of {cfg.parts} parts empty (too many parts for {n} nodes); "
             f"each was given the lowest-degree node of the largest part")

@@ -1090,10 +1090,12 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     m = int(in_deg.sum())
     start_balance, recursive, start_objective = start_plan(in_deg, num_parts, start_balance, recursive,
                                                            start_objective)
+    said = ()
     if start is None:
         sym = symmetrize(indptr, indices)
         start, info = metis_partition(indptr, indices, num_parts, balance=start_balance, seed=seed, sym=sym,
                                       recursive=recursive, objective=start_objective)
+        said = info.get("metis_messages", ())
     t_metis = time.time() - t0
     ref = _Refiner(indptr, indices, num_parts, model, node_imbalance, edge_imbalance)
     bar = None
@@ -1135,6 +1137,8 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
                metis_seconds=round(t_metis, 3), refine_seconds=round(time.time() - t0 - t_metis, 3),
                node_imbalance_cap=ref.node_cap * num_parts / n, hubs=len(ref.hubs),
                edge_imbalance_floor=float(in_deg.max()) * num_parts / max(1, m), **limits)
+    if said:
+        out["metis_messages"] = list(said)
     if log:
         if in_deg.max() > ref.edge_cap:
             hub = int(np.argmax(in_deg))

@@ -12,6 +12,12 @@ Balances:
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import sys
+import tempfile
+
 import numpy as np
 import pymetis
 import scipy.sparse as sp
@@ -93,8 +99,9 @@ def metis_partition(indptr, indices, num_parts: int, *, balance: str = "nodes", 
     xadj, adjncy = sym if sym is not None else symmetrize(indptr, indices)
     vw = vertex_weights(balance, np.asarray(in_degree), np.asarray(train_mask))
     opts = pymetis.Options(seed=int(seed), objtype=OBJECTIVES.index(objective))  # METIS_OBJTYPE_CUT = 0, VOL = 1
-    res = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), vweights=vw, options=opts,
-                             recursive=recursive)
+    with c_stdout_captured() as said:
+        res = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), vweights=vw, options=opts,
+                                 recursive=recursive)
     part = np.asarray(res.vertex_part, dtype=np.int64)
     part, filled = fill_empty_parts(part, num_parts, np.diff(xadj))
     # METIS returns its objective's value (the edge cut, or the total communication volume) of its own assignment
@@ -102,7 +109,51 @@ def metis_partition(indptr, indices, num_parts: int, *, balance: str = "nodes", 
                 **{"metis_edge_cut" if objective == "cut" else "metis_volume": int(res.edge_cuts)})
     if filled:
         info["empty_parts_filled"] = filled
+    if said:
+        info["metis_messages"] = summarise_messages(said[0])
     return part, info
+
+
+@contextlib.contextmanager
+def c_stdout_captured():
+    """Capture what C code writes to file descriptor 1 while the block runs (METIS prints its warnings there
+    with printf, e.g. "***Cannot bisect a graph with 0 vertices!" when P nears N, which would end up in a
+    tool's standard output). Yields a list that holds the captured text afterwards (empty when nothing was
+    written). C's stdio buffer is flushed before fd 1 is restored, so nothing leaks out later; where that flush is
+    not available (no C library found) nothing is captured."""
+    said = []
+    try:
+        libc = ctypes.CDLL(None)
+        saved = os.dup(1)
+    except (OSError, AttributeError):
+        yield said
+        return
+    sys.stdout.flush()
+    try:
+        with tempfile.TemporaryFile() as tmp:
+            os.dup2(tmp.fileno(), 1)
+            try:
+                yield said
+            finally:
+                libc.fflush(None)
+                os.dup2(saved, 1)
+                tmp.seek(0)
+                text = tmp.read().decode(errors="replace")
+                if text:
+                    said.append(text)
+    finally:
+        os.close(saved)
+
+
+def summarise_messages(text: str) -> list[str]:
+    """METIS's printed lines, each once in order of first appearance, stripped of its '***' prefix, with
+    '(N times)' when repeated."""
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        line = line.strip().lstrip("*").strip()
+        if line:
+            counts[line] = counts.get(line, 0) + 1
+    return [line if k == 1 else f"{line} ({k} times)" for line, k in counts.items()]
 
 
 def fill_empty_parts(part: np.ndarray, num_parts: int, degree: np.ndarray) -> tuple[np.ndarray, int]:
