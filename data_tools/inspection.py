@@ -169,6 +169,12 @@ def print_report(r: dict, out=sys.stdout) -> None:
           f"est_max_epoch_ms {1e3 * r['est_max_epoch_seconds']:.3f}", file=out)
 
 
+#: the plot's widest figure (inches, at 100 dpi): 40 parts at 0.35 inch each; more parts get thinner bars
+PLOT_MAX_INCHES = 16
+#: above this many parts the halo and send rows are stacked, not side by side
+PLOT_PAIRED_PARTS = 64
+
+
 def plot_report(r: dict, out_png: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -176,15 +182,23 @@ def plot_report(r: dict, out_png: Path) -> None:
 
     parts = r["parts"]
     x = np.arange(len(parts))
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(6, 0.35 * len(parts) + 2), 6), sharex=True)
-    ax1.bar(x, [1e3 * s["est_compute_seconds"] for s in parts], label="compute")
-    ax1.bar(x, [1e3 * s["est_comm_seconds"] for s in parts], bottom=[1e3 * s["est_compute_seconds"] for s in parts],
-            label="communication")
+    many = len(parts) > PLOT_PAIRED_PARTS
+    # 0.35 inch per part up to 40 parts; beyond, the figure stays PLOT_MAX_INCHES wide and the bars get thinner
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(min(PLOT_MAX_INCHES, max(6, 0.35 * len(parts) + 2)), 6), sharex=True)
+    bar = dict(width=1.0, linewidth=0) if many else {}
+    compute = [1e3 * s["est_compute_seconds"] for s in parts]
+    ax1.bar(x, compute, label="compute", **bar)
+    ax1.bar(x, [1e3 * s["est_comm_seconds"] for s in parts], bottom=compute, label="communication", **bar)
     ax1.set_ylabel("est. ms per layer")
     ax1.legend()
     ax1.set_title(f"{Path(r['path']).name}: {r['method']}, {r['num_parts']} parts")
-    ax2.bar(x - 0.2, [s["halo"] for s in parts], width=0.4, label="halo rows (recv)")
-    ax2.bar(x + 0.2, [s["send"] for s in parts], width=0.4, label="send rows")
+    halo, send = [s["halo"] for s in parts], [s["send"] for s in parts]
+    if many:   # side-by-side pairs would be under a pixel wide: stacked instead
+        ax2.bar(x, halo, label="halo rows (recv)", **bar)
+        ax2.bar(x, send, bottom=halo, label="send rows", **bar)
+    else:
+        ax2.bar(x - 0.2, halo, width=0.4, label="halo rows (recv)")
+        ax2.bar(x + 0.2, send, width=0.4, label="send rows")
     ax2.set_ylabel("rows")
     ax2.set_xlabel("part")
     ax2.legend()

@@ -63,6 +63,20 @@ def test_partition_report_and_plot(parts, tmp_path):
     assert "local_edges" in table and "max_comm_rows" in table
 
 
+def test_plot_width_with_many_parts(parts, tmp_path):
+    """The plot is 0.35 inch per part up to 40 parts and never wider than 16 inches (1600 px): at 200 parts it
+    was 72 inches wide before."""
+    import matplotlib.image
+    from data_tools.inspection import inspect_path, plot_report
+    g, d = parts
+    for P, width in ((4, 600), (200, 1600)):
+        out = tmp_path / f"p{P}"
+        run_module("data_tools.partition", d / "g.h5", "--parts", P, "--method", "random", "--out", out,
+                   "--no-progress")
+        plot_report(inspect_path(out), tmp_path / f"p{P}.png")
+        assert matplotlib.image.imread(tmp_path / f"p{P}.png").shape[1] == width
+
+
 def test_missing_path(tmp_path):
     fails(inspect(tmp_path / "nothing"), "nothing", "no such file")
 
