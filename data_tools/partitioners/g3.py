@@ -304,11 +304,7 @@ class _State:
         comp, comm = ref.model.layer_costs(self.e, self.comm)
         self.cost = comp + comm
         self.excess_n = np.maximum(0.0, self.n - ref.node_cap) / ref.node_cap
-        if len(ref.hubs):   # a part owning a hub may hold its in-edges and the cap's slack above the mean
-            self.edge_cap = np.full(len(self.e), ref.edge_cap)
-            np.maximum.at(self.edge_cap, self.a[ref.hubs], ref.in_deg[ref.hubs] + ref.edge_slack)
-        else:
-            self.edge_cap = ref.edge_caps
+        self.edge_cap = part_edge_caps(self.a, ref.hubs, ref.in_deg, ref.edge_cap, ref.edge_slack, len(self.e))
         self.excess_e = np.maximum(0.0, self.e - self.edge_cap) / np.maximum(1.0, self.edge_cap)
         self.violation = float(self.excess_n.sum() + self.excess_e.sum())
         self.mean_cost = float(self.cost.sum() / len(self.cost))   # = cost.mean(), without its Python overhead
@@ -365,7 +361,6 @@ class _Refiner:
         mean_e = len(self.src) / num_parts
         self.edge_cap = edge_imbalance * mean_e
         self.edge_slack = self.edge_cap - mean_e
-        self.edge_caps = np.full(num_parts, self.edge_cap)
         self.hubs = np.flatnonzero(self.in_deg > mean_e)
         comp, comm = model.layer_costs([1.0], [1.0])
         self.c_edge, self.c_row = float(comp[0]), float(comm[0])
@@ -928,7 +923,7 @@ def repair_nodes(a: np.ndarray, cap: float, num_parts: int, degree: np.ndarray) 
     """Enforce owned nodes <= cap: parts over it give their lowest-degree nodes (ties by ID) to the parts with
     most room (water-filling, part IDs break ties). A last resort after refinement; usually moves nothing."""
     a = a.copy()
-    limit = max(int(np.floor(cap + 1e-9)), -(-len(a) // num_parts))  # never below ceil(N / P)
+    limit = _node_limit(cap, len(a), num_parts)
     n = np.bincount(a, minlength=num_parts)
     over = np.maximum(0, n - limit)
     if not over.any():
@@ -952,6 +947,22 @@ def repair_nodes(a: np.ndarray, cap: float, num_parts: int, degree: np.ndarray) 
     return a
 
 
+def _node_limit(cap: float, num_nodes: int, num_parts: int) -> int:
+    """The most nodes a part may own under the node cap ``cap``: its integer part, never below ceil(N / P)."""
+    return max(int(np.floor(cap + 1e-9)), -(-num_nodes // num_parts))
+
+
+def part_edge_caps(a: np.ndarray, hubs: np.ndarray, in_deg: np.ndarray, edge_cap: float, slack: float,
+                   num_parts: int) -> np.ndarray:
+    """Each part's edge cap: ``edge_cap``, or for a part owning a hub (a node with more in-edges than the mean
+    part; ``hubs``, their IDs) that hub's in-degree + ``slack`` (the cap's slack above the mean) when higher: a
+    hub's in-edges stay together, so the plain cap could never be met."""
+    cap = np.full(num_parts, float(edge_cap))
+    if len(hubs):
+        np.maximum.at(cap, a[hubs], in_deg[hubs] + slack)
+    return cap
+
+
 def repair_edges(a: np.ndarray, node_cap: float, edge_cap: float, num_parts: int, in_deg: np.ndarray) -> np.ndarray:
     """Enforce local edges <= the part's edge cap (``edge_cap``, raised by d - mean when the part owns a node with
     d > mean in-edges, as in the refinement) without breaking owned nodes <= cap. A last resort after refinement,
@@ -962,13 +973,11 @@ def repair_edges(a: np.ndarray, node_cap: float, edge_cap: float, num_parts: int
     under both caps (ties by part ID). Parts in ID order; a node that fits nowhere stays."""
     a = a.copy()
     in_deg = np.asarray(in_deg)
-    limit = max(int(np.floor(node_cap + 1e-9)), -(-len(a) // num_parts))
+    limit = _node_limit(node_cap, len(a), num_parts)
     e = np.bincount(a, weights=in_deg, minlength=num_parts)
     n = np.bincount(a, minlength=num_parts)
     mean = float(in_deg.sum()) / num_parts
-    cap = np.full(num_parts, float(edge_cap))
-    hubs = np.flatnonzero(in_deg > mean)
-    np.maximum.at(cap, a[hubs], in_deg[hubs] + (edge_cap - mean))
+    cap = part_edge_caps(a, np.flatnonzero(in_deg > mean), in_deg, edge_cap, edge_cap - mean, num_parts)
     for p in np.flatnonzero(e > cap + 1e-9):
         mem = np.flatnonzero(a == p)
         mem = mem[np.lexsort((mem, in_deg[mem]))]   # by in-degree, then ID
