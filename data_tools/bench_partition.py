@@ -24,10 +24,10 @@ the time targets use, because this development machine is shared and wall time d
 graph) into one, recomputing the checks.
 
 Graphs: ``rmat18`` and ``rmat20`` (Graph500 RMAT a=.57 b=.19 c=.19, edge factor 16, vertex IDs permuted,
-symmetrized, self loops and duplicates removed), ``sbm`` (planted partition: 100k nodes, 10 blocks, mean
-degree 20, 80% of edges inside a block; symmetrized) and ``cora`` (``--cora``, default
-``<repo>/../shared/datasets/cora.npz``). The generators here are the benchmark's own, seeded and in memory,
-so the benchmark needs no prepared files.
+symmetrized, self loops and duplicates removed; ``rmatS-aA-bB`` sets a and b = c, e.g. ``rmat15-a0.45-b0.22``),
+``sbm`` (planted partition: 100k nodes, 10 blocks, mean degree 20, 80% of edges inside a block; symmetrized) and
+``cora`` (``--cora``, default ``<repo>/../shared/datasets/cora.npz``). The generators here are the benchmark's
+own, seeded and in memory, so the benchmark needs no prepared files.
 """
 from __future__ import annotations
 
@@ -99,8 +99,19 @@ def cora(path: Path):
 
 
 def load(name: str, cora_path: Path):
+    """A benchmark graph by name: ``rmatS`` (scale S, the Graph500 parameters), ``rmatS-aA-bB`` (a = A,
+    b = c = B: ``rmat15-a0.45-b0.22`` is less skewed than the default), ``sbm`` or ``cora``."""
     if name.startswith("rmat"):
-        return rmat(int(name[4:]))
+        scale, *params = name[4:].split("-")
+        try:
+            kw = {p[0]: float(p[1:]) for p in params}
+            if set(kw) - {"a", "b"} or not scale.isdigit():
+                raise ValueError
+        except (ValueError, IndexError):
+            raise SystemExit(f"bench_partition: error: bad R-MAT graph name {name!r} (rmatS or rmatS-aA-bB)")
+        if "b" in kw:
+            kw["c"] = kw["b"]
+        return rmat(int(scale), **kw)
     if name == "sbm":
         return sbm()
     if name == "cora":

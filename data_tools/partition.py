@@ -43,6 +43,7 @@ class PartitionConfig:
     max_iters: int = 100
     cost_slack: float = 0.0
     start: str = "auto"
+    start_balance: str = "auto"
     objective: str = "cut"
     bandwidth: float = 10e9 / 8
     edge_seconds: float = DEFAULT_EDGE_SECONDS
@@ -75,6 +76,10 @@ def parse_args(argv) -> PartitionConfig:
                         "minimising the communication volume (fewer communication rows, slower METIS); auto: the "
                         "volume on skewed (power-law) graphs up to 8 parts, else the cut by bisection up to 16 "
                         "parts, k-way above")
+    g.add_argument("--start-balance", choices=("auto", "nodes", "edges"), default="auto",
+                   help="vertex weights of g3's METIS start; auto: edges on skewed (power-law) graphs, else nodes, "
+                        "switching to edges when the node-balanced start is over the edge cap and cuts more than "
+                        "40 %% of the edges")
     g.add_argument("--bandwidth", default="10Gbit", help="network bandwidth per rank, e.g. 10Gbit, 1.25GB (g3)")
     g.add_argument("--edge-seconds", type=float, default=DEFAULT_EDGE_SECONDS,
                    help="compute coefficient: seconds per edge per feature (g3)")
@@ -98,8 +103,9 @@ def parse_args(argv) -> PartitionConfig:
         ap.error(str(e))
     return PartitionConfig(graph=a.graph, parts=a.parts, method=a.method, out=a.out, seed=a.seed, force=a.force,
                            balance=a.balance, node_imbalance=a.node_imbalance, edge_imbalance=a.edge_imbalance,
-                           max_iters=a.max_iters, cost_slack=a.cost_slack, start=a.start, objective=a.objective,
-                           bandwidth=bw, edge_seconds=a.edge_seconds, width=a.width, calibrate=a.calibrate,
+                           max_iters=a.max_iters, cost_slack=a.cost_slack, start=a.start,
+                           start_balance=a.start_balance, objective=a.objective, bandwidth=bw,
+                           edge_seconds=a.edge_seconds, width=a.width, calibrate=a.calibrate,
                            progress=not a.no_progress)
 
 
@@ -121,6 +127,7 @@ def assign(g, cfg: PartitionConfig, model: CostModel) -> tuple[np.ndarray, dict]
     return g3_partition(indptr, indices, P, model=model, node_imbalance=cfg.node_imbalance,
                         edge_imbalance=cfg.edge_imbalance, max_iters=cfg.max_iters, seed=cfg.seed,
                         progress=cfg.progress, log=log, cost_slack=cfg.cost_slack,
+                        start_balance=cfg.start_balance,
                         recursive=None if cfg.start == "auto" else cfg.start == "recursive",
                         start_objective={"auto": "auto", "volume": "volume"}.get(cfg.start, "cut"))
 

@@ -325,6 +325,74 @@ def test_g3_caps_with_hubs(dense, monkeypatch):
     assert not any("warning" in m for m in logs), logs
 
 
+@pytest.mark.parametrize("dense", [True, False])
+@pytest.mark.parametrize("start_kind", ["heavy-first", "edge-balanced"])
+def test_g3_caps_from_unbalanced_starts(start_kind, dense, monkeypatch):
+    """From a start that balances one cap and breaks the other, g3 meets both. ``heavy-first``: nodes sorted
+    by in-degree cut into P equal ranges (node-balanced; part 0 owns every hub, 2-4x the mean edges); the
+    balance steps alone stall there (the parts with edge room reach the node cap first) and the edge-cap swap
+    (heavy nodes out, light ones back) finishes. ``edge-balanced``: the same order cut into equal in-edge
+    ranges (part 0 owns few nodes, the last one most)."""
+    from data_tools.bench_partition import rmat
+    from data_tools.partitioners import CostModel
+    from data_tools.partitioners import g3 as g3mod
+    if not dense:
+        monkeypatch.setattr(g3mod, "DENSE_LIMIT", 0)
+    (indptr, indices), _ = rmat(10, edge_factor=8, a=0.57, b=0.43 / 3, c=0.43 / 3)
+    in_deg = np.diff(indptr)
+    n = len(in_deg)
+    order = np.lexsort((np.arange(n), -in_deg))
+    for P in (2, 4, 8):
+        start = np.empty(n, dtype=np.int64)
+        if start_kind == "heavy-first":
+            start[order] = np.arange(n) * P // n
+        else:
+            start[order] = np.minimum(P - 1, (np.cumsum(in_deg[order]) - in_deg[order]) * P // in_deg.sum())
+        assert g3mod._State(g3mod._Refiner(indptr, indices, P, CostModel(width=16), 1.1, 1.1), start).violation > 0.5
+        logs = []
+        a, info = g3mod.g3_partition(indptr, indices, P, model=CostModel(width=16), seed=0, start=start,
+                                     log=logs.append)
+        assert info["violation_after"] == 0, (P, info)
+        owned, edges = np.bincount(a, minlength=P), np.bincount(a, weights=in_deg, minlength=P)
+        assert owned.max() <= 1.10 * n / P + 1e-9 and edges.max() <= 1.10 * in_deg.sum() / P + 1e-9, (P, owned, edges)
+        assert not any("warning" in m for m in logs), logs
+
+
+def test_g3_switches_to_edge_balanced_start(cora_npz):
+    """A node-balanced METIS start over the edge cap that cuts more than SWITCH_CUT of the edges (an R-MAT graph
+    with in-degree CV 1.3, below SKEW) is replaced by edge-balanced METIS, said in the log and in the info;
+    g3's estimated epoch is then no worse than edge-balanced METIS's. Cora (a few % of edges cut) keeps its
+    node-balanced start, and an explicit ``start_balance`` is never switched."""
+    from data_tools.bench_partition import rmat
+    from data_tools.partitioners import CostModel
+    from data_tools.partitioners import g3 as g3mod
+    (indptr, indices), _ = rmat(10, edge_factor=8, a=0.45, b=0.22, c=0.22)
+    in_deg = np.diff(indptr)
+    assert in_deg.std() / in_deg.mean() < g3mod.SKEW
+    model, P = CostModel(width=16), 4
+    node_start, _ = metis_partition(indptr, indices, P, balance="nodes", seed=0)
+    e = np.bincount(node_start, weights=in_deg, minlength=P)
+    assert e.max() / e.mean() > 1.5
+    logs = []
+    a, info = g3mod.g3_partition(indptr, indices, P, model=model, seed=0, log=logs.append)
+    assert info["start"] == "metis balance=edges recursive"
+    sw = info["start_switched"]
+    assert sw["edge_imbalance"] == pytest.approx(e.max() / e.mean()) and sw["cut_fraction"] > g3mod.SWITCH_CUT
+    assert any("starting from edge-balanced METIS instead" in m for m in logs), logs
+    src, dst = out_edges(indptr, indices)
+
+    def epoch(x):
+        s = partition_stats(src, dst, x, P)
+        return model.epoch_costs(s["local_edges"], s["halo"] + s["send"]).max()
+    assert epoch(a) <= epoch(metis_partition(indptr, indices, P, balance="edges", seed=0)[0]) * (1 + 1e-9)
+    kept, info = g3mod.g3_partition(indptr, indices, P, model=model, seed=0, start_balance="nodes")
+    assert info["start"] == "metis balance=nodes recursive" and "start_switched" not in info
+    g = cora_graph(cora_npz)
+    ip, ix, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    _, info = g3mod.g3_partition(ip, ix, P, model=model, seed=0)
+    assert info["start"] == "metis balance=nodes recursive" and "start_switched" not in info
+
+
 def test_start_plan():
     """g3's default METIS start: edge-balanced and minimising the volume on skewed (power-law) in-degrees up to
     VOLUME_MAX_PARTS parts, the cut above or when bisection is asked for; node-balanced cut otherwise."""
@@ -476,9 +544,9 @@ def test_g3_cli_options(rand_h5, tmp_path):
     _, path = rand_h5
     out = tmp_path / "g"
     partition(path, out, 4, "g3", None, 1, "--start", "kway", "--cost-slack", "0.01", "--max-iters", "20",
-              inproc=True)
+              "--start-balance", "edges", inproc=True)
     meta = read_meta(out)
-    assert meta["cost_slack"] == 0.01 and meta["start"].endswith("kway")
+    assert meta["cost_slack"] == 0.01 and meta["start"] == "metis balance=edges kway"
     assert meta["max_comm_rows_after"] <= meta["max_comm_rows_before"] or meta["violation_before"] > 0
     p = partition(path, tmp_path / "bad", 4, "g3", None, 0, "--cost-slack", "-1", check=False)
     assert p.returncode != 0 and "--cost-slack" in p.stderr

@@ -17,14 +17,24 @@ in-edges stay together, so the plain cap could never be met).
    METIS leaves 3-8x edge imbalance). On skewed graphs up to 8 parts (and with ``start_objective="volume"``
    at any P) k-way METIS minimising the total communication volume instead of the cut: there it leaves
    13-16 % fewer max communication rows after refinement, but the volume objective's METIS time grows with P
-   (2.5-3x the cut's at 16 parts on RMAT), so above 8 parts the default stays the cut. Nodes without any
-   edge cost nothing anywhere: they are re-placed by water-filling so owned counts are as equal as they can be.
+   (2.5-3x the cut's at 16 parts on RMAT), so above 8 parts the default stays the cut. A node-balanced start
+   over the edge cap that cuts more than ``SWITCH_CUT`` of the edges (hubs bunched in a part of a graph with
+   little locality: R-MAT of moderate skew) is replaced by an edge-balanced one with the same objective
+   (``start_switched`` in the info). Nodes without any edge cost nothing anywhere: they are re-placed by
+   water-filling so owned counts are as equal as they can be.
 1. Balance step: parts above the mean load are *sources* (only the parts over a cap while any is), parts
    below it with room under both caps are *receivers*. Nodes of the sources (a shortlist of at most
    max(4096, N/16), those with most neighbours in a receiver relative to their own part) each get a
    destination: the receiver holding most of their in- and out-neighbours, else the least-loaded receiver
    (G3's "lightest part"). *Chain* step: the same with receivers allowed past a cap, followed at once by a
    balance step that passes the excess on (G3's swap, batched); both are kept or undone together.
+   *Edge-cap swap*, only while a cap is broken and no other step moves anything (the parts with edge room
+   are all at the node cap, so the balance steps, which need room under both, stall: a node-balanced start
+   on a skewed graph): the parts over their edge cap shed nodes above the mean in-degree (most in-edges per
+   communication row added first, at most k / sources from each) to parts with edge room whatever their node
+   count, then the parts over the node cap give their lightest nodes to parts with node room (the shedders
+   among them), kept or undone together. Without it g3 left 2.0-4.5x the mean edges in a part of an R-MAT
+   graph whose in-degree CV (1.99) is just below ``SKEW`` (4-16 parts, node-balanced start by default).
 2. Communication step: boundary nodes with at least as many neighbours in another allowed part as in their
    own move there when that lowers the total halo rows, no load reaches the current maximum and no cap is
    crossed; of two neighbours in one batch only the better-ranked moves.
@@ -55,12 +65,12 @@ in-edges stay together, so the plain cap could never be met).
    it acts on every part above the level and keeps moves that gain nothing at once: on Cora the comm
    imbalance (max / mean rows) falls from 1.2-1.4 to 1.13-1.25 and the max rows by 7-16 %.
 
-Phase 1 alternates balance, communication and chain steps; phase 2 alternates swap, max-communication,
-balance and communication steps with the max cost allowed up to ``(1 + cost_slack)`` times phase 1's
-(default 0: the max cost never rises). Each phase runs until no step proposes a move, ``step`` < 1/256,
-two accepted steps in a row gain less than 0.1 %, its objective gained less than 0.1 % over the last
-``WINDOW`` (8) evaluations (phase 1: ``PHASE1_WINDOW``, 3, one round of its steps), or ``max_iters``
-evaluations (both phases together). Phase 3 (the descent, under the same bound; by default only when the max
+Phase 1 alternates balance, communication and chain steps (and edge-cap swaps, as above); phase 2 alternates
+swap, max-communication, balance and communication steps (and edge-cap swaps) with the max cost allowed up to
+``(1 + cost_slack)`` times phase 1's (default 0: the max cost never rises). Each phase runs until no step
+proposes a move, ``step`` < 1/256, two accepted steps in a row gain less than 0.1 %, its objective gained
+less than 0.1 % over the last ``WINDOW`` (8) evaluations (phase 1: ``PHASE1_WINDOW``, 3, one round of its
+steps), or ``max_iters`` evaluations (both phases together). Phase 3 (the descent, under the same bound; by default only when the max
 communication rows are more than ``DESCENT_MIN_IMBALANCE`` (1.10) times the mean) runs until the max rows
 fell by less than ``DESCENT_TOL`` (1 %) over the last ``DESCENT_WINDOW`` (4) evaluations,
 ``DESCENT_PATIENCE`` kept batches in a row leave the energy as it was, nothing is proposed, or as many
@@ -95,10 +105,16 @@ WINDOW = 8
 PHASE1_WINDOW = 3
 #: the max-communication step works on the parts within this fraction of the maximum rows
 COMM_BAND = 0.05
-PHASE1 = ("balance", "comm", "chain")
-PHASE2 = ("swap", "maxcomm", "balance", "comm")
+PHASE1 = ("balance", "comm", "chain", "capswap")
+PHASE2 = ("swap", "maxcomm", "balance", "comm", "capswap")
 #: coefficient of variation of in-degrees above which g3 starts from edge-balanced METIS
 SKEW = 2.0
+#: a node-balanced METIS start over the edge cap that cuts more than this fraction of the edges is replaced by an
+#: edge-balanced one (same objective and bisection). Node-balanced METIS cuts 6-14 % of Cora's edges (4-16 parts;
+#: edge imbalance 1.15-1.38, where g3 from it reaches 0.97-1.0x the best METIS epoch), 20-56 % of the SBM's (edge
+#: imbalance <= 1.06) and 43-81 % of R-MAT graphs' with a = 0.35-0.45 (in-degree CV 0.9-2.0, edge imbalance
+#: 1.10-4.3), where g3 from it ended 1.01-1.15x the best METIS epoch and from the edge-balanced start 0.98-1.0x
+SWITCH_CUT = 0.4
 #: g3 starts from METIS recursive bisection up to this many parts (k-way above): on the SBM and RMAT18 graphs
 #: of the benchmark bisection left 29% / 38% fewer max communication rows at 16 parts than k-way
 RECURSIVE_MAX_PARTS = 16
@@ -481,9 +497,13 @@ class _Refiner:
         ok[keep] = True
         return ok
 
-    def _shortlist(self, s: _State, cand: np.ndarray, allowed: np.ndarray, require_gain: bool = False):
+    def _shortlist(self, s: _State, cand: np.ndarray, allowed: np.ndarray, require_gain: bool = False,
+                   per_part: bool = False):
         """At most ``self.k`` candidates, those with most neighbours in an allowed other part relative to their own
-        (a proxy of the communication a move saves; exact deltas follow for the shortlist only)."""
+        (a proxy of the communication a move saves; exact deltas follow for the shortlist only). ``per_part``
+        (shedding in-edges): at most ``self.k`` / (number of parts among them) from each part, most in-edges
+        per neighbour left behind in their part first, so that a part whose heavy nodes are all inside it still
+        sheds."""
         if not s.dense or (not require_gain and len(cand) <= self.k):
             return cand
         rows = s.C.copy() if len(cand) == self.N else s.c_rows(cand)  # (all N candidates: cand is arange(N))
@@ -493,12 +513,18 @@ class _Refiner:
             rows[:, ~allowed] = -1
         rows[at] = -1
         ext = _row_max(rows)
-        score = ext - own
+        score = self.in_deg[cand] / (1.0 + np.maximum(0, own - ext)) if per_part else ext - own
         if require_gain:
             keep = (ext > 0) & (score >= 0)
             cand, score = cand[keep], score[keep]
         if len(cand) <= self.k:
             return cand
+        if per_part:  # the best of each part: by part, then score; a rank within the part under its quota
+            pc = s.a[cand]
+            order = np.lexsort((-score, pc))
+            pc = pc[order]
+            rank = np.arange(len(order)) - np.searchsorted(pc, pc)
+            return np.sort(cand[order[rank < self.k // len(_sorted_unique(pc))]])
         order = np.argsort(-score, kind="stable")[:self.k]
         return np.sort(cand[order])
 
@@ -546,6 +572,108 @@ class _Refiner:
             shed=((pi, g, s.load - target),                        # sources shed down to the mean,
                   (qi, dq, target - s.load)))                      # receivers grow up to it
         return cand[idx[ok]], qi[ok]
+
+    def propose_shed_edges(self, s: _State, rounds: int = 3) -> tuple[np.ndarray, np.ndarray]:
+        """The first half of an edge-cap swap: the parts over their edge cap shed in-edges down to it into parts
+        with edge room, whatever their load or node count (:meth:`propose_return` then sends light nodes back).
+
+        A candidate goes to the receiver holding most of its neighbours, else to the one with most edge room.
+        Only nodes above the mean in-degree move (light ones come back in exchange), most in-edges per
+        communication row added first, within budgets: sources shed down to their edge cap and never empty;
+        receivers stay under their edge cap and the max cost. Receivers that a dropped move wanted are full:
+        the dropped candidates then choose among the others, for up to ``rounds`` rounds (a part whose nodes
+        are all well connected to one full part still sheds)."""
+        a = s.a
+        sources = s.excess_e > 0
+        receivers = ~sources & (s.e < s.edge_cap)
+        empty = np.zeros(0, np.int64)
+        if not sources.any() or not receivers.any():
+            return empty, empty
+        cand = self._shortlist(s, np.nonzero(sources[a])[0], receivers, per_part=True)
+        ci, u = self.in_edges(cand)
+        rows = s.c_rows(cand) if s.dense else None
+        pen = PENALTY * s.mean_cost
+        mean_deg = len(self.src) / self.N
+        n_room, cost_room = s.n - 1, s.max_cost * (1 - 1e-6) - s.load
+        edge_room, shed = s.edge_cap - s.e, s.e - s.edge_cap
+        out_n, out_q = [], []
+        for _ in range(rounds):
+            rec = np.flatnonzero(receivers)
+            if not len(rec) or not len(cand):
+                break
+            q = self._destinations(s, cand, ci, u, receivers, int(rec[np.argmax(edge_room[rec])]), rows)
+            p = a[cand]
+            d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, halo=False)
+            d_e = self.in_deg[cand]
+            dq = self.c_edge * d_e + self.c_row * d_comm_q
+            gain = self.c_edge * d_e - self.c_row * d_comm_p + pen * d_e / np.maximum(1.0, s.edge_cap[p])
+            idx = np.flatnonzero((gain > 0) & (d_e > mean_deg))
+            score = d_e[idx] / (1.0 + np.maximum(0.0, d_comm_p[idx] + d_comm_q[idx]))
+            idx = idx[np.lexsort((cand[idx], -score))]
+            pi, qi, de = p[idx], q[idx], d_e[idx]
+            ones = np.ones(len(idx))
+            ok = self._within_budgets(idx, (
+                (pi, ones, n_room, True),            # sources never empty
+                (qi, dq[idx], cost_room),            # receivers stay under the max cost
+                (qi, de, edge_room, True)),          # ... and their edge cap
+                shed=((pi, de, shed),))              # sources shed down to their edge cap
+            take = idx[ok]
+            out_n.append(cand[take])
+            out_q.append(q[take])
+            P = self.P
+            n_room = n_room - np.bincount(p[take], minlength=P)
+            cost_room = cost_room - np.bincount(q[take], weights=dq[take], minlength=P)
+            edge_room = edge_room - np.bincount(q[take], weights=d_e[take], minlength=P)
+            shed = shed - np.bincount(p[take], weights=d_e[take], minlength=P)
+            dropped = idx[~ok]
+            receivers = receivers.copy()
+            receivers[qi[~ok]] = False                         # full
+            left = np.zeros(len(cand), dtype=bool)
+            left[dropped] = shed[p[dropped]] > 0               # their part still over its cap
+            if not left.any():
+                break
+            ci, u = self._edges_of(left, ci, u)
+            cand = cand[left]
+            rows = rows[left] if rows is not None else None
+        return np.concatenate(out_n) if out_n else empty, np.concatenate(out_q) if out_q else empty
+
+    def propose_return(self, s: _State) -> tuple[np.ndarray, np.ndarray]:
+        """The second half of an edge-cap swap: parts over the node cap give their nodes with fewest in-edges
+        (those whose moves add fewest communication rows first) to the parts with room under it, the part
+        holding most of their neighbours, else the one with most room. A receiver may pass its edge cap by the
+        few in-edges of the light nodes (the next swap sheds a heavy node for them): a swap is kept only if the
+        cap violation falls, and a light node's share of the node cap outweighs its share of the edge cap."""
+        a, P = s.a, self.P
+        limit = _node_limit(self.node_cap, self.N, P)
+        excess = np.maximum(0, s.n - limit).astype(np.int64)
+        room = s.n < limit
+        if not excess.any() or not room.any():
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        cand = np.flatnonzero(excess[a] > 0)
+        # per part over the cap, its 4 x excess (at least 64) nodes with fewest in-edges
+        order = np.lexsort((cand, self.in_deg[cand], a[cand]))
+        cand = cand[order]
+        pc = a[cand]
+        rank = np.arange(len(cand)) - np.searchsorted(pc, pc)
+        cand = np.sort(cand[rank < np.maximum(64, 4 * excess[pc])])
+        ci, u = self.in_edges(cand)
+        rows = s.c_rows(cand) if s.dense else None
+        rec = np.flatnonzero(room)
+        q = self._destinations(s, cand, ci, u, room, int(rec[np.argmax(limit - s.n[rec])]), rows)
+        keep = q >= 0
+        cand, q = cand[keep], q[keep]
+        if not len(cand):
+            return cand, q
+        ci, u = self.in_edges(cand)
+        d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, halo=False)
+        d_e = self.in_deg[cand]
+        order = np.lexsort((cand, d_comm_p + d_comm_q, d_e))
+        cand, q, d_e, p = cand[order], q[order], d_e[order], a[cand[order]]
+        ones = np.ones(len(cand))
+        ok = self._within_budgets(np.arange(len(cand)), (
+            (q, ones, limit - s.n, True),),          # receivers up to the node cap
+            shed=((p, ones, s.n - limit),))          # sources down to it
+        return cand[ok], q[ok]
 
     def propose_comm(self, s: _State) -> tuple[np.ndarray, np.ndarray]:
         """Boundary moves that lower the total halo rows without raising any load to the maximum or a cap."""
@@ -769,11 +897,21 @@ class _Refiner:
             k_mode += 1
             if idle[mode]:
                 continue
+            if mode == "capswap" and not (s.violation > 0 and all(v for m, v in idle.items() if m != mode)):
+                # only when a part is over a cap and nothing else moves: the parts with edge room are all at the
+                # node cap (or the reverse), and the balance steps only move nodes into parts with room under both
+                if all(v for m, v in idle.items() if m != mode):
+                    idle[mode] = True
+                continue
             seen = memo.get(mode)
             if seen is not None and seen[0] == s.version:  # a step was undone: same state, same proposal
                 nodes, dest = seen[1:]
             elif mode in ("balance", "chain"):
                 nodes, dest = self.propose_balance(s, strict=mode == "balance")
+            elif mode == "capswap":  # heavy nodes out of parts over the edge cap, else light ones out of parts
+                nodes, dest = self.propose_shed_edges(s)   # over the node cap (the second half returns more)
+                if not len(nodes):
+                    nodes, dest = self.propose_return(s)
             elif mode == "comm":
                 nodes, dest = self.propose_comm(s)
             else:
@@ -787,6 +925,9 @@ class _Refiner:
             s.apply(nodes[:k], dest[:k])
             if mode in ("swap", "chain"):  # G3's swap, batched: the receivers pass load on to the lightest parts
                 n2, d2 = self.propose_balance(s)
+                s.apply(n2, d2)
+            elif mode == "capswap":  # the receivers of heavy nodes give light ones back where there is node room
+                n2, d2 = self.propose_return(s)
                 s.apply(n2, d2)
             iters += 1
             if bar:
@@ -803,7 +944,7 @@ class _Refiner:
                 if slow[mode] >= 2:  # converged: two accepted steps in a row that gain < TOL
                     idle[mode] = True
             else:
-                if mode in ("swap", "chain"):
+                if mode in ("swap", "chain", "capswap"):
                     s.undo()
                 s.undo()
                 steps[mode] /= 2
@@ -1053,6 +1194,20 @@ def _fits(group: np.ndarray, val: np.ndarray, budget: np.ndarray, shed: bool, gr
     return ok
 
 
+def _switch_to_edges(indptr, indices, in_deg: np.ndarray, start: np.ndarray, num_parts: int,
+                     edge_imbalance: float) -> dict | None:
+    """Whether g3 should leave a node-balanced METIS start for an edge-balanced one: when the start is over the
+    edge cap (its edge imbalance above ``edge_imbalance``) and cuts more than ``SWITCH_CUT`` of the edges (little
+    locality: every move of a hub costs communication rows). Returns the two figures, or None."""
+    e = np.bincount(start, weights=in_deg, minlength=num_parts)
+    imbalance = float(e.max() / max(1e-300, e.mean()))
+    if imbalance <= edge_imbalance:
+        return None
+    dst = np.repeat(np.arange(len(in_deg), dtype=np.int64), in_deg)
+    cut = float(np.count_nonzero(start[np.asarray(indices)] != start[dst])) / max(1, len(dst))
+    return dict(edge_imbalance=imbalance, cut_fraction=cut) if cut > SWITCH_CUT else None
+
+
 def start_plan(in_deg: np.ndarray, num_parts: int, balance: str = "auto", recursive: bool | None = None,
                objective: str = "auto") -> tuple[str, bool, str]:
     """The METIS start g3 uses: (vertex weights, recursive bisection or not, objective), ``auto``/None resolved.
@@ -1085,7 +1240,10 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     ``auto`` (default): the volume when the in-degrees are skewed, P <= ``VOLUME_MAX_PARTS`` and ``recursive``
     is not given, else the cut. On the R-MAT graphs of the benchmark the volume start leaves 13-16 % fewer max
     communication rows after refinement and a 1-3 % lower estimated epoch, but METIS takes 3-5x longer with it
-    (3-10x on the SBM graph, where it gains 1-2 %). ``descent_iters``: the most evaluations of the descent
+    (3-10x on the SBM graph, where it gains 1-2 %). ``start_balance``: the start's vertex weights, ``nodes`` or
+    ``edges``; ``auto`` (default): edges on skewed in-degrees, else nodes, switched to edges when the
+    node-balanced start is over the edge cap and cuts more than ``SWITCH_CUT`` of the edges (a second METIS
+    run; ``start_switched`` in the info). ``descent_iters``: the most evaluations of the descent
     (phase 3); None (default): as many as phases 1 and 2 took, at most ``max_iters``, and only when the parts'
     rows are more than ``DESCENT_MIN_IMBALANCE`` apart; 0: no descent.
     """
@@ -1097,14 +1255,22 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     t0 = time.time()
     in_deg = np.diff(np.asarray(indptr))
     m = int(in_deg.sum())
+    auto_balance = start_balance == "auto"
     start_balance, recursive, start_objective = start_plan(in_deg, num_parts, start_balance, recursive,
                                                            start_objective)
-    said = ()
+    said, switched = (), None
     if start is None:
         sym = symmetrize(indptr, indices)
         start, info = metis_partition(indptr, indices, num_parts, balance=start_balance, seed=seed, sym=sym,
                                       recursive=recursive, objective=start_objective)
-        said = info.get("metis_messages", ())
+        said = tuple(info.get("metis_messages", ()))
+        if auto_balance and start_balance == "nodes":
+            switched = _switch_to_edges(indptr, indices, in_deg, start, num_parts, edge_imbalance)
+        if switched:   # hubs bunched in a part of a graph with little locality: an edge-balanced start instead
+            start_balance = "edges"
+            start, info = metis_partition(indptr, indices, num_parts, balance=start_balance, seed=seed, sym=sym,
+                                          recursive=recursive, objective=start_objective)
+            said += tuple(info.get("metis_messages", ()))
     t_metis = time.time() - t0
     ref = _Refiner(indptr, indices, num_parts, model, node_imbalance, edge_imbalance)
     bar = None
@@ -1148,7 +1314,12 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
                edge_imbalance_floor=float(in_deg.max()) * num_parts / max(1, m), **limits)
     if said:
         out["metis_messages"] = list(said)
+    if switched:
+        out["start_switched"] = switched
     if log:
+        if switched:
+            log(f"g3: note: node-balanced METIS left an edge imbalance of {switched['edge_imbalance']:.3f} and cut "
+                f"{100 * switched['cut_fraction']:.0f} % of the edges; starting from edge-balanced METIS instead")
         if in_deg.max() > ref.edge_cap:
             hub = int(np.argmax(in_deg))
             big = int((in_deg > ref.edge_cap).sum())
