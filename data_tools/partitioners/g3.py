@@ -1194,17 +1194,17 @@ def _fits(group: np.ndarray, val: np.ndarray, budget: np.ndarray, shed: bool, gr
     return ok
 
 
-def _switch_to_edges(indptr, indices, in_deg: np.ndarray, start: np.ndarray, num_parts: int,
+def _switch_to_edges(src: np.ndarray, dst: np.ndarray, in_deg: np.ndarray, start: np.ndarray, num_parts: int,
                      edge_imbalance: float) -> dict | None:
     """Whether g3 should leave a node-balanced METIS start for an edge-balanced one: when the start is over the
     edge cap (its edge imbalance above ``edge_imbalance``) and cuts more than ``SWITCH_CUT`` of the edges (little
-    locality: every move of a hub costs communication rows). Returns the two figures, or None."""
+    locality: every move of a hub costs communication rows). ``src``/``dst``: the edges' ends (the refiner's
+    arrays). Returns the two figures, or None."""
     e = np.bincount(start, weights=in_deg, minlength=num_parts)
     imbalance = float(e.max() / max(1e-300, e.mean()))
     if imbalance <= edge_imbalance:
         return None
-    dst = np.repeat(np.arange(len(in_deg), dtype=np.int64), in_deg)
-    cut = float(np.count_nonzero(start[np.asarray(indices)] != start[dst])) / max(1, len(dst))
+    cut = float(np.count_nonzero(start[src] != start[dst])) / max(1, len(dst))
     return dict(edge_imbalance=imbalance, cut_fraction=cut) if cut > SWITCH_CUT else None
 
 
@@ -1258,6 +1258,8 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     auto_balance = start_balance == "auto"
     start_balance, recursive, start_objective = start_plan(in_deg, num_parts, start_balance, recursive,
                                                            start_objective)
+    ref = _Refiner(indptr, indices, num_parts, model, node_imbalance, edge_imbalance)
+    t_setup = time.time() - t0
     said, switched = (), None
     if start is None:
         sym = symmetrize(indptr, indices)
@@ -1265,14 +1267,13 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
                                       recursive=recursive, objective=start_objective)
         said = tuple(info.get("metis_messages", ()))
         if auto_balance and start_balance == "nodes":
-            switched = _switch_to_edges(indptr, indices, in_deg, start, num_parts, edge_imbalance)
+            switched = _switch_to_edges(ref.src, ref.dst, in_deg, start, num_parts, edge_imbalance)
         if switched:   # hubs bunched in a part of a graph with little locality: an edge-balanced start instead
             start_balance = "edges"
             start, info = metis_partition(indptr, indices, num_parts, balance=start_balance, seed=seed, sym=sym,
                                           recursive=recursive, objective=start_objective)
             said += tuple(info.get("metis_messages", ()))
-    t_metis = time.time() - t0
-    ref = _Refiner(indptr, indices, num_parts, model, node_imbalance, edge_imbalance)
+    t_metis = time.time() - t0 - t_setup  # the refiner's setup counts as refinement time
     bar = None
     if progress:
         import sys
