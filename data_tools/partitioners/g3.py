@@ -897,12 +897,13 @@ class _Refiner:
             k_mode += 1
             if idle[mode]:
                 continue
-            if mode == "capswap" and not (s.violation > 0 and all(v for m, v in idle.items() if m != mode)):
+            if mode == "capswap":
                 # only when a part is over a cap and nothing else moves: the parts with edge room are all at the
                 # node cap (or the reverse), and the balance steps only move nodes into parts with room under both
-                if all(v for m, v in idle.items() if m != mode):
-                    idle[mode] = True
-                continue
+                others_idle = all(v for m, v in idle.items() if m != mode)
+                if not (s.violation > 0 and others_idle):
+                    idle[mode] = others_idle
+                    continue
             seen = memo.get(mode)
             if seen is not None and seen[0] == s.version:  # a step was undone: same state, same proposal
                 nodes, dest = seen[1:]
