@@ -528,6 +528,18 @@ class _Refiner:
         order = np.argsort(-score, kind="stable")[:self.k]
         return np.sort(cand[order])
 
+    def _source_gain(self, s: _State, p, d_e, d_comm_p, nodes: bool = True) -> np.ndarray:
+        """What moving nodes out of their parts ``p`` takes off those parts' load (:attr:`_State.load`): their
+        ``d_e`` in-edges of compute, the ``d_comm_p`` communication rows the parts lose (negative: gain), and the
+        cap penalty, ``PENALTY`` x the mean cost per part's worth of excess, for a part over its edge cap (the
+        share ``d_e`` of its cap) and, with ``nodes``, for a part over the node cap (one node's share)."""
+        gain = self.c_edge * d_e - self.c_row * d_comm_p
+        over_n = (s.n[p] > self.node_cap) / self.node_cap if nodes else 0.0
+        over_e = s.e[p] > s.edge_cap[p]
+        if not (np.any(over_n) or over_e.any()):  # the penalty term would be +0.0 everywhere
+            return gain
+        return gain + PENALTY * s.mean_cost * (over_n + over_e * d_e / np.maximum(1.0, s.edge_cap[p]))
+
     def propose_balance(self, s: _State, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Moves from parts above the mean load to parts below it, best ratio first (G3's step, batched).
 
@@ -552,11 +564,7 @@ class _Refiner:
         d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, halo=False)
         d_e = self.in_deg[cand]
         d_cost_q = self.c_edge * d_e + self.c_row * d_comm_q
-        pen = PENALTY * s.mean_cost
-        gain = self.c_edge * d_e - self.c_row * d_comm_p
-        if (s.n > self.node_cap).any() or (s.e > s.edge_cap).any():  # else the penalty term is +0.0 everywhere
-            gain = gain + pen * ((s.n[p] > self.node_cap) / self.node_cap
-                                 + (s.e[p] > s.edge_cap[p]) * d_e / np.maximum(1.0, s.edge_cap[p]))
+        gain = self._source_gain(s, p, d_e, d_comm_p)
         idx = np.nonzero(gain > 0)[0]
         g, dq = gain[idx], d_cost_q[idx]
         score = np.where(dq <= 0, 1e30 + g, g / np.maximum(dq, 1e-300))
@@ -592,7 +600,6 @@ class _Refiner:
         cand = self._shortlist(s, np.nonzero(sources[a])[0], receivers, per_part=True)
         ci, u = self.in_edges(cand)
         rows = s.c_rows(cand) if s.dense else None
-        pen = PENALTY * s.mean_cost
         mean_deg = len(self.src) / self.N
         n_room, cost_room = s.n - 1, s.max_cost * (1 - 1e-6) - s.load
         edge_room, shed = s.edge_cap - s.e, s.e - s.edge_cap
@@ -606,7 +613,7 @@ class _Refiner:
             d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, halo=False)
             d_e = self.in_deg[cand]
             dq = self.c_edge * d_e + self.c_row * d_comm_q
-            gain = self.c_edge * d_e - self.c_row * d_comm_p + pen * d_e / np.maximum(1.0, s.edge_cap[p])
+            gain = self._source_gain(s, p, d_e, d_comm_p, nodes=False)
             idx = np.flatnonzero((gain > 0) & (d_e > mean_deg))
             score = d_e[idx] / (1.0 + np.maximum(0.0, d_comm_p[idx] + d_comm_q[idx]))
             idx = idx[np.lexsort((cand[idx], -score))]
