@@ -259,7 +259,7 @@ def test_g3_library_constraints_and_gain(dense, monkeypatch):
 
 
 def test_fill_isolated_and_repair():
-    from data_tools.partitioners.g3 import fill_isolated, repair_nodes
+    from data_tools.partitioners.caps import fill_isolated, repair_nodes
     a = np.array([0, 0, 0, 0, 0, 0, 1, 2, 2, 2])
     iso = np.zeros(10, dtype=bool)
     iso[[0, 1, 2, 3]] = True
@@ -274,7 +274,7 @@ def test_fill_isolated_and_repair():
 def test_repair_edges():
     """The edge repair: a part over its cap (raised by hub - mean for the hub it owns) sheds the smallest node
     covering the excess, else its largest non-hub node, to the part with most edge room under both caps."""
-    from data_tools.partitioners.g3 import repair_edges
+    from data_tools.partitioners.caps import repair_edges
     in_deg = np.array([10, 3, 2, 1, 1, 1, 1, 1])   # 20 edges in 3 parts: mean 6.67, cap 7.33, the hub's part 10.67
     a = np.array([0, 0, 0, 1, 1, 2, 2, 2])         # part 0: 15 edges
     b = repair_edges(a, 4.0, 1.1 * 20 / 3, 3, in_deg)
