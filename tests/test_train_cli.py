@@ -76,10 +76,10 @@ def test_run_directory(small_parts, tmp_path):
     state = torch.load(out / "model.pt", weights_only=True)
     assert set(state) == {"convs.0.lin_l.weight", "convs.0.lin_l.bias", "convs.0.lin_r.weight",
                           "convs.1.lin_l.weight", "convs.1.lin_l.bias", "convs.1.lin_r.weight"}
-    # the saved config reproduces the run
-    again = train(2, root / "p2", tmp_path / "again", "--config", out / "config.toml", "--force")
+    # the saved config reproduces the run (its run directory created with its missing parent)
+    again = train(2, root / "p2", tmp_path / "runs" / "again", "--config", out / "config.toml", "--force")
     assert again.returncode == 0
-    with h5py.File(tmp_path / "again" / "predictions.h5") as f:
+    with h5py.File(tmp_path / "runs" / "again" / "predictions.h5") as f:
         np.testing.assert_array_equal(f["logits"][:], lg)
     # an existing run directory is not replaced without --force
     p = train(2, root / "p2", out, "--epochs", "1", check=False)

@@ -355,7 +355,5 @@ def _create_run_dir(cfg: TrainConfig, out: Path) -> None:
             raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
         for name in ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME):
             (out / name).unlink(missing_ok=True)
-    if not out.parent.exists():
-        raise ValueError(f"{out}: parent directory {out.parent} does not exist")
-    out.mkdir(exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)  # runs/NAME works in a fresh directory, as the launchers' default
     write_text_atomic(out / "config.toml", to_toml(cfg))
