@@ -1,4 +1,5 @@
-"""The run directory: config.toml, metrics.jsonl, summary.json, model.pt, predictions.h5.
+"""The run directory: config.toml, metrics.jsonl, summary.json, model.pt, predictions.h5 (and checkpoint.pt,
+:mod:`.checkpoint`).
 
 Whole files are written atomically (temporary file beside the target, then rename). ``predictions.h5`` is
 written without gathering the graph on one rank: the ranks take turns, passing a token with point-to-point
