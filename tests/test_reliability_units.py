@@ -120,7 +120,8 @@ def test_abort_waits_until_stderr_is_read(tmp_path, monkeypatch):
 def test_checkpoint_atomic_and_weights_only(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint.pt"
     good = dict(format="g3mpi-checkpoint", version=1, epoch=4, model={"w": torch.ones(3)}, optimizer={},
-                rng=torch.get_rng_state(), best={}, since_best=0, config={}, partition={})
+                rng=torch.get_rng_state(), best=dict(val_acc=0.5, epoch=3, accs={}, state=None), since_best=0,
+                config={}, partition=dict(partition_id="x", num_parts=2, method="metis", files={}))
     save_checkpoint(path, good)
     before = path.read_bytes()
     # a write that dies half-way leaves the previous checkpoint and no temporary file

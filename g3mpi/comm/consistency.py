@@ -30,18 +30,23 @@ def _digest(ids: np.ndarray) -> np.ndarray:
 def check_neighbours(comm, part, name_of=lambda p: f"part {p}") -> str | None:
     """Compare this rank's halo slices with what each neighbour sends. Collective over ``comm``; the part of
     rank r must be part r. Returns a one-line description of the first problem on this rank, or None."""
-    P, me = comm.size, comm.rank
+    P = comm.size
     counts = np.zeros((P, 2), dtype=np.int64)   # [q] = (rows I send to q, rows I expect from q)
-    send_ids = {}
-    for i, q in enumerate(np.asarray(part.send_parts).tolist()):
-        rows = part.send_rows[part.send_offsets[i]:part.send_offsets[i + 1]]
-        counts[q, 0] = len(rows)
-        send_ids[q] = part.owned_start + np.asarray(rows, dtype=np.int64)
-    recv_ids = {}
-    for i, q in enumerate(np.asarray(part.recv_parts).tolist()):
-        ids = part.halo_ids[part.recv_offsets[i]:part.recv_offsets[i + 1]]
-        counts[q, 1] = len(ids)
-        recv_ids[q] = np.asarray(ids, dtype=np.int64)
+    send_ids, recv_ids = {}, {}
+    try:
+        for i, q in enumerate(np.asarray(part.send_parts).tolist()):
+            rows = part.send_rows[part.send_offsets[i]:part.send_offsets[i + 1]]
+            counts[q, 0] = len(rows)
+            send_ids[q] = part.owned_start + np.asarray(rows, dtype=np.int64)
+        for i, q in enumerate(np.asarray(part.recv_parts).tolist()):
+            ids = part.halo_ids[part.recv_offsets[i]:part.recv_offsets[i + 1]]
+            counts[q, 1] = len(ids)
+            recv_ids[q] = np.asarray(ids, dtype=np.int64)
+        local = None
+    except Exception as e:  # noqa: BLE001 - a malformed part must not leave the other ranks in the collective
+        counts[:] = 0
+        send_ids, recv_ids = {}, {}
+        local = f"its neighbour lists are malformed ({type(e).__name__}: {e})"
     theirs = np.zeros_like(counts)              # [q] = (rows q sends me, rows q expects from me)
     comm.Alltoall(counts, theirs)
     reqs, got = [], {}
@@ -52,6 +57,8 @@ def check_neighbours(comm, part, name_of=lambda p: f"part {p}") -> str | None:
     for q, ids in send_ids.items():
         reqs.append(comm.Isend(_digest(ids), dest=q, tag=_TAG))
     MPI.Request.Waitall(reqs)
+    if local:
+        return local
     for q in range(P):
         sends, mine = int(theirs[q, 0]), int(counts[q, 1])
         if sends != mine:

@@ -119,12 +119,26 @@ def read_meta(dirpath) -> dict:
     for k in ("num_parts", "offsets", "files", "partition_id", "num_nodes"):
         if k not in meta:
             raise FormatError(path, f"key {k!r} is missing")
+    for k in ("num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes"):
+        if k in meta and not _is_int(meta[k]):
+            raise FormatError(path, f"{k} is {meta[k]!r}, expected an integer")
+    if not isinstance(meta["partition_id"], str):
+        raise FormatError(path, f"partition_id is {meta['partition_id']!r}, expected a string")
+    files = meta["files"]
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise FormatError(path, "files must map file names to SHA-256 strings")
     p = meta["num_parts"]
     off = meta["offsets"]
-    if not isinstance(p, int) or p < 1 or len(off) != p + 1 or off[0] != 0 or off[-1] != meta["num_nodes"] \
+    if not isinstance(off, list) or not all(_is_int(x) for x in off):
+        raise FormatError(path, f"offsets must be a list of integers, got {type(off).__name__}")
+    if p < 1 or len(off) != p + 1 or off[0] != 0 or off[-1] != meta["num_nodes"] \
             or any(b < a for a, b in zip(off, off[1:])):
         raise FormatError(path, "offsets are not a non-decreasing list of num_parts+1 values from 0 to num_nodes")
     return meta
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def write_meta(dirpath, meta: dict) -> None:
@@ -168,9 +182,14 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
                 if k not in f.attrs:
                     raise FormatError(path, f"attribute {k!r} is missing")
                 v = f.attrs[k]
-                kw[k] = h5_attr_str(v) if k == "partition_id" else int(v)
+                if k == "partition_id":
+                    kw[k] = h5_attr_str(v)
+                elif np.ndim(v) == 0 and np.asarray(v).dtype.kind in "iu":
+                    kw[k] = int(v)
+                else:
+                    raise FormatError(path, f"attribute {k!r} is {v!r}, expected an integer")
             for k in ARRAYS:
-                if k not in f:
+                if not isinstance(f.get(k), h5py.Dataset):
                     raise FormatError(path, f"dataset {k!r} is missing")
                 kw[k] = f[k][()]
     except OSError as e:
@@ -207,6 +226,9 @@ def check_part(path, part: PartData, meta: dict) -> None:
     for k, shp in shapes.items():
         if getattr(part, k).shape != shp:
             bad(f"dataset {k!r} has shape {getattr(part, k).shape}, expected {shp}")
+    for k in ("indices", "recv_parts", "send_parts", "send_rows"):   # lengths checked against the offsets below
+        if getattr(part, k).ndim != 1:
+            bad(f"dataset {k!r} has shape {getattr(part, k).shape}, expected one dimension")
     for k in ("indptr", "indices", "halo_ids", "recv_offsets", "send_offsets", "send_rows", "in_degree",
               "out_degree", "labels", "orig_ids", "recv_parts", "send_parts"):
         if getattr(part, k).dtype.kind not in "iu":
@@ -244,6 +266,10 @@ def check_part(path, part: PartData, meta: dict) -> None:
         bad(f"send row out of range [0, {n})")
     if part.num_classes and len(part.labels) and (part.labels.min() < -1 or part.labels.max() >= part.num_classes):
         bad("labels out of range")
+    for k in ("train_mask", "val_mask", "test_mask"):
+        unlabelled = np.count_nonzero(getattr(part, k) & (part.labels < 0))
+        if unlabelled:
+            bad(f"{k} contains {unlabelled} unlabelled nodes")
     if n and (part.orig_ids.min() < 0 or part.orig_ids.max() >= N):
         bad(f"original node ID out of range [0, {N})")
     if not np.all(np.isfinite(part.features)):
@@ -272,8 +298,15 @@ def read_node_map(dirpath, meta: dict | None = None) -> np.ndarray:
         raise FormatError(path, "no such file")
     if file_sha256(path) != meta["files"].get(NODE_MAP_NAME):
         raise FormatError(path, "checksum mismatch with meta.json")
-    with h5py.File(path, "r") as f:
-        m = f["new_to_orig"][()]
+    try:
+        with h5py.File(path, "r") as f:
+            if "new_to_orig" not in f or not isinstance(f["new_to_orig"], h5py.Dataset):
+                raise FormatError(path, "dataset 'new_to_orig' is missing")
+            m = f["new_to_orig"][()]
+    except OSError as e:
+        raise FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
+    if m.dtype.kind not in "iu":
+        raise FormatError(path, f"new_to_orig has dtype {m.dtype}, expected an integer type")
     if m.shape != (meta["num_nodes"],):
         raise FormatError(path, f"new_to_orig has shape {m.shape}, expected ({meta['num_nodes']},)")
     return m

@@ -1,0 +1,139 @@
+"""Malformed partition files and checkpoints that pass every checksum: each is refused with a FormatError or
+CheckpointError naming the file, never a bare TypeError/KeyError from deep inside (found by an audit)."""
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from graphs import partition, random_graph
+from g3mpi.format import FormatError, part_name, read_meta, read_node_map, read_part
+from g3mpi.format.common import array_sha256, file_sha256
+from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, write_meta
+from g3mpi.train.checkpoint import CheckpointError, load_checkpoint
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fmt") / "p2"
+    partition(random_graph(n=120, seed=5), 2, d)
+    return d
+
+
+@pytest.fixture
+def copy(parts, tmp_path):
+    import shutil
+    out = tmp_path / "p2"
+    shutil.copytree(parts, out)
+    return out
+
+
+def edit_part(d, p, edit) -> None:
+    """Apply ``edit(h5 file)`` to part p, then record the file's new checksum in meta.json."""
+    path = d / part_name(p)
+    with h5py.File(path, "r+") as f:
+        edit(f)
+    meta = read_meta(d)
+    meta["files"][path.name] = file_sha256(path)
+    write_meta(d, meta)
+
+
+def replace_ds(f, name, value) -> None:
+    del f[name]
+    f.create_dataset(name, data=value).attrs["sha256"] = array_sha256(np.asarray(value))
+
+
+def edit_meta(d, **changes) -> None:
+    meta = json.loads((d / META_NAME).read_text())
+    meta.update(changes)
+    (d / META_NAME).write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("name", ["recv_parts", "send_parts", "send_rows", "indices"])
+def test_two_dimensional_lists(copy, name):
+    """A 2-D neighbour list once passed every check (np.diff of it is empty) and deadlocked the halo check."""
+    edit_part(copy, 0, lambda f: replace_ds(f, name, f[name][()].reshape(-1, 1)))
+    with pytest.raises(FormatError, match=f"part-00000.h5: dataset '{name}' has shape .* one dimension"):
+        read_part(copy, 0)
+
+
+def test_unlabelled_training_node(copy):
+    def edit(f):
+        labels, train = f["labels"][()], f["train_mask"][()]
+        labels[np.flatnonzero(train)[0]] = -1
+        replace_ds(f, "labels", labels)
+    edit_part(copy, 1, edit)
+    with pytest.raises(FormatError, match="part-00001.h5: train_mask contains 1 unlabelled nodes"):
+        read_part(copy, 1)
+
+
+def test_group_instead_of_dataset_and_bad_attribute(copy):
+    def group(f):
+        del f["labels"]
+        f.create_group("labels")
+    edit_part(copy, 0, group)
+    with pytest.raises(FormatError, match="part-00000.h5: dataset 'labels' is missing"):
+        read_part(copy, 0)
+    edit_part(copy, 1, lambda f: f.attrs.__setitem__("num_parts", "two"))
+    with pytest.raises(FormatError, match="part-00001.h5: attribute 'num_parts' is 'two', expected an integer"):
+        read_part(copy, 1)
+
+
+@pytest.mark.parametrize("changes,what", [
+    (dict(offsets=5), "offsets must be a list of integers"),
+    (dict(offsets=[0, "60", 120]), "offsets must be a list of integers"),
+    (dict(files=["part-00000.h5"]), "files must map file names"),
+    (dict(num_parts="2"), "num_parts is '2', expected an integer"),
+    (dict(num_nodes=True), "num_nodes is True, expected an integer"),
+    (dict(partition_id=7), "partition_id is 7, expected a string"),
+])
+def test_meta_types(copy, changes, what):
+    edit_meta(copy, **changes)
+    with pytest.raises(FormatError, match="meta.json: " + what):
+        read_meta(copy)
+
+
+def test_node_map_damaged(copy):
+    path = copy / NODE_MAP_NAME
+    with h5py.File(path, "r+") as f:
+        f.move("new_to_orig", "renamed")
+    edit_meta(copy, files=read_meta(copy)["files"] | {NODE_MAP_NAME: file_sha256(path)})
+    with pytest.raises(FormatError, match="node_map.h5: dataset 'new_to_orig' is missing"):
+        read_node_map(copy)
+    path.write_bytes(path.read_bytes()[:100])
+    edit_meta(copy, files=read_meta(copy)["files"] | {NODE_MAP_NAME: file_sha256(path)})
+    with pytest.raises(FormatError, match="node_map.h5: not a readable HDF5 file"):
+        read_node_map(copy)
+
+
+def _checkpoint(**changes) -> dict:
+    model = {"w": torch.zeros(2)}
+    c = dict(format="g3mpi-checkpoint", version=1, epoch=3, model=model, optimizer={"state": {}, "param_groups": []},
+             rng=torch.get_rng_state(), best=dict(val_acc=0.5, epoch=2, accs={}, state=None), since_best=1,
+             last_loss=0.7, config=dict(model="gcn"),
+             partition=dict(partition_id="x", num_parts=2, method="metis", files={}))
+    c.update(changes)
+    return c
+
+
+def test_checkpoint_good_layout_loads(tmp_path):
+    torch.save(_checkpoint(), tmp_path / "c.pt")
+    assert load_checkpoint(tmp_path / "c.pt")["epoch"] == 3
+
+
+@pytest.mark.parametrize("changes,what", [
+    (dict(partition={}), "partition must hold"),
+    (dict(config="oops"), "config must be a dict"),
+    (dict(epoch="3"), "epoch must be a non-negative integer"),
+    (dict(model={"w": 1.0}), "model must map parameter names to tensors"),
+    (dict(best=dict(val_acc="x")), "best must hold"),
+    (dict(rng=torch.zeros(3)), "rng must be a uint8 tensor"),
+])
+def test_checkpoint_layout(tmp_path, changes, what):
+    """Files that torch.load(weights_only=True) reads but that would crash the resume with a bare traceback."""
+    torch.save(_checkpoint(**changes), tmp_path / "c.pt")
+    with pytest.raises(CheckpointError, match="c.pt: malformed checkpoint: " + what):
+        load_checkpoint(tmp_path / "c.pt")
