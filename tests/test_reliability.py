@@ -162,6 +162,25 @@ def _neighbour_mismatch(d, root):
     return 0, "part-00000.h5", "halo node IDs from part-00001.h5 (rank 1) differ"
 
 
+def _recv_parts_2d(d, root):
+    # once deadlocked every rank: the halo check failed on rank 0 before its Alltoall, rank 1 waited in it
+    rewrite_part(d, 0, recv_parts=read_ds(d, 0, "recv_parts").reshape(-1, 1))
+    return 0, "part-00000.h5", "'recv_parts' has shape"
+
+
+def _unlabelled_train_node(d, root):
+    labels = read_ds(d, 1, "labels")
+    labels[np.flatnonzero(read_ds(d, 1, "train_mask"))[0]] = -1
+    rewrite_part(d, 1, labels=labels)
+    return 1, "part-00001.h5", "train_mask contains 1 unlabelled nodes"
+
+
+def _no_train_nodes(d, root):
+    for p in (0, 1):
+        rewrite_part(d, p, train_mask=np.zeros_like(read_ds(d, p, "train_mask")))
+    return [0, 1], d.name, "the graph has no training nodes"
+
+
 LOAD_FAULTS = {
     "byte_flipped": (_flip_byte, []),
     "truncated": (_truncate, []),
@@ -173,6 +192,9 @@ LOAD_FAULTS = {
     "send_row_out_of_range": (_bad_send_row, []),
     "part_of_other_partition": (_other_partition, []),
     "neighbour_mismatch": (_neighbour_mismatch, []),
+    "recv_parts_2d": (_recv_parts_2d, []),
+    "unlabelled_train_node": (_unlabelled_train_node, []),
+    "no_train_nodes": (_no_train_nodes, []),
 }
 
 
@@ -195,6 +217,23 @@ def test_bad_part_every_rank_exits(fault, parts, tmp_path):
             assert "stopping" in lines[r][0] and f"{bad}" in lines[r][0], p.stderr
     assert "Traceback" not in p.stderr and "Segmentation" not in p.stderr
     assert not (tmp_path / "run").exists()                          # nothing written
+
+
+def test_no_validation_nodes(parts, tmp_path):
+    """No validation nodes: a warning, the last evaluated model kept, early stopping off, strict JSON (an
+    accuracy over an empty split is null, not NaN)."""
+    d = tmp_path / "p2"
+    shutil.copytree(parts / "p2", d)
+    for p in (0, 1):
+        rewrite_part(d, p, val_mask=np.zeros_like(read_ds(d, p, "val_mask")))
+    p = train(2, d, tmp_path / "run", "--epochs", "4", "--eval-every", "2", "--patience", "1")
+    assert "no validation nodes: the model of the last evaluated epoch is kept, and --patience is ignored" \
+        in p.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text(), parse_constant=pytest.fail)
+    assert summary["best_epoch"] == summary["epochs"] == 4 and summary["val_acc"] is None
+    assert summary["test_acc"] is not None
+    lines = [json.loads(x, parse_constant=pytest.fail) for x in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert [r["val_acc"] for r in lines if "val_acc" in r] == [None, None]
 
 
 def test_wrong_number_of_ranks(parts, tmp_path):

@@ -24,8 +24,24 @@ def test_toml_overrides_and_round_trip(tmp_path):
                                        ("= broken", "TOML")])
 def test_bad_values_are_named(tmp_path, text, word):
     (tmp_path / "bad.toml").write_text(text + "\n")
-    with pytest.raises(ConfigError, match=word):
+    with pytest.raises(ConfigError, match=word) as e:
         config_from(tmp_path / "bad.toml")
+    assert str(e.value).startswith(str(tmp_path / "bad.toml")), "the message names the file"
+
+
+@pytest.mark.parametrize("key,value,word", [("seed", 2**64, "seed must be in"), ("seed", -1, "seed must be in"),
+                                            ("log_level", "bogus", "log_level"), ("lr", float("inf"), "lr")])
+def test_bad_overrides_name_the_option(key, value, word):
+    with pytest.raises(ConfigError, match=word) as e:
+        config_from(None, {key: value})
+    assert str(e.value).startswith(f"--{key.replace('_', '-')}: ")
+
+
+def test_key_given_twice(tmp_path):
+    (tmp_path / "twice.toml").write_text("chunk-rows = 1\nchunk_rows = 2\n")
+    with pytest.raises(ConfigError, match="chunk_rows is given twice"):
+        config_from(tmp_path / "twice.toml")
+    assert config_from(None, {"log_level": "debug"}).log_level == "debug"
 
 
 def test_missing_config_file(tmp_path):

@@ -150,9 +150,16 @@ def main(argv=None, comm=None) -> int:
     try:
         err = check_neighbours(comm, part, name_of=part_name)
         err = err and f"{cfg.parts.rstrip('/')}/{part_name(comm.rank)}: {err}"
-    except Exception as e:  # noqa: BLE001
-        err = f"checking the halo against the neighbours failed: {type(e).__name__}: {e}"
+    except Exception:  # noqa: BLE001 - failed inside its collectives: the others may wait there, so no _agree
+        abort_job(comm, _line(comm, "checking the halo against the neighbours failed:\n" + traceback.format_exc()))
+        return 1
     if not _agree(comm, err, "found their halo inconsistent with a neighbour"):
+        return 1
+    train_nodes = comm.allreduce(int(part.train_mask.sum()))
+    if not train_nodes:  # before the run directory is made: nothing to train on
+        _error(comm, f"{cfg.parts}: the graph has no training nodes (no labels, or an empty train mask; "
+                     "g3-prepare edgelist takes them with --labels and --masks)")
+        comm.Barrier()
         return 1
     ckpt = None
     if resume:

@@ -12,10 +12,15 @@ from g3mpi.nn import ACTIVATIONS, MODELS
 from g3mpi.sched import MODES
 
 OPTIMIZERS = ("adam", "sgd")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class ConfigError(ValueError):
-    """A bad configuration value or file (the message names it)."""
+    """A bad configuration value or file (the message names it). ``key``: the setting at fault, if one is."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
 
 
 @dataclass(frozen=True)
@@ -52,39 +57,37 @@ class TrainConfig:
     comm_timeout: float = 0.0       # abort when a rank waits longer than this on a neighbour, seconds (0: off)
 
     def __post_init__(self):
-        def bad(msg):
-            raise ConfigError(msg)
-        if self.model not in MODELS:
-            bad(f"model {self.model!r}: expected one of {', '.join(MODELS)}")
-        if self.activation not in ACTIVATIONS:
-            bad(f"activation {self.activation!r}: expected one of {', '.join(ACTIVATIONS)}")
-        if self.optimizer not in OPTIMIZERS:
-            bad(f"optimizer {self.optimizer!r}: expected one of {', '.join(OPTIMIZERS)}")
-        if self.schedule not in MODES:
-            bad(f"schedule {self.schedule!r}: expected one of {', '.join(MODES)}")
+        def bad(key, msg):
+            raise ConfigError(msg, key)
+        for k, allowed in (("model", MODELS), ("activation", ACTIVATIONS), ("optimizer", OPTIMIZERS),
+                           ("schedule", MODES), ("log_level", LOG_LEVELS)):
+            if (getattr(self, k).upper() if k == "log_level" else getattr(self, k)) not in allowed:
+                bad(k, f"{k} {getattr(self, k)!r}: expected one of {', '.join(allowed)}")
         for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads"):
             if getattr(self, k) < 1:
-                bad(f"{k} must be at least 1 (got {getattr(self, k)})")
-        if self.patience < 0:
-            bad("patience must not be negative")
-        if self.checkpoint_every < 0:
-            bad("checkpoint_every must not be negative")
+                bad(k, f"{k} must be at least 1 (got {getattr(self, k)})")
+        for k in ("patience", "checkpoint_every"):
+            if getattr(self, k) < 0:
+                bad(k, f"{k} must not be negative (got {getattr(self, k)})")
+        if not 0 <= self.seed < 2**63:
+            bad("seed", f"seed must be in [0, 2**63) (got {self.seed})")
         if not (math.isfinite(self.comm_timeout) and self.comm_timeout >= 0):
-            bad(f"comm_timeout must be a finite non-negative number of seconds (got {self.comm_timeout})")
+            bad("comm_timeout",
+                f"comm_timeout must be a finite non-negative number of seconds (got {self.comm_timeout})")
         for k in ("dropout", "attn_dropout"):
             v = getattr(self, k)
             if not 0.0 <= v < 1.0:
-                bad(f"{k} must be in [0, 1) (got {v})")
+                bad(k, f"{k} must be in [0, 1) (got {v})")
         for k in ("lr", "weight_decay", "momentum"):
             v = getattr(self, k)
             if not (math.isfinite(v) and v >= 0):
-                bad(f"{k} must be a finite non-negative number (got {v})")
+                bad(k, f"{k} must be a finite non-negative number (got {v})")
         if self.sim_net:
             from g3mpi.comm import parse_sim_net
             try:
                 parse_sim_net(self.sim_net)
             except ValueError as e:
-                bad(str(e))
+                bad("sim_net", str(e))
 
     def replace(self, **kw) -> "TrainConfig":
         return dataclasses.replace(self, **kw)
@@ -106,7 +109,7 @@ def _coerce(name: str, typ, value, source: str):
 def config_from(toml_path: str | None = None, overrides: dict | None = None) -> TrainConfig:
     """Defaults <- TOML file <- overrides (keys as in TrainConfig; None values are ignored)."""
     types = {f.name: f.type for f in fields(TrainConfig)}
-    values = {}
+    values, source = {}, {}
     if toml_path:
         p = Path(toml_path)
         if not p.is_file():
@@ -119,12 +122,19 @@ def config_from(toml_path: str | None = None, overrides: dict | None = None) -> 
             key = k.replace("-", "_")
             if key not in types:
                 raise ConfigError(f"{p}: unknown key {k!r}")
-            values[key] = _coerce(key, types[key], v, str(p))
+            if key in values:
+                raise ConfigError(f"{p}: {key} is given twice (as {source[key]!r} and {k!r})")
+            values[key], source[key] = _coerce(key, types[key], v, str(p)), k
     for k, v in (overrides or {}).items():
         if v is not None:
-            values[k] = _coerce(k, types[k], v, "command line")
+            values[k], source[k] = _coerce(k, types[k], v, "command line"), None
     try:
         return TrainConfig(**values)
+    except ConfigError as e:  # name where the bad value came from
+        if e.key in source:
+            where = f"--{e.key.replace('_', '-')}" if source[e.key] is None else str(toml_path)
+            raise ConfigError(f"{where}: {e}", e.key) from None
+        raise
     except TypeError as e:
         raise ConfigError(str(e)) from None
 

@@ -28,7 +28,18 @@ def write_text_atomic(path, text: str) -> None:
 
 
 def write_json_atomic(path, obj) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(path, json.dumps(json_safe(obj), indent=1, sort_keys=True, allow_nan=False) + "\n")
+
+
+def json_safe(obj):
+    """``obj`` with every non-finite float (an accuracy over an empty split is NaN) as None: strict JSON."""
+    if isinstance(obj, float):
+        return obj if np.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def save_state_dict(path, state: dict) -> None:
@@ -60,7 +71,7 @@ class MetricsLog:
         self._f = open(self.path, "a", encoding="utf-8")
 
     def write(self, record: dict) -> None:
-        self._f.write(json.dumps(record, sort_keys=True) + "\n")
+        self._f.write(json.dumps(json_safe(record), sort_keys=True, allow_nan=False) + "\n")
         self._f.flush()
 
     def close(self) -> None:

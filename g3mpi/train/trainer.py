@@ -108,6 +108,9 @@ class Trainer:
         self.split_sizes = dict(zip(SPLITS, counts.tolist()))
         if self.split_sizes["train"] == 0:
             raise ValueError(f"{cfg.parts}: the graph has no training nodes")
+        if self.split_sizes["val"] == 0 and comm.rank == 0:
+            log.warning("%s: no validation nodes: the model of the last evaluated epoch is kept%s", cfg.parts,
+                        ", and --patience is ignored" if cfg.patience else "")
         # gradients summed over ranks layer by layer during backward (last layer first), overlapped with it
         self.gradsync = GradSync(comm, [list(c.parameters()) for c in reversed(self.model.convs)], self.watchdog)
         # the loss, the numbers of ranks with a non-finite loss / gradient, and of ranks asked to stop (a signal)
@@ -240,7 +243,7 @@ class Trainer:
                 accs = {}
                 if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
                     accs = self.evaluate()
-                    if accs["val_acc"] > best["val_acc"]:
+                    if accs["val_acc"] > best["val_acc"] or not self.split_sizes["val"]:  # no val: the last
                         best = dict(val_acc=accs["val_acc"], epoch=epoch, accs=accs,
                                     state=copy.deepcopy(self.model.state_dict()))
                         since_best = 0
