@@ -125,8 +125,9 @@ class BlockMatrix:
         return self._values[sel]
 
     def local_scipy(self) -> sp.csr_matrix:
-        """The local block [n, n] (owned sources, plus the diagonal), sorted indices, duplicates summed where
-        the diagonal was added. A fresh matrix: the caller drops it when done."""
+        """The local block [n, n] (owned sources, plus the diagonal), sorted indices. Duplicate edges stay
+        separate entries (GAT's attention weighs each copy, as PyG's ``GATConv`` does; the weighted kinds sum
+        them in the product either way). A fresh matrix: the caller drops it when done."""
         n = self.num_owned
         idx = self._indices
         is_loc = idx < n
@@ -155,8 +156,6 @@ class BlockMatrix:
         m = sp.csr_matrix((vals, cols, ptr), shape=(n, n), copy=False)
         m.has_sorted_indices = False
         m.sort_indices()
-        if self._diag is not None:
-            m.sum_duplicates()
         return m
 
     def neighbour_scipy(self) -> list:
