@@ -49,7 +49,11 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
     assignment = np.asarray(assignment, dtype=np.int64)
     if assignment.shape != (n,) or (n and (assignment.min() < 0 or assignment.max() >= num_parts)):
         raise ValueError(f"assignment must give every node a part in [0, {num_parts})")
-    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    indices = g.indices.astype(np.int64)
+    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(g.indptr))
+    loops = np.bincount(dst[indices == dst], minlength=n).astype(np.int64)   # per original ID
+    del dst
+    indptr, indices, _ = strip_self_loops(g.indptr, indices)
     new_to_orig, orig_to_new, offsets = relabel(assignment, num_parts)
     indptr, cols = permute_csr(indptr, indices, new_to_orig, orig_to_new)
     in_deg = np.diff(indptr)
@@ -94,6 +98,7 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
             halo_ids=h.astype(np.int64), recv_parts=recv_parts.astype(np.int32), recv_offsets=recv_offsets,
             send_parts=np.asarray(sp, dtype=np.int32), send_offsets=send_offsets,
             send_rows=send_rows.astype(np.int64), in_degree=in_deg[rows_all], out_degree=out_deg[rows_all],
+            self_loops=loops[orig],
             features=np.ascontiguousarray(g.features[orig], dtype=np.float32), labels=g.labels[orig].astype(np.int64),
             train_mask=g.train_mask[orig], val_mask=g.val_mask[orig], test_mask=g.test_mask[orig], orig_ids=orig,
         ), new_to_orig, offsets

@@ -15,14 +15,18 @@ def csr_from_edges(src, dst, n):
     return indptr, src.astype(np.int32)
 
 
-def random_graph(n=150, deg=4, f=6, c=3, seed=0, directed_extra=40) -> Graph:
-    """Random symmetric graph plus some one-way edges, a few isolated nodes, splits over labelled nodes."""
+def random_graph(n=150, deg=4, f=6, c=3, seed=0, directed_extra=40, multi: bool = False) -> Graph:
+    """Random symmetric graph plus some one-way edges, a few isolated nodes, splits over labelled nodes.
+    ``multi``: also duplicate edges and self loops (some doubled), as g3-prepare keeps them by default."""
     rng = np.random.default_rng(seed)
     e = n * deg // 2
     s, d = rng.integers(0, n - 5, e), rng.integers(0, n - 5, e)   # the last 5 nodes stay isolated
     s2, d2 = rng.integers(0, n - 5, directed_extra), rng.integers(0, n - 5, directed_extra)
     a = np.unique(np.stack([np.concatenate([s, d, s2]), np.concatenate([d, s, d2])], 1), axis=0)
     a = a[a[:, 0] != a[:, 1]]
+    if multi:
+        loops = np.repeat(rng.integers(0, n - 5, 12), rng.integers(1, 3, 12))[:, None].repeat(2, 1)
+        a = np.concatenate([a, a[rng.integers(0, len(a), len(a) // 8)], loops])
     indptr, indices = csr_from_edges(a[:, 0], a[:, 1], n)
     x = rng.standard_normal((n, f)).astype(np.float32)
     y = rng.integers(0, c, n)

@@ -51,6 +51,7 @@ class PartData:
     send_rows: np.ndarray     # int64 [S], owned local rows
     in_degree: np.ndarray     # int64 [n_owned+n_halo], global in-degree (no self loops)
     out_degree: np.ndarray    # int64 [n_owned+n_halo], global out-degree (no self loops)
+    self_loops: np.ndarray    # int64 [n_owned], self loops of each owned node in the graph file (SAGE's mean)
     features: np.ndarray      # float32 [n_owned, F]
     labels: np.ndarray        # int64 [n_owned]
     train_mask: np.ndarray    # bool [n_owned]
@@ -78,6 +79,8 @@ class PartData:
 SCALARS = ("part_id", "num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes", "owned_start",
            "owned_end", "partition_id")
 ARRAYS = tuple(f.name for f in fields(PartData) if f.name not in SCALARS)
+#: datasets a part file written before they existed lacks: read as all zeros (no self loops)
+OPTIONAL = ("self_loops",)
 
 
 def write_part(path, part: PartData, force: bool = False) -> str:
@@ -189,6 +192,9 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
                 else:
                     raise FormatError(path, f"attribute {k!r} is {v!r}, expected an integer")
             for k in ARRAYS:
+                if k in OPTIONAL and k not in f:
+                    kw[k] = np.zeros(kw["owned_end"] - kw["owned_start"], dtype=np.int64)
+                    continue
                 if not isinstance(f.get(k), h5py.Dataset):
                     raise FormatError(path, f"dataset {k!r} is missing")
                 kw[k] = f[k][()]
@@ -219,7 +225,7 @@ def check_part(path, part: PartData, meta: dict) -> None:
     if (part.owned_start, part.owned_end) != (off[pid], off[pid + 1]):
         bad(f"owns [{part.owned_start}, {part.owned_end}) but meta.json assigns [{off[pid]}, {off[pid + 1]})")
     n, h, N = part.num_owned, part.num_halo, part.num_nodes
-    shapes = dict(indptr=(n + 1,), halo_ids=(h,), in_degree=(n + h,), out_degree=(n + h,),
+    shapes = dict(indptr=(n + 1,), halo_ids=(h,), in_degree=(n + h,), out_degree=(n + h,), self_loops=(n,),
                   features=(n, part.feature_dim), labels=(n,), train_mask=(n,), val_mask=(n,), test_mask=(n,),
                   orig_ids=(n,), recv_offsets=(len(part.recv_parts) + 1,),
                   send_offsets=(len(part.send_parts) + 1,))
@@ -230,7 +236,7 @@ def check_part(path, part: PartData, meta: dict) -> None:
         if getattr(part, k).ndim != 1:
             bad(f"dataset {k!r} has shape {getattr(part, k).shape}, expected one dimension")
     for k in ("indptr", "indices", "halo_ids", "recv_offsets", "send_offsets", "send_rows", "in_degree",
-              "out_degree", "labels", "orig_ids", "recv_parts", "send_parts"):
+              "out_degree", "self_loops", "labels", "orig_ids", "recv_parts", "send_parts"):
         if getattr(part, k).dtype.kind not in "iu":
             bad(f"dataset {k!r} has dtype {getattr(part, k).dtype}, expected an integer type")
     if part.features.dtype != np.float32:
@@ -274,7 +280,7 @@ def check_part(path, part: PartData, meta: dict) -> None:
         bad(f"original node ID out of range [0, {N})")
     if not np.all(np.isfinite(part.features)):
         bad("features contain NaN or Inf")
-    if np.any(part.in_degree < 0) or np.any(part.out_degree < 0):
+    if np.any(part.in_degree < 0) or np.any(part.out_degree < 0) or np.any(part.self_loops < 0):
         bad("negative degree")
     if not np.array_equal(part.in_degree[:n], np.diff(part.indptr)):
         bad("in_degree of owned rows does not match the local CSR")

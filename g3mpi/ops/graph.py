@@ -59,7 +59,8 @@ class DistGraph:
     def blocks(self, kind: str) -> BlockMatrix:
         """Aggregation blocks for an edge weighting (cached):
         ``gcn``: D^-1/2 (A + I) D^-1/2 with D the global in-degree + 1 (PyG ``gcn_norm``);
-        ``mean``: 1 / in-degree per row, no self loops (PyG ``SAGEConv`` mean);
+        ``mean``: 1 / (in-degree + self loops) per row, a node's own row weighted by its self loops in the
+        graph file (PyG ``SAGEConv``'s mean over the edges as given, loops and duplicates included);
         ``gat``: unit weights with self loops (the attention supplies the weights)."""
         if kind not in self._blocks:
             p = self.part
@@ -69,9 +70,10 @@ class DistGraph:
                 vals = _edge_weights(p.indptr, p.indices, lambda r, c: dinv[r] * dinv[c])
                 diag = (dinv[:n] ** 2).astype(np.float32)
             elif kind == "mean":
-                inv = 1.0 / np.maximum(np.asarray(p.in_degree[:n], np.float64), 1.0)
+                loops = np.asarray(p.self_loops, np.float64)
+                inv = 1.0 / np.maximum(np.asarray(p.in_degree[:n], np.float64) + loops, 1.0)
                 vals = _edge_weights(p.indptr, p.indices, lambda r, c: inv[r])
-                diag = None
+                diag = (loops * inv).astype(np.float32) if loops.any() else None
             elif kind == "gat":
                 vals, diag = None, np.ones(n, dtype=np.float32)
             else:
