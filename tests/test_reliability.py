@@ -280,6 +280,28 @@ def test_resume_is_bit_identical(parts, tmp_path):
     assert (sa["best_epoch"], sa["test_acc"], sa["final_loss"]) == (sb["best_epoch"], sb["test_acc"], sb["final_loss"])
 
 
+def test_resume_after_an_off_grid_last_epoch(parts, tmp_path):
+    """A run of 4 epochs with --eval-every 3 evaluates after epoch 4 because it is its last: resumed to 6 epochs
+    it must select, log and predict as a straight 6-epoch run, which never evaluated at epoch 4 (an audit found
+    the resumed run keeping that evaluation: another best epoch and other predictions)."""
+    args = ["--eval-every", "3", "--dropout", "0.6", "--lr", "0.2", "--seed", "1"]
+    train(2, parts / "p2", tmp_path / "straight", "--epochs", "6", *args)
+    train(2, parts / "p2", tmp_path / "split", "--epochs", "4", *args)
+    assert "val_acc" in _metrics(tmp_path / "split")[3]
+    train(2, None, None, "--resume", tmp_path / "split", "--epochs", "6")
+    ma, mb = _metrics(tmp_path / "straight"), _metrics(tmp_path / "split")
+    strip = ("epoch_time_s", "rank_compute_s", "rank_blocked_s", "rank_comm_s", "rank_overlap", "rank_allreduce_s",
+             "rank_rss_bytes")
+    assert [{k: v for k, v in r.items() if k not in strip} for r in ma] == \
+        [{k: v for k, v in r.items() if k not in strip} for r in mb]
+    sa = json.loads((tmp_path / "straight" / "summary.json").read_text())
+    sb = json.loads((tmp_path / "split" / "summary.json").read_text())
+    assert (sa["best_epoch"], sa["val_acc"], sa["test_acc"]) == (sb["best_epoch"], sb["val_acc"], sb["test_acc"])
+    a = torch.load(tmp_path / "straight" / "model.pt", weights_only=True)
+    b = torch.load(tmp_path / "split" / "model.pt", weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_resume_refuses_incompatible(parts, tmp_path):
     run = tmp_path / "run"
     train(2, parts / "p2", run, "--epochs", "2")

@@ -19,6 +19,7 @@ import torch
 from g3mpi.format import atomic_file
 
 PREDICTIONS_FORMAT = "g3mpi-predictions"
+ACCURACY_KEYS = ("train_acc", "val_acc", "test_acc")
 _TOKEN_TAG = 7301
 
 
@@ -48,18 +49,23 @@ def save_state_dict(path, state: dict) -> None:
         torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp)
 
 
-def rewind_metrics(path, last_epoch: int) -> None:
-    """Keep only the metrics.jsonl lines of epochs <= ``last_epoch`` (a resumed run continues after them)."""
+def rewind_metrics(path, last_epoch: int, eval_every: int = 1) -> None:
+    """Keep only the metrics.jsonl lines of epochs <= ``last_epoch`` (a resumed run continues after them). The
+    accuracies of ``last_epoch`` go too when it is off the ``eval_every`` grid: the run that wrote it evaluated
+    there only because it was its last epoch, and a straight run would not have."""
     path = Path(path)
     if not path.exists():
         return
     keep = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            if json.loads(line).get("epoch", 0) <= last_epoch:
-                keep.append(line)
+            rec = json.loads(line)
         except ValueError:  # a line cut short by a crash
             continue
+        if rec.get("epoch", 0) == last_epoch and last_epoch % eval_every and "val_acc" in rec:
+            line = json.dumps({k: v for k, v in rec.items() if k not in ACCURACY_KEYS}, sort_keys=True)
+        if rec.get("epoch", 0) <= last_epoch:
+            keep.append(line)
     write_text_atomic(path, "".join(line + "\n" for line in keep))
 
 

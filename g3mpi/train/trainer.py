@@ -236,6 +236,7 @@ class Trainer:
                 bar.update(self.start_epoch - 1)
         times, bytes_all, overlaps, compute, blocked = [], [], [], [], []
         epoch = self.start_epoch - 1
+        last = None   # the evaluation after the last epoch when it is off the --eval-every grid, if better
         try:
             for epoch in range(self.start_epoch, cfg.epochs + 1):
                 rec = self.train_step(epoch)
@@ -243,10 +244,15 @@ class Trainer:
                 accs = {}
                 if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
                     accs = self.evaluate()
-                    if accs["val_acc"] > best["val_acc"] or not self.split_sizes["val"]:  # no val: the last
-                        best = dict(val_acc=accs["val_acc"], epoch=epoch, accs=accs,
-                                    state=copy.deepcopy(self.model.state_dict()))
-                        since_best = 0
+                    better = accs["val_acc"] > best["val_acc"] or not self.split_sizes["val"]  # no val: the last
+                    this = dict(val_acc=accs["val_acc"], epoch=epoch, accs=accs,
+                                state=copy.deepcopy(self.model.state_dict())) if better else None
+                    if epoch % cfg.eval_every:
+                        # off the grid: it competes for the outputs but stays out of the selection state that
+                        # the checkpoint keeps, so a run resumed to more epochs selects as a straight run does
+                        last = this
+                    elif better:
+                        best, since_best = this, 0
                     else:
                         since_best += 1
                 per_rank = comm.gather({k: rec[k] for k in ("compute_s", "blocked_s", "comm_s", "overlap",
@@ -300,6 +306,7 @@ class Trainer:
                 bar.close()
             if metrics is not None:
                 metrics.close()
+        best = last or best
         if best["state"] is not None:
             self.model.load_state_dict(best["state"])
         logits = self.logits().numpy()
@@ -338,7 +345,7 @@ def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None) -> 
     if comm.rank == 0:
         try:
             if resume_epoch is not None:
-                rewind_metrics(out / "metrics.jsonl", resume_epoch)
+                rewind_metrics(out / "metrics.jsonl", resume_epoch, cfg.eval_every)
                 write_text_atomic(out / "config.toml", to_toml(cfg))
             else:
                 _create_run_dir(cfg, out)
