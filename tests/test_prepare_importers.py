@@ -150,3 +150,16 @@ def test_edgelist_random_features(tmp_path):
     prepare("edgelist", f, "--feature-dim", 8, "--out", out, "--seed", 3)
     g = load_graph(out)
     assert g.features.shape == (3, 8) and g.features.std() > 0.3 and edge_set(g) == [(0, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("name,text", [("bom.csv", "1,2\n2,3\n3,1\n"), ("bom.csv.gz", "1,2\n2,3\n3,1\n"),
+                                       ("bomh.csv", "src,dst\n1,2\n2,3\n3,1\n")])
+def test_edgelist_utf8_bom(tmp_path, name, text):
+    """A UTF-8 byte-order mark (spreadsheet exports) is not part of the first ID: the first edge was taken for a
+    header ('\\ufeff1' is not an integer) and dropped."""
+    f = tmp_path / name
+    data = b"\xef\xbb\xbf" + text.encode()
+    f.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    s = prepare("edgelist", f, "--out", tmp_path / "g.h5")
+    g = load_graph(tmp_path / "g.h5")
+    assert s["num_edges"] == 3 and edge_set(g, g.orig_ids) == [(1, 2), (2, 3), (3, 1)]

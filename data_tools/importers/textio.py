@@ -24,14 +24,18 @@ COMMENTS = ("#", "%")
 
 
 def open_text(path: Path):
-    """Open a text file, transparently gunzipping ``*.gz``; FormatError if missing."""
+    """Open a text file, transparently gunzipping ``*.gz``; FormatError if missing.
+
+    A UTF-8 byte-order mark (written by some spreadsheet exports) is dropped ("utf-8-sig"), so it is not
+    taken as part of the first field: the first line would otherwise look like a header and be skipped.
+    """
     if not path.exists():
         raise FormatError(path, "no such file")
     if path.is_dir():
         raise FormatError(path, "is a directory, expected a file")
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", errors="replace")
+    return open(path, encoding="utf-8-sig", errors="replace")
 
 
 def _lines(path: Path, f) -> Iterator[str]:
