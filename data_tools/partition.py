@@ -10,6 +10,7 @@ only when complete (``--force`` replaces an existing one). See docs/PARTITION.md
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -27,6 +28,11 @@ from .partitioners.cost import DEFAULT_EDGE_SECONDS
 
 PROG = "g3-partition"
 MAX_PARTS = 1024
+#: largest --seed: METIS takes it as an idx_t (64-bit in pymetis 2025.2; larger values are refused by its binding)
+#: and numpy's generators (random, g3's descent) need it >= 0
+MAX_SEED = 2**63 - 1
+#: largest --width: rows x width x 4 bytes stays within int64 for up to 2^36 rows
+MAX_WIDTH = 2**24
 
 
 @dataclass(frozen=True)
@@ -58,19 +64,23 @@ def parse_args(argv) -> PartitionConfig:
     ap.add_argument("--parts", "-p", type=int, required=True, help=f"number of parts, 1..min(N, {MAX_PARTS})")
     ap.add_argument("--method", choices=METHODS, default="metis")
     ap.add_argument("--out", "-o", type=Path, required=True, help="output partition directory")
-    ap.add_argument("--seed", type=int, default=0, help="seed of METIS / the permutation / g3 tie-breaking")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of METIS / the permutation / g3 tie-breaking, 0 .. 2**63-1 (METIS's 64-bit integer; "
+                         "numpy's generators need it >= 0)")
     ap.add_argument("--force", action="store_true", help="replace an existing output directory")
     ap.add_argument("--balance", choices=BALANCES, default="nodes",
                     help="METIS vertex weights (metis only; g3 balances nodes and edges itself)")
     ap.add_argument("--objective", choices=OBJECTIVES, default="cut",
                     help="what METIS minimises: the edge cut, or the total communication volume (k-way; metis only)")
     g = ap.add_argument_group("g3 refinement and cost model")
-    g.add_argument("--node-imbalance", type=float, default=1.10, help="max owned nodes per part / mean (g3)")
-    g.add_argument("--edge-imbalance", type=float, default=1.10, help="max local edges per part / mean (g3)")
-    g.add_argument("--max-iters", type=int, default=100, help="refinement iterations at most (g3)")
+    g.add_argument("--node-imbalance", type=float, default=1.10,
+                   help="max owned nodes per part / mean, finite and >= 1 (g3)")
+    g.add_argument("--edge-imbalance", type=float, default=1.10,
+                   help="max local edges per part / mean, finite and >= 1 (g3)")
+    g.add_argument("--max-iters", type=int, default=100, help="refinement iterations at most, >= 0 (g3)")
     g.add_argument("--cost-slack", type=float, default=0.0,
-                   help="phase 2 may raise the max estimated epoch by this fraction to lower the max "
-                        "communication rows (g3; default 0: never)")
+                   help="phase 2 may raise the max estimated epoch by this fraction (finite, >= 0) to lower the "
+                        "max communication rows (g3; default 0: never)")
     g.add_argument("--start", choices=("auto", "recursive", "kway", "volume"), default="auto",
                    help="METIS start of g3: recursive bisection or k-way minimising the edge cut, or k-way "
                         "minimising the communication volume (fewer communication rows, slower METIS); auto: the "
@@ -80,33 +90,53 @@ def parse_args(argv) -> PartitionConfig:
                    help="vertex weights of g3's METIS start; auto: edges on skewed (power-law) graphs, else nodes, "
                         "switching to edges when the node-balanced start is over the edge cap and cuts more than "
                         "40 %% of the edges")
-    g.add_argument("--bandwidth", default="10Gbit", help="network bandwidth per rank, e.g. 10Gbit, 1.25GB (g3)")
+    g.add_argument("--bandwidth", default="10Gbit",
+                   help="network bandwidth per rank, positive, e.g. 10Gbit, 1.25GB (g3)")
     g.add_argument("--edge-seconds", type=float, default=DEFAULT_EDGE_SECONDS,
-                   help="compute coefficient: seconds per edge per feature (g3)")
-    g.add_argument("--width", type=int, default=None, help="row width of the cost model (default: feature_dim)")
+                   help="compute coefficient: seconds per edge per feature, finite and > 0 (g3)")
+    g.add_argument("--width", type=int, default=None,
+                   help=f"row width of the cost model, 1 .. {MAX_WIDTH} (default: feature_dim)")
     g.add_argument("--calibrate", action="store_true", help="measure --edge-seconds on this machine (SpMM)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     a = ap.parse_args(argv)
-    if a.parts < 1 or a.parts > MAX_PARTS:
-        ap.error(f"--parts must be in [1, {MAX_PARTS}], got {a.parts}")
-    if a.node_imbalance < 1 or a.edge_imbalance < 1:
-        ap.error("--node-imbalance and --edge-imbalance must be >= 1")
-    if a.max_iters < 0:
-        ap.error("--max-iters must be >= 0")
-    if not a.cost_slack >= 0:
-        ap.error("--cost-slack must be >= 0")
+    check_values(ap, a)
     if a.objective != "cut" and a.method != "metis":
         ap.error("--objective applies to --method metis (g3: --start volume)")
     try:
         bw = parse_bandwidth(a.bandwidth)
     except ValueError as e:
-        ap.error(str(e))
+        ap.error(f"--bandwidth: {e}")
     return PartitionConfig(graph=a.graph, parts=a.parts, method=a.method, out=a.out, seed=a.seed, force=a.force,
                            balance=a.balance, node_imbalance=a.node_imbalance, edge_imbalance=a.edge_imbalance,
                            max_iters=a.max_iters, cost_slack=a.cost_slack, start=a.start,
                            start_balance=a.start_balance, objective=a.objective, bandwidth=bw,
                            edge_seconds=a.edge_seconds, width=a.width, calibrate=a.calibrate,
                            progress=not a.no_progress)
+
+
+def _finite_at_least(x: float, low: float, strict: bool = False) -> bool:
+    return math.isfinite(x) and (x > low if strict else x >= low)
+
+
+def check_values(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """Stop with an argparse error (exit 2) naming the first option whose value is out of range.
+
+    NaN fails every comparison, so each rule is written as what a good value satisfies.
+    """
+    rules = (
+        ("--parts", a.parts, 1 <= a.parts <= MAX_PARTS, f"must be in [1, {MAX_PARTS}]"),
+        ("--seed", a.seed, 0 <= a.seed <= MAX_SEED, "must be in [0, 2**63-1]"),
+        ("--node-imbalance", a.node_imbalance, _finite_at_least(a.node_imbalance, 1), "must be finite and >= 1"),
+        ("--edge-imbalance", a.edge_imbalance, _finite_at_least(a.edge_imbalance, 1), "must be finite and >= 1"),
+        ("--max-iters", a.max_iters, a.max_iters >= 0, "must be >= 0"),
+        ("--cost-slack", a.cost_slack, _finite_at_least(a.cost_slack, 0), "must be finite and >= 0"),
+        ("--edge-seconds", a.edge_seconds, _finite_at_least(a.edge_seconds, 0, strict=True),
+         "must be finite and > 0"),
+        ("--width", a.width, a.width is None or 1 <= a.width <= MAX_WIDTH, f"must be in [1, {MAX_WIDTH}]"),
+    )
+    for name, value, ok, what in rules:
+        if not ok:
+            ap.error(f"{name}: {what}, got {value}")
 
 
 def log(msg: str) -> None:

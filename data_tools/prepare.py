@@ -37,7 +37,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="fraction of labelled nodes for training when the input has no split (default 0.6)")
     g.add_argument("--val", type=float, default=0.2,
                    help="fraction for validation when the input has no split (default 0.2); the rest is test")
-    g.add_argument("--seed", type=int, default=0, help="seed of generators and random splits (default 0)")
+    g.add_argument("--seed", type=int, default=0, help="seed of generators and random splits, >= 0 (default 0)")
     g.add_argument("--quiet", "-q", action="store_true", help="no progress bars or summary")
 
 
@@ -134,6 +134,8 @@ def prepare(args: argparse.Namespace) -> dict:
                           seed=args.seed, force=args.force, quiet=args.quiet)
     if not (0 <= opts.train <= 1 and 0 <= opts.val <= 1 and opts.train + opts.val <= 1):
         raise ValueError(f"--train and --val must be fractions with train + val <= 1 (got {opts.train}, {opts.val})")
+    if opts.seed < 0:
+        raise ValueError(f"--seed must be >= 0 (numpy's seed sequences take non-negative integers), got {opts.seed}")
     if args.out.is_dir():
         raise FormatError(args.out, "is a directory, expected a graph.h5 path")
     check_output(args.out, opts.force)          # fail before any heavy work

@@ -552,6 +552,26 @@ def test_g3_cli_options(rand_h5, tmp_path):
     assert p.returncode != 0 and "--cost-slack" in p.stderr
 
 
+@pytest.mark.parametrize("option,value,method", [
+    ("--seed", "-1", "random"), ("--seed", "99999999999999999999", "metis"), ("--seed", "-1", "g3"),
+    ("--node-imbalance", "nan", "g3"), ("--node-imbalance", "inf", "g3"), ("--edge-imbalance", "nan", "g3"),
+    ("--edge-imbalance", "0.5", "g3"), ("--edge-seconds", "-1", "g3"), ("--edge-seconds", "nan", "g3"),
+    ("--edge-seconds", "0", "g3"), ("--width", "-5", "g3"), ("--width", "0", "g3"), ("--max-iters", "-1", "g3"),
+    ("--cost-slack", "nan", "g3"), ("--cost-slack", "inf", "g3"), ("--bandwidth", "nan", "g3"),
+    ("--bandwidth", "1e999", "g3"), ("--bandwidth", "0Gbit", "g3"), ("--bandwidth", "1.2.3Gbit", "g3"),
+    ("--parts", "0", "metis"), ("--parts", "2000", "metis")])
+def test_bad_option_values(option, value, method, rand_h5, tmp_path, capsys):
+    """Every out-of-range value stops before any work with an argparse error naming the option (exit 2): some gave
+    tracebacks (negative or huge seeds, NaN imbalances), others were recorded as negative or NaN objectives."""
+    _, path = rand_h5
+    args = [str(path), "--parts", "2", "--method", method, "--out", str(tmp_path / "out"), "--no-progress"]
+    with pytest.raises(SystemExit) as e:
+        partition_main(args + [option, value])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and lines[-1].startswith(f"g3-partition: error: {option}: "), lines
+    assert not (tmp_path / "out").exists()
+
+
 def test_symmetrize_against_dense():
     """symmetrize gives both directions of every edge once, sorted, without self loops, whatever the duplicates
     (an edge repeated 256 times, a self loop repeated) and directions."""

@@ -148,6 +148,21 @@ def test_generator_bad_parameters(out_dir):
     assert os.listdir(out_dir) == []
 
 
+@pytest.mark.parametrize("args,option", [
+    (["sbm", "--nodes", 30, "--seed", -1], "--seed"), (["rmat", "--scale", 4, "--seed", -1], "--seed"),
+    (["edgelist", "e.txt", "--seed", -1], "--seed"), (["npz", "g.npz", "--seed", -1], "--seed"),
+    (["sbm", "--nodes", 30, "--avg-degree", "nan"], "--avg-degree"),
+    (["sbm", "--nodes", 30, "--noise", "nan"], "--noise"),
+    (["rmat", "--scale", 4, "--noise", "nan"], "--noise")])
+def test_bad_option_value_named(out_dir, args, option):
+    """A bad seed said only 'expected non-negative integer'; a NaN --avg-degree 'cannot convert float NaN to
+    integer'; a NaN --noise blamed the output's features."""
+    p = run_module("data_tools.prepare", *args, "--out", out_dir / "g.h5", check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode != 0 and len(lines) == 1 and lines[0].startswith(f"g3-prepare: error: {option} "), p.stderr
+    assert os.listdir(out_dir) == []
+
+
 # ---------------------------------------------------------------------------------------------- edgelist
 
 def test_edgelist_missing(tmp_path, out_dir):

@@ -70,6 +70,8 @@ def generate_rmat(scale: int, edge_factor: int, feature_dim: int, *, num_classes
                   noise: float = 1.0, seed: int = 0, quiet: bool = False) -> RawGraph:
     if feature_dim < 1 or num_classes < 1:
         raise ValueError("--feature-dim and --classes must be >= 1")
+    if not (np.isfinite(noise) and noise >= 0):
+        raise ValueError(f"--noise must be finite and >= 0, got {noise}")
     src, dst = rmat_edges(scale, edge_factor, seed, quiet=quiet)
     n = 1 << scale
     labels = np.random.default_rng(np.random.SeedSequence([seed, 0x1ABE])).integers(0, num_classes, n)

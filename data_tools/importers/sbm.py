@@ -41,8 +41,8 @@ def sbm_degrees(num_nodes: int, num_classes: int, avg_degree: float | None, homo
         d = d_in + d_out
         return d, (d_in / d if d > 0 else 1.0)
     d = 10.0 if avg_degree is None else float(avg_degree)
-    if d < 0:
-        raise ValueError("--avg-degree must be >= 0")
+    if not (np.isfinite(d) and d >= 0):
+        raise ValueError(f"--avg-degree must be finite and >= 0, got {d}")
     if not 0 <= homophily <= 1:
         raise ValueError("--homophily must be in [0, 1]")
     return d, homophily
@@ -87,8 +87,8 @@ def generate_sbm(num_nodes: int, num_classes: int, feature_dim: int, *, avg_degr
         raise ValueError("--nodes, --classes and --feature-dim must be >= 1")
     if num_classes > num_nodes:
         raise ValueError("--classes must not exceed --nodes")
-    if noise < 0:
-        raise ValueError("--noise must be >= 0")
+    if not (np.isfinite(noise) and noise >= 0):
+        raise ValueError(f"--noise must be finite and >= 0, got {noise}")
     d, h = sbm_degrees(num_nodes, num_classes, avg_degree, homophily, p_in, p_out)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1ABE]))
     labels = rng.permutation(np.arange(num_nodes, dtype=np.int64) % num_classes)
