@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -162,7 +163,23 @@ def assign(g, cfg: PartitionConfig, model: CostModel) -> tuple[np.ndarray, dict]
                         start_objective={"auto": "auto", "volume": "volume"}.get(cfg.start, "cut"))
 
 
+def check_out_path(graph: Path, out: Path) -> None:
+    """FormatError unless ``out`` can be replaced without destroying ``graph``.
+
+    Refused: the input itself (also through a link), a directory that holds the input (``--out . --force``
+    would delete it with the rest), and a name that is not a directory entry of its own (``.``, ``..``, ``/``).
+    """
+    g, o = graph.resolve(), out.resolve()
+    same = g == o or (graph.exists() and out.exists() and os.path.samefile(graph, out))
+    if same or g.is_relative_to(o) or o.is_relative_to(g):
+        inside = "" if same else f" ({graph} lies inside it)" if g.is_relative_to(o) else f" (inside {graph})"
+        raise FormatError(out, f"output would overwrite the input{inside}")
+    if out.name in ("", ".", "..") or o.parent == o:
+        raise FormatError(out, "name the output directory itself (not '.', '..' or '/')")
+
+
 def run(cfg: PartitionConfig) -> dict:
+    check_out_path(cfg.graph, cfg.out)
     check_output(cfg.out, cfg.force)  # fail before the expensive work
     t0 = time.time()
     g = load_graph(cfg.graph)

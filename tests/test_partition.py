@@ -37,7 +37,7 @@ def rand_h5(tmp_path_factory):
     return g, path
 
 
-def partition(graph_path, out, parts, method, balance=None, seed=0, *extra, check=True, inproc=False):
+def partition(graph_path, out, parts, method, balance=None, seed=0, *extra, check=True, inproc=False, cwd=None):
     """Run g3-partition as a command (default), or in this process (``inproc``: same code, no interpreter start)."""
     args = [graph_path, "--parts", parts, "--method", method, "--out", out, "--seed", seed, "--no-progress", *extra]
     if balance:
@@ -45,7 +45,7 @@ def partition(graph_path, out, parts, method, balance=None, seed=0, *extra, chec
     if inproc:
         assert partition_main([str(x) for x in args]) == 0
         return None
-    return run_module("data_tools.partition", *args, check=check)
+    return run_module("data_tools.partition", *args, check=check, cwd=cwd)
 
 
 def reassemble(parts_dir):
@@ -235,6 +235,29 @@ def test_output_exists_without_force(rand_h5, tmp_path):
     partition(path, out, 2, "metis", None, 0, "--force")
     assert (out / "meta.json").exists() and not (out / "keep.txt").exists()
     assert sorted(f.name for f in tmp_path.iterdir()) == ["out"]
+
+
+def test_output_would_overwrite_the_input(rand_h5, tmp_path, monkeypatch):
+    """--out naming the input, a link to it or a directory holding it is refused even with --force: before, the
+    graph was replaced by the partition directory (or deleted with the directory around it)."""
+    _, path = rand_h5
+    d = tmp_path / "d"
+    d.mkdir()
+    graph = d / "g.h5"
+    graph.write_bytes(path.read_bytes())
+    (tmp_path / "link.h5").symlink_to(graph)
+    monkeypatch.chdir(d)
+    for inp, out, what in ((graph, graph, ""), (tmp_path / "link.h5", graph, ""), (graph, tmp_path / "link.h5", ""),
+                           (graph, d, "lies inside it"), ("g.h5", ".", "lies inside it"),
+                           ("g.h5", "..", "lies inside it")):
+        p = partition(inp, out, 2, "metis", None, 0, "--force", check=False)
+        assert_fails(p, str(out), "output would overwrite the input")
+        assert what in p.stderr
+        assert graph.read_bytes() == path.read_bytes()
+    assert sorted(f.name for f in d.iterdir()) == ["g.h5"]
+    (tmp_path / "e").mkdir()
+    p = partition(graph, ".", 2, "metis", None, 0, "--force", check=False, cwd=tmp_path / "e")
+    assert_fails(p, ".", "name the output directory itself")             # was an OSError traceback
 
 
 @pytest.mark.parametrize("dense", [True, False])
