@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -128,6 +129,20 @@ def load_raw(args: argparse.Namespace, opts: PrepareOptions) -> RawGraph:
     raise ValueError(f"unknown kind {args.kind!r}")
 
 
+#: the options that name input files (besides the positional input)
+INPUT_OPTIONS = ("input", "features", "labels", "masks", "node_ids")
+
+
+def check_not_an_input(args: argparse.Namespace) -> None:
+    """FormatError when ``--out`` is one of the input files (also through a link): --force would replace it."""
+    out = args.out
+    for name in INPUT_OPTIONS:
+        inp = getattr(args, name, None)
+        if inp is not None and inp.exists() and out.exists() and os.path.samefile(inp, out):
+            raise FormatError(out, "output would overwrite the input" + ("" if name == "input" else
+                                                                         f" (--{name.replace('_', '-')})"))
+
+
 def prepare(args: argparse.Namespace) -> dict:
     opts = PrepareOptions(symmetrize=args.symmetrize, self_loops=args.self_loops, dedup=args.dedup,
                           normalize_features=args.normalize_features, train=args.train, val=args.val,
@@ -139,9 +154,7 @@ def prepare(args: argparse.Namespace) -> dict:
     if args.out.is_dir():
         raise FormatError(args.out, "is a directory, expected a graph.h5 path")
     check_output(args.out, opts.force)          # fail before any heavy work
-    inp = getattr(args, "input", None)
-    if inp is not None and inp.exists() and args.out.exists() and inp.resolve() == args.out.resolve():
-        raise FormatError(args.out, "output would overwrite the input")
+    check_not_an_input(args)
     t0 = time.perf_counter()
     raw = load_raw(args, opts)
     summary = write_raw_graph(args.out, raw, opts)

@@ -321,6 +321,20 @@ def test_output_is_the_input(tmp_path):
     np.load(f)["x"]                                   # still intact
 
 
+def test_output_is_an_input_option(tmp_path):
+    """--out naming --features (or a link to the input) was replaced with --force."""
+    d = tmp_path / "o"
+    d.mkdir()
+    (d / "e.txt").write_text("0 1\n1 2\n")
+    x = d / "x.npy"
+    np.save(x, np.ones((3, 2), dtype=np.float32))
+    fails(d, "edgelist", d / "e.txt", "--features", x, "--force", path=x, out_name="x.npy",
+          words=["overwrite the input (--features)"])
+    (d / "link.txt").symlink_to(d / "e.txt")
+    fails(d, "edgelist", d / "link.txt", "--force", path=d / "e.txt", out_name="e.txt", words=["overwrite the input"])
+    assert np.load(x).shape == (3, 2) and (d / "e.txt").read_text() == "0 1\n1 2\n"
+
+
 def test_late_writer_failure_leaves_nothing(tmp_path):
     """A failure after graph.h5 was opened (a bad feature block from a generator) removes the temp file."""
     from data_tools.importers.common import PrepareOptions, RawGraph, write_raw_graph
