@@ -102,6 +102,32 @@ def test_npz_labels_out_of_range(tmp_path, out_dir):
     fails(out_dir, "npz", f, "--num-classes", 2, path=f, words=["label 2 out of range [-1, 2)"])
 
 
+@pytest.mark.parametrize("value,words", [
+    (np.array([7, 7]), ["num_classes must be one integer", "[2]"]), (np.array("seven"), ["num_classes must be one"]),
+    (9.7, ["num_classes must be one integer", "float64"]), (True, ["num_classes must be one integer", "bool"]),
+    (10**12, ["num_classes 1000000000000 out of range [3, 6]"]), (2, ["num_classes 2 out of range [3, 6]"])])
+def test_npz_bad_num_classes(tmp_path, out_dir, value, words):
+    """The archive's num_classes: [7, 7] gave a traceback, 'seven' a message without the file, 9.7 was truncated
+    to 9 and 1e12 accepted (g3-train then sized its output layer by it)."""
+    f = cora_like(tmp_path / "g.npz", num_classes=value)
+    fails(out_dir, "npz", f, path=f, words=words)
+
+
+def test_npz_num_classes_in_range(tmp_path, out_dir):
+    from g3mpi.format import load_graph
+    for value in (3, np.array([6], dtype=np.int32)):
+        run_module("data_tools.prepare", "npz", cora_like(tmp_path / "g.npz", num_classes=value), "--out",
+                   out_dir / "g.h5", "--force")
+        assert load_graph(out_dir / "g.h5").attrs["num_classes"] == int(np.asarray(value).reshape(-1)[0])
+
+
+def test_num_classes_option_above_nodes(tmp_path, out_dir):
+    p = run_module("data_tools.prepare", "npz", cora_like(tmp_path / "g.npz"), "--num-classes", 10**12, "--out",
+                   out_dir / "g.h5", check=False)
+    assert p.returncode == 2 and p.stderr.startswith("g3-prepare: error: --num-classes 1000000000000 is more"), p.stderr
+    assert os.listdir(out_dir) == []
+
+
 def test_npz_overlapping_masks(tmp_path, out_dir):
     f = cora_like(tmp_path / "g.npz", val_mask=np.array([0, 1, 1, 1, 0, 0], dtype=bool))
     fails(out_dir, "npz", f, path=f, words=["overlap"])

@@ -118,6 +118,9 @@ def check_labels(path, y: np.ndarray, num_nodes: int, num_classes: int | None) -
     lo = int(y.min()) if len(y) else 0
     hi = int(y.max()) if len(y) else -1
     c = hi + 1 if num_classes is None else int(num_classes)
+    if c > max(num_nodes, hi + 1):
+        raise ValueError(f"--num-classes {c} is more than the number of nodes ({num_nodes}) and the largest "
+                         f"label + 1 ({hi + 1})")
     if lo < -1 or hi >= c:
         bad = lo if lo < -1 else hi
         raise FormatError(path, f"label {bad} out of range [-1, {c})" + ("" if num_classes is None else

@@ -37,6 +37,20 @@ def _get(path, z, key):
         raise FormatError(path, f"array {key!r} cannot be read (truncated or corrupt?): {e}") from None
 
 
+def check_num_classes_key(path, a: np.ndarray, need: int, num_nodes: int) -> int:
+    """The archive's ``num_classes``: one integer C with need <= C <= max(N, need), need = max label + 1.
+
+    The upper bound keeps a corrupt value (1e12) from reaching training, which sizes its output layer by C.
+    """
+    if a.size != 1 or not np.issubdtype(a.dtype, np.integer):
+        raise FormatError(path, f"num_classes must be one integer, got {a.dtype} {list(a.shape)}")
+    c = int(a.reshape(-1)[0])
+    if not need <= c <= max(num_nodes, need):
+        raise FormatError(path, f"num_classes {c} out of range [{need}, {max(num_nodes, need)}] "
+                                f"(max label + 1 .. number of nodes)")
+    return c
+
+
 def load_npz(path, num_classes: int | None = None) -> RawGraph:
     path = Path(path)
     with _open_npz(path) as z:
@@ -58,8 +72,7 @@ def load_npz(path, num_classes: int | None = None) -> RawGraph:
             n = int(nn.reshape(-1)[0])
         else:
             n = int(x.shape[0]) if x.ndim else 0
-        if num_classes is None and "num_classes" in keys:
-            num_classes = int(_get(path, z, "num_classes"))
+        nc = _get(path, z, "num_classes") if "num_classes" in keys else None
 
     if ei.ndim != 2 or ei.shape[0] != 2:
         raise FormatError(path, f"edge_index must have shape [2, E], got {list(ei.shape)}")
@@ -67,6 +80,8 @@ def load_npz(path, num_classes: int | None = None) -> RawGraph:
         raise FormatError(path, f"edge_index must be integers, got dtype {ei.dtype}")
     check_edge_ids(path, ei[0], ei[1], n, what="edge_index column")
     check_features(path, x, n)
+    if num_classes is None and nc is not None:
+        num_classes = check_num_classes_key(path, nc, check_labels(path, y, n, None) if y is not None else 0, n)
     if y is not None:
         c = check_labels(path, y, n, num_classes)
         y = y.astype(np.int64)
