@@ -159,3 +159,43 @@ def test_graph_corrupt(parts, tmp_path):
     data = bytearray((d / "g.h5").read_bytes())
     bad.write_bytes(bytes(data[: len(data) - 4096]))
     fails(inspect(bad), "bad.h5")
+
+
+def rewrite_dataset(f, name, data):
+    """Replace a dataset of an open graph.h5, with a matching checksum (so only the schema check can object)."""
+    from g3mpi.format import array_sha256
+    del f[name]
+    f.create_dataset(name, data=data).attrs["sha256"] = array_sha256(data)
+
+
+@pytest.mark.parametrize("change,what", [
+    ("del num_nodes", "attribute 'num_nodes' is missing"), ("del num_edges", "attribute 'num_edges' is missing"),
+    ("del feature_dim", "attribute 'feature_dim' is missing"),
+    ("del num_classes", "attribute 'num_classes' is missing"),
+    ("del symmetric", "attribute 'symmetric' is missing"), ("del source", "attribute 'source' is missing"),
+    ("num_classes=seven", "attribute 'num_classes' must be an int"), ("num_nodes=-3", "must be >= 0"),
+    ("self_loops=maybe", "'maybe'"), ("version=one", "version 'one'"),
+    ("float32 indices", "'indices' must be integers"), ("int64 train_mask", "'train_mask' must be boolean")])
+def test_graph_schema(parts, tmp_path, change, what):
+    """A graph.h5 whose attributes or dataset dtypes break docs/FORMAT.md is named by g3-inspect and g3-partition:
+    missing or mistyped attributes were KeyError / ValueError tracebacks, float indices were accepted and an integer
+    train_mask of 5s was reported as 'split masks overlap'."""
+    import h5py
+    import numpy as np
+    g, d = parts
+    bad = tmp_path / "bad.h5"
+    shutil.copy(d / "g.h5", bad)
+    with h5py.File(bad, "r+") as f:
+        if change.startswith("del "):
+            del f.attrs[change[4:]]
+        elif "=" in change:
+            key, value = change.split("=")
+            f.attrs[key] = int(value) if value.lstrip("-").isdigit() else value
+        elif change == "float32 indices":
+            rewrite_dataset(f, "indices", f["indices"][()].astype(np.float32))
+        else:
+            rewrite_dataset(f, "train_mask", f["train_mask"][()].astype(np.int64) * 5)
+    fails(inspect(bad), "bad.h5", what)
+    p = run_module("data_tools.partition", bad, "--parts", 2, "--out", tmp_path / "out", "--no-progress", check=False)
+    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1].startswith("g3-partition: error: "), p.stderr
+    assert what in p.stderr and "Traceback" not in p.stderr and not (tmp_path / "out").exists()

@@ -12,6 +12,10 @@ from .common import (FORMAT_VERSION, GRAPH_FORMAT, FormatError, IncrementalSha25
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 SELF_LOOP_POLICIES = ("keep", "drop", "add")
+#: required attributes besides format and version, by kind (docs/FORMAT.md)
+INT_ATTRS = ("num_nodes", "num_edges", "feature_dim", "num_classes")
+BOOL_ATTRS = ("symmetric",)
+STR_ATTRS = ("self_loops", "source")
 
 
 @dataclass
@@ -175,8 +179,56 @@ class GraphWriter:
             self._done.add("features")
 
 
+def _attr_kind(value) -> str | None:
+    """'int', 'bool' or 'str' for a scalar HDF5 attribute value, None for anything else (arrays, floats)."""
+    if isinstance(value, np.ndarray):
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, np.integer)):
+        return "int"
+    if isinstance(value, (str, bytes)):
+        return "str"
+    return None
+
+
+def check_graph_attrs(path, attrs) -> None:
+    """FormatError naming the file unless every required attribute is present with its declared kind.
+
+    A missing or mistyped attribute used to surface as a bare KeyError / ValueError in the tools.
+    """
+    for kind, names in (("int", INT_ATTRS), ("bool", BOOL_ATTRS), ("str", STR_ATTRS)):
+        for name in names:
+            if name not in attrs:
+                raise FormatError(path, f"attribute {name!r} is missing")
+            value = attrs[name]
+            if _attr_kind(value) != kind:
+                raise FormatError(path, f"attribute {name!r} must be {'an' if kind == 'int' else 'a'} {kind}, "
+                                        f"got {value!r:.40}")
+            if kind == "int" and value < 0:
+                raise FormatError(path, f"attribute {name!r} must be >= 0, got {int(value)}")
+    policy = h5_attr_str(attrs["self_loops"])
+    if policy not in SELF_LOOP_POLICIES:
+        raise FormatError(path, f"attribute 'self_loops' is {policy!r}, expected one of {SELF_LOOP_POLICIES}")
+
+
+def check_dataset_dtypes(path, f: h5py.File) -> None:
+    """FormatError unless the datasets have the dtypes of docs/FORMAT.md (checked before anything is read)."""
+    for name in ("indptr", "indices", "labels", "orig_ids"):
+        if name in f and not np.issubdtype(f[name].dtype, np.integer):
+            raise FormatError(path, f"dataset {name!r} must be integers, got dtype {f[name].dtype}")
+    for name in MASKS:
+        if f[name].dtype != np.bool_:
+            raise FormatError(path, f"dataset {name!r} must be boolean, got dtype {f[name].dtype}")
+    if not np.issubdtype(f["features"].dtype, np.floating):
+        raise FormatError(path, f"dataset 'features' must be floating point, got dtype {f['features'].dtype}")
+
+
 def open_graph(path) -> h5py.File:
-    """Open a graph.h5 read-only after checking its format name and version (not its contents)."""
+    """Open a graph.h5 read-only after checking its format name, version, attributes and dataset dtypes.
+
+    The datasets' contents are checked by :func:`load_graph`.
+    """
     path = Path(path)
     if not path.exists():
         raise FormatError(path, "no such file")
@@ -188,12 +240,15 @@ def open_graph(path) -> h5py.File:
         fmt = h5_attr_str(f.attrs.get("format", ""))
         if fmt != GRAPH_FORMAT:
             raise FormatError(path, f"format is {fmt!r}, expected {GRAPH_FORMAT!r}")
-        ver = int(f.attrs.get("version", -1))
-        if ver != FORMAT_VERSION:
-            raise FormatError(path, f"format version {ver} is not supported (this g3mpi reads version {FORMAT_VERSION})")
+        ver = f.attrs.get("version", -1)
+        if _attr_kind(ver) != "int" or ver != FORMAT_VERSION:
+            raise FormatError(path, f"format version {ver!r:.40} is not supported "
+                                    f"(this g3mpi reads version {FORMAT_VERSION})")
+        check_graph_attrs(path, f.attrs)
         for name in ("indptr", "indices", "features", "labels", *MASKS):
             if name not in f:
                 raise FormatError(path, f"dataset {name!r} is missing")
+        check_dataset_dtypes(path, f)
     except BaseException:
         f.close()
         raise
