@@ -187,6 +187,9 @@ def run(cfg: PartitionConfig) -> dict:
     if cfg.parts > max(1, n):
         raise FormatError(cfg.graph, f"cannot split {n} nodes into {cfg.parts} parts (--parts must be <= N)")
     t_load = time.time() - t0
+    if not g.train_mask.any():
+        print(f"{PROG}: warning: {cfg.graph}: no training nodes (no labels, or an empty train mask): g3-train will "
+              f"refuse this partition", file=sys.stderr)
     edge_seconds = calibrate() if cfg.calibrate else cfg.edge_seconds
     model = CostModel(edge_seconds=edge_seconds, bandwidth=cfg.bandwidth,
                       width=cfg.width or max(1, int(g.attrs["feature_dim"])))

@@ -186,6 +186,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: error: {args.out}: interrupted (no output written)", file=sys.stderr)
         return 130
+    if summary["train"] == 0:
+        print(f"{PROG}: warning: {args.out}: no training nodes (no labels, or an empty train split): "
+              f"g3-train will refuse this graph", file=sys.stderr)
     if not args.quiet:
         log.info("wrote %s: %d nodes, %d edges, %d features, %d classes, split %d/%d/%d (%.1f s)", summary["out"],
                  summary["num_nodes"], summary["num_edges"], summary["feature_dim"], summary["num_classes"],

@@ -374,3 +374,19 @@ def test_late_writer_failure_leaves_nothing(tmp_path):
     with pytest.raises(FormatError, match="NaN or Inf"):
         write_raw_graph(tmp_path / "g.h5", raw, PrepareOptions(quiet=True))
     assert os.listdir(tmp_path) == []
+
+
+def test_no_training_nodes_warns(tmp_path, out_dir):
+    """An edge list without labels gives a graph g3-train refuses: g3-prepare and g3-partition say so (one warning
+    line each, exit 0: such graphs serve partitioning benchmarks); before they were silent."""
+    f = tmp_path / "e.txt"
+    f.write_text("0 1\n1 2\n2 3\n3 0\n")
+    p = run_module("data_tools.prepare", "edgelist", f, "--out", out_dir / "g.h5", "--quiet")
+    assert p.stderr.strip().splitlines() == [f"g3-prepare: warning: {out_dir / 'g.h5'}: no training nodes (no labels, "
+                                             f"or an empty train split): g3-train will refuse this graph"]
+    p = run_module("data_tools.partition", out_dir / "g.h5", "--parts", 2, "--out", out_dir / "parts", "--no-progress")
+    warnings = [ln for ln in p.stderr.splitlines() if "warning" in ln]
+    assert warnings == [f"g3-partition: warning: {out_dir / 'g.h5'}: no training nodes (no labels, or an empty train "
+                        f"mask): g3-train will refuse this partition"]
+    p = run_module("data_tools.prepare", "sbm", "--nodes", 50, "--classes", 2, "--out", out_dir / "s.h5", "--quiet")
+    assert p.stderr == ""
