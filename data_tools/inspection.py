@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from g3mpi.format import FormatError, graph_summary, load_graph, part_name, read_meta, read_node_map, read_part
+from g3mpi.format import (FormatError, atomic_file, graph_summary, load_graph, part_name, read_meta, read_node_map,
+                          read_part)
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME
 
 from .build import summarize
@@ -175,10 +177,40 @@ PLOT_MAX_INCHES = 16
 PLOT_PAIRED_PARTS = 64
 
 
-def plot_report(r: dict, out_png: Path) -> None:
+def _pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
+
+
+def check_plot_path(path: Path) -> str:
+    """The image format of ``path`` (its suffix); FormatError unless a plot can be written there.
+
+    Checked before the partition is read, so a typo does not end in a traceback after the report.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    formats = FigureCanvasAgg(Figure()).get_supported_filetypes()
+    fmt = path.suffix[1:].lower()
+    if fmt not in formats:
+        what = f"unknown image format {path.suffix!r}" if fmt else "no image format suffix"
+        raise FormatError(path, f"{what} (use one of: {', '.join(sorted(formats))})")
+    if path.is_dir():
+        raise FormatError(path, "is a directory, expected an image file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise FormatError(path, f"directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise FormatError(path, f"directory {parent} is not writable")
+    return fmt
+
+
+def plot_report(r: dict, out_png: Path) -> None:
+    """Draw the per-part bars into ``out_png`` (format from its suffix), written atomically."""
+    plt = _pyplot()
+    out_png = Path(out_png)
+    fmt = check_plot_path(out_png)
 
     parts = r["parts"]
     x = np.arange(len(parts))
@@ -203,8 +235,13 @@ def plot_report(r: dict, out_png: Path) -> None:
     ax2.set_xlabel("part")
     ax2.legend()
     fig.tight_layout()
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
+    try:
+        with atomic_file(out_png, force=True) as tmp:
+            fig.savefig(tmp, dpi=100, format=fmt)
+    except (OSError, RuntimeError, ValueError) as e:   # e.g. pgf without a LaTeX installation
+        raise FormatError(out_png, f"cannot write the plot: {e}") from None
+    finally:
+        plt.close(fig)
 
 
 def main(argv=None) -> int:
@@ -214,6 +251,8 @@ def main(argv=None) -> int:
     ap.add_argument("--plot", type=Path, metavar="FILE.png", help="draw per-part compute and communication bars")
     a = ap.parse_args(argv)
     try:
+        if a.plot:
+            check_plot_path(a.plot)
         r = inspect_path(a.path)
     except FormatError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
@@ -226,7 +265,11 @@ def main(argv=None) -> int:
         if r["kind"] != "partition":
             print(f"{PROG}: error: {a.path}: --plot needs a partition directory", file=sys.stderr)
             return 1
-        plot_report(r, a.plot)
+        try:
+            plot_report(r, a.plot)
+        except FormatError as e:
+            print(f"{PROG}: error: {e}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -199,3 +200,32 @@ def test_graph_schema(parts, tmp_path, change, what):
     p = run_module("data_tools.partition", bad, "--parts", 2, "--out", tmp_path / "out", "--no-progress", check=False)
     assert p.returncode == 1 and p.stderr.strip().splitlines()[-1].startswith("g3-partition: error: "), p.stderr
     assert what in p.stderr and "Traceback" not in p.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name,what", [("nodir/x.png", "directory"), ("x.xyz", "unknown image format '.xyz'"),
+                                       ("x", "no image format suffix"), ("adir.png", "is a directory")])
+def test_plot_path_checked_first(parts, tmp_path, name, what):
+    """A bad --plot is named before any work, with no report and no traceback (it ended in a traceback after the
+    report); an existing directory is never replaced."""
+    (tmp_path / "adir.png").mkdir()
+    p = inspect(parts[1] / "parts", "--plot", tmp_path / name)
+    fails(p, name, what)
+    assert p.stdout == "" and (tmp_path / "adir.png").is_dir()
+
+
+def test_plot_written_atomically(parts, tmp_path, monkeypatch):
+    """The image appears only when complete: a failing savefig leaves neither the file nor a temporary one."""
+    from matplotlib.figure import Figure
+    from data_tools.inspection import inspect_path, plot_report
+    from g3mpi.format import FormatError
+    r = inspect_path(parts[1] / "parts")
+    plot_report(r, tmp_path / "a.svg")
+    assert (tmp_path / "a.svg").read_text().lstrip().startswith("<?xml")
+
+    def broken(self, fname, **kw):
+        Path(fname).write_bytes(b"half")
+        raise OSError("disk full")
+    monkeypatch.setattr(Figure, "savefig", broken)
+    with pytest.raises(FormatError, match="disk full"):
+        plot_report(r, tmp_path / "b.png")
+    assert sorted(os.listdir(tmp_path)) == ["a.svg"]
