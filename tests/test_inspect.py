@@ -229,3 +229,39 @@ def test_plot_written_atomically(parts, tmp_path, monkeypatch):
     with pytest.raises(FormatError, match="disk full"):
         plot_report(r, tmp_path / "b.png")
     assert sorted(os.listdir(tmp_path)) == ["a.svg"]
+
+
+@pytest.mark.parametrize("change,what", [("rename", "'new_to_orig' cannot be opened"),
+                                         ("truncate", "not a readable HDF5 file"),
+                                         ("float", "new_to_orig must be integers")])
+def test_node_map_damaged(parts, tmp_path, change, what):
+    """A node_map.h5 without new_to_orig or truncated (meta.json's checksum updated to match) gave KeyError /
+    OSError tracebacks; a float new_to_orig was accepted."""
+    import h5py
+    import numpy as np
+    from g3mpi.format import file_sha256
+    out = copy(parts[1], tmp_path)
+    nm = out / "node_map.h5"
+    if change == "truncate":
+        nm.write_bytes(nm.read_bytes()[:len(nm.read_bytes()) // 2])
+    else:
+        with h5py.File(nm, "r+") as f:
+            if change == "rename":
+                f.move("new_to_orig", "other")
+            else:
+                a = f["new_to_orig"][()].astype(np.float64)
+                del f["new_to_orig"]
+                f["new_to_orig"] = a
+    meta = json.loads((out / "meta.json").read_text())
+    meta["files"]["node_map.h5"] = file_sha256(nm)
+    (out / "meta.json").write_text(json.dumps(meta))
+    fails(inspect(out), "node_map.h5", what)
+
+
+def test_meta_files_not_a_dict(parts, tmp_path):
+    """meta.json's files as a list of names gave an AttributeError traceback in read_node_map."""
+    out = copy(parts[1], tmp_path)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["files"] = sorted(meta["files"])
+    (out / "meta.json").write_text(json.dumps(meta))
+    fails(inspect(out), "meta.json", "files must map")
