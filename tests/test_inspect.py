@@ -231,9 +231,9 @@ def test_plot_written_atomically(parts, tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["a.svg"]
 
 
-@pytest.mark.parametrize("change,what", [("rename", "'new_to_orig' cannot be opened"),
+@pytest.mark.parametrize("change,what", [("rename", "dataset 'new_to_orig' is missing"),
                                          ("truncate", "not a readable HDF5 file"),
-                                         ("float", "new_to_orig must be integers")])
+                                         ("float", "new_to_orig has dtype float64, expected an integer type")])
 def test_node_map_damaged(parts, tmp_path, change, what):
     """A node_map.h5 without new_to_orig or truncated (meta.json's checksum updated to match) gave KeyError /
     OSError tracebacks; a float new_to_orig was accepted."""

@@ -22,6 +22,7 @@ from .graph import check_csr
 
 META_NAME = "meta.json"
 NODE_MAP_NAME = "node_map.h5"
+NODE_MAP_FORMAT = "g3mpi-node-map"
 
 
 def part_name(p: int) -> str:
@@ -289,7 +290,7 @@ def check_part(path, part: PartData, meta: dict) -> None:
 def write_node_map(path, new_to_orig: np.ndarray, force: bool = False) -> str:
     with atomic_file(path, force) as tmp:
         with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = "g3mpi-node-map"
+            f.attrs["format"] = NODE_MAP_FORMAT
             f.attrs["version"] = FORMAT_VERSION
             ds = f.create_dataset("new_to_orig", data=np.asarray(new_to_orig, dtype=np.int64))
             ds.attrs["sha256"] = array_sha256(np.asarray(new_to_orig, dtype=np.int64))
@@ -306,6 +307,10 @@ def read_node_map(dirpath, meta: dict | None = None) -> np.ndarray:
         raise FormatError(path, "checksum mismatch with meta.json")
     try:
         with h5py.File(path, "r") as f:
+            fmt, ver = h5_attr_str(f.attrs.get("format", "")), f.attrs.get("version")
+            if fmt != NODE_MAP_FORMAT or ver != FORMAT_VERSION:
+                raise FormatError(path, f"format {fmt!r} version {ver}, expected {NODE_MAP_FORMAT!r} version "
+                                        f"{FORMAT_VERSION}")
             if "new_to_orig" not in f or not isinstance(f["new_to_orig"], h5py.Dataset):
                 raise FormatError(path, "dataset 'new_to_orig' is missing")
             m = f["new_to_orig"][()]
