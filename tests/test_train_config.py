@@ -44,6 +44,11 @@ def test_key_given_twice(tmp_path):
     assert config_from(None, {"log_level": "debug"}).log_level == "debug"
 
 
+def test_byte_order_mark(tmp_path):
+    (tmp_path / "bom.toml").write_bytes("\ufeffmodel = 'sage'\n".encode("utf-8"))
+    assert config_from(tmp_path / "bom.toml").model == "sage"
+
+
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="no such config file"):
         config_from(tmp_path / "nope.toml")
