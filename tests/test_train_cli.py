@@ -58,6 +58,7 @@ def test_run_directory(small_parts, tmp_path):
                                                      "predictions.h5", "summary.json"]
     cfg = tomllib.loads((out / "config.toml").read_text())
     assert cfg["model"] == "sage" and cfg["epochs"] == 5 and cfg["lr"] == 0.02
+    assert cfg["parts"] == str((root / "p2").resolve())   # absolute: --resume works from any directory
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in lines] == [1, 2, 3, 4, 5]
     assert "val_acc" in lines[1] and "val_acc" not in lines[0] and "val_acc" in lines[4]

@@ -346,7 +346,7 @@ def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None) -> 
         try:
             if resume_epoch is not None:
                 rewind_metrics(out / "metrics.jsonl", resume_epoch, cfg.eval_every)
-                write_text_atomic(out / "config.toml", to_toml(cfg))
+                write_text_atomic(out / "config.toml", _saved_config(cfg))
             else:
                 _create_run_dir(cfg, out)
         except (OSError, ValueError) as e:
@@ -366,4 +366,10 @@ def _create_run_dir(cfg: TrainConfig, out: Path) -> None:
         for name in ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME):
             (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)  # runs/NAME works in a fresh directory, as the launchers' default
-    write_text_atomic(out / "config.toml", to_toml(cfg))
+    write_text_atomic(out / "config.toml", _saved_config(cfg))
+
+
+def _saved_config(cfg: TrainConfig) -> str:
+    """RUN/config.toml: the resolved settings, the partition directory as an absolute path, so that ``--resume
+    RUN`` (and ``--config RUN/config.toml``) work from any working directory, e.g. a batch job's."""
+    return to_toml(cfg.replace(parts=str(Path(cfg.parts).resolve())))
