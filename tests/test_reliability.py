@@ -302,6 +302,26 @@ def test_resume_after_an_off_grid_last_epoch(parts, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_resume_refuses_a_finished_run(parts, tmp_path):
+    """Resuming a run that finished (or stopped early) rewrote its outputs from the checkpoint: null timings,
+    and an older model when the last epoch was off the --eval-every grid (audit). Now refused, files untouched."""
+    run = tmp_path / "run"
+    train(2, parts / "p2", run, "--epochs", "3", "--eval-every", "2")
+    before = {f.name: f.read_bytes() for f in run.iterdir()}
+    p = train(2, None, None, "--resume", run, check=False, timeout=120)
+    assert p.returncode != 0
+    assert "checkpoint.pt: already at epoch 3: nothing to train with --epochs 3" in error_lines(p.stderr)[0][0]
+    assert {f.name: f.read_bytes() for f in run.iterdir()} == before
+    early = tmp_path / "early"
+    train(2, parts / "p2", early, "--epochs", "200", "--patience", "1", "--lr", "0.5")
+    stopped = json.loads((early / "summary.json").read_text())["epochs"]
+    assert stopped < 200
+    p = train(2, None, None, "--resume", early, "--epochs", "300", check=False, timeout=120)
+    assert p.returncode != 0
+    assert f"the run stopped early at epoch {stopped}" in error_lines(p.stderr)[1][0]
+    train(2, None, None, "--resume", early, "--epochs", str(stopped + 2), "--patience", "50")   # the escape
+
+
 def test_resume_refuses_incompatible(parts, tmp_path):
     run = tmp_path / "run"
     train(2, parts / "p2", run, "--epochs", "2")

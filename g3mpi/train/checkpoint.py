@@ -159,5 +159,10 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, world_size: int) -> None
              for k in RESUME_KEYS if ckpt["config"].get(k) != getattr(cfg, k)]
     if diffs:
         raise CheckpointError(path, "incompatible configuration: " + "; ".join(diffs))
-    if cfg.epochs < ckpt["epoch"]:
-        raise CheckpointError(path, f"already at epoch {ckpt['epoch']}, beyond --epochs {cfg.epochs}")
+    if cfg.epochs <= ckpt["epoch"]:   # a finished run: resuming would only rewrite its outputs from the checkpoint
+        raise CheckpointError(path, f"already at epoch {ckpt['epoch']}: nothing to train with --epochs {cfg.epochs} "
+                                    "(give more epochs to continue)")
+    if cfg.patience and ckpt["since_best"] >= cfg.patience:
+        raise CheckpointError(path, f"the run stopped early at epoch {ckpt['epoch']} (no better validation accuracy "
+                                    f"in {ckpt['since_best']} evaluations, --patience {cfg.patience}): nothing to "
+                                    "resume (a larger --patience continues it)")

@@ -287,13 +287,14 @@ class Trainer:
                             post.update(val=f"{accs['val_acc']:.3f}", best=f"{best['val_acc']:.3f}")
                         bar.set_postfix(post, refresh=False)
                         bar.update(1)
-                if rec["stop_ranks"] and epoch < cfg.epochs:   # a signal on some rank: every rank stops here
+                stop = bool(cfg.patience and since_best >= cfg.patience)
+                if rec["stop_ranks"] and epoch < cfg.epochs and not stop:   # a signal on some rank: all stop here
+                    # (an early stop in this epoch wins: the run ends with its outputs, as an unsignalled one does)
                     self.checkpoint(run_dir, epoch, best, since_best, last_loss)
                     signal_name = self.stop.received if self.stop is not None else None
                     log.info("stopping after epoch %d: %s on %d of %d rank(s); checkpoint written", epoch,
                              signal_name or "a stop signal", rec["stop_ranks"], comm.size)
                     return dict(stopped=True, epoch=epoch, signal=signal_name, stop_ranks=rec["stop_ranks"])
-                stop = bool(cfg.patience and since_best >= cfg.patience)
                 if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0 and epoch != cfg.epochs and not stop:
                     self.checkpoint(run_dir, epoch, best, since_best, last_loss)
                 if stop:
