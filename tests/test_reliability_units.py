@@ -214,3 +214,21 @@ def test_a_second_stop_signal_ends_the_process(second):
                        env=tool_env())
     assert p.stdout.splitlines() == ["SIGUSR1"], (p.stdout, p.stderr)
     assert p.returncode == -(signal.SIGTERM if second == "again" else signal.SIGUSR1)
+
+
+def test_run_directory_write_failures_name_the_file(tmp_path, monkeypatch):
+    """A full disk while writing metrics.jsonl, model.pt or summary.json gave tracebacks without the file's name
+    (audit); each is now an OutputError naming it, which g3-train reports in one line per rank."""
+    from g3mpi.train.rundir import MetricsLog, OutputError, save_state_dict, write_json_atomic
+    log = MetricsLog("/dev/full")                     # every write: ENOSPC
+    with pytest.raises(OutputError, match="/dev/full: cannot be written: No space left on device"):
+        log.write({"epoch": 1})
+    with pytest.raises(OutputError, match="nodir/summary.json: cannot be written"):
+        write_json_atomic(tmp_path / "nodir" / "summary.json", {"a": 1})
+
+    def full(*a, **k):
+        raise RuntimeError("basic_ios::clear: iostream error")
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(OutputError, match="model.pt: cannot be written: basic_ios::clear"):
+        save_state_dict(tmp_path / "model.pt", {"w": torch.ones(2)})
+    assert not list(tmp_path.iterdir())               # nothing half-written left behind

@@ -106,6 +106,7 @@ def main(argv=None, comm=None) -> int:
     from g3mpi.train import ConfigError, Trainer, config_from, prepare_run_dir
     from g3mpi.train.checkpoint import CHECKPOINT_NAME, CheckpointError, check_compatible, load_checkpoint
     from g3mpi.train.faults import TrainingFault
+    from g3mpi.train.rundir import OutputError
     from g3mpi.train.stop import EXIT_STOPPED, StopSignals
 
     resume = args.pop("resume")
@@ -189,6 +190,9 @@ def main(argv=None, comm=None) -> int:
     except TrainingFault as e:  # raised on every rank together: a clean, coordinated exit
         _error(comm, str(e))
         comm.Barrier()
+        return 1
+    except OutputError as e:  # a file of the run directory (often on rank 0 alone): one line, end the job
+        abort_job(comm, _line(comm, str(e)))
         return 1
     except Exception:  # noqa: BLE001 - one failing rank must not leave the others waiting
         abort_job(comm, _line(comm, "training failed:\n" + traceback.format_exc()))

@@ -16,16 +16,37 @@ import h5py
 import numpy as np
 import torch
 
-from g3mpi.format import atomic_file
+from g3mpi.format import FormatError, atomic_file
 
 PREDICTIONS_FORMAT = "g3mpi-predictions"
 ACCURACY_KEYS = ("train_acc", "val_acc", "test_acc")
 _TOKEN_TAG = 7301
 
 
+class OutputError(Exception):
+    """A file of the run directory could not be written (disk full, permissions, a vanished directory); the
+    message names it. g3-train reports it in one line per rank and ends the job."""
+
+    def __init__(self, path, reason):
+        super().__init__(f"{path}: cannot be written: {reason}")
+
+
+def _reason(e: BaseException) -> str:
+    """One line for an output's failure: the OS's words for its errno (h5py's messages span lines), else the
+    first line of the message."""
+    if isinstance(e, FormatError):
+        return e.reason
+    if isinstance(e, OSError) and e.errno:
+        return os.strerror(e.errno)
+    return str(e).splitlines()[0] if str(e) else repr(e)
+
+
 def write_text_atomic(path, text: str) -> None:
-    with atomic_file(path, force=True) as tmp:
-        Path(tmp).write_text(text)
+    try:
+        with atomic_file(path, force=True) as tmp:
+            Path(tmp).write_text(text)
+    except (OSError, FormatError) as e:
+        raise OutputError(path, _reason(e)) from None
 
 
 def write_json_atomic(path, obj) -> None:
@@ -45,8 +66,11 @@ def json_safe(obj):
 
 def save_state_dict(path, state: dict) -> None:
     """A plain state_dict of tensors (loadable with ``torch.load(path, weights_only=True)``)."""
-    with atomic_file(path, force=True) as tmp:
-        torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp)
+    try:
+        with atomic_file(path, force=True) as tmp:
+            torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp)
+    except (OSError, RuntimeError, FormatError) as e:   # torch.save reports a full disk as a RuntimeError
+        raise OutputError(path, _reason(e)) from None
 
 
 def rewind_metrics(path, last_epoch: int, eval_every: int = 1) -> None:
@@ -74,14 +98,23 @@ class MetricsLog:
 
     def __init__(self, path):
         self.path = Path(path)
-        self._f = open(self.path, "a", encoding="utf-8")
+        try:
+            self._f = open(self.path, "a", encoding="utf-8")
+        except OSError as e:
+            raise OutputError(self.path, _reason(e)) from None
 
     def write(self, record: dict) -> None:
-        self._f.write(json.dumps(json_safe(record), sort_keys=True, allow_nan=False) + "\n")
-        self._f.flush()
+        try:
+            self._f.write(json.dumps(json_safe(record), sort_keys=True, allow_nan=False) + "\n")
+            self._f.flush()
+        except OSError as e:   # a resume skips the partial line this may leave (rewind_metrics)
+            raise OutputError(self.path, _reason(e)) from None
 
     def close(self) -> None:
-        self._f.close()
+        try:
+            self._f.close()
+        except OSError as e:
+            raise OutputError(self.path, _reason(e)) from None
 
 
 #: rows per read-modify-write block when a rank's original IDs are scattered through the file
@@ -143,7 +176,7 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
                 write_rows(dl, ids, lg)
                 write_rows(dp, ids, pred)
         except Exception as e:  # noqa: BLE001 - reported on every rank below
-            err = f"rank {rank}: {tmp}: {e}"
+            err = f"{_reason(e)} (on rank {rank})"
     if size > 1:
         comm.send(err, dest=(rank + 1) % size, tag=_TOKEN_TAG)
         if rank == 0:
@@ -157,4 +190,4 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
             Path(tmp).unlink(missing_ok=True)
     err = comm.bcast(err, root=0)
     if err is not None:
-        raise RuntimeError(f"writing {path} failed: {err}")
+        raise OutputError(path, err)

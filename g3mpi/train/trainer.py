@@ -31,8 +31,8 @@ from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
 from .config import TrainConfig, to_toml
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync
-from .rundir import (MetricsLog, rewind_metrics, save_state_dict, write_json_atomic, write_predictions,
-                     write_text_atomic)
+from .rundir import (MetricsLog, OutputError, rewind_metrics, save_state_dict, write_json_atomic,
+                     write_predictions, write_text_atomic)
 
 log = logging.getLogger("g3mpi.train")
 SPLITS = ("train", "val", "test")
@@ -350,7 +350,7 @@ def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None) -> 
                 write_text_atomic(out / "config.toml", _saved_config(cfg))
             else:
                 _create_run_dir(cfg, out)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, OutputError) as e:
             err = str(e)
     err = comm.bcast(err, root=0)
     return (None if err else out), err
