@@ -35,6 +35,10 @@ from .rundir import (MetricsLog, OutputError, rewind_metrics, save_state_dict, w
                      write_predictions, write_text_atomic)
 
 log = logging.getLogger("g3mpi.train")
+#: what each rank reports to rank 0 after every epoch (metrics.jsonl's rank_* lists), integers in INT_FIGURES
+EPOCH_FIGURES = ("compute_s", "blocked_s", "comm_s", "overlap", "allreduce_s", "bytes_sent", "bytes_recv", "messages",
+                 "epoch_time_s", "rss_bytes")
+INT_FIGURES = ("bytes_sent", "bytes_recv", "messages", "rss_bytes")
 SPLITS = ("train", "val", "test")
 
 
@@ -137,9 +141,10 @@ class Trainer:
                     since_best=since_best, last_loss=last_loss, cfg=self.cfg, meta=self.meta))
             except Exception as e:  # noqa: BLE001 - reported on every rank
                 err = f"{run_dir / CHECKPOINT_NAME}: writing the checkpoint failed: {e}"
-        err = self.comm.bcast(err, root=0)
-        if err:
-            raise TrainingFault(err if self.comm.rank == 0 else f"stopping: rank 0 could not write a checkpoint")
+        failed = np.array([1.0 if err else 0.0])
+        self.watchdog.allreduce(failed, what="checkpoint hand-off (rank 0 writes it)")
+        if failed[0]:
+            raise TrainingFault(err if self.comm.rank == 0 else "stopping: rank 0 could not write a checkpoint")
 
     # -- one epoch ----------------------------------------------------------------------------------------------
     def train_step(self, epoch: int) -> dict:
@@ -200,6 +205,21 @@ class Trainer:
         self.model.eval()
         return self.model(self.x)
 
+    def _gather_epoch_figures(self, rec: dict) -> list | None:
+        """Every rank's timings, bytes and memory of the epoch, on rank 0 (None elsewhere): one ``Gather`` of a
+        fixed float64 row per rank (non-blocking and under the watchdog's deadline when it is active)."""
+        mine = np.array([current_rss_bytes() if k == "rss_bytes" else np.nan if rec[k] is None else rec[k]
+                         for k in EPOCH_FIGURES], dtype=np.float64)
+        rows = np.empty((self.comm.size, len(EPOCH_FIGURES))) if self.comm.rank == 0 else None
+        if self.watchdog.active:
+            self.watchdog.wait_collective([self.comm.Igather(mine, rows, root=0)], "per-epoch metrics gather")
+        else:
+            self.comm.Gather(mine, rows, root=0)
+        if rows is None:
+            return None
+        return [{k: (int(v) if k in INT_FIGURES else None if np.isnan(v) else float(v))
+                 for k, v in zip(EPOCH_FIGURES, row)} for row in rows]
+
     @torch.no_grad()
     def evaluate(self) -> dict:
         """Global accuracies per split (counts reduced over ranks)."""
@@ -209,7 +229,7 @@ class Trainer:
             m = self.masks[s]
             c[2 * i] = int((pred[m] == self.y[m]).sum())
             c[2 * i + 1] = int(m.sum())
-        self.comm.Allreduce(MPI.IN_PLACE, c)
+        self.watchdog.allreduce(c, what="evaluation")
         return {f"{s}_acc": (c[2 * i] / c[2 * i + 1]) if c[2 * i + 1] else float("nan") for i, s in enumerate(SPLITS)}
 
     # -- the whole run ------------------------------------------------------------------------------------------
@@ -255,10 +275,7 @@ class Trainer:
                         best, since_best = this, 0
                     else:
                         since_best += 1
-                per_rank = comm.gather({k: rec[k] for k in ("compute_s", "blocked_s", "comm_s", "overlap",
-                                                              "allreduce_s", "bytes_sent", "bytes_recv",
-                                                              "messages", "epoch_time_s")}
-                                     | dict(rss_bytes=current_rss_bytes()), root=0)
+                per_rank = self._gather_epoch_figures(rec)
                 if rank == 0:
                     ep_time = max(r["epoch_time_s"] for r in per_rank)
                     sent = sum(r["bytes_sent"] for r in per_rank)
@@ -313,7 +330,9 @@ class Trainer:
         logits = self.logits().numpy()
         write_predictions(comm, run_dir / "predictions.h5", self.part.orig_ids, logits, self.part.num_nodes,
                           attrs=dict(model=cfg.model, best_epoch=best["epoch"], partition_id=self.part.partition_id))
-        rss = comm.allreduce(peak_rss_bytes(), op=MPI.MAX)
+        rss = np.array([peak_rss_bytes()], dtype=np.int64)
+        self.watchdog.allreduce(rss, op=MPI.MAX, what="peak memory")
+        rss = int(rss[0])
         if rank != 0:
             return {}
         save_state_dict(run_dir / "model.pt", self.model.state_dict())
