@@ -288,7 +288,9 @@ def test_resume_after_an_off_grid_last_epoch(parts, tmp_path):
     train(2, parts / "p2", tmp_path / "straight", "--epochs", "6", *args)
     train(2, parts / "p2", tmp_path / "split", "--epochs", "4", *args)
     assert "val_acc" in _metrics(tmp_path / "split")[3]
+    (tmp_path / "split" / ".checkpoint.pt.x1y2.tmp").write_bytes(b"a write a crash interrupted")
     train(2, None, None, "--resume", tmp_path / "split", "--epochs", "6")
+    assert not list((tmp_path / "split").glob(".*"))
     ma, mb = _metrics(tmp_path / "straight"), _metrics(tmp_path / "split")
     strip = ("epoch_time_s", "rank_compute_s", "rank_blocked_s", "rank_comm_s", "rank_overlap", "rank_allreduce_s",
              "rank_rss_bytes")

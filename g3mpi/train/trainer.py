@@ -39,6 +39,8 @@ log = logging.getLogger("g3mpi.train")
 EPOCH_FIGURES = ("compute_s", "blocked_s", "comm_s", "overlap", "allreduce_s", "bytes_sent", "bytes_recv", "messages",
                  "epoch_time_s", "rss_bytes")
 INT_FIGURES = ("bytes_sent", "bytes_recv", "messages", "rss_bytes")
+#: the files of a run directory
+RUN_FILES = ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME)
 SPLITS = ("train", "val", "test")
 
 
@@ -358,13 +360,17 @@ class Trainer:
 
 def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None) -> tuple[Path | None, str | None]:
     """Rank 0 creates the run directory (refusing a non-empty one without ``force``) and writes config.toml.
-    With ``resume_epoch`` (``--resume``) the directory is kept and metrics.jsonl is cut back to that epoch.
+    With ``resume_epoch`` (``--resume``) the directory is kept, metrics.jsonl is cut back to that epoch and the
+    temporary files of writes a crash interrupted (``.NAME.*.tmp``, possibly a whole checkpoint's size) go.
     Returns (path, error) identically on every rank."""
     err = None
     out = Path(cfg.out)
     if comm.rank == 0:
         try:
             if resume_epoch is not None:
+                for name in RUN_FILES:
+                    for tmp in out.glob(f".{name}.*tmp"):
+                        tmp.unlink(missing_ok=True)
                 rewind_metrics(out / "metrics.jsonl", resume_epoch, cfg.eval_every)
                 write_text_atomic(out / "config.toml", _saved_config(cfg))
             else:
@@ -383,7 +389,7 @@ def _create_run_dir(cfg: TrainConfig, out: Path) -> None:
     if out.is_dir() and any(out.iterdir()):
         if not cfg.force:
             raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
-        for name in ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME):
+        for name in RUN_FILES:
             (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)  # runs/NAME works in a fresh directory, as the launchers' default
     write_text_atomic(out / "config.toml", _saved_config(cfg))
