@@ -22,7 +22,7 @@ def test_parse_sim_net():
     assert parse_bandwidth("1KiB") == 1024
     assert parse_latency("1.5ms") == pytest.approx(1.5e-3)
     assert parse_latency("0") == 0
-    for bad in ("10Gbit", "fast,20us", "10Gbit,soon", "-1Gbit,1us", "0Gbit,1us"):
+    for bad in ("10Gbit", "fast,20us", "10Gbit,soon", "-1Gbit,1us", "0Gbit,1us", "1e-300bit,0s", "10Gbit,1000s"):
         with pytest.raises(ValueError):
             parse_sim_net(bad)
 

@@ -45,12 +45,22 @@ def parse_latency(text: str) -> float:
     return lat
 
 
+#: the simulated network's range: slower links or longer latencies only stall an epoch for minutes (its delays
+#: are sleeps, which neither --comm-timeout nor a stop signal interrupts) or overflow the clock
+SIM_MIN_BANDWIDTH = 1e3      # bytes per second
+SIM_MAX_LATENCY = 1.0        # seconds
+
+
 def parse_sim_net(text: str) -> tuple[float, float]:
-    """'10Gbit,20us' -> (bytes per second, seconds)."""
+    """'10Gbit,20us' -> (bytes per second, seconds), within ``SIM_MIN_BANDWIDTH`` and ``SIM_MAX_LATENCY``."""
     parts = [p for p in str(text).split(",")]
     if len(parts) != 2:
         raise ValueError(f"--sim-net {text!r}: expected BANDWIDTH,LATENCY such as 10Gbit,20us")
-    return parse_bandwidth(parts[0]), parse_latency(parts[1])
+    bw, lat = parse_bandwidth(parts[0]), parse_latency(parts[1])
+    if not bw >= SIM_MIN_BANDWIDTH or not 0 <= lat <= SIM_MAX_LATENCY:
+        raise ValueError(f"--sim-net {text!r}: the simulated network takes a bandwidth of at least "
+                         f"{SIM_MIN_BANDWIDTH:g} bytes/s and a latency of at most {SIM_MAX_LATENCY:g} s")
+    return bw, lat
 
 
 class SimNet:
