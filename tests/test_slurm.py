@@ -335,3 +335,34 @@ def test_train_job_stops_on_a_signal_then_resumes(cluster, cora_chain):
     assert resumed.returncode == 0 and resumed.exit_code == "0:0", resumed.log
     assert [json.loads(x)["epoch"] for x in metrics.read_text().splitlines()] == list(range(1, e + 4))
     assert json.loads((run / "summary.json").read_text())["epochs"] == e + 3
+
+
+# ---- stopping a train job cleanly (a small partition, so these take seconds) -----------------------------------
+
+def _wait_done(cluster, jobid: str, timeout: float = 180) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while _job_state(cluster, jobid) in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING"):
+        if time.monotonic() > deadline:
+            cluster.run("scancel", jobid)
+            raise AssertionError(f"job {jobid} did not end within {timeout}s")
+        time.sleep(0.2)
+
+
+def test_g3_timeout_under_srun_stops_with_a_checkpoint(cluster, tmp_path):
+    """G3_TIMEOUT with the srun launcher: srun takes SIGTERM as 'abort the step' (tasks SIGKILLed, no checkpoint),
+    so the time limit reaches the ranks as SIGUSR1: checkpoint.pt is written, the job's status is timeout's 124."""
+    if "g3mpi.cli.train" in _missing_modules():
+        pytest.skip("g3mpi.cli.train is not in this checkout yet")
+    parts = small_partition(tmp_path / "parts", 2)
+    run = tmp_path / "run"
+    jobid = cluster.submit(JOBS / "slurm" / "train.sbatch", "--epochs", 10**7, "--no-progress",
+                           opts=("--ntasks-per-node=2", "--cpus-per-task=1"), cwd=tmp_path,
+                           env=cluster.job_env(G3_PARTS=parts, G3_OUT=run, G3_TIMEOUT="6s"))
+    _wait_done(cluster, jobid)
+    job = cluster.job(jobid, tmp_path, name="g3-train")
+    assert job.exit_code == "124:0", job.log
+    assert "timeout --signal=USR1" in job.log and "g3-train: stopped by SIGUSR1 after epoch" in job.log, job.log
+    assert (run / "checkpoint.pt").exists() and not (run / "summary.json").exists()
+

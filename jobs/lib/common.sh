@@ -22,7 +22,8 @@
 #   G3_CHECK_WORLD  1 (default): before a multi-rank stage, start the same N ranks once and check that they form
 #                   one world of size N (catches srun --mpi=none, or an mpiexec of another MPI than mpi4py's)
 #   G3_DRY_RUN      1: print the command a stage would run instead of running it
-#   G3_TIMEOUT      a time limit for the stage's command (timeout(1) syntax, e.g. 90m); SLURM jobs have --time
+#   G3_TIMEOUT      a time limit for the stage's command (timeout(1) syntax, e.g. 90m); SLURM jobs have --time.
+#                   g3-train stops with a checkpoint (SIGTERM; SIGUSR1 through srun); status 124
 
 G3_TAG=${G3_TAG:-g3-jobs}
 
@@ -235,11 +236,14 @@ print(n)' "$dir/meta.json" || g3_die "$dir/meta.json: unreadable partition metad
 }
 
 # g3_run CMD...: run (or print, with G3_DRY_RUN=1) a command, report and return its exit status.
-# G3_TIMEOUT (a duration for timeout(1), e.g. 90m) bounds it: SIGTERM, then SIGKILL a minute later; status 124.
+# G3_TIMEOUT (a duration for timeout(1), e.g. 90m) bounds it: a stop signal, then SIGKILL a minute later; status
+# 124. The stop signal is SIGTERM, except for srun: srun takes SIGTERM as "abort the step" and SIGKILLs the tasks
+# (no checkpoint), but forwards SIGUSR1 to them, which g3-train handles like SIGTERM (checkpoint, status 75).
 g3_run() {
-    local rc=0
+    local rc=0 sig=TERM
     if [[ -n ${G3_TIMEOUT:-} ]]; then
-        set -- timeout --signal=TERM --kill-after=60 "$G3_TIMEOUT" "$@"
+        [[ $(basename -- "$1") == srun ]] && sig=USR1
+        set -- timeout --signal="$sig" --kill-after=60 "$G3_TIMEOUT" "$@"
     fi
     g3_log "running: $*"
     if [[ ${G3_DRY_RUN:-0} == 1 ]]; then
