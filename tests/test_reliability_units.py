@@ -182,13 +182,29 @@ def test_soak_analysis():
 STOP = r"""
 import os, signal, sys, time
 from g3mpi.train.stop import StopSignals
-with StopSignals() as stop:
+second = signal.SIGTERM if sys.argv[1] == "again" else signal.SIGUSR1
+window = float(sys.argv[2])
+with StopSignals(repeat_window=window) as stop:
     os.kill(os.getpid(), signal.SIGUSR1)
     time.sleep(0.1)
     print(stop.received, flush=True)
-    os.kill(os.getpid(), signal.SIGTERM if sys.argv[1] == "again" else signal.SIGUSR1)
+    os.kill(os.getpid(), second)        # within the window: the same request (e.g. slurmstepd + mpiexec)
+    time.sleep(0.1)
+    print("still", stop.received, flush=True)
+    time.sleep(window)
+    os.kill(os.getpid(), second)        # later: a deliberate second signal ends the process
     time.sleep(5)
     print("survived", flush=True)
+"""
+
+TWICE = r"""
+import os, signal, time
+from g3mpi.train.stop import StopSignals
+with StopSignals() as stop:             # the default window
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+    print(stop.received, flush=True)
 """
 
 
@@ -208,11 +224,17 @@ def test_stop_signals_record_then_restore():
     assert out["s"].received is None and not out["s"]._previous
 
 
+def test_two_signals_together_are_one_stop_request():
+    """SIGTERM from slurmstepd and the copy mpiexec forwards arrive together: one request, no exit at once."""
+    p = subprocess.run([sys.executable, "-c", TWICE], capture_output=True, text=True, timeout=30, env=tool_env())
+    assert p.returncode == 0 and p.stdout.splitlines() == ["SIGTERM"], (p.returncode, p.stdout, p.stderr)
+
+
 @pytest.mark.parametrize("second", ["again", "same"])
-def test_a_second_stop_signal_ends_the_process(second):
-    p = subprocess.run([sys.executable, "-c", STOP, second], capture_output=True, text=True, timeout=30,
+def test_a_later_second_stop_signal_ends_the_process(second):
+    p = subprocess.run([sys.executable, "-c", STOP, second, "0.5"], capture_output=True, text=True, timeout=30,
                        env=tool_env())
-    assert p.stdout.splitlines() == ["SIGUSR1"], (p.stdout, p.stderr)
+    assert p.stdout.splitlines() == ["SIGUSR1", "still SIGUSR1"], (p.stdout, p.stderr)
     assert p.returncode == -(signal.SIGTERM if second == "again" else signal.SIGUSR1)
 
 

@@ -366,3 +366,27 @@ def test_g3_timeout_under_srun_stops_with_a_checkpoint(cluster, tmp_path):
     assert "timeout --signal=USR1" in job.log and "g3-train: stopped by SIGUSR1 after epoch" in job.log, job.log
     assert (run / "checkpoint.pt").exists() and not (run / "summary.json").exists()
 
+
+def test_scancel_with_mpiexec_launcher_stops_with_a_checkpoint(cluster, tmp_path):
+    """G3_LAUNCHER=mpiexec in an allocation: scancel's SIGTERM reaches each rank twice (slurmstepd, and Hydra's
+    forwarding); g3-train takes the two as one stop request and writes its checkpoint instead of dying at once."""
+    import time
+
+    if "g3mpi.cli.train" in _missing_modules():
+        pytest.skip("g3mpi.cli.train is not in this checkout yet")
+    parts = small_partition(tmp_path / "parts", 2)
+    run = tmp_path / "run"
+    jobid = cluster.submit(JOBS / "slurm" / "train.sbatch", "--epochs", 10**7, "--no-progress",
+                           opts=("--ntasks-per-node=2", "--cpus-per-task=1"), cwd=tmp_path,
+                           env=cluster.job_env(G3_PARTS=parts, G3_OUT=run, G3_LAUNCHER="mpiexec"))
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+        assert time.monotonic() < deadline and _job_state(cluster, jobid) in ("PENDING", "RUNNING"), \
+            cluster.job(jobid, tmp_path, name="g3-train").log
+        time.sleep(0.2)
+    assert cluster.run("scancel", jobid).returncode == 0
+    _wait_done(cluster, jobid)
+    job = cluster.job(jobid, tmp_path, name="g3-train")
+    assert "g3-train: stopped by SIGTERM after epoch" in job.log, job.log
+    assert (run / "checkpoint.pt").exists()

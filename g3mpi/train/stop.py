@@ -8,42 +8,60 @@ checkpoint would be lost.
 
 While a :class:`StopSignals` is active such a signal only records its name. The trainer agrees on it across ranks
 at the next epoch's loss allreduce (one more number in a message that is sent anyway), finishes that epoch,
-writes the checkpoint and returns; ``g3-train`` then exits with :data:`EXIT_STOPPED` on every rank. A second
-stop signal while the first is pending ends the process at once (the signal's default action): an impatient
-user, or SLURM's SIGTERM at the limit after an early SIGUSR1, is never ignored. SIGINT (Ctrl-C) is left alone:
-it stops at once, as it always did.
+writes the checkpoint and returns; ``g3-train`` then exits with :data:`EXIT_STOPPED` on every rank.
+
+One stop request often arrives twice: at a time limit or on ``scancel`` SLURM sends SIGTERM to every process of
+the job, so under ``mpiexec`` inside an allocation a rank gets it from slurmstepd and again from Hydra, which
+forwards what it received; a time limit and ``timeout(1)`` may also coincide. So a stop signal within
+:data:`REPEAT_WINDOW` seconds of the first is the same request and is ignored. A stop signal later than that,
+while the first is pending, ends the process at once (the signal's default action): an impatient user, or
+SLURM's SIGTERM at the limit after an early SIGUSR1, is never ignored. SIGINT (Ctrl-C) is left alone: it stops
+at once, as it always did.
 """
 from __future__ import annotations
 
 import os
 import signal
 import threading
+import time
 
 #: exit status of a run that a signal stopped after its checkpoint was written (sysexits' EX_TEMPFAIL: a
 #: temporary failure, to be continued with ``--resume``)
 EXIT_STOPPED = 75
 #: the signals that ask for a stop at the next epoch boundary
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+#: seconds after the first stop signal during which another one counts as the same request (a copy delivered by a
+#: second path, e.g. slurmstepd and mpiexec's forwarding); a later one ends the process
+REPEAT_WINDOW = 2.0
 
 
 class StopSignals:
     """Context manager: while active, :data:`STOP_SIGNALS` set :attr:`received` (the first signal's name, e.g.
     ``"SIGTERM"``) instead of ending the process; on exit the previous handlers come back.
 
+    A stop signal within ``repeat_window`` seconds of the first is ignored (the same request, delivered twice); a
+    later one ends the process with the signal's default action.
+
     Only the main thread can install signal handlers (Python's rule); elsewhere this does nothing and
     :attr:`received` stays None."""
 
-    def __init__(self, signals=STOP_SIGNALS):
+    def __init__(self, signals=STOP_SIGNALS, repeat_window: float = REPEAT_WINDOW):
         self.signals = tuple(signals)
+        self.repeat_window = float(repeat_window)
         self.received: str | None = None
+        self._first_at: float | None = None
         self._previous: dict = {}
 
     def _handle(self, signum, frame):
-        if self.received is not None:   # a second signal: the default action, now
-            signal.signal(signum, signal.SIG_DFL)
+        now = time.monotonic()
+        if self.received is not None:
+            if now - self._first_at <= self.repeat_window:   # a copy of the first request: nothing new
+                return
+            signal.signal(signum, signal.SIG_DFL)            # a deliberate second signal: the default action, now
             os.kill(os.getpid(), signum)
             return
         self.received = signal.Signals(signum).name
+        self._first_at = now
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
