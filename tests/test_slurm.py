@@ -390,3 +390,29 @@ def test_scancel_with_mpiexec_launcher_stops_with_a_checkpoint(cluster, tmp_path
     job = cluster.job(jobid, tmp_path, name="g3-train")
     assert "g3-train: stopped by SIGTERM after epoch" in job.log, job.log
     assert (run / "checkpoint.pt").exists()
+
+
+CHILD_MPIEXEC = r"""
+import subprocess, sys
+from g3mpi.bench.common import child_env, mpiexec
+p = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-c",
+                    "from mpi4py import MPI; c = MPI.COMM_WORLD; print('child', c.rank, c.size, flush=True)"],
+                   env=child_env(1), capture_output=True, text=True, timeout=20)
+print(p.stdout, p.stderr, "status", p.returncode, flush=True)
+"""
+
+
+def test_bench_child_mpiexec_inside_a_one_task_job(cluster, tmp_path):
+    """g3-bench as one task (bench.sbatch's default) starts `mpiexec -n P` for multi-rank suites; inside the
+    allocation Hydra would bootstrap through srun, whose step waits for the CPUs the running step holds (the job
+    hung until its time limit). child_env makes the child fork its ranks on this node."""
+    (tmp_path / "child.py").write_text(CHILD_MPIEXEC)
+    script = tmp_path / "child.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --output=%x-%j.out\n#SBATCH --ntasks=1\n#SBATCH --cpus-per-task=1\n"
+                      "#SBATCH --time=00:05:00\nset -euo pipefail\n"
+                      f'srun --mpi=pmi2 "$G3_PYTHON" {tmp_path / "child.py"}\n')
+    jobid = cluster.submit(script, cwd=tmp_path)
+    _wait_done(cluster, jobid)
+    job = cluster.job(jobid, tmp_path, name="child")
+    assert job.exit_code == "0:0" and "status 0" in job.log, job.log
+    assert sorted(line.strip() for line in job.log.splitlines() if "child " in line) == ["child 0 2", "child 1 2"]

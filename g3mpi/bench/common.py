@@ -154,8 +154,15 @@ _LAUNCHER_VARS = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_", "I_MPI_", "SLURM_
 
 def child_env(threads: int | None = None) -> dict:
     """Environment of a child process: this repository on PYTHONPATH, no launcher variables of our own
-    process (so a child ``mpiexec`` starts a fresh world), the thread count pinned."""
+    process (so a child ``mpiexec`` starts a fresh world), the thread count pinned.
+
+    Inside a single-node SLURM allocation the child ``mpiexec`` (MPICH's Hydra) would start its proxy through
+    ``srun`` (Hydra's slurm launcher), and that step waits for CPUs that our own step holds (``bench.sbatch`` runs
+    g3-bench as one task), until the time limit. There the child starts its ranks by fork on this node instead
+    (``HYDRA_LAUNCHER=fork``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARS)}
+    if env.get("SLURM_JOB_ID") and env.get("SLURM_JOB_NUM_NODES", env.get("SLURM_NNODES", "1")) == "1":
+        env["HYDRA_LAUNCHER"] = "fork"
     repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if threads is not None:
