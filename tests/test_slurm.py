@@ -416,3 +416,24 @@ def test_bench_child_mpiexec_inside_a_one_task_job(cluster, tmp_path):
     job = cluster.job(jobid, tmp_path, name="child")
     assert job.exit_code == "0:0" and "status 0" in job.log, job.log
     assert sorted(line.strip() for line in job.log.splitlines() if "child " in line) == ["child 0 2", "child 1 2"]
+
+
+def test_a_failed_stage_cancels_the_chain(cluster, tmp_path):
+    """afterok on a failed job: the local cluster cancels the dependent job (DependencyParameters=
+    kill_invalid_depend) instead of leaving it pending for ever, and the documented recipe's state check reports
+    CANCELLED for a job that sbatch --wait returned 0 for."""
+    fail = tmp_path / "fail.sbatch"
+    fail.write_text("#!/bin/bash\n#SBATCH --output=%x-%j.out\n#SBATCH --time=00:01:00\nexit 3\n")
+    ok = tmp_path / "ok.sbatch"
+    ok.write_text("#!/bin/bash\n#SBATCH --output=%x-%j.out\n#SBATCH --time=00:01:00\necho ran\n")
+    first = cluster.submit(fail, cwd=tmp_path)
+    plain = cluster.submit(ok, opts=(f"--dependency=afterok:{first}",), cwd=tmp_path)   # no --kill-on-invalid-dep
+    recipe = ('train=$(sbatch --parsable --wait --dependency=afterok:"$1" --kill-on-invalid-dep=yes "$2"); rc=$?\n'
+              "state=$(scontrol show job \"$train\" -o | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)\n"
+              'echo "train: ${state:-unknown}, exit status $rc"; [[ $state == COMPLETED ]]\n')
+    p = cluster.run("bash", "-c", recipe, "bash", first, ok, cwd=tmp_path, timeout=120)
+    assert p.returncode == 1 and "train: CANCELLED, exit status 0" in p.stdout, (p.stdout, p.stderr)
+    _wait_done(cluster, plain, timeout=60)
+    fields = cluster.fields(plain)
+    assert fields["JobState"] == "CANCELLED" and fields["Reason"] == "DependencyNeverSatisfied", fields
+    assert cluster.fields(first)["JobState"] == "FAILED"

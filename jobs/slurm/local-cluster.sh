@@ -143,6 +143,8 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+# a job whose dependency can never be satisfied (an afterok on a failed job) is cancelled, not left pending
+DependencyParameters=kill_invalid_depend
 MpiDefault=pmi2
 # the node advertises what this file says (G3_SLURM_CPUS may exceed the real core count)
 SlurmdParameters=config_overrides
