@@ -437,3 +437,18 @@ def test_a_failed_stage_cancels_the_chain(cluster, tmp_path):
     fields = cluster.fields(plain)
     assert fields["JobState"] == "CANCELLED" and fields["Reason"] == "DependencyNeverSatisfied", fields
     assert cluster.fields(first)["JobState"] == "FAILED"
+
+
+def test_batch_scripts_find_jobs_lib_in_a_path_with_spaces(cluster, tmp_path):
+    """sbatch runs a copy of the script from the spool directory; the script finds jobs/lib through the path it
+    was submitted with (scontrol's Command=), which may contain spaces, also when submitted from elsewhere."""
+    repo = tmp_path / "my repo" / "g3 mpi"
+    shutil.copytree(JOBS, repo / "jobs")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    jobid = cluster.submit(repo / "jobs" / "slurm" / "prepare.sbatch", "sbm", "--nodes", 100,
+                           opts=("--cpus-per-task=1",), cwd=elsewhere, env=cluster.job_env(G3_DRY_RUN=1))
+    _wait_done(cluster, jobid, timeout=60)
+    job = cluster.job(jobid, elsewhere, name="g3-prepare")
+    assert job.exit_code == "0:0", job.log
+    assert "cannot find jobs/lib/common.sh" not in job.log and "data_tools.prepare sbm --nodes 100" in job.log
