@@ -236,3 +236,20 @@ def test_site_setup_file_and_modules(tmp_path):
     assert "module load gcc/12 openmpi/4.1" in p.stderr and "mark=[]" in p.stdout
     p = bash(f'set -euo pipefail; source {LIB}; g3_setup_env', G3_MODULES="openmpi")
     assert p.returncode == 1 and "'module' command is not available" in p.stderr
+
+
+def test_relative_venv_is_made_absolute(tmp_path):
+    """G3_VENV=.venv (relative): the install step must name the same venv after the callers cd elsewhere, and a
+    second run must reuse the installation (the check ran from / with the relative path, so pip ran every time)."""
+    venv = tmp_path / "work" / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    calls = tmp_path / "calls"
+    # a stand-in python that records its calls and succeeds at everything (pip --version, pip install, imports)
+    (venv / "bin" / "python").write_text(f'#!/bin/bash\necho "$*" >> {calls}\nexit 0\n')
+    (venv / "bin" / "python").chmod(0o755)
+    script = (f'set -euo pipefail; source {JOBS / "lib" / "venv.sh"}; cd "$1"; '
+              f'g3_venv_install {REPO} ""; echo "venv=$G3_VENV py=$G3_PY"; G3_VENV=.venv; g3_venv_install {REPO} ""')
+    p = bash(script, tmp_path / "work", G3_VENV=".venv")
+    assert p.returncode == 0, p.stderr
+    assert f"venv={venv} py={venv}/bin/python" in p.stdout, p.stdout
+    assert p.stdout.count("pip install") == 2 and "already installed" in p.stdout, p.stdout  # torch + package, once

@@ -2,7 +2,8 @@
 # The install step shared by jobs/quickstart.sh and jobs/test.sh. Source it; it defines functions only.
 #
 # Environment:
-#   G3_VENV           the virtual environment to create or reuse (default: <repo>/.venv)
+#   G3_VENV           the virtual environment to create or reuse (default: <repo>/.venv; relative to the current
+#                     directory, made absolute)
 #   G3_BASE_PYTHON    the Python that creates it (default: python3 on PATH; 3.11 or newer: tomllib)
 #   G3_TORCH_SPEC     the torch requirement installed first (default torch==2.13.0). It is pinned exactly because
 #                     an open torch requirement lets pip pull a multi-GB CUDA build; to take another build (CPU
@@ -15,6 +16,9 @@
 g3_venv_install() {
     local repo=$1 extras=${2:-} base spec
     G3_VENV=${G3_VENV:-$repo/.venv}
+    # absolute: the callers change directory afterwards (quickstart to its work directory, test.sh to the
+    # repository) and the install check runs from /, so a relative G3_VENV would name another place
+    [[ $G3_VENV == /* ]] || G3_VENV=$PWD/$G3_VENV
     base=${G3_BASE_PYTHON:-python3}
     if [[ -x $G3_VENV/bin/python ]] && "$G3_VENV/bin/python" -m pip --version >/dev/null 2>&1; then
         echo "== reusing the virtual environment $G3_VENV"
