@@ -253,3 +253,48 @@ def test_relative_venv_is_made_absolute(tmp_path):
     assert p.returncode == 0, p.stderr
     assert f"venv={venv} py={venv}/bin/python" in p.stdout, p.stdout
     assert p.stdout.count("pip install") == 2 and "already installed" in p.stdout, p.stdout  # torch + package, once
+
+
+@pytest.mark.parametrize("on", ["1", "yes", "True", "on"])
+def test_on_off_variables_accept_the_usual_words(tmp_path, on):
+    p = launcher("partition", G3_DRY_RUN=on, G3_FORCE=on, G3_GRAPH=tmp_path / "g.h5", G3_PARTS=tmp_path / "p")
+    assert p.returncode == 0, p.stderr
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])   # printed, not run
+    assert cmd[:3] == [sys.executable, "-m", "data_tools.partition"] and cmd[-1] == "--force"
+    p = launcher("partition", "--dry-run", G3_FORCE="no", G3_GRAPH=tmp_path / "g.h5")
+    assert p.returncode == 0 and "--force" not in p.stdout, p.stderr
+
+
+@pytest.mark.parametrize("name, value", [("G3_DRY_RUN", "ye"), ("G3_CHECK_WORLD", "2"), ("G3_FORCE", "force")])
+def test_on_off_variables_refuse_anything_else(tmp_path, name, value):
+    """G3_DRY_RUN=ye ran the job for real, G3_CHECK_WORLD=2 skipped the check, G3_FORCE=yes was ignored."""
+    parts = small_partition(tmp_path / "parts", 2)
+    p = launcher("train", "-n", 2, "--", "--parts", parts, "--out", tmp_path / "run", **{name: value})
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.strip().splitlines() == [f"g3-train launcher: error: {name} must be 1 or 0 (or true/false, "
+                                             f"yes/no, on/off), got '{value}'"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_launcher_and_timeout_fail_once_before_anything_runs(tmp_path):
+    parts = small_partition(tmp_path / "parts", 2)
+    p = launcher("train", "-n", 2, "--", "--parts", parts, G3_LAUNCHER="foo")
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines() == ["g3-train launcher: error: G3_LAUNCHER must be srun or mpiexec, got 'foo'"]
+    p = launcher("train", "-n", 2, "--", "--parts", parts, G3_TIMEOUT="abc")
+    assert p.returncode == 1 and "MPI world check" not in p.stderr   # refused before the probe, not timeout's 125
+    assert p.stderr.strip().splitlines() == ["g3-train launcher: error: G3_TIMEOUT must be a duration for timeout(1) "
+                                             "(a number with an optional unit s, m, h or d, e.g. 90m), got 'abc'"]
+    for good in ("90m", "1.5h", "30", "2d"):
+        p = launcher("prepare", "--dry-run", G3_TIMEOUT=good)
+        assert p.returncode == 0, (good, p.stderr)
+
+
+def test_logged_commands_are_shell_quoted(tmp_path):
+    out = tmp_path / "my parts"
+    p = launcher("partition", "--dry-run", "--", "g.h5", "--out", out)
+    assert p.returncode == 0, p.stderr
+    running = next(line for line in p.stderr.splitlines() if "running: " in line)
+    words = shlex.split(running.split("running: ", 1)[1])
+    assert words[words.index("--out") + 1] == str(out), running
+

@@ -22,6 +22,8 @@
 #   G3_CHECK_WORLD  1 (default): before a multi-rank stage, start the same N ranks once and check that they form
 #                   one world of size N (catches srun --mpi=none, or an mpiexec of another MPI than mpi4py's)
 #   G3_DRY_RUN      1: print the command a stage would run instead of running it
+# On/off variables (G3_CHECK_WORLD, G3_DRY_RUN, G3_FORCE) take 1/0, true/false, yes/no or on/off (any case);
+# anything else is an error naming the variable.
 #   G3_TIMEOUT      a time limit for the stage's command (timeout(1) syntax, e.g. 90m); SLURM jobs have --time.
 #                   g3-train stops with a checkpoint (SIGTERM; SIGUSR1 through srun); status 124
 
@@ -70,6 +72,39 @@ g3_opt_value() {
     return $found
 }
 
+# g3_flag NAME DEFAULT: status 0 if the on/off variable NAME is on, 1 if off; unset or empty means DEFAULT.
+# 1/true/yes/on and 0/false/no/off (any case); anything else dies naming the variable (a typo such as
+# G3_DRY_RUN=ye must not run the job for real)
+g3_flag() {
+    local v=${!1:-$2}
+    case ${v,,} in
+        1 | true | yes | on) return 0 ;;
+        0 | false | no | off) return 1 ;;
+        *) g3_die "$1 must be 1 or 0 (or true/false, yes/no, on/off), got '$v'" ;;
+    esac
+}
+
+# g3_quote ARGS...: the arguments as one shell-quoted line (for logs that can be pasted back into a shell)
+g3_quote() {
+    local s
+    s=$(printf '%q ' "$@")
+    printf '%s' "${s% }"
+}
+
+# g3_check_settings: the G3_* settings that are not paths, checked before anything runs
+g3_check_settings() {
+    g3_flag G3_DRY_RUN 0 || true
+    g3_flag G3_CHECK_WORLD 1 || true
+    g3_flag G3_FORCE 0 || true
+    if [[ -n ${G3_LAUNCHER:-} && $G3_LAUNCHER != srun && $G3_LAUNCHER != mpiexec ]]; then
+        g3_die "G3_LAUNCHER must be srun or mpiexec, got '$G3_LAUNCHER'"
+    fi
+    # timeout(1)'s syntax: a number (decimals allowed) with an optional unit s, m, h or d
+    if [[ -n ${G3_TIMEOUT:-} ]] && ! [[ $G3_TIMEOUT =~ ^([0-9]+(\.[0-9]*)?|\.[0-9]+)[smhd]?$ ]]; then
+        g3_die "G3_TIMEOUT must be a duration for timeout(1) (a number with an optional unit s, m, h or d, e.g. 90m), got '$G3_TIMEOUT'"
+    fi
+}
+
 # g3_positive NAME VALUE: VALUE is a positive integer, or die naming NAME
 g3_positive() {
     [[ $2 =~ ^[1-9][0-9]*$ ]] || g3_die "$1 must be a positive integer, got '$2'"
@@ -104,6 +139,7 @@ g3_setup_env() {
     fi
     G3_THREADS=${G3_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
     g3_positive G3_THREADS "$G3_THREADS"
+    g3_check_settings
     export OMP_NUM_THREADS=$G3_THREADS MKL_NUM_THREADS=$G3_THREADS OPENBLAS_NUM_THREADS=$G3_THREADS
 }
 
@@ -175,8 +211,8 @@ g3_mpi_command() {
 # each believing it is rank 0 of 1; training would then run N independent copies. Fail loudly instead.
 g3_check_world() {
     local n=$1 hostfile=${2:-} ppn=${3:-} out rc=0
-    [[ ${G3_CHECK_WORLD:-1} == 1 ]] || return 0
-    [[ ${G3_DRY_RUN:-0} == 1 ]] && return 0
+    g3_flag G3_CHECK_WORLD 1 || return 0
+    g3_flag G3_DRY_RUN 0 && return 0
     g3_mpi_command "$n" "$hostfile" "$ppn"
     local launch=("${G3_LAUNCH[@]}")
     # rank 0 of each world reports every member of its world in one write (lines from different processes
@@ -192,7 +228,7 @@ if c.rank == 0:
     out=$(timeout "${G3_PROBE_TIMEOUT:-300}" "${launch[@]}" "$G3_PY" -m mpi4py -c "$probe" 2>&1) || rc=$?
     if ((rc != 0)); then
         printf '%s\n' "$out" >&2
-        g3_die "the MPI world check (${launch[*]} $G3_PY -m mpi4py -c ...) failed with status $rc"
+        g3_die "the MPI world check ($(g3_quote "${launch[@]}" "$G3_PY") -m mpi4py -c ...) failed with status $rc"
     fi
     local verdict
     verdict=$(printf '%s\n' "$out" | awk -v n="$n" '
@@ -212,7 +248,7 @@ if c.rank == 0:
 
 # g3_check_module MODULE: the stage's module is importable by $G3_PY (before any rank starts)
 g3_check_module() {
-    [[ ${G3_DRY_RUN:-0} == 1 ]] && return 0
+    g3_flag G3_DRY_RUN 0 && return 0
     "$G3_PY" -c 'import importlib.util, sys
 try:
     ok = importlib.util.find_spec(sys.argv[1]) is not None
@@ -245,8 +281,8 @@ g3_run() {
         [[ $(basename -- "$1") == srun ]] && sig=USR1
         set -- timeout --signal="$sig" --kill-after=60 "$G3_TIMEOUT" "$@"
     fi
-    g3_log "running: $*"
-    if [[ ${G3_DRY_RUN:-0} == 1 ]]; then
+    g3_log "running: $(g3_quote "$@")"
+    if g3_flag G3_DRY_RUN 0; then
         printf '%q ' "$@"
         printf '\n'
         return 0
@@ -256,7 +292,7 @@ g3_run() {
     if ((rc == 0)); then
         g3_log "done in $((SECONDS - t0)) s"
     else
-        g3_log "error: exited with status $rc after $((SECONDS - t0)) s: $*"
+        g3_log "error: exited with status $rc after $((SECONDS - t0)) s: $(g3_quote "$@")"
     fi
     return $rc
 }
@@ -274,7 +310,9 @@ g3_args_prepare() {
         args=(${G3_PREPARE_ARGS:-$G3_DEFAULT_PREPARE})
     fi
     g3_has_opt "--out|-o" "${args[@]}" || args+=(--out "${G3_GRAPH:-graph.h5}")
-    [[ ${G3_FORCE:-0} == 1 ]] && ! g3_has_opt --force "${args[@]}" && args+=(--force)
+    if g3_flag G3_FORCE 0 && ! g3_has_opt --force "${args[@]}"; then
+        args+=(--force)
+    fi
     G3_ARGS=("${args[@]}")
 }
 
@@ -292,7 +330,9 @@ g3_args_partition() {
     g3_has_opt "--parts|-p" "${args[@]}" || args+=(--parts "${G3_NUM_PARTS:-4}")
     g3_has_opt --method "${args[@]}" || args+=(--method "${G3_METHOD:-metis}")
     g3_has_opt "--out|-o" "${args[@]}" || args+=(--out "${G3_PARTS:-parts}")
-    [[ ${G3_FORCE:-0} == 1 ]] && ! g3_has_opt --force "${args[@]}" && args+=(--force)
+    if g3_flag G3_FORCE 0 && ! g3_has_opt --force "${args[@]}"; then
+        args+=(--force)
+    fi
     G3_ARGS=("${args[@]}")
 }
 
@@ -387,14 +427,16 @@ g3_stage() {
     if [[ $stage == train ]]; then
         local parts num_parts
         parts=$(g3_opt_value --parts "${tool_args[@]}")
-        if [[ ${G3_DRY_RUN:-0} != 1 ]]; then
+        if ! g3_flag G3_DRY_RUN 0; then
             num_parts=$(g3_part_count "$parts") || exit 1
             ((num_parts == n)) ||
                 g3_die "$parts has $num_parts parts but $n ranks were requested: training needs exactly one rank per part"
         fi
     fi
     g3_check_module "$module"
-    g3_log "$stage: $n rank(s) x $G3_THREADS thread(s), launcher $(g3_launcher)"
+    local launcher
+    launcher=$(g3_launcher) || exit 1
+    g3_log "$stage: $n rank(s) x $G3_THREADS thread(s), launcher $launcher"
     g3_check_world "$n" "$hostfile" "$ppn"
     g3_mpi_command "$n" "$hostfile" "$ppn"
     launch=("${G3_LAUNCH[@]}")
