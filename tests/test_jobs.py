@@ -298,3 +298,18 @@ def test_logged_commands_are_shell_quoted(tmp_path):
     words = shlex.split(running.split("running: ", 1)[1])
     assert words[words.index("--out") + 1] == str(out), running
 
+
+def test_srun_command_in_an_allocation(tmp_path):
+    """Inside SLURM (dry run, no real srun): srun gets the job's --cpus-per-task, not G3_THREADS (a step cannot ask
+    for more CPUs than the allocation holds; G3_THREADS overrides the threads, with a warning when they exceed the
+    CPUs), and G3_TIMEOUT reaches srun as SIGUSR1 (srun takes SIGTERM as 'kill the step')."""
+    parts = small_partition(tmp_path / "parts", 2)
+    p = launcher("train", "-n", 2, "--dry-run", "--", "--parts", parts, SLURM_JOB_ID=1, SLURM_CPUS_PER_TASK=1,
+                 G3_THREADS=2, G3_TIMEOUT="10m")
+    assert p.returncode == 0, p.stderr
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])
+    assert cmd[:4] == ["timeout", "--signal=USR1", "--kill-after=60", "10m"]
+    assert cmd[4] == "srun" and "--cpus-per-task=1" in cmd and cmd[-2:] == ["--threads", "2"]
+    assert "warning: G3_THREADS=2 threads per rank on 1 CPU(s) per task" in p.stderr
+    p = launcher("train", "-n", 2, "--dry-run", "--", "--parts", parts, G3_TIMEOUT="10m")   # mpiexec: SIGTERM
+    assert shlex.split(p.stdout.strip().splitlines()[-1])[:2] == ["timeout", "--signal=TERM"]

@@ -172,7 +172,10 @@ g3_mpi_command() {
     if [[ $launcher == srun ]]; then
         g3_in_slurm || g3_die "G3_LAUNCHER=srun outside a SLURM allocation"
         [[ -z $hostfile ]] || g3_die "a hostfile makes no sense inside SLURM: the allocation decides the hosts"
-        G3_LAUNCH=(srun --mpi="${G3_SRUN_MPI:-pmi2}" --kill-on-bad-exit=1 --ntasks="$n" --cpus-per-task="$G3_THREADS")
+        # the job's CPUs per task (SLURM's default 1), not G3_THREADS: a step cannot ask for more than the
+        # allocation holds, and G3_THREADS overrides only the thread count (more threads than CPUs share cores)
+        G3_LAUNCH=(srun --mpi="${G3_SRUN_MPI:-pmi2}" --kill-on-bad-exit=1 --ntasks="$n"
+            --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}")
         [[ -z $ppn ]] || G3_LAUNCH+=(--ntasks-per-node="$ppn")
         # shellcheck disable=SC2206
         [[ -z ${G3_SRUN_ARGS:-} ]] || G3_LAUNCH+=($G3_SRUN_ARGS)
@@ -437,6 +440,9 @@ g3_stage() {
     local launcher
     launcher=$(g3_launcher) || exit 1
     g3_log "$stage: $n rank(s) x $G3_THREADS thread(s), launcher $launcher"
+    if [[ $launcher == srun ]] && ((G3_THREADS > ${SLURM_CPUS_PER_TASK:-1})); then
+        g3_log "warning: G3_THREADS=$G3_THREADS threads per rank on ${SLURM_CPUS_PER_TASK:-1} CPU(s) per task (--cpus-per-task): the threads share cores"
+    fi
     g3_check_world "$n" "$hostfile" "$ppn"
     g3_mpi_command "$n" "$hostfile" "$ppn"
     launch=("${G3_LAUNCH[@]}")
