@@ -137,3 +137,10 @@ def test_checkpoint_layout(tmp_path, changes, what):
     torch.save(_checkpoint(**changes), tmp_path / "c.pt")
     with pytest.raises(CheckpointError, match="c.pt: malformed checkpoint: " + what):
         load_checkpoint(tmp_path / "c.pt")
+
+
+def test_node_map_that_is_a_directory(copy):
+    (copy / NODE_MAP_NAME).unlink()
+    (copy / NODE_MAP_NAME).mkdir()
+    with pytest.raises(FormatError, match="node_map.h5: not a readable HDF5 file"):
+        read_node_map(copy)

@@ -176,7 +176,8 @@ def rewrite_dataset(f, name, data):
     ("del symmetric", "attribute 'symmetric' is missing"), ("del source", "attribute 'source' is missing"),
     ("num_classes=seven", "attribute 'num_classes' must be an int"), ("num_nodes=-3", "must be >= 0"),
     ("self_loops=maybe", "'maybe'"), ("version=one", "version 'one'"),
-    ("float32 indices", "'indices' must be integers"), ("int64 train_mask", "'train_mask' must be boolean")])
+    ("float32 indices", "'indices' must be integers"), ("int64 train_mask", "'train_mask' must be boolean"),
+    ("group train_mask", "'train_mask' is a group, expected a dataset")])
 def test_graph_schema(parts, tmp_path, change, what):
     """A graph.h5 whose attributes or dataset dtypes break docs/FORMAT.md is named by g3-inspect and g3-partition:
     missing or mistyped attributes were KeyError / ValueError tracebacks, float indices were accepted and an integer
@@ -194,6 +195,9 @@ def test_graph_schema(parts, tmp_path, change, what):
             f.attrs[key] = int(value) if value.lstrip("-").isdigit() else value
         elif change == "float32 indices":
             rewrite_dataset(f, "indices", f["indices"][()].astype(np.float32))
+        elif change == "group train_mask":
+            del f["train_mask"]
+            f.create_group("train_mask")
         else:
             rewrite_dataset(f, "train_mask", f["train_mask"][()].astype(np.int64) * 5)
     fails(inspect(bad), "bad.h5", what)

@@ -160,5 +160,10 @@ def _umask() -> int:
     return mask
 
 
+def is_int(x) -> bool:
+    """A JSON/Python integer, not a bool (``True`` is an ``int`` to Python)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def h5_attr_str(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)

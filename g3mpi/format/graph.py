@@ -214,6 +214,9 @@ def check_graph_attrs(path, attrs) -> None:
 
 def check_dataset_dtypes(path, f: h5py.File) -> None:
     """FormatError unless the datasets have the dtypes of docs/FORMAT.md (checked before anything is read)."""
+    for name in ("indptr", "indices", "features", "labels", "orig_ids", *MASKS):
+        if name in f and not isinstance(f[name], h5py.Dataset):
+            raise FormatError(path, f"{name!r} is a group, expected a dataset")
     for name in ("indptr", "indices", "labels", "orig_ids"):
         if name in f and not np.issubdtype(f[name].dtype, np.integer):
             raise FormatError(path, f"dataset {name!r} must be integers, got dtype {f[name].dtype}")

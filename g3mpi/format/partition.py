@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 
 from .common import (FORMAT_VERSION, PART_FORMAT, PARTITION_FORMAT, FormatError, array_sha256, atomic_file,
-                     file_sha256, h5_attr_str, row_chunks)
+                     file_sha256, h5_attr_str, is_int, row_chunks)
 from .graph import check_csr
 
 META_NAME = "meta.json"
@@ -124,7 +124,7 @@ def read_meta(dirpath) -> dict:
         if k not in meta:
             raise FormatError(path, f"key {k!r} is missing")
     for k in ("num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes"):
-        if k in meta and not _is_int(meta[k]):
+        if k in meta and not is_int(meta[k]):
             raise FormatError(path, f"{k} is {meta[k]!r}, expected an integer")
     if not isinstance(meta["partition_id"], str):
         raise FormatError(path, f"partition_id is {meta['partition_id']!r}, expected a string")
@@ -133,16 +133,13 @@ def read_meta(dirpath) -> dict:
         raise FormatError(path, "files must map file names to SHA-256 strings")
     p = meta["num_parts"]
     off = meta["offsets"]
-    if not isinstance(off, list) or not all(_is_int(x) for x in off):
+    if not isinstance(off, list) or not all(is_int(x) for x in off):
         raise FormatError(path, f"offsets must be a list of integers, got {type(off).__name__}")
     if p < 1 or len(off) != p + 1 or off[0] != 0 or off[-1] != meta["num_nodes"] \
             or any(b < a for a, b in zip(off, off[1:])):
         raise FormatError(path, "offsets are not a non-decreasing list of num_parts+1 values from 0 to num_nodes")
     return meta
 
-
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def write_meta(dirpath, meta: dict) -> None:
@@ -303,9 +300,9 @@ def read_node_map(dirpath, meta: dict | None = None) -> np.ndarray:
     path = dirpath / NODE_MAP_NAME
     if not path.exists():
         raise FormatError(path, "no such file")
-    if file_sha256(path) != meta["files"].get(NODE_MAP_NAME):
-        raise FormatError(path, "checksum mismatch with meta.json")
     try:
+        if file_sha256(path) != meta["files"].get(NODE_MAP_NAME):
+            raise FormatError(path, "checksum mismatch with meta.json")
         with h5py.File(path, "r") as f:
             fmt, ver = h5_attr_str(f.attrs.get("format", "")), f.attrs.get("version")
             if fmt != NODE_MAP_FORMAT or ver != FORMAT_VERSION:

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from g3mpi.format import atomic_file
+from g3mpi.format.common import is_int
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = "g3mpi-checkpoint"
@@ -110,10 +111,6 @@ def load_checkpoint(path) -> dict:
     return ckpt
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _check_layout(path, ckpt: dict) -> None:
     """The types :func:`check_compatible` and ``Trainer.restore`` rely on (a file that loads with
     ``weights_only=True`` may still hold anything of the allowed types)."""
@@ -124,8 +121,8 @@ def _check_layout(path, ckpt: dict) -> None:
     def state_dict(x) -> bool:
         return isinstance(x, dict) and all(isinstance(k, str) and torch.is_tensor(v) for k, v in x.items())
 
-    need(_is_int(ckpt["epoch"]) and ckpt["epoch"] >= 0, "epoch must be a non-negative integer")
-    need(_is_int(ckpt["since_best"]) and ckpt["since_best"] >= 0, "since_best must be a non-negative integer")
+    need(is_int(ckpt["epoch"]) and ckpt["epoch"] >= 0, "epoch must be a non-negative integer")
+    need(is_int(ckpt["since_best"]) and ckpt["since_best"] >= 0, "since_best must be a non-negative integer")
     need(state_dict(ckpt["model"]), "model must map parameter names to tensors")
     need(isinstance(ckpt["optimizer"], dict), "optimizer must be a state_dict")
     need(torch.is_tensor(ckpt["rng"]) and ckpt["rng"].dtype == torch.uint8, "rng must be a uint8 tensor")
@@ -133,11 +130,11 @@ def _check_layout(path, ckpt: dict) -> None:
     need(isinstance(ckpt["config"], dict) and all(isinstance(k, str) for k in ckpt["config"]),
          "config must be a dict of settings")
     part = ckpt["partition"]
-    need(isinstance(part, dict) and isinstance(part.get("partition_id"), str) and _is_int(part.get("num_parts"))
+    need(isinstance(part, dict) and isinstance(part.get("partition_id"), str) and is_int(part.get("num_parts"))
          and isinstance(part.get("method"), str) and isinstance(part.get("files"), dict),
          "partition must hold partition_id, num_parts, method and files")
     best = ckpt["best"]
-    need(isinstance(best, dict) and isinstance(best.get("val_acc"), float) and _is_int(best.get("epoch"))
+    need(isinstance(best, dict) and isinstance(best.get("val_acc"), float) and is_int(best.get("epoch"))
          and isinstance(best.get("accs"), dict) and (best.get("state") is None or state_dict(best.get("state"))),
          "best must hold val_acc, epoch, accs and state")
 
