@@ -109,9 +109,14 @@ class ReplicateAll(nn.Module):
             rows = np.concatenate([rows, np.arange(n)])
             glob = np.concatenate([glob, np.arange(n) + part.owned_start])
             vals = np.concatenate([vals, dinv[:n] ** 2])
-        else:
-            deg = np.maximum(np.asarray(part.in_degree[:n], np.float64), 1.0)
-            vals = 1.0 / deg[rows]
+        else:   # SAGE's mean over the in-edges and the node's own self loops (as DistGraph.blocks("mean"))
+            loops = np.asarray(part.self_loops, np.float64)
+            inv = 1.0 / np.maximum(np.asarray(part.in_degree[:n], np.float64) + loops, 1.0)
+            vals = inv[rows]
+            if loops.any():
+                rows = np.concatenate([rows, np.arange(n)])
+                glob = np.concatenate([glob, np.arange(n) + part.owned_start])
+                vals = np.concatenate([vals, loops * inv])
         self.mat, self.mat_t = _csr(rows, glob, vals, (n, self.N))
         convs = []
         for a, b in zip(dims[:-1], dims[1:]):

@@ -172,10 +172,11 @@ g3_mpi_command() {
     if [[ $launcher == srun ]]; then
         g3_in_slurm || g3_die "G3_LAUNCHER=srun outside a SLURM allocation"
         [[ -z $hostfile ]] || g3_die "a hostfile makes no sense inside SLURM: the allocation decides the hosts"
-        # the job's CPUs per task (SLURM's default 1), not G3_THREADS: a step cannot ask for more than the
-        # allocation holds, and G3_THREADS overrides only the thread count (more threads than CPUs share cores)
+        # the job's CPUs per task when it declared them, not G3_THREADS: a step cannot ask for more than the
+        # allocation holds, and G3_THREADS overrides only the thread count (more threads than CPUs share cores);
+        # a job without --cpus-per-task (e.g. --exclusive nodes) asks for G3_THREADS
         G3_LAUNCH=(srun --mpi="${G3_SRUN_MPI:-pmi2}" --kill-on-bad-exit=1 --ntasks="$n"
-            --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}")
+            --cpus-per-task="${SLURM_CPUS_PER_TASK:-${G3_THREADS:-1}}")
         [[ -z $ppn ]] || G3_LAUNCH+=(--ntasks-per-node="$ppn")
         # shellcheck disable=SC2206
         [[ -z ${G3_SRUN_ARGS:-} ]] || G3_LAUNCH+=($G3_SRUN_ARGS)
