@@ -6,6 +6,7 @@ the ``G3_TEST_*`` variables of ``g3mpi.train.faults``.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -314,6 +315,16 @@ def test_resume_refuses_a_finished_run(parts, tmp_path):
     assert p.returncode != 0
     assert "checkpoint.pt: already at epoch 3: nothing to train with --epochs 3" in error_lines(p.stderr)[0][0]
     assert {f.name: f.read_bytes() for f in run.iterdir()} == before
+    # the last checkpoint written but not the outputs (a full disk, a kill): the resume writes them, as they were
+    for name in ("summary.json", "model.pt", "predictions.h5"):
+        (run / name).unlink()
+    train(2, None, None, "--resume", run)
+    assert (run / "metrics.jsonl").read_bytes() == before["metrics.jsonl"]
+    with h5py.File(run / "predictions.h5") as f, h5py.File(io.BytesIO(before["predictions.h5"])) as ref:
+        assert f.attrs["best_epoch"] == ref.attrs["best_epoch"]   # the off-grid last evaluation competed again
+        assert np.array_equal(f["logits"][:], ref["logits"][:])
+    a = torch.load(io.BytesIO(before["model.pt"]), weights_only=True)
+    assert all(torch.equal(v, torch.load(run / "model.pt", weights_only=True)[k]) for k, v in a.items())
     early = tmp_path / "early"
     train(2, parts / "p2", early, "--epochs", "200", "--patience", "1", "--lr", "0.5")
     stopped = json.loads((early / "summary.json").read_text())["epochs"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from pathlib import Path
 
 from mpi4py import MPI
 
@@ -166,12 +167,14 @@ def main(argv=None, comm=None) -> int:
     if resume:
         try:
             ckpt = load_checkpoint(f"{resume}/{CHECKPOINT_NAME}")
-            check_compatible(f"{resume}/{CHECKPOINT_NAME}", ckpt, cfg, meta, comm.size)
+            check_compatible(f"{resume}/{CHECKPOINT_NAME}", ckpt, cfg, meta, comm.size,
+                             finished=Path(resume, "summary.json").exists())
         except CheckpointError as e:
             err = str(e)
         if not _agree(comm, err, "could not resume from the checkpoint"):
             return 1
-    run_dir, err = prepare_run_dir(comm, cfg, resume_epoch=ckpt["epoch"] if ckpt else None)
+    run_dir, err = prepare_run_dir(comm, cfg, resume_epoch=ckpt["epoch"] if ckpt else None,
+                                   resume_eval_every=ckpt["config"].get("eval_every") if ckpt else None)
     if err:
         _error(comm, err)
         return 1

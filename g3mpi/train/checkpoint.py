@@ -139,8 +139,10 @@ def _check_layout(path, ckpt: dict) -> None:
          "best must hold val_acc, epoch, accs and state")
 
 
-def check_compatible(path, ckpt: dict, cfg, meta: dict, world_size: int) -> None:
-    """Refuse to resume from a checkpoint of another partition or of an incompatible configuration."""
+def check_compatible(path, ckpt: dict, cfg, meta: dict, world_size: int, finished: bool = False) -> None:
+    """Refuse to resume from a checkpoint of another partition or of an incompatible configuration, or, when the
+    run ``finished`` (its summary.json exists), from its last checkpoint with nothing left to train. A run whose
+    last checkpoint was written but whose outputs were not (a full disk, a kill) may resume: it only writes them."""
     saved, now = ckpt["partition"], partition_fingerprint(meta)
     if saved["partition_id"] != now["partition_id"]:
         raise CheckpointError(path, f"was written for partition {saved['partition_id']} ({saved['method']}, "
@@ -156,7 +158,11 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, world_size: int) -> None
              for k in RESUME_KEYS if ckpt["config"].get(k) != getattr(cfg, k)]
     if diffs:
         raise CheckpointError(path, "incompatible configuration: " + "; ".join(diffs))
-    if cfg.epochs <= ckpt["epoch"]:   # a finished run: resuming would only rewrite its outputs from the checkpoint
+    if cfg.epochs < ckpt["epoch"]:
+        raise CheckpointError(path, f"already at epoch {ckpt['epoch']}, beyond --epochs {cfg.epochs}")
+    if not finished:
+        return
+    if cfg.epochs == ckpt["epoch"]:
         raise CheckpointError(path, f"already at epoch {ckpt['epoch']}: nothing to train with --epochs {cfg.epochs} "
                                     "(give more epochs to continue)")
     if cfg.patience and ckpt["since_best"] >= cfg.patience:

@@ -259,8 +259,15 @@ class Trainer:
         times, bytes_all, overlaps, compute, blocked = [], [], [], [], []
         epoch = self.start_epoch - 1
         last = None   # the evaluation after the last epoch when it is off the --eval-every grid, if better
+        # resumed with nothing left to train (its outputs were never written: a full disk, a kill): only the outputs
+        done = self.resumed is not None and (epoch >= cfg.epochs or bool(cfg.patience and since_best >= cfg.patience))
+        if done and epoch == cfg.epochs and epoch % cfg.eval_every:   # the off-grid last evaluation, as it was
+            accs = self.evaluate()
+            if accs["val_acc"] > best["val_acc"] or not self.split_sizes["val"]:
+                last = dict(val_acc=accs["val_acc"], epoch=epoch, accs=accs,
+                            state=copy.deepcopy(self.model.state_dict()))
         try:
-            for epoch in range(self.start_epoch, cfg.epochs + 1):
+            for epoch in range(self.start_epoch, epoch + 1 if done else cfg.epochs + 1):
                 rec = self.train_step(epoch)
                 last_loss = rec["loss"]
                 accs = {}
@@ -358,20 +365,22 @@ class Trainer:
         self.ctx.free()
 
 
-def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None) -> tuple[Path | None, str | None]:
+def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None,
+                    resume_eval_every: int | None = None) -> tuple[Path | None, str | None]:
     """Rank 0 creates the run directory (refusing a non-empty one without ``force``) and writes config.toml.
-    With ``resume_epoch`` (``--resume``) the directory is kept, metrics.jsonl is cut back to that epoch and the
-    temporary files of writes a crash interrupted (``.NAME.*.tmp``, possibly a whole checkpoint's size) go.
+    With ``resume_epoch`` (``--resume``) the directory is kept and metrics.jsonl is cut back to that epoch (the
+    accuracies of an off-grid last epoch go too, under the ``--eval-every`` of the run that wrote them, when the
+    resumed run trains further). Either way the temporary files of writes a crash interrupted (``.NAME.*.tmp``,
+    possibly a whole checkpoint's size) go.
     Returns (path, error) identically on every rank."""
     err = None
     out = Path(cfg.out)
     if comm.rank == 0:
         try:
             if resume_epoch is not None:
-                for name in RUN_FILES:
-                    for tmp in out.glob(f".{name}.*tmp"):
-                        tmp.unlink(missing_ok=True)
-                rewind_metrics(out / "metrics.jsonl", resume_epoch, cfg.eval_every)
+                _remove_interrupted_writes(out)
+                grid = (resume_eval_every or cfg.eval_every) if cfg.epochs > resume_epoch else 1
+                rewind_metrics(out / "metrics.jsonl", resume_epoch, grid)
                 write_text_atomic(out / "config.toml", _saved_config(cfg))
             else:
                 _create_run_dir(cfg, out)
@@ -391,8 +400,16 @@ def _create_run_dir(cfg: TrainConfig, out: Path) -> None:
             raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
         for name in RUN_FILES:
             (out / name).unlink(missing_ok=True)
+        _remove_interrupted_writes(out)
     out.mkdir(parents=True, exist_ok=True)  # runs/NAME works in a fresh directory, as the launchers' default
     write_text_atomic(out / "config.toml", _saved_config(cfg))
+
+
+def _remove_interrupted_writes(out: Path) -> None:
+    """The temporary files (``.NAME.*.tmp``) that writes of the run directory's files left when a crash cut them."""
+    for name in RUN_FILES:
+        for tmp in out.glob(f".{name}.*tmp"):
+            tmp.unlink(missing_ok=True)
 
 
 def _saved_config(cfg: TrainConfig) -> str:
