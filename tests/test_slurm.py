@@ -350,16 +350,22 @@ def _wait_done(cluster, jobid: str, timeout: float = 180) -> None:
         time.sleep(0.2)
 
 
-def test_g3_timeout_under_srun_stops_with_a_checkpoint(cluster, tmp_path):
-    """G3_TIMEOUT with the srun launcher: srun takes SIGTERM as 'abort the step' (tasks SIGKILLed, no checkpoint),
-    so the time limit reaches the ranks as SIGUSR1: checkpoint.pt is written, the job's status is timeout's 124."""
+def _submit_endless_train(cluster, tmp_path, **env) -> tuple[str, Path]:
+    """A 2-rank train.sbatch job of 10**7 epochs on a small partition (stopped by the test); (job ID, run dir)."""
     if "g3mpi.cli.train" in _missing_modules():
         pytest.skip("g3mpi.cli.train is not in this checkout yet")
     parts = small_partition(tmp_path / "parts", 2)
     run = tmp_path / "run"
     jobid = cluster.submit(JOBS / "slurm" / "train.sbatch", "--epochs", 10**7, "--no-progress",
                            opts=("--ntasks-per-node=2", "--cpus-per-task=1"), cwd=tmp_path,
-                           env=cluster.job_env(G3_PARTS=parts, G3_OUT=run, G3_TIMEOUT="6s"))
+                           env=cluster.job_env(G3_PARTS=parts, G3_OUT=run, **env))
+    return jobid, run
+
+
+def test_g3_timeout_under_srun_stops_with_a_checkpoint(cluster, tmp_path):
+    """G3_TIMEOUT with the srun launcher: srun takes SIGTERM as 'abort the step' (tasks SIGKILLed, no checkpoint),
+    so the time limit reaches the ranks as SIGUSR1: checkpoint.pt is written, the job's status is timeout's 124."""
+    jobid, run = _submit_endless_train(cluster, tmp_path, G3_TIMEOUT="6s")
     _wait_done(cluster, jobid)
     job = cluster.job(jobid, tmp_path, name="g3-train")
     assert job.exit_code == "124:0", job.log
@@ -372,13 +378,7 @@ def test_scancel_with_mpiexec_launcher_stops_with_a_checkpoint(cluster, tmp_path
     forwarding); g3-train takes the two as one stop request and writes its checkpoint instead of dying at once."""
     import time
 
-    if "g3mpi.cli.train" in _missing_modules():
-        pytest.skip("g3mpi.cli.train is not in this checkout yet")
-    parts = small_partition(tmp_path / "parts", 2)
-    run = tmp_path / "run"
-    jobid = cluster.submit(JOBS / "slurm" / "train.sbatch", "--epochs", 10**7, "--no-progress",
-                           opts=("--ntasks-per-node=2", "--cpus-per-task=1"), cwd=tmp_path,
-                           env=cluster.job_env(G3_PARTS=parts, G3_OUT=run, G3_LAUNCHER="mpiexec"))
+    jobid, run = _submit_endless_train(cluster, tmp_path, G3_LAUNCHER="mpiexec")
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
