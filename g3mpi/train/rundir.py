@@ -19,7 +19,9 @@ import torch
 from g3mpi.format import FormatError, atomic_file
 
 PREDICTIONS_FORMAT = "g3mpi-predictions"
-ACCURACY_KEYS = ("train_acc", "val_acc", "test_acc")
+#: the node splits, and the keys of their accuracies in metrics.jsonl and summary.json
+SPLITS = ("train", "val", "test")
+ACCURACY_KEYS = tuple(f"{s}_acc" for s in SPLITS)
 _TOKEN_TAG = 7301
 
 
