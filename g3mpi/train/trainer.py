@@ -206,6 +206,14 @@ class Trainer:
         self.model.eval()
         return self.model(self.x)
 
+    def _if_better(self, accs: dict, best: dict, epoch: int) -> dict | None:
+        """The model of ``epoch`` as a best-model candidate (accuracies and a copy of its parameters) when its
+        validation accuracy beats ``best``'s, or always without validation nodes (the last one is kept); else
+        None."""
+        if accs["val_acc"] > best["val_acc"] or not self.split_sizes["val"]:
+            return dict(val_acc=accs["val_acc"], epoch=epoch, accs=accs, state=copy.deepcopy(self.model.state_dict()))
+        return None
+
     def _gather_epoch_figures(self, rec: dict) -> list | None:
         """Every rank's timings, bytes and memory of the epoch, on rank 0 (None elsewhere): one ``Gather`` of a
         fixed float64 row per rank (non-blocking and under the watchdog's deadline when it is active)."""
@@ -261,10 +269,7 @@ class Trainer:
         # resumed with nothing left to train (its outputs were never written: a full disk, a kill): only the outputs
         done = self.resumed is not None and (epoch >= cfg.epochs or bool(cfg.patience and since_best >= cfg.patience))
         if done and epoch == cfg.epochs and epoch % cfg.eval_every:   # the off-grid last evaluation, as it was
-            accs = self.evaluate()
-            if accs["val_acc"] > best["val_acc"] or not self.split_sizes["val"]:
-                last = dict(val_acc=accs["val_acc"], epoch=epoch, accs=accs,
-                            state=copy.deepcopy(self.model.state_dict()))
+            last = self._if_better(self.evaluate(), best, epoch)
         try:
             for epoch in range(self.start_epoch, epoch + 1 if done else cfg.epochs + 1):
                 rec = self.train_step(epoch)
@@ -272,14 +277,12 @@ class Trainer:
                 accs = {}
                 if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
                     accs = self.evaluate()
-                    better = accs["val_acc"] > best["val_acc"] or not self.split_sizes["val"]  # no val: the last
-                    this = dict(val_acc=accs["val_acc"], epoch=epoch, accs=accs,
-                                state=copy.deepcopy(self.model.state_dict())) if better else None
+                    this = self._if_better(accs, best, epoch)
                     if epoch % cfg.eval_every:
                         # off the grid: it competes for the outputs but stays out of the selection state that
                         # the checkpoint keeps, so a run resumed to more epochs selects as a straight run does
                         last = this
-                    elif better:
+                    elif this is not None:
                         best, since_best = this, 0
                     else:
                         since_best += 1
