@@ -8,6 +8,7 @@ renames it into place once the last rank has written.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -33,6 +34,16 @@ class OutputError(Exception):
         super().__init__(f"{path}: cannot be written: {reason}")
 
 
+@contextlib.contextmanager
+def writing(path, *errors):
+    """Turn the failures of a write of ``path`` (OSError, the format's output checks, and ``errors``) into
+    :class:`OutputError` naming it."""
+    try:
+        yield
+    except (OSError, FormatError, *errors) as e:
+        raise OutputError(path, _reason(e)) from None
+
+
 def _reason(e: BaseException) -> str:
     """One line for an output's failure: the OS's words for its errno (h5py's messages span lines), else the
     first line of the message."""
@@ -44,11 +55,8 @@ def _reason(e: BaseException) -> str:
 
 
 def write_text_atomic(path, text: str) -> None:
-    try:
-        with atomic_file(path, force=True) as tmp:
-            Path(tmp).write_text(text)
-    except (OSError, FormatError) as e:
-        raise OutputError(path, _reason(e)) from None
+    with writing(path), atomic_file(path, force=True) as tmp:
+        Path(tmp).write_text(text)
 
 
 def write_json_atomic(path, obj) -> None:
@@ -67,12 +75,10 @@ def json_safe(obj):
 
 
 def save_state_dict(path, state: dict) -> None:
-    """A plain state_dict of tensors (loadable with ``torch.load(path, weights_only=True)``)."""
-    try:
-        with atomic_file(path, force=True) as tmp:
-            torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp)
-    except (OSError, RuntimeError, FormatError) as e:   # torch.save reports a full disk as a RuntimeError
-        raise OutputError(path, _reason(e)) from None
+    """A plain state_dict of tensors (loadable with ``torch.load(path, weights_only=True)``); torch.save reports a
+    full disk as a RuntimeError."""
+    with writing(path, RuntimeError), atomic_file(path, force=True) as tmp:
+        torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp)
 
 
 def rewind_metrics(path, last_epoch: int, eval_every: int = 1) -> None:
@@ -100,23 +106,17 @@ class MetricsLog:
 
     def __init__(self, path):
         self.path = Path(path)
-        try:
+        with writing(self.path):
             self._f = open(self.path, "a", encoding="utf-8")
-        except OSError as e:
-            raise OutputError(self.path, _reason(e)) from None
 
     def write(self, record: dict) -> None:
-        try:
+        with writing(self.path):   # a resume skips the partial line this may leave (rewind_metrics)
             self._f.write(json.dumps(json_safe(record), sort_keys=True, allow_nan=False) + "\n")
             self._f.flush()
-        except OSError as e:   # a resume skips the partial line this may leave (rewind_metrics)
-            raise OutputError(self.path, _reason(e)) from None
 
     def close(self) -> None:
-        try:
+        with writing(self.path):
             self._f.close()
-        except OSError as e:
-            raise OutputError(self.path, _reason(e)) from None
 
 
 #: rows per read-modify-write block when a rank's original IDs are scattered through the file
