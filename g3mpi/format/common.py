@@ -160,6 +160,19 @@ def _umask() -> int:
     return mask
 
 
+def attr_kind(value) -> str | None:
+    """'int', 'bool' or 'str' for a scalar HDF5 attribute value, None for anything else (arrays, floats)."""
+    if isinstance(value, np.ndarray):
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, np.integer)):
+        return "int"
+    if isinstance(value, (str, bytes)):
+        return "str"
+    return None
+
+
 def is_int(x) -> bool:
     """A JSON/Python integer, not a bool (``True`` is an ``int`` to Python)."""
     return isinstance(x, int) and not isinstance(x, bool)

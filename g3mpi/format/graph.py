@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 
 from .common import (FORMAT_VERSION, GRAPH_FORMAT, FormatError, IncrementalSha256, array_sha256,
-                     atomic_file, dataset_sha256, h5_attr_str, index_dtype, row_chunks)
+                     atomic_file, attr_kind, dataset_sha256, h5_attr_str, index_dtype, row_chunks)
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 SELF_LOOP_POLICIES = ("keep", "drop", "add")
@@ -179,19 +179,6 @@ class GraphWriter:
             self._done.add("features")
 
 
-def _attr_kind(value) -> str | None:
-    """'int', 'bool' or 'str' for a scalar HDF5 attribute value, None for anything else (arrays, floats)."""
-    if isinstance(value, np.ndarray):
-        return None
-    if isinstance(value, (bool, np.bool_)):
-        return "bool"
-    if isinstance(value, (int, np.integer)):
-        return "int"
-    if isinstance(value, (str, bytes)):
-        return "str"
-    return None
-
-
 def check_graph_attrs(path, attrs) -> None:
     """FormatError naming the file unless every required attribute is present with its declared kind.
 
@@ -202,7 +189,7 @@ def check_graph_attrs(path, attrs) -> None:
             if name not in attrs:
                 raise FormatError(path, f"attribute {name!r} is missing")
             value = attrs[name]
-            if _attr_kind(value) != kind:
+            if attr_kind(value) != kind:
                 raise FormatError(path, f"attribute {name!r} must be {'an' if kind == 'int' else 'a'} {kind}, "
                                         f"got {value!r:.40}")
             if kind == "int" and value < 0:
@@ -244,7 +231,7 @@ def open_graph(path) -> h5py.File:
         if fmt != GRAPH_FORMAT:
             raise FormatError(path, f"format is {fmt!r}, expected {GRAPH_FORMAT!r}")
         ver = f.attrs.get("version", -1)
-        if _attr_kind(ver) != "int" or ver != FORMAT_VERSION:
+        if attr_kind(ver) != "int" or ver != FORMAT_VERSION:
             raise FormatError(path, f"format version {ver!r:.40} is not supported "
                                     f"(this g3mpi reads version {FORMAT_VERSION})")
         check_graph_attrs(path, f.attrs)

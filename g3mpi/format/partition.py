@@ -16,7 +16,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .common import (FORMAT_VERSION, PART_FORMAT, PARTITION_FORMAT, FormatError, array_sha256, atomic_file,
+from .common import (FORMAT_VERSION, PART_FORMAT, PARTITION_FORMAT, FormatError, array_sha256, atomic_file, attr_kind,
                      file_sha256, h5_attr_str, is_int, row_chunks)
 from .graph import check_csr
 
@@ -185,7 +185,7 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
                 v = f.attrs[k]
                 if k == "partition_id":
                     kw[k] = h5_attr_str(v)
-                elif np.ndim(v) == 0 and np.asarray(v).dtype.kind in "iu":
+                elif attr_kind(v) == "int":
                     kw[k] = int(v)
                 else:
                     raise FormatError(path, f"attribute {k!r} is {v!r}, expected an integer")
