@@ -78,6 +78,12 @@ class PrepareOptions:
 
 # ---------------------------------------------------------------------------------------------- checks
 
+def check_finite_nonneg(option: str, value: float) -> None:
+    """ValueError naming ``option`` unless ``value`` is finite and >= 0 (NaN fails every comparison)."""
+    if not (np.isfinite(value) and value >= 0):
+        raise ValueError(f"{option} must be finite and >= 0, got {value}")
+
+
 def check_edge_ids(path, src: np.ndarray, dst: np.ndarray, num_nodes: int, what: str = "edge") -> None:
     """FormatError naming the first edge whose endpoint lies outside [0, num_nodes)."""
     for name, a in (("source", src), ("target", dst)):

@@ -18,7 +18,7 @@ import numpy as np
 
 from g3mpi.format import index_dtype
 
-from .common import EDGE_CHUNK, RawGraph, progress
+from .common import EDGE_CHUNK, RawGraph, check_finite_nonneg, progress
 from .synthetic import gaussian_feature_blocks
 
 A, B, C, D = 0.57, 0.19, 0.19, 0.05
@@ -70,8 +70,7 @@ def generate_rmat(scale: int, edge_factor: int, feature_dim: int, *, num_classes
                   noise: float = 1.0, seed: int = 0, quiet: bool = False) -> RawGraph:
     if feature_dim < 1 or num_classes < 1:
         raise ValueError("--feature-dim and --classes must be >= 1")
-    if not (np.isfinite(noise) and noise >= 0):
-        raise ValueError(f"--noise must be finite and >= 0, got {noise}")
+    check_finite_nonneg("--noise", noise)
     src, dst = rmat_edges(scale, edge_factor, seed, quiet=quiet)
     n = 1 << scale
     labels = np.random.default_rng(np.random.SeedSequence([seed, 0x1ABE])).integers(0, num_classes, n)

@@ -19,7 +19,7 @@ import numpy as np
 
 from g3mpi.format import index_dtype
 
-from .common import EDGE_CHUNK, RawGraph, progress
+from .common import EDGE_CHUNK, RawGraph, check_finite_nonneg, progress
 from .synthetic import gaussian_feature_blocks
 
 DEFAULT_NOISE = 0.5
@@ -41,8 +41,7 @@ def sbm_degrees(num_nodes: int, num_classes: int, avg_degree: float | None, homo
         d = d_in + d_out
         return d, (d_in / d if d > 0 else 1.0)
     d = 10.0 if avg_degree is None else float(avg_degree)
-    if not (np.isfinite(d) and d >= 0):
-        raise ValueError(f"--avg-degree must be finite and >= 0, got {d}")
+    check_finite_nonneg("--avg-degree", d)
     if not 0 <= homophily <= 1:
         raise ValueError("--homophily must be in [0, 1]")
     return d, homophily
@@ -87,8 +86,7 @@ def generate_sbm(num_nodes: int, num_classes: int, feature_dim: int, *, avg_degr
         raise ValueError("--nodes, --classes and --feature-dim must be >= 1")
     if num_classes > num_nodes:
         raise ValueError("--classes must not exceed --nodes")
-    if not (np.isfinite(noise) and noise >= 0):
-        raise ValueError(f"--noise must be finite and >= 0, got {noise}")
+    check_finite_nonneg("--noise", noise)
     d, h = sbm_degrees(num_nodes, num_classes, avg_degree, homophily, p_in, p_out)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1ABE]))
     labels = rng.permutation(np.arange(num_nodes, dtype=np.int64) % num_classes)
