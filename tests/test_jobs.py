@@ -311,5 +311,9 @@ def test_srun_command_in_an_allocation(tmp_path):
     assert cmd[:4] == ["timeout", "--signal=USR1", "--kill-after=60", "10m"]
     assert cmd[4] == "srun" and "--cpus-per-task=1" in cmd and cmd[-2:] == ["--threads", "2"]
     assert "warning: G3_THREADS=2 threads per rank on 1 CPU(s) per task" in p.stderr
+    # a job that declared no --cpus-per-task (whole --exclusive nodes): srun asks for G3_THREADS, no warning
+    p = launcher("train", "-n", 2, "--dry-run", "--", "--parts", parts, SLURM_JOB_ID=1, G3_THREADS=2)
+    assert p.returncode == 0, p.stderr
+    assert "--cpus-per-task=2" in shlex.split(p.stdout.strip().splitlines()[-1]) and "warning" not in p.stderr
     p = launcher("train", "-n", 2, "--dry-run", "--", "--parts", parts, G3_TIMEOUT="10m")   # mpiexec: SIGTERM
     assert shlex.split(p.stdout.strip().splitlines()[-1])[:2] == ["timeout", "--signal=TERM"]

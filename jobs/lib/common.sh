@@ -441,7 +441,7 @@ g3_stage() {
     local launcher
     launcher=$(g3_launcher) || exit 1
     g3_log "$stage: $n rank(s) x $G3_THREADS thread(s), launcher $launcher"
-    if [[ $launcher == srun ]] && ((G3_THREADS > ${SLURM_CPUS_PER_TASK:-1})); then
+    if [[ $launcher == srun && -n ${SLURM_CPUS_PER_TASK:-} ]] && ((G3_THREADS > SLURM_CPUS_PER_TASK)); then
         g3_log "warning: G3_THREADS=$G3_THREADS threads per rank on ${SLURM_CPUS_PER_TASK:-1} CPU(s) per task (--cpus-per-task): the threads share cores"
     fi
     g3_check_world "$n" "$hostfile" "$ppn"
