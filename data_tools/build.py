@@ -15,8 +15,6 @@ from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, Graph, 
                           part_name, write_meta, write_node_map, write_part)
 from g3mpi.format.partition import NODE_MAP_NAME
 
-from .partitioners.metis import strip_self_loops
-
 
 def relabel(assignment: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """New IDs grouped by part (stable within a part). Returns (new_to_orig, orig_to_new, offsets[P+1])."""
@@ -29,42 +27,105 @@ def relabel(assignment: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndar
     return new_to_orig, orig_to_new, offsets
 
 
-def permute_csr(indptr, indices, new_to_orig, orig_to_new):
-    """CSR of the relabelled graph: row i is old row new_to_orig[i], columns mapped and sorted per row."""
-    deg = np.diff(indptr)[new_to_orig]
-    new_indptr = np.zeros(len(deg) + 1, dtype=np.int64)
-    np.cumsum(deg, out=new_indptr[1:])
-    # gather position of every edge of the new row order
-    starts = np.repeat(indptr[:-1][new_to_orig] - new_indptr[:-1], deg)
-    pos = starts + np.arange(new_indptr[-1], dtype=np.int64)
-    cols = orig_to_new[indices[pos]]
-    rows = np.repeat(np.arange(len(deg), dtype=np.int64), deg)
-    order = np.lexsort((cols, rows))
-    return new_indptr, cols[order]
+#: edges gathered and sorted at a time while a part's CSR is built: bounds the temporaries (about 40 bytes per
+#: edge of a block) whatever the size of the graph or of its largest part
+BLOCK_EDGES = 1 << 22
+
+
+def row_blocks(deg: np.ndarray, block_edges: int = BLOCK_EDGES) -> np.ndarray:
+    """Boundaries [0, ..., len(deg)] of consecutive row ranges holding about ``block_edges`` edges each (a row
+    with more edges than that is a range of its own)."""
+    ends = np.cumsum(deg)
+    if len(ends) == 0 or ends[-1] <= block_edges:
+        return np.array([0, len(deg)], dtype=np.int64)
+    cuts = np.searchsorted(ends, np.arange(block_edges, ends[-1], block_edges), side="left") + 1
+    return np.unique(np.concatenate([[0], np.minimum(cuts, len(deg)), [len(deg)]])).astype(np.int64)
+
+
+def degrees(indptr: np.ndarray, indices: np.ndarray, block_edges: int = BLOCK_EDGES):
+    """(self loops, in-degree without them, out-degree without them) per node of a CSR of in-edges, by row blocks."""
+    n = len(indptr) - 1
+    deg = np.diff(indptr)
+    loops = np.zeros(n, dtype=np.int64)
+    out_deg = np.zeros(n, dtype=np.int64)
+    # at least n edges per block: each block's bincount of the out-degrees costs O(n)
+    b = row_blocks(deg, max(block_edges, n))
+    for lo, hi in zip(b[:-1], b[1:]):
+        src = np.asarray(indices[indptr[lo]:indptr[hi]])
+        dst = np.repeat(np.arange(lo, hi, dtype=src.dtype), deg[lo:hi])
+        loop = src == dst
+        loops[lo:hi] = np.bincount(dst[loop] - lo, minlength=hi - lo)
+        out_deg += np.bincount(src[~loop], minlength=n)
+    return loops, deg - loops, out_deg
+
+
+def part_csr(indptr, indices, rows: np.ndarray, first: int, orig_to_new: np.ndarray,
+             block_edges: int = BLOCK_EDGES) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the relabelled graph restricted to one part's rows, without self loops.
+
+    ``rows``: the part's original node IDs in new-ID order (new IDs ``first, first + 1, ...``). Returns
+    (indptr [len(rows)+1] int64, columns as new IDs, sorted within each row, dtype of ``orig_to_new``). Rows are
+    gathered and sorted ``block_edges`` edges at a time."""
+    deg = np.diff(indptr)[rows]
+    b = row_blocks(deg, block_edges)
+    cols, counts = [], []
+    for lo, hi in zip(b[:-1], b[1:]):
+        d = deg[lo:hi]
+        starts = np.repeat(indptr[rows[lo:hi]] - np.cumsum(d) + d, d)   # original offset of each row's first edge
+        pos = starts + np.arange(int(d.sum()), dtype=np.int64)
+        c = orig_to_new[indices[pos]]
+        del starts, pos
+        r = np.repeat(np.arange(first + lo, first + hi, dtype=c.dtype), d)
+        keep = c != r
+        c, r = c[keep], r[keep]
+        order = np.lexsort((c, r))
+        cols.append(c[order])
+        counts.append(np.bincount(r - (first + lo), minlength=hi - lo))
+        del c, r, keep, order
+    out_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(np.concatenate(counts) if counts else np.zeros(0, np.int64), out=out_indptr[1:])
+    return out_indptr, (np.concatenate(cols) if len(cols) > 1 else cols[0] if cols
+                        else np.zeros(0, dtype=orig_to_new.dtype))
+
+
+def localize(cols: np.ndarray, s: int, e: int) -> tuple[np.ndarray, np.ndarray]:
+    """(local indices, halo) of a part owning new IDs [s, e): owned columns become 0..e-s-1, the others
+    e-s + their rank in the sorted halo (the distinct columns outside [s, e))."""
+    outside = (cols < s) | (cols >= e)
+    halo = np.unique(cols[outside]).astype(np.int64)
+    local = np.empty(len(cols), dtype=index_dtype(e - s + len(halo)))
+    local[~outside] = cols[~outside] - s
+    local[outside] = (e - s) + np.searchsorted(halo, cols[outside])
+    return local, halo
 
 
 def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: str):
-    """Yield (PartData, new_to_orig, offsets) pieces: one PartData per part, built from the whole graph."""
+    """Yield (PartData, new_to_orig, offsets) pieces: one PartData per part, built from the whole graph.
+
+    Memory: one pass over the graph for the degrees, then each part's CSR built from its own rows (in blocks of
+    :data:`BLOCK_EDGES` edges) and kept as local indices (the graph's edges once more, at 4 bytes each when a
+    part has under 2**31 rows) until every halo is known; the send lists need all of them. Features, labels
+    and masks are gathered one part at a time as it is written."""
     n = g.num_nodes
     assignment = np.asarray(assignment, dtype=np.int64)
     if assignment.shape != (n,) or (n and (assignment.min() < 0 or assignment.max() >= num_parts)):
         raise ValueError(f"assignment must give every node a part in [0, {num_parts})")
-    indices = g.indices.astype(np.int64)
-    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(g.indptr))
-    loops = np.bincount(dst[indices == dst], minlength=n).astype(np.int64)   # per original ID
-    del dst
-    indptr, indices, _ = strip_self_loops(g.indptr, indices)
+    loops, in_deg, out_deg = degrees(g.indptr, g.indices, BLOCK_EDGES)
     new_to_orig, orig_to_new, offsets = relabel(assignment, num_parts)
-    indptr, cols = permute_csr(indptr, indices, new_to_orig, orig_to_new)
-    in_deg = np.diff(indptr)
-    out_deg = np.bincount(cols, minlength=n).astype(np.int64)
+    orig_to_new = orig_to_new.astype(index_dtype(n))
+    num_edges = int(in_deg.sum())
 
-    owner = np.repeat(np.arange(num_parts, dtype=np.int64), np.diff(offsets))
-    halos = []
+    csrs, halos = [], []
     for p in range(num_parts):
         s, e = int(offsets[p]), int(offsets[p + 1])
-        c = cols[indptr[s]:indptr[e]]
-        halos.append(np.unique(c[(c < s) | (c >= e)]))
+        ip, cols = part_csr(g.indptr, g.indices, new_to_orig[s:e], s, orig_to_new, BLOCK_EDGES)
+        local, h = localize(cols, s, e)
+        del cols
+        csrs.append((ip, local))
+        halos.append(h)
+    del orig_to_new
+
+    owner = np.repeat(np.arange(num_parts, dtype=np.int64), np.diff(offsets))
     # send lists: what part q needs from part p, in the order of q's halo slice for p
     sends = [dict() for _ in range(num_parts)]
     for q, h in enumerate(halos):
@@ -75,29 +136,27 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
 
     for p in range(num_parts):
         s, e = int(offsets[p]), int(offsets[p + 1])
-        no = e - s
         h = halos[p]
-        c = cols[indptr[s]:indptr[e]]
-        inside = (c >= s) & (c < e)
-        local = np.where(inside, c - s, no + np.searchsorted(h, c))
-        own_h = owner[h]
-        recv_parts, recv_counts = np.unique(own_h, return_counts=True)
+        ip, local = csrs[p]
+        csrs[p] = halos[p] = None     # released as soon as the part is written
+        recv_parts, recv_counts = np.unique(owner[h], return_counts=True)
         recv_offsets = np.zeros(len(recv_parts) + 1, dtype=np.int64)
         np.cumsum(recv_counts, out=recv_offsets[1:])
         sp = sorted(sends[p])
         send_rows = np.concatenate([sends[p][q] for q in sp]) if sp else np.zeros(0, dtype=np.int64)
         send_offsets = np.zeros(len(sp) + 1, dtype=np.int64)
         np.cumsum([len(sends[p][q]) for q in sp], out=send_offsets[1:])
-        rows_all = np.concatenate([np.arange(s, e, dtype=np.int64), h])
+        sends[p] = None
         orig = new_to_orig[s:e]
+        orig_all = np.concatenate([orig, new_to_orig[h]])
         yield PartData(
-            part_id=p, num_parts=num_parts, num_nodes=n, num_edges=int(indptr[-1]),
+            part_id=p, num_parts=num_parts, num_nodes=n, num_edges=num_edges,
             feature_dim=g.features.shape[1], num_classes=int(g.attrs["num_classes"]), owned_start=s, owned_end=e,
             partition_id=partition_id,
-            indptr=(indptr[s:e + 1] - indptr[s]).astype(np.int64), indices=local.astype(index_dtype(no + len(h))),
-            halo_ids=h.astype(np.int64), recv_parts=recv_parts.astype(np.int32), recv_offsets=recv_offsets,
+            indptr=ip, indices=local,
+            halo_ids=h, recv_parts=recv_parts.astype(np.int32), recv_offsets=recv_offsets,
             send_parts=np.asarray(sp, dtype=np.int32), send_offsets=send_offsets,
-            send_rows=send_rows.astype(np.int64), in_degree=in_deg[rows_all], out_degree=out_deg[rows_all],
+            send_rows=send_rows.astype(np.int64), in_degree=in_deg[orig_all], out_degree=out_deg[orig_all],
             self_loops=loops[orig],
             features=np.ascontiguousarray(g.features[orig], dtype=np.float32), labels=g.labels[orig].astype(np.int64),
             train_mask=g.train_mask[orig], val_mask=g.val_mask[orig], test_mask=g.test_mask[orig], orig_ids=orig,

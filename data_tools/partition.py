@@ -22,10 +22,11 @@ import numpy as np
 from g3mpi.format import FormatError, load_graph
 from g3mpi.format.common import check_output
 
-from .build import strip_self_loops, write_partition
+from .build import write_partition
 from .partitioners import (BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, parse_bandwidth,
                            random_partition)
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
+from .partitioners.metis import strip_self_loops
 
 PROG = "g3-partition"
 MAX_PARTS = 1024

@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 
 from conftest import run_module
-from partition_graphs import cora_graph, random_graph, write
-from data_tools.build import strip_self_loops, write_partition
+from partition_graphs import cora_graph, graph_from_edges, random_graph, write
+from data_tools import build
+from data_tools.build import write_partition
 from data_tools.inspection import inspect_path
 from data_tools.partition import main as partition_main
 from data_tools.partitioners import metis_partition, partition_stats, random_partition
 from data_tools.partitioners.cost import out_edges
+from data_tools.partitioners.metis import strip_self_loops
 from g3mpi.format import read_meta, read_node_map, read_part
+from g3mpi.format.partition import ARRAYS, SCALARS
 
 METHODS = [("metis", "nodes"), ("metis", "edges"), ("metis", "both"), ("metis", "train"), ("random", None),
            ("g3", None)]
@@ -125,6 +128,34 @@ def test_stats_match_written_parts(seed, tmp_path):
     s = partition_stats(*out_edges(indptr, indices), a, P)
     for k in ("owned", "local_edges", "halo", "send", "cut_edges", "neighbors"):
         assert list(s[k]) == [st[k] for st in meta["parts"]], k
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_blocked_build_equals_unblocked(seed, monkeypatch):
+    """Parts built a few edges at a time (rows split into blocks of 1 or 5 edges) equal parts built in one block,
+    array by array, on a multigraph with self loops, duplicate edges, isolated nodes and an empty part."""
+    g = random_graph(n=120, m=800, seed=20 + seed)
+    rng = np.random.default_rng(seed)
+    dup = rng.integers(0, g.num_edges, 60)        # duplicate 60 edges
+    dst = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
+    g = graph_from_edges(np.concatenate([g.indices, g.indices[dup]]), np.concatenate([dst, dst[dup]]), g.features,
+                         g.labels, (g.train_mask, g.val_mask, g.test_mask), source="dup")
+    P = 6
+    a = rng.choice([0, 1, 2, 4, 5], g.num_nodes)   # part 3 stays empty
+
+    def parts(block):
+        monkeypatch.setattr(build, "BLOCK_EDGES", block)
+        return [(pd, n2o.copy(), off.copy()) for pd, n2o, off in build.build_parts(g, a, P, "id")]
+
+    whole = parts(10**9)
+    assert whole[3][0].num_owned == 0 and whole[0][0].num_edges == len(expected_edges(g)[0])
+    for block in (1, 5):
+        for (x, n2o_x, off_x), (y, n2o_y, off_y) in zip(whole, parts(block)):
+            assert np.array_equal(n2o_x, n2o_y) and np.array_equal(off_x, off_y)
+            for k in ARRAYS:
+                u, v = getattr(x, k), getattr(y, k)
+                assert u.dtype == v.dtype and np.array_equal(u, v), (block, x.part_id, k)
+            assert all(getattr(x, k) == getattr(y, k) for k in SCALARS)
 
 
 @pytest.mark.parametrize("seed", range(4))
