@@ -65,6 +65,51 @@ def test_watchdog_fires_with_names():
     assert "DONE [0] 4.0" in p.stdout and "ACTIVE False True" in p.stdout
 
 
+WATCHDOG_CALLS = r"""
+import numpy as np
+from mpi4py import MPI
+from g3mpi.comm.watchdog import Watchdog
+
+class Fired(Exception):
+    pass
+
+def boom(code):
+    raise Fired
+
+comm = MPI.COMM_SELF
+for timeout in (0.0, 5.0):                      # blocking calls, then the deadline-polled ones: same results
+    wd = Watchdog(comm, timeout, prog="t", abort=boom)
+    wd.barrier("b")
+    got = np.zeros((1, 2), dtype=np.int64)
+    wd.alltoall(np.array([[3, 4]], dtype=np.int64), got, "a")
+    rreq = comm.irecv(bytearray(1 << 12), source=0, tag=9)      # a send to oneself needs its receive posted
+    wd.send({"k": "é"}, 0, 9, "s")
+    sreq = comm.isend(("z", 2), dest=0, tag=10)
+    print("CALLS", got.tolist(), wd.allgather(("x", None), "g"), wd.bcast([1, "y"], 0, "c"), rreq.wait(),
+          wd.recv(0, 10, "r"))
+    sreq.wait()
+wd = Watchdog(comm, 0.3, prog="t", abort=boom)
+wd.context = "after epoch 2"
+try:
+    wd.recv(0, 11, "ranks' turns writing predictions.h5")   # nobody sends
+except Fired:
+    print("FIRED")
+"""
+
+
+def test_watchdog_collectives_and_point_to_point():
+    """The start-up's and the outputs' waits: with a deadline they return what the blocking calls return, and
+    a receive that never comes fires naming the sender and the wait."""
+    p = subprocess.run([sys.executable, "-c", WATCHDOG_CALLS], capture_output=True, text=True, env=tool_env(),
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    calls = [x for x in p.stdout.splitlines() if x.startswith("CALLS")]
+    assert calls == ["CALLS [[3, 4]] [('x', None)] [1, 'y'] {'k': 'é'} ('z', 2)"] * 2, p.stdout
+    assert "FIRED" in p.stdout
+    line = p.stderr.strip().splitlines()[-1]
+    assert line.startswith("t: error: [rank 0] communication timeout: blocked")
+    assert "waiting for rank 0 in the ranks' turns writing predictions.h5, after epoch 2; aborting the job" in line
+
 
 def test_abort_waits_until_stderr_is_read(tmp_path, monkeypatch):
     """abort_job writes its line in one write, aborts only after the pipe's reader took all of it (hydra would

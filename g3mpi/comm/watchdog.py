@@ -7,12 +7,19 @@ short sleeps (a few microseconds growing to at most ``MAX_SLEEP_S``), and a dead
 longer than ``timeout`` seconds, the rank prints one line naming itself, the neighbour(s) it waits for, the
 exchange (layer) and the direction, and aborts the communicator (which ends every rank of the job).
 
+The start-up checks and the writing of the outputs use the watchdog's collectives and point-to-point calls
+(:meth:`Watchdog.barrier`, :meth:`~Watchdog.alltoall`, :meth:`~Watchdog.allgather`, :meth:`~Watchdog.bcast`,
+:meth:`~Watchdog.send`, :meth:`~Watchdog.recv`): with a deadline they are the non-blocking calls polled to
+completion (objects travel pickled, their size first), so one rank stopped anywhere before, during or after
+training ends the job too. A collective cannot tell which rank never arrived; a point-to-point wait names it.
+
 ``timeout <= 0`` disables it: the plain blocking calls are used and nothing changes.
 """
 from __future__ import annotations
 
 import time
 
+import numpy as np
 from mpi4py import MPI
 
 from .abort import abort_job
@@ -90,6 +97,65 @@ class Watchdog:
             return
         req = self.comm.Iallreduce(MPI.IN_PLACE, buf, op=op)
         self._poll(lambda: (req.Test(), None), lambda waited: self._message(waited, None, what))
+
+    def barrier(self, what: str) -> None:
+        """``Barrier``; with a deadline, ``Ibarrier`` polled to completion."""
+        if not self.active:
+            self.comm.Barrier()
+            return
+        self.wait_collective([self.comm.Ibarrier()], what)
+
+    def alltoall(self, sendbuf, recvbuf, what: str) -> None:
+        """``Alltoall`` of numpy buffers; with a deadline, ``Ialltoall`` polled to completion."""
+        if not self.active:
+            self.comm.Alltoall(sendbuf, recvbuf)
+            return
+        self.wait_collective([self.comm.Ialltoall(sendbuf, recvbuf)], what)
+
+    def allgather(self, obj, what: str) -> list:
+        """``comm.allgather(obj)`` (any picklable object); with a deadline, ``Iallgather`` of the pickles' sizes
+        then ``Iallgatherv`` of their bytes, each polled to completion."""
+        if not self.active:
+            return self.comm.allgather(obj)
+        data = np.frombuffer(MPI.pickle.dumps(obj), dtype=np.uint8)
+        sizes = np.zeros(self.comm.size, dtype=np.int64)
+        self.wait_collective([self.comm.Iallgather(np.array([data.size], dtype=np.int64), sizes)], what)
+        displs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        buf = np.empty(int(sizes.sum()), dtype=np.uint8)
+        self.wait_collective([self.comm.Iallgatherv(data, [buf, (sizes, displs), MPI.BYTE])], what)
+        return [MPI.pickle.loads(buf[d:d + n].tobytes()) for d, n in zip(displs.tolist(), sizes.tolist())]
+
+    def bcast(self, obj, root: int, what: str):
+        """``comm.bcast(obj, root)``; with a deadline, ``Ibcast`` of the pickle's size then of its bytes, each
+        polled to completion. Like every collective it cannot name the rank that never arrived (a broadcast may
+        pass through other ranks than ``root``): say in ``what`` what ``root`` does before it."""
+        if not self.active:
+            return self.comm.bcast(obj, root=root)
+        mine = self.comm.rank == root
+        data = np.frombuffer(MPI.pickle.dumps(obj), dtype=np.uint8) if mine else None
+        n = np.array([data.size if mine else 0], dtype=np.int64)
+        self.wait_collective([self.comm.Ibcast(n, root=root)], what)
+        buf = data.copy() if mine else np.empty(int(n[0]), dtype=np.uint8)
+        self.wait_collective([self.comm.Ibcast([buf, MPI.BYTE], root=root)], what)
+        return obj if mine else MPI.pickle.loads(buf.tobytes())
+
+    def send(self, obj, dest: int, tag: int, what: str) -> None:
+        """``comm.send(obj, dest, tag)``; with a deadline, ``isend`` waited for with :meth:`waitall`."""
+        if not self.active:
+            self.comm.send(obj, dest=dest, tag=tag)
+            return
+        self.waitall([self.comm.isend(obj, dest=dest, tag=tag)], [dest], what)
+
+    def recv(self, source: int, tag: int, what: str):
+        """``comm.recv(source=source, tag=tag)``; with a deadline, ``improbe`` polled until the message is there,
+        then received. A rank that waits too long names ``source``."""
+        if not self.active:
+            return self.comm.recv(source=source, tag=tag)
+
+        def test():
+            msg = self.comm.improbe(source=source, tag=tag)
+            return msg is not None, msg
+        return self._poll(test, lambda waited: self._message(waited, [source], what)).recv()
 
     # -- firing ---------------------------------------------------------------------------------------------
     def _message(self, waited: float, peers, what: str) -> str:
