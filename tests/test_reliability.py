@@ -196,6 +196,10 @@ LOAD_FAULTS = {
     "recv_parts_2d": (_recv_parts_2d, []),
     "unlabelled_train_node": (_unlabelled_train_node, []),
     "no_train_nodes": (_no_train_nodes, []),
+    # the same start-up checks with the watchdog's deadline-polled collectives (pickles of unequal sizes)
+    "byte_flipped_watchdog": (_flip_byte, ["--comm-timeout", "30"]),
+    "neighbour_mismatch_watchdog": (_neighbour_mismatch, ["--comm-timeout", "30"]),
+    "no_train_nodes_watchdog": (_no_train_nodes, ["--comm-timeout", "30"]),
 }
 
 
@@ -417,6 +421,25 @@ def test_watchdog_names_stalled_neighbour(parts, tmp_path):
     # the job ended long before the stalled rank woke up: within the timeout plus a few seconds after epoch 2
     assert [r["epoch"] for r in _metrics(run)] == [1, 2]
     assert t_end - (run / "metrics.jsonl").stat().st_mtime < 30
+
+
+def test_watchdog_covers_startup_checks(parts, tmp_path):
+    """A rank stalled before the start-up halo check (before the first epoch) ends the job after --comm-timeout,
+    one line per waiting rank naming the check; the other ranks once blocked in its Alltoall until it woke up."""
+    run, pids = tmp_path / "run", tmp_path / "pids"
+    pids.mkdir()
+    p = train(3, parts / "p3", run, "--epochs", "4", "--comm-timeout", "2", check=False, timeout=120,
+              env={"G3_TEST_STALL": "1:startup:300", "G3_TEST_PIDFILE": str(pids)})
+    t_end = time.time()
+    assert p.returncode != 0
+    lines = [x for r, v in error_lines(p.stderr).items() if r != 1 for x in v]
+    assert lines, p.stderr
+    for msg in lines:
+        assert "communication timeout: blocked" in msg and "--comm-timeout 2" in msg, msg
+        assert "in the start-up check 'halo lists'" in msg, msg
+    assert not run.exists()   # it ended before the run directory was made
+    # within the timeout plus a few seconds of the ranks' start (each wrote its pid when it began loading)
+    assert t_end - max(f.stat().st_mtime for f in pids.iterdir()) < 30
 
 
 def _alive(pid: int) -> bool:

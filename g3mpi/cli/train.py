@@ -80,9 +80,11 @@ def _error(comm, msg: str) -> None:
     write_line(_line(comm, msg))
 
 
-def _agree(comm, err: str | None, what: str) -> bool:
-    """Every rank learns whether any rank failed; each prints one line. True if all succeeded."""
-    errs = comm.allgather(err)
+def _agree(watchdog, err: str | None, what: str, check: str) -> bool:
+    """Every rank learns whether any rank failed; each prints one line. True if all succeeded. The waits are the
+    ``watchdog``'s (with ``--comm-timeout``, a rank that never arrives ends the job naming the start-up ``check``)."""
+    comm = watchdog.comm
+    errs = watchdog.allgather(err, f"start-up check {check!r}")
     if not any(errs):
         return True
     if err:
@@ -90,7 +92,7 @@ def _agree(comm, err: str | None, what: str) -> bool:
     else:
         _error(comm, f"stopping: rank(s) {[r for r, e in enumerate(errs) if e]} {what}")
     # every line is out before any rank exits (under `python -m mpi4py` the first non-zero exit aborts the rest)
-    comm.Barrier()
+    watchdog.barrier(f"start-up check {check!r} (every rank's line is out before the job ends)")
     return False
 
 
@@ -101,12 +103,15 @@ def main(argv=None, comm=None) -> int:
     comm = comm or MPI.COMM_WORLD
     ap = build_parser()
     args = vars(ap.parse_args(argv))
+    import numpy as np
+
     from g3mpi.comm.consistency import check_neighbours
+    from g3mpi.comm.watchdog import Watchdog
     from g3mpi.format import FormatError, part_name, read_meta, read_part
     from g3mpi.log import setup_logging
     from g3mpi.train import ConfigError, Trainer, config_from, prepare_run_dir
     from g3mpi.train.checkpoint import CHECKPOINT_NAME, CheckpointError, check_compatible, load_checkpoint
-    from g3mpi.train.faults import TrainingFault
+    from g3mpi.train.faults import TestHooks, TrainingFault
     from g3mpi.train.rundir import OutputError
     from g3mpi.train.stop import EXIT_STOPPED, StopSignals
 
@@ -128,14 +133,17 @@ def main(argv=None, comm=None) -> int:
         _error(comm, str(e))
         return 2
     log = setup_logging(comm, cfg.log_level)
+    # every wait from here on has the --comm-timeout deadline (none with 0: the plain blocking calls)
+    watchdog = Watchdog(comm, cfg.comm_timeout, prog=PROG)
 
     if cfg.release_memory:
         from g3mpi.train.trainer import return_freed_memory
         return_freed_memory()   # before the part is loaded (the Trainer sets it too)
 
     # every rank loads its own part; failures anywhere are agreed on before any exchange starts
-    err, part, meta = None, None, None
+    err, part, meta, hooks = None, None, None, None
     try:
+        hooks = TestHooks.from_env(comm.rank)
         meta = read_meta(cfg.parts)
         if meta["num_parts"] != comm.size:
             raise FormatError(f"{cfg.parts}/meta.json",
@@ -146,22 +154,24 @@ def main(argv=None, comm=None) -> int:
         err = str(e)
     except Exception as e:  # noqa: BLE001 - any load failure must reach every rank
         err = f"{type(e).__name__}: {e}"
-    if not _agree(comm, err, "failed to load their part"):
+    if not _agree(watchdog, err, "failed to load their part", "part files"):
         return 1
+    hooks.stall_at("startup")
     # halo/send consistency with every neighbour (a pairwise exchange of counts and ID checksums)
     try:
-        err = check_neighbours(comm, part, name_of=part_name)
+        err = check_neighbours(comm, part, name_of=part_name, watchdog=watchdog)
         err = err and f"{cfg.parts.rstrip('/')}/{part_name(comm.rank)}: {err}"
     except Exception:  # noqa: BLE001 - failed inside its collectives: the others may wait there, so no _agree
         abort_job(comm, _line(comm, "checking the halo against the neighbours failed:\n" + traceback.format_exc()))
         return 1
-    if not _agree(comm, err, "found their halo inconsistent with a neighbour"):
+    if not _agree(watchdog, err, "found their halo inconsistent with a neighbour", "halo lists"):
         return 1
-    train_nodes = comm.allreduce(int(part.train_mask.sum()))
-    if not train_nodes:  # before the run directory is made: nothing to train on
+    train_nodes = np.array([int(part.train_mask.sum())], dtype=np.int64)
+    watchdog.allreduce(train_nodes, what="start-up check 'training nodes'")
+    if not train_nodes[0]:  # before the run directory is made: nothing to train on
         _error(comm, f"{cfg.parts}: the graph has no training nodes (no labels, or an empty train mask; "
                      "g3-prepare edgelist takes them with --labels and --masks)")
-        comm.Barrier()
+        watchdog.barrier("start-up check 'training nodes' (every rank's line is out before the job ends)")
         return 1
     ckpt = None
     if resume:
@@ -171,10 +181,11 @@ def main(argv=None, comm=None) -> int:
                              finished=Path(resume, "summary.json").exists())
         except CheckpointError as e:
             err = str(e)
-        if not _agree(comm, err, "could not resume from the checkpoint"):
+        if not _agree(watchdog, err, "could not resume from the checkpoint", "checkpoint"):
             return 1
     run_dir, err = prepare_run_dir(comm, cfg, resume_epoch=ckpt["epoch"] if ckpt else None,
-                                   resume_eval_every=ckpt["config"].get("eval_every") if ckpt else None)
+                                   resume_eval_every=ckpt["config"].get("eval_every") if ckpt else None,
+                                   watchdog=watchdog)
     if err:
         _error(comm, err)
         return 1
@@ -184,7 +195,7 @@ def main(argv=None, comm=None) -> int:
     try:
         # SIGTERM / SIGUSR1 (a batch job's time limit, scancel, kill): stop after the epoch with a checkpoint
         with StopSignals() as stop:
-            trainer = Trainer(cfg, comm, part, meta, stop=stop)
+            trainer = Trainer(cfg, comm, part, meta, stop=stop, watchdog=watchdog, hooks=hooks)
             if ckpt is not None:
                 trainer.restore(ckpt)
                 log.info("resuming from %s at epoch %d", run_dir / CHECKPOINT_NAME, ckpt["epoch"])
@@ -192,7 +203,7 @@ def main(argv=None, comm=None) -> int:
             trainer.close()
     except TrainingFault as e:  # raised on every rank together: a clean, coordinated exit
         _error(comm, str(e))
-        comm.Barrier()
+        watchdog.barrier("exit after a training fault (every rank's line is out before the job ends)")
         return 1
     except OutputError as e:  # a file of the run directory (often on rank 0 alone): one line, end the job
         abort_job(comm, _line(comm, str(e)))
@@ -206,7 +217,7 @@ def main(argv=None, comm=None) -> int:
             write_line(f"g3-train: stopped by {why} after epoch {summary['epoch']} of {cfg.epochs}: "
                        f"{run_dir / CHECKPOINT_NAME} is written; continue with: mpiexec -n {comm.size} "
                        f"g3-train --resume {run_dir}")
-        comm.Barrier()   # every rank is here: the checkpoint and the line are out
+        watchdog.barrier("exit after a stop signal (the checkpoint and the line are out before the job ends)")
         if own_world:
             # exit 75 on every rank, cleanly: under `python -m mpi4py` a non-zero exit with MPI still initialised
             # calls MPI_Abort, which srun reports as killed tasks (exit status 137) instead of 75

@@ -10,16 +10,20 @@ the other never sends) or read rows of the wrong size or nodes.
 2. For every pair where the sender announces rows, point-to-point: the sender sends the SHA-256 of the global
    IDs it sends (``owned_start + send_rows``), the receiver compares it with the SHA-256 of its halo slice.
 
-Every rank returns its own problem (or None); the caller agrees on the outcome with the other ranks.
+Every rank returns its own problem (or None); the caller agrees on the outcome with the other ranks. With an
+active watchdog (``--comm-timeout``) both steps wait with its deadline: a rank that never arrives ends the job with
+one line naming the start-up check ``'halo lists'`` (and, in step 2, the neighbour).
 """
 from __future__ import annotations
 
 import hashlib
 
 import numpy as np
-from mpi4py import MPI
+from .watchdog import Watchdog
 
 _TAG = 7311
+#: the name of this check in the watchdog's messages
+WAIT = "start-up check 'halo lists'"
 
 
 def _digest(ids: np.ndarray) -> np.ndarray:
@@ -27,9 +31,11 @@ def _digest(ids: np.ndarray) -> np.ndarray:
                          dtype=np.uint8).copy()
 
 
-def check_neighbours(comm, part, name_of=lambda p: f"part {p}") -> str | None:
+def check_neighbours(comm, part, name_of=lambda p: f"part {p}", watchdog: Watchdog | None = None) -> str | None:
     """Compare this rank's halo slices with what each neighbour sends. Collective over ``comm``; the part of
-    rank r must be part r. Returns a one-line description of the first problem on this rank, or None."""
+    rank r must be part r. ``watchdog`` (on ``comm``) bounds the waits; without one they block. Returns a
+    one-line description of the first problem on this rank, or None."""
+    wd = watchdog or Watchdog(comm, 0)
     P = comm.size
     counts = np.zeros((P, 2), dtype=np.int64)   # [q] = (rows I send to q, rows I expect from q)
     send_ids, recv_ids = {}, {}
@@ -48,15 +54,17 @@ def check_neighbours(comm, part, name_of=lambda p: f"part {p}") -> str | None:
         send_ids, recv_ids = {}, {}
         local = f"its neighbour lists are malformed ({type(e).__name__}: {e})"
     theirs = np.zeros_like(counts)              # [q] = (rows q sends me, rows q expects from me)
-    comm.Alltoall(counts, theirs)
-    reqs, got = [], {}
+    wd.alltoall(counts, theirs, WAIT)
+    reqs, peers, got = [], [], {}
     for q in range(P):
         if theirs[q, 0] > 0:
             got[q] = np.zeros(32, dtype=np.uint8)
             reqs.append(comm.Irecv(got[q], source=q, tag=_TAG))
+            peers.append(q)
     for q, ids in send_ids.items():
         reqs.append(comm.Isend(_digest(ids), dest=q, tag=_TAG))
-    MPI.Request.Waitall(reqs)
+        peers.append(q)
+    wd.waitall(reqs, peers, WAIT)
     if local:
         return local
     for q in range(P):

@@ -5,7 +5,9 @@ hold, e.g. the allreduced gradient buffer), so the command line can print one li
 cleanly, without ``MPI_Abort``. Anything else raised on one rank is a local failure and aborts the job.
 
 Test-only hooks (environment variables, read once when a trainer starts; never set them in production):
-  ``G3_TEST_STALL=RANK:EPOCH:SECONDS``  rank RANK sleeps SECONDS at the start of epoch EPOCH (watchdog tests)
+  ``G3_TEST_STALL=RANK:WHEN:SECONDS``   rank RANK sleeps SECONDS at the start of epoch WHEN, or at the point WHEN
+                                        names (``STALL_POINTS``: ``startup``, before the start-up halo check)
+                                        (watchdog tests)
   ``G3_TEST_NAN=RANK:EPOCH[:PARAM]``    rank RANK's loss (or the gradient of parameter PARAM) becomes NaN at
                                         epoch EPOCH (numerical-fault tests)
   ``G3_TEST_PIDFILE=DIR``               every rank writes its pid to DIR/rank-R.pid (rank-failure tests)
@@ -18,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+#: the named points where G3_TEST_STALL can make a rank sleep (besides the start of an epoch)
+STALL_POINTS = ("startup",)
 
 
 class TrainingFault(RuntimeError):
@@ -52,7 +57,7 @@ class TestHooks:
     __test__ = False  # not a pytest class
 
     rank: int = 0
-    stall: tuple | None = None     # (epoch, seconds)
+    stall: tuple | None = None     # (epoch or one of STALL_POINTS, seconds)
     nan: tuple | None = None       # (epoch, "loss" or parameter name)
 
     @classmethod
@@ -60,7 +65,13 @@ class TestHooks:
         env = os.environ if env is None else env
         stall = nan = None
         if env.get("G3_TEST_STALL"):
-            r, e, s = _parse("G3_TEST_STALL", env["G3_TEST_STALL"], 3, (int, int, float))
+            r, e, s = _parse("G3_TEST_STALL", env["G3_TEST_STALL"], 3, (int, str, float))
+            if e not in STALL_POINTS:
+                try:
+                    e = int(e)
+                except ValueError:
+                    raise ValueError(f"G3_TEST_STALL={env['G3_TEST_STALL']!r}: WHEN must be an epoch or one of "
+                                     f"{', '.join(STALL_POINTS)}") from None
             stall = (e, s) if r == rank else None
         if env.get("G3_TEST_NAN"):
             r, e, *what = _parse("G3_TEST_NAN", env["G3_TEST_NAN"], 2, (int, int, str))
@@ -71,7 +82,11 @@ class TestHooks:
         return cls(rank=rank, stall=stall, nan=nan)
 
     def epoch_start(self, epoch: int) -> None:
-        if self.stall and self.stall[0] == epoch:
+        self.stall_at(epoch)
+
+    def stall_at(self, when) -> None:
+        """Sleep here if G3_TEST_STALL names this rank and ``when`` (an epoch or one of STALL_POINTS)."""
+        if self.stall and self.stall[0] == when:
             time.sleep(self.stall[1])
 
     def corrupt_loss(self, epoch: int, loss: torch.Tensor) -> torch.Tensor:

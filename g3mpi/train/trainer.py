@@ -82,17 +82,20 @@ def current_rss_bytes() -> int:
 class Trainer:
     """Owns one rank's graph view, model and optimiser. ``comm`` is injected; every rank calls the same methods."""
 
-    def __init__(self, cfg: TrainConfig, comm, part, meta: dict, stop=None):
+    def __init__(self, cfg: TrainConfig, comm, part, meta: dict, stop=None, watchdog: Watchdog | None = None,
+                 hooks: TestHooks | None = None):
         """``stop``: a :class:`~g3mpi.train.stop.StopSignals` (or anything with a ``received`` attribute): when
-        set on any rank, :meth:`fit` stops after the current epoch with a checkpoint."""
+        set on any rank, :meth:`fit` stops after the current epoch with a checkpoint. ``watchdog`` (on ``comm``,
+        with ``cfg.comm_timeout``) and ``hooks`` are the caller's when it has them (g3-train's start-up uses
+        them too), else made here."""
         self.cfg, self.comm, self.part, self.meta = cfg, comm, part, meta
         self.stop = stop
         if cfg.release_memory:
             return_freed_memory()
         torch.set_num_threads(cfg.threads)
         simnet = SimNet.from_spec(cfg.sim_net) if cfg.sim_net else None
-        self.watchdog = Watchdog(comm, cfg.comm_timeout, prog="g3-train")
-        self.hooks = TestHooks.from_env(comm.rank)
+        self.watchdog = watchdog or Watchdog(comm, cfg.comm_timeout, prog="g3-train")
+        self.hooks = hooks or TestHooks.from_env(comm.rank)
         self.ctx = CommContext(comm, simnet, watchdog=self.watchdog if self.watchdog.active else None)
         self.graph = DistGraph(part, self.ctx, Schedule(cfg.schedule, cfg.chunk_rows))
         torch.manual_seed(cfg.seed)
@@ -109,7 +112,7 @@ class Trainer:
         self.y = torch.from_numpy(part.labels)
         self.masks = {s: torch.from_numpy(getattr(part, f"{s}_mask")) for s in SPLITS}
         counts = np.array([int(self.masks[s].sum()) for s in SPLITS], dtype=np.int64)
-        comm.Allreduce(MPI.IN_PLACE, counts)
+        self.watchdog.allreduce(counts, what="start-up check 'split sizes'")
         self.split_sizes = dict(zip(SPLITS, counts.tolist()))
         if self.split_sizes["train"] == 0:
             raise ValueError(f"{cfg.parts}: the graph has no training nodes")
@@ -367,13 +370,13 @@ class Trainer:
         self.ctx.free()
 
 
-def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None,
-                    resume_eval_every: int | None = None) -> tuple[Path | None, str | None]:
+def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None, resume_eval_every: int | None = None,
+                    watchdog: Watchdog | None = None) -> tuple[Path | None, str | None]:
     """Rank 0 creates the run directory (refusing a non-empty one without ``force``) and writes config.toml.
     With ``resume_epoch`` (``--resume``) the directory is kept and metrics.jsonl is cut back to that epoch (the
     accuracies of an off-grid last epoch go too, under the ``--eval-every`` of the run that wrote them, when the
     resumed run trains further). Either way the temporary files of writes a crash interrupted (``.NAME.*.tmp``,
-    possibly a whole checkpoint's size) go.
+    possibly a whole checkpoint's size) go. ``watchdog`` (on ``comm``) bounds the other ranks' wait for rank 0.
     Returns (path, error) identically on every rank."""
     err = None
     out = Path(cfg.out)
@@ -388,7 +391,7 @@ def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None,
                 _create_run_dir(cfg, out)
         except (OSError, ValueError, OutputError) as e:
             err = str(e)
-    err = comm.bcast(err, root=0)
+    err = (watchdog or Watchdog(comm, 0)).bcast(err, 0, "start-up step 'run directory' (rank 0 prepares it)")
     return (None if err else out), err
 
 
