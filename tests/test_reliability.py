@@ -442,6 +442,28 @@ def test_watchdog_covers_startup_checks(parts, tmp_path):
     assert t_end - max(f.stat().st_mtime for f in pids.iterdir()) < 30
 
 
+def test_watchdog_covers_predictions_turns(parts, tmp_path):
+    """A rank stalled before its turn writing predictions.h5 ends the job after --comm-timeout: the rank after it
+    names it, rank 0 (waiting for the file back from the last rank) names the last rank; of the outputs only the
+    checkpoint of the finished training is written."""
+    run = tmp_path / "run"
+    p = train(3, parts / "p3", run, "--epochs", "2", "--comm-timeout", "2", check=False, timeout=120,
+              env={"G3_TEST_STALL": "1:predictions:300"})
+    t_end = time.time()
+    assert p.returncode != 0
+    lines = {r: v for r, v in error_lines(p.stderr).items() if r != 1}
+    assert lines, p.stderr
+    waits = {0: "waiting for rank 2 in the ranks' turns writing predictions.h5 (rank 2 writes last",
+             2: "waiting for rank 1 in the ranks' turns writing predictions.h5 (rank 1 writes before rank 2)"}
+    for r, v in lines.items():
+        assert len(v) == 1 and "communication timeout: blocked" in v[0], p.stderr
+        assert waits[r] in v[0] and "after epoch 2" in v[0], v[0]
+    # (and rank 0's temporary .predictions.h5.tmp, which a --resume removes)
+    written = sorted(f.name for f in run.iterdir() if f.name[0] != ".")
+    assert written == ["checkpoint.pt", "config.toml", "metrics.jsonl"], written
+    assert t_end - (run / "checkpoint.pt").stat().st_mtime < 30
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

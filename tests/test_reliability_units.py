@@ -203,8 +203,8 @@ def test_fault_hooks(tmp_path):
     assert h.stall == (3, 2.5) and h.nan == (4, "convs.0.bias")
     assert (tmp_path / "rank-1.pid").read_text().strip().isdigit()
     assert TestHooks.from_env(0, {"G3_TEST_STALL": "1:3:2.5"}).stall is None
-    assert TestHooks.from_env(2, {"G3_TEST_STALL": "2:startup:1"}).stall == ("startup", 1.0)
-    with pytest.raises(ValueError, match="G3_TEST_STALL.*startup"):
+    assert TestHooks.from_env(2, {"G3_TEST_STALL": "2:predictions:1"}).stall == ("predictions", 1.0)
+    with pytest.raises(ValueError, match="G3_TEST_STALL.*startup, predictions"):
         TestHooks.from_env(0, {"G3_TEST_STALL": "1:later:2"})
     with pytest.raises(ValueError, match="G3_TEST_NAN"):
         TestHooks.from_env(0, {"G3_TEST_NAN": "x"})

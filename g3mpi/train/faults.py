@@ -6,8 +6,8 @@ cleanly, without ``MPI_Abort``. Anything else raised on one rank is a local fail
 
 Test-only hooks (environment variables, read once when a trainer starts; never set them in production):
   ``G3_TEST_STALL=RANK:WHEN:SECONDS``   rank RANK sleeps SECONDS at the start of epoch WHEN, or at the point WHEN
-                                        names (``STALL_POINTS``: ``startup``, before the start-up halo check)
-                                        (watchdog tests)
+                                        names (``STALL_POINTS``: ``startup``, before the start-up halo check;
+                                        ``predictions``, before its turn writing predictions.h5) (watchdog tests)
   ``G3_TEST_NAN=RANK:EPOCH[:PARAM]``    rank RANK's loss (or the gradient of parameter PARAM) becomes NaN at
                                         epoch EPOCH (numerical-fault tests)
   ``G3_TEST_PIDFILE=DIR``               every rank writes its pid to DIR/rank-R.pid (rank-failure tests)
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 #: the named points where G3_TEST_STALL can make a rank sleep (besides the start of an epoch)
-STALL_POINTS = ("startup",)
+STALL_POINTS = ("startup", "predictions")
 
 
 class TrainingFault(RuntimeError):

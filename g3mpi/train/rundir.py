@@ -4,7 +4,8 @@
 Whole files are written atomically (temporary file beside the target, then rename). ``predictions.h5`` is
 written without gathering the graph on one rank: the ranks take turns, passing a token with point-to-point
 messages; each opens the one temporary file, writes its own rows (by original node ID) and hands it on; rank 0
-renames it into place once the last rank has written.
+renames it into place once the last rank has written. With an active watchdog (``--comm-timeout``) each of these
+waits has its deadline: a rank that never takes or hands on its turn ends the job with one line naming it.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import h5py
 import numpy as np
 import torch
 
+from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format import FormatError, atomic_file
 
 PREDICTIONS_FORMAT = "g3mpi-predictions"
@@ -145,13 +147,16 @@ def write_rows(ds, sorted_ids: np.ndarray, values: np.ndarray) -> None:
 
 
 def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_nodes: int,
-                      attrs: dict | None = None) -> None:
+                      attrs: dict | None = None, watchdog: Watchdog | None = None) -> None:
     """Collectively write ``path`` (HDF5): ``logits`` float32 [N, C] and ``pred`` int64 [N], row = original ID.
 
     Every rank passes its owned rows; the file appears (atomically) only if every rank wrote successfully,
-    otherwise every rank raises.
+    otherwise every rank raises. ``watchdog`` (on ``comm``) bounds the waits for the other ranks' turns; without
+    one they block.
     """
     path = Path(path)
+    wd = watchdog or Watchdog(comm, 0)
+    turns = f"ranks' turns writing {path.name}"
     tmp = path.parent / f".{path.name}.tmp"
     rank, size = comm.rank, comm.size
     order = np.argsort(orig_ids, kind="stable")
@@ -160,7 +165,7 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
     pred = lg.argmax(axis=1).astype(np.int64) if lg.shape[1] else np.zeros(len(ids), np.int64)
     err = None
     if rank > 0:
-        err = comm.recv(source=rank - 1, tag=_TOKEN_TAG)
+        err = wd.recv(rank - 1, _TOKEN_TAG, f"{turns} (rank {rank - 1} writes before rank {rank})")
     if err is None:
         try:
             with h5py.File(tmp, "w" if rank == 0 else "r+") as f:
@@ -180,9 +185,10 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
         except Exception as e:  # noqa: BLE001 - reported on every rank below
             err = f"{_reason(e)} (on rank {rank})"
     if size > 1:
-        comm.send(err, dest=(rank + 1) % size, tag=_TOKEN_TAG)
+        wd.send(err, (rank + 1) % size, _TOKEN_TAG, f"{turns} (handing the turn on)")
         if rank == 0:
-            err = comm.recv(source=size - 1, tag=_TOKEN_TAG)
+            err = wd.recv(size - 1, _TOKEN_TAG, f"{turns} (rank {size - 1} writes last and hands the file back to "
+                                                "rank 0)")
     if rank == 0:
         if err is None:
             with open(tmp, "rb+") as fh:
@@ -190,6 +196,6 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
             os.replace(tmp, path)
         else:
             Path(tmp).unlink(missing_ok=True)
-    err = comm.bcast(err, root=0)
+    err = wd.bcast(err, 0, f"{turns} (rank 0 puts the file in place once every rank has written)")
     if err is not None:
         raise OutputError(path, err)
