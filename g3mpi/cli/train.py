@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--checkpoint-every", type=int, metavar="K",
                    help="write RUN/checkpoint.pt every K epochs (always at the end)")
     g.add_argument("--comm-timeout", type=float, metavar="S",
-                   help="abort the job when a rank waits more than S seconds for a neighbour (0: off)")
+                   help="abort the job when a rank waits more than S seconds for another rank: start-up checks, "
+                        "training, writing the predictions (0: off)")
     return ap
 
 

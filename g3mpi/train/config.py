@@ -54,7 +54,7 @@ class TrainConfig:
     log_level: str = "INFO"
     force: bool = False             # replace an existing run directory
     checkpoint_every: int = 0       # write RUN/checkpoint.pt every k epochs (0: only at the end)
-    comm_timeout: float = 0.0       # abort when a rank waits longer than this on a neighbour, seconds (0: off)
+    comm_timeout: float = 0.0       # abort when a rank waits longer than this on another rank, seconds (0: off)
 
     def __post_init__(self):
         def bad(key, msg):
