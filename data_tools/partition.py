@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from g3mpi.format import FormatError, load_graph
+from g3mpi.format import FormatError, graph_fingerprint, load_graph
 from g3mpi.format.common import check_output
 
 from .build import write_partition
@@ -203,7 +203,8 @@ def run(cfg: PartitionConfig) -> dict:
     if info.get("empty_parts_filled"):
         log(f"METIS left {info['empty_parts_filled']} of {cfg.parts} parts empty (too many parts for {n} nodes); "
             f"each was given the lowest-degree node of the largest part")
-    extra = dict(info, partition_seconds=round(t_part, 3), load_seconds=round(t_load, 3), cost_model=model.to_dict())
+    extra = dict(info, partition_seconds=round(t_part, 3), load_seconds=round(t_load, 3), cost_model=model.to_dict(),
+                 graph_sha256=graph_fingerprint(cfg.graph))
     if cfg.method == "metis":
         extra.setdefault("balance", cfg.balance)
         extra.setdefault("metis_objective", cfg.objective)

@@ -4,14 +4,15 @@ Pure h5py + numpy: shared by ``data_tools`` (which writes) and the runtime (whic
 """
 from .common import (FORMAT_VERSION, GRAPH_FORMAT, PART_FORMAT, PARTITION_FORMAT, FormatError, array_sha256,
                      atomic_dir, atomic_file, check_output, file_sha256, index_dtype)
-from .graph import Graph, GraphWriter, check_csr, graph_summary, load_graph, open_graph, write_graph
+from .graph import (Graph, GraphWriter, check_csr, graph_fingerprint, graph_summary, load_graph, open_graph,
+                    write_graph)
 from .partition import (META_NAME, NODE_MAP_NAME, PartData, check_part, owner_of, part_name, read_meta,
                         read_node_map, read_part, write_meta, write_node_map, write_part)
 
 __all__ = [
     "FORMAT_VERSION", "GRAPH_FORMAT", "PART_FORMAT", "PARTITION_FORMAT", "FormatError", "array_sha256", "atomic_dir",
     "atomic_file", "check_output", "file_sha256", "index_dtype", "Graph", "GraphWriter", "check_csr",
-    "graph_summary", "load_graph", "open_graph", "write_graph", "META_NAME", "NODE_MAP_NAME", "PartData",
+    "graph_fingerprint", "graph_summary", "load_graph", "open_graph", "write_graph", "META_NAME", "NODE_MAP_NAME", "PartData",
     "check_part", "owner_of", "part_name", "read_meta", "read_node_map", "read_part", "write_meta",
     "write_node_map", "write_part",
 ]

@@ -1,6 +1,7 @@
 """``graph.h5``: one whole graph (CSR of in-edges, features, labels, split masks). See docs/FORMAT.md."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,6 +257,17 @@ def verify_checksums(path, f: h5py.File) -> None:
             raise FormatError(path, f"dataset {name!r} cannot be read (truncated or corrupt?): {e}") from None
         if got != h5_attr_str(want):
             raise FormatError(path, f"checksum mismatch in dataset {name!r} (file corrupt)")
+
+
+def graph_fingerprint(path) -> str:
+    """SHA-256 of the graph's content, from the datasets' own ``sha256`` attributes (``name=sha256`` lines in
+    name order), so it costs no read of the data: two graph files with the same datasets have the same
+    fingerprint. ``g3-partition`` records it in ``meta.json`` (``graph_sha256``); checkpoints compare it to
+    resume on another partition of the same graph. Check the attributes first (:func:`load_graph`)."""
+    path = Path(path)
+    with open_graph(path) as f:
+        lines = [f"{name}={h5_attr_str(f[name].attrs.get('sha256', ''))}\n" for name in sorted(f)]
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 def load_graph(path, verify: bool = True) -> Graph:
