@@ -354,6 +354,45 @@ def test_resume_refuses_incompatible(parts, tmp_path):
     assert (run / "checkpoint.pt").read_bytes() == before
 
 
+def test_resume_on_another_partition_of_the_same_graph(tmp_path):
+    """A checkpoint carries over to another partition of the same graph, with another number of ranks (a job
+    restarted on a smaller or larger allocation): 3 epochs on 2 ranks, then 3 more on 3 ranks give the model of 6
+    epochs on 2 ranks, up to float rounding (parameters are replicated, dropout is keyed by original node ID).
+    A partition of another graph, or one whose meta.json does not name its graph, is refused."""
+    from data_tools.partition import main as partition_main
+    from g3mpi.format import write_graph
+    write_graph(tmp_path / "g.h5", random_graph(n=200, f=8, c=4, seed=5))
+    write_graph(tmp_path / "h.h5", random_graph(n=200, f=8, c=4, seed=6))
+    for graph, P, method, out in (("g", 2, "random", "g2"), ("g", 3, "metis", "g3"), ("h", 3, "metis", "h3")):
+        assert partition_main([str(tmp_path / f"{graph}.h5"), "--parts", str(P), "--method", method,
+                               "--out", str(tmp_path / out), "--no-progress"]) == 0
+    assert read_meta(tmp_path / "g2")["graph_sha256"] == read_meta(tmp_path / "g3")["graph_sha256"] \
+        != read_meta(tmp_path / "h3")["graph_sha256"]
+    args = ["--eval-every", "1", "--dropout", "0.5", "--seed", "3", "--model", "sage"]
+    train(2, tmp_path / "g2", tmp_path / "straight", "--epochs", "6", *args)
+    train(2, tmp_path / "g2", tmp_path / "split", "--epochs", "3", *args)
+    before = (tmp_path / "split" / "checkpoint.pt").read_bytes()
+    p = train(3, tmp_path / "h3", None, "--resume", tmp_path / "split", "--epochs", "6", check=False, timeout=120)
+    assert p.returncode != 0
+    assert "not known to split the same graph" in error_lines(p.stderr)[2][0]
+    assert (tmp_path / "split" / "checkpoint.pt").read_bytes() == before
+    p = train(3, tmp_path / "g3", None, "--resume", tmp_path / "split", "--epochs", "6", "--log-level", "INFO")
+    assert "trained on another partition of the same graph (random, 2 parts)" in p.stderr
+    assert f"parts = {str(tmp_path / 'g3')!r}".replace("'", '"') in (tmp_path / "split" / "config.toml").read_text()
+    a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)
+    b = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=True)
+    assert a["epoch"] == b["epoch"] == 6 and b["partition"]["num_parts"] == 3
+    for k in a["model"]:
+        assert torch.linalg.norm(a["model"][k] - b["model"][k]) <= 1e-5 * torch.linalg.norm(a["model"][k]), k
+    ma, mb = _metrics(tmp_path / "straight"), _metrics(tmp_path / "split")
+    assert [r["epoch"] for r in mb] == [1, 2, 3, 4, 5, 6]
+    for ra, rb in zip(ma, mb):
+        assert abs(ra["loss"] - rb["loss"]) <= 1e-5 * abs(ra["loss"]), ra["epoch"]
+        assert (ra["val_acc"], ra["test_acc"]) == (rb["val_acc"], rb["test_acc"]), ra["epoch"]
+    with h5py.File(tmp_path / "straight" / "predictions.h5") as fa, h5py.File(tmp_path / "split" / "predictions.h5") as fb:
+        np.testing.assert_allclose(fb["logits"][:], fa["logits"][:], rtol=1e-5, atol=1e-6)
+
+
 # -- a stop signal (time limit, scancel, kill) -------------------------------------------------------------------
 @pytest.mark.parametrize("target", ["mpiexec", "one rank"])
 def test_stop_signal_checkpoints_at_an_epoch_boundary_and_resume_is_exact(target, parts, tmp_path):

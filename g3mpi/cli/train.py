@@ -200,6 +200,11 @@ def main(argv=None, comm=None) -> int:
             if ckpt is not None:
                 trainer.restore(ckpt)
                 log.info("resuming from %s at epoch %d", run_dir / CHECKPOINT_NAME, ckpt["epoch"])
+                was = ckpt["partition"]
+                if was["partition_id"] != meta["partition_id"] and comm.rank == 0:
+                    log.info("the checkpoint was trained on another partition of the same graph (%s, %d parts); "
+                             "continuing on %s (%s, %d parts)", was["method"], was["num_parts"], cfg.parts,
+                             meta.get("method", "?"), meta["num_parts"])
             summary = trainer.fit(run_dir)
             trainer.close()
     except TrainingFault as e:  # raised on every rank together: a clean, coordinated exit

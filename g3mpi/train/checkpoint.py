@@ -11,12 +11,15 @@ one copy on rank 0 is the whole training state. A checkpoint holds (all plain te
   ``since_best``          evaluations without improvement (early stopping)
   ``last_loss``           loss of ``epoch``
   ``config``              the TrainConfig as a dict
-  ``partition``           partition_id, num_parts, method and the SHA-256 of every part file (from meta.json)
+  ``partition``           partition_id, num_parts, method, the SHA-256 of every part file and of the graph
+                          (from meta.json)
 
 Writing: a temporary file beside the target, flushed and fsync'ed, renamed over ``checkpoint.pt``, then the
 directory fsync'ed: a crash at any moment leaves either the previous checkpoint or the new one, never a mix.
-``--resume RUN`` reads it and refuses a checkpoint of another partition or of a configuration that would train
-a different model (the keys in ``RESUME_KEYS``).
+``--resume RUN`` reads it and refuses a checkpoint of a configuration that would train a different model (the
+keys in ``RESUME_KEYS``) or of another partition, unless both partitions split the same graph (their
+``meta.json`` ``graph_sha256``, which ``g3-partition`` records): parameters and optimiser states are replicated
+and dropout is keyed by original node ID, so the state carries over to any number of ranks.
 """
 from __future__ import annotations
 
@@ -46,8 +49,17 @@ class CheckpointError(Exception):
 
 
 def partition_fingerprint(meta: dict) -> dict:
+    """What a checkpoint records of its partition: the partition's identity and files, and the graph's content
+    (``graph_sha256``, None for partitions made before it was recorded, or not by ``g3-partition``)."""
+    graph = meta.get("graph_sha256")
     return dict(partition_id=str(meta["partition_id"]), num_parts=int(meta["num_parts"]),
-                method=str(meta.get("method", "")), files={k: str(v) for k, v in sorted(meta["files"].items())})
+                method=str(meta.get("method", "")), files={k: str(v) for k, v in sorted(meta["files"].items())},
+                graph=graph if isinstance(graph, str) else None)
+
+
+def same_graph(saved: dict, now: dict) -> bool:
+    """Whether two partition fingerprints are partitions of the same graph (both must know their graph)."""
+    return saved.get("graph") is not None and saved.get("graph") == now.get("graph")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -131,8 +143,9 @@ def _check_layout(path, ckpt: dict) -> None:
          "config must be a dict of settings")
     part = ckpt["partition"]
     need(isinstance(part, dict) and isinstance(part.get("partition_id"), str) and is_int(part.get("num_parts"))
-         and isinstance(part.get("method"), str) and isinstance(part.get("files"), dict),
-         "partition must hold partition_id, num_parts, method and files")
+         and isinstance(part.get("method"), str) and isinstance(part.get("files"), dict)
+         and (part.get("graph") is None or isinstance(part.get("graph"), str)),
+         "partition must hold partition_id, num_parts, method, files and graph (a string or nothing)")
     best = ckpt["best"]
     need(isinstance(best, dict) and isinstance(best.get("val_acc"), float) and is_int(best.get("epoch"))
          and isinstance(best.get("accs"), dict) and (best.get("state") is None or state_dict(best.get("state"))),
@@ -145,15 +158,18 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, world_size: int, finishe
     last checkpoint was written but whose outputs were not (a full disk, a kill) may resume: it only writes them."""
     saved, now = ckpt["partition"], partition_fingerprint(meta)
     if saved["partition_id"] != now["partition_id"]:
-        raise CheckpointError(path, f"was written for partition {saved['partition_id']} ({saved['method']}, "
-                                    f"{saved['num_parts']} parts), not for {cfg.parts} (partition "
-                                    f"{now['partition_id']}); resume with the partition it was trained on")
-    if saved["files"] != now["files"]:
+        if not same_graph(saved, now):
+            raise CheckpointError(path, f"was written for partition {saved['partition_id']} ({saved['method']}, "
+                                        f"{saved['num_parts']} parts), not for {cfg.parts} (partition "
+                                        f"{now['partition_id']}), and the two are not known to split the same "
+                                        "graph (meta.json graph_sha256); resume with the partition it was trained "
+                                        "on, or with one g3-partition made from the same graph file")
+    elif saved["files"] != now["files"]:
         changed = sorted(k for k in set(saved["files"]) | set(now["files"])
                          if saved["files"].get(k) != now["files"].get(k))
         raise CheckpointError(path, f"the partition's files changed since the checkpoint: {', '.join(changed)}")
-    if world_size != saved["num_parts"]:
-        raise CheckpointError(path, f"was written with {saved['num_parts']} ranks, this run has {world_size}")
+    if world_size != now["num_parts"]:
+        raise CheckpointError(path, f"{cfg.parts} has {now['num_parts']} parts, this run has {world_size} ranks")
     diffs = [f"{k} = {ckpt['config'].get(k)!r} in the checkpoint but {getattr(cfg, k)!r} now"
              for k in RESUME_KEYS if ckpt["config"].get(k) != getattr(cfg, k)]
     if diffs:
