@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 
 import h5py
+import matplotlib.image
 import numpy as np
 import pytest
 import torch
 
-from tests.conftest import run_mpi
+from tests.conftest import run_module, run_mpi
 from tests.graphs import cora_graph, partition, random_graph
 
 MOD = "g3mpi.cli.train"
@@ -55,7 +57,9 @@ def test_run_directory(small_parts, tmp_path):
     out = tmp_path / "run"
     train(2, root / "p2", out, "--model", "sage", "--epochs", "5", "--eval-every", "2", "--lr", "0.02")
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.jsonl", "model.pt",
-                                                     "predictions.h5", "summary.json"]
+                                                     "predictions.h5", "ranks.png", "summary.json", "training.png"]
+    for name in ("ranks.png", "training.png"):
+        assert matplotlib.image.imread(out / name).ndim == 3, name
     cfg = tomllib.loads((out / "config.toml").read_text())
     assert cfg["model"] == "sage" and cfg["epochs"] == 5 and cfg["lr"] == 0.02
     assert cfg["parts"] == str((root / "p2").resolve())   # absolute: --resume works from any directory
@@ -85,6 +89,18 @@ def test_run_directory(small_parts, tmp_path):
     # an existing run directory is not replaced without --force
     p = train(2, root / "p2", out, "--epochs", "1", check=False)
     assert p.returncode != 0 and "exists" in p.stderr
+
+
+def test_no_plots_then_plots_on_demand(small_parts, tmp_path):
+    _, root = small_parts
+    out = tmp_path / "run"
+    train(2, root / "p2", out, "--epochs", "3", "--no-plots")
+    assert not list(out.glob("*.png"))
+    p = run_module("g3mpi.train.plots", out)
+    assert sorted(Path(x).name for x in p.stdout.split()) == ["ranks.png", "training.png"]
+    assert all(matplotlib.image.imread(out / n).ndim == 3 for n in ("ranks.png", "training.png"))
+    p = run_module("g3mpi.train.plots", tmp_path / "nowhere", check=False)
+    assert p.returncode == 1 and "nowhere/metrics.jsonl: no such file" in p.stderr
 
 
 def test_wrong_number_of_ranks(small_parts, tmp_path):

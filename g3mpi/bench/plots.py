@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from g3mpi.plotting import rank_breakdown
+
 
 def _plt():
     import matplotlib
@@ -31,19 +33,6 @@ def _bars(ax, groups, series, values, ylabel, title):
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8)
-
-
-def breakdown(ax, comp, blocked, idle, title):
-    """Stacked per-rank time breakdown: compute, blocked on communication, idle (waiting at the allreduce)."""
-    r = np.arange(len(comp))
-    ax.bar(r, comp, label="compute")
-    ax.bar(r, blocked, bottom=comp, label="blocked")
-    ax.bar(r, idle, bottom=np.add(comp, blocked), label="idle")
-    ax.set_xticks(r, [str(i) for i in r])
-    ax.set_xlabel("rank")
-    ax.set_ylabel("seconds per epoch")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
 
 
 def plot_vs_pyg(res: dict, out: Path) -> list:
@@ -102,7 +91,7 @@ def plot_schedules(res: dict, out: Path) -> list:
         axes[0].set_title(f"{model}, {res['ranks']} ranks, sim-net {res['sim_net']}", fontsize=9)
         for ax, s in zip(axes[1:], sch):
             d = m["schedules"][s]
-            breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"], f"{s}: per-rank breakdown")
+            rank_breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"], f"{s}: per-rank breakdown")
         files.append(_save(fig, out / f"schedules-{model}.png"))
     return files
 
@@ -126,7 +115,7 @@ def plot_scaling(res: dict, out: Path) -> list:
     if Ps:
         d = ov[str(Ps[-1])]
         fig, ax = plt.subplots(figsize=(6, 4))
-        breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"],
+        rank_breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"],
                   f"{Ps[-1]} ranks (oversubscribed): per-rank breakdown")
         files.append(_save(fig, out / "scaling-breakdown.png"))
     return files
@@ -166,7 +155,7 @@ def plot_partitions(res: dict, out: Path) -> list:
     axes[0].tick_params(axis="x", labelrotation=30)
     for ax, k in zip(axes[1:], labels):
         d = res["partitions"][k]
-        breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"], f"{k}: per-rank breakdown")
+        rank_breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"], f"{k}: per-rank breakdown")
     return [_save(fig, out / "partitions.png")]
 
 

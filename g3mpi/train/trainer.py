@@ -31,6 +31,7 @@ from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
 from .config import TrainConfig, to_toml
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync
+from .plots import plot_run
 from .rundir import (SPLITS, MetricsLog, OutputError, rewind_metrics, save_state_dict, write_json_atomic,
                      write_predictions, write_text_atomic)
 
@@ -353,6 +354,8 @@ class Trainer:
         if rank != 0:
             return {}
         save_state_dict(run_dir / "model.pt", self.model.state_dict())
+        if cfg.plots:   # before summary.json: a run without its plots is not finished (--resume draws them)
+            plot_run(run_dir, best_epoch=best["epoch"])
         med = (lambda a: statistics.median(a) if a else None)  # noqa: E731
         summary = dict(
             model=cfg.model, world_size=comm.size, num_parts=self.meta["num_parts"],

@@ -1,0 +1,161 @@
+"""The run directory's plots, drawn from ``metrics.jsonl`` (rank 0 at the end of a run, or on demand).
+
+    python -m g3mpi.train.plots RUN        # (re)draw RUN/training.png and RUN/ranks.png
+
+``training.png``: the loss per epoch and the train / validation / test accuracies at each evaluation, the
+best-validation epoch (the one ``model.pt`` and ``predictions.h5`` come from) marked. ``ranks.png``: where each
+rank's epoch time goes (median over the epochs of compute, time blocked on halo messages, idle at the gradient
+allreduce), the epoch time over the run (slowest rank) and the bytes each rank sends per epoch: the partition's
+balance and the schedule's overlap at a glance. Both are pure functions of ``metrics.jsonl``, written
+atomically; redrawing while a job runs shows the epochs so far.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from g3mpi.format import atomic_file
+from g3mpi.plotting import figure, rank_breakdown
+
+from .rundir import ACCURACY_KEYS, OutputError, writing
+
+#: the files :func:`plot_run` writes into the run directory
+PLOTS = ("training.png", "ranks.png")
+DPI = 110
+
+
+def read_metrics(path) -> list[dict]:
+    """The records of a metrics.jsonl in epoch order; a line cut short by a crash is skipped."""
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("epoch"), int):
+                out.append(rec)
+    return sorted(out, key=lambda r: r["epoch"])
+
+
+def _median_per_rank(records, key) -> np.ndarray:
+    rows = [r[key] for r in records if isinstance(r.get(key), list)]
+    width = max((len(x) for x in rows), default=0)
+    # a run resumed on another number of ranks has rows of two widths: the latest ranks are the ones shown
+    rows = [[np.nan if v is None else v for v in x] for x in rows if len(x) == width]
+    if not rows:
+        return np.zeros(0)
+    with warnings.catch_warnings():   # a rank with no value at all (no overlap without messages) stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(np.asarray(rows, dtype=float), axis=0)
+
+
+def draw_training(records: list[dict], best_epoch: int | None):
+    fig = figure(10, 3.8)
+    ax_loss, ax_acc = fig.subplots(1, 2)
+    ep = [r["epoch"] for r in records if r.get("loss") is not None]
+    loss = [r["loss"] for r in records if r.get("loss") is not None]
+    ax_loss.plot(ep, loss, color="C0")
+    if loss and min(loss) > 0 and max(loss) > 10 * min(loss):   # a loss that falls by decades
+        ax_loss.set_yscale("log")
+    ax_loss.set_xlabel("epoch")
+    ax_loss.set_ylabel("training loss")
+    ax_loss.set_title("loss", fontsize=10)
+    for i, key in enumerate(ACCURACY_KEYS):
+        pts = [(r["epoch"], r[key]) for r in records if r.get(key) is not None]
+        if pts:
+            e, a = zip(*pts)
+            ax_acc.plot(e, a, marker="." if len(pts) < 50 else None, color=f"C{i}", label=key.split("_")[0])
+    if best_epoch:
+        for ax in (ax_loss, ax_acc):
+            ax.axvline(best_epoch, color="grey", linestyle="--", linewidth=1)
+        ax_acc.text(best_epoch, 0.02, f" best (epoch {best_epoch})", fontsize=8, color="grey")
+    ax_acc.set_ylim(0, 1)
+    ax_acc.set_xlabel("epoch")
+    ax_acc.set_ylabel("accuracy")
+    ax_acc.set_title("accuracy at each evaluation", fontsize=10)
+    if ax_acc.lines:
+        ax_acc.legend(fontsize=8)
+    return fig
+
+
+def draw_ranks(records: list[dict]):
+    comp = _median_per_rank(records, "rank_compute_s")
+    blocked = _median_per_rank(records, "rank_blocked_s")
+    idle = _median_per_rank(records, "rank_allreduce_s")
+    sent = _median_per_rank(records, "rank_bytes_sent")
+    P = len(comp)
+    fig = figure(min(16, 10 + P / 16), 7)
+    (ax_t, ax_e), (ax_b, ax_n) = fig.subplots(2, 2)
+    rank_breakdown(ax_t, comp, blocked, idle, f"median per rank over {len(records)} epochs")
+    ep = [r["epoch"] for r in records if r.get("epoch_time_s") is not None]
+    ax_e.plot(ep, [r["epoch_time_s"] for r in records if r.get("epoch_time_s") is not None], color="C0")
+    ax_e.set_xlabel("epoch")
+    ax_e.set_ylabel("seconds")
+    ax_e.set_title("epoch time (slowest rank)", fontsize=9)
+    r = np.arange(P)
+    ax_b.bar(r, sent / 2**20, color="C4")
+    if P <= 32:
+        ax_b.set_xticks(r, [str(i) for i in r])
+    ax_b.set_xlabel("rank")
+    ax_b.set_ylabel("MiB sent per epoch (median)")
+    ax_b.set_title("halo bytes sent", fontsize=9)
+    ov = _median_per_rank(records, "rank_overlap")
+    ax_n.bar(r, np.nan_to_num(ov) if len(ov) else np.zeros(P), color="C2")
+    if P <= 32:
+        ax_n.set_xticks(r, [str(i) for i in r])
+    ax_n.set_ylim(0, 1)
+    ax_n.set_xlabel("rank")
+    ax_n.set_ylabel("overlap (median)")
+    ax_n.set_title("overlap = 1 - blocked / communication time", fontsize=9)
+    return fig
+
+
+def _save(fig, path: Path) -> Path:
+    with writing(path, ValueError, RuntimeError), atomic_file(path, force=True) as tmp:
+        fig.savefig(tmp, format="png", dpi=DPI)
+    return path
+
+
+def plot_run(run_dir, best_epoch: int | None = None) -> list[Path]:
+    """Draw :data:`PLOTS` into ``run_dir`` from its metrics.jsonl; ``best_epoch`` defaults to summary.json's.
+    A plot that cannot be written raises :class:`~g3mpi.train.rundir.OutputError` naming it."""
+    run_dir = Path(run_dir)
+    records = read_metrics(run_dir / "metrics.jsonl")
+    if best_epoch is None and (run_dir / "summary.json").is_file():
+        try:
+            best_epoch = json.loads((run_dir / "summary.json").read_text()).get("best_epoch")
+        except (OSError, ValueError):
+            best_epoch = None
+    return [_save(draw_training(records, best_epoch), run_dir / PLOTS[0]),
+            _save(draw_ranks(records), run_dir / PLOTS[1])]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m g3mpi.train.plots", description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path, help="run directory of g3-train (with metrics.jsonl)")
+    a = ap.parse_args(argv)
+    if not (a.run / "metrics.jsonl").is_file():
+        print(f"g3mpi.train.plots: error: {a.run / 'metrics.jsonl'}: no such file (not a g3-train run directory?)",
+              file=sys.stderr)
+        return 1
+    try:
+        for p in plot_run(a.run):
+            print(p)
+    except OutputError as e:
+        print(f"g3mpi.train.plots: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"g3mpi.train.plots: error: {a.run / 'metrics.jsonl'}: cannot be read: {e.strerror or e}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The run directory's plots (g3mpi.train.plots) from synthetic metrics.jsonl files: what is drawn, and the odd
+records a real run leaves (no evaluation yet, empty splits, a line cut short, a resume on another rank count)."""
+from __future__ import annotations
+
+import json
+
+import matplotlib.image
+import numpy as np
+
+from g3mpi.train.plots import PLOTS, draw_ranks, draw_training, plot_run, read_metrics
+
+
+def record(epoch, P, acc=None, loss=None):
+    r = dict(epoch=epoch, loss=loss if loss is not None else 2.0 / epoch, epoch_time_s=0.1 + 0.01 * P,
+             rank_compute_s=[0.05 * (p + 1) for p in range(P)], rank_blocked_s=[0.01] * P,
+             rank_allreduce_s=[0.02] * P, rank_bytes_sent=[1000 * (p + 1) for p in range(P)],
+             rank_overlap=[None] + [0.5] * (P - 1))
+    if acc is not None:
+        r.update(train_acc=acc, val_acc=None, test_acc=acc / 2)
+    return r
+
+
+def write(path, records, tail=""):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail)
+
+
+def test_plot_run_writes_both_pngs(tmp_path):
+    recs = [record(e, 3, acc=0.1 * e if e % 2 == 0 else None) for e in range(1, 9)]
+    write(tmp_path / "metrics.jsonl", recs, tail='{"epoch": 9, "loss": 0.')   # a line a crash cut short
+    (tmp_path / "summary.json").write_text(json.dumps(dict(best_epoch=6)))
+    out = plot_run(tmp_path)
+    assert [p.name for p in out] == list(PLOTS)
+    for p in out:
+        img = matplotlib.image.imread(p)
+        assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 600
+    assert not list(tmp_path.glob(".*"))   # written atomically: no temporary left
+
+
+def test_what_is_drawn():
+    recs = [record(e, 4, acc=0.2 if e % 2 == 0 else None) for e in range(1, 7)]
+    acc_ax = draw_training(recs, best_epoch=4).axes[1]
+    names = [ln.get_label() for ln in acc_ax.lines if not ln.get_label().startswith("_")]
+    assert names == ["train", "test"]   # val is None everywhere (an empty split): not drawn
+    assert list(acc_ax.lines[0].get_xdata()) == [2, 4, 6]
+    axes = draw_ranks(recs).axes
+    assert len(axes[0].patches) == 3 * 4            # compute, blocked, idle for each of 4 ranks
+    heights = [b.get_height() for b in axes[0].patches[:4]]
+    np.testing.assert_allclose(heights, [0.05, 0.10, 0.15, 0.20])
+    np.testing.assert_allclose([b.get_height() for b in axes[2].patches], np.arange(1, 5) * 1000 / 2**20)
+
+
+def test_resumed_on_another_number_of_ranks(tmp_path):
+    """Epochs 1-3 on 2 ranks, 4-6 on 3 (--resume --parts): the per-rank figures are the 3 ranks'."""
+    recs = [record(e, 2) for e in (1, 2, 3)] + [record(e, 3) for e in (4, 5, 6)]
+    write(tmp_path / "metrics.jsonl", recs)
+    assert [r["epoch"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+    assert len(draw_ranks(recs).axes[0].patches) == 3 * 3
+    assert len(plot_run(tmp_path, best_epoch=None)) == 2
