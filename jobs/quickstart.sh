@@ -88,6 +88,7 @@ def show(prefix, d):
             print(f"   {prefix}{k}: {v:.4f}" if isinstance(v, float) else f"   {prefix}{k}: {v}")
 show("", s)
 EOF
+echo "   plots: $WORK/$RUN/training.png, $WORK/$RUN/ranks.png"
 echo
 echo "== timings (wall seconds)"
 for name in prepare partition inspect train; do
