@@ -20,8 +20,8 @@ from g3mpi.train.soak import rss_growth
 from g3mpi.train.stop import StopSignals
 from tests.conftest import tool_env
 
-WATCHDOG = r"""
-import time
+#: the start of both watchdog scripts: a Watchdog on COMM_SELF whose abort raises Fired
+WATCHDOG_PRELUDE = r"""
 import numpy as np
 from mpi4py import MPI
 from g3mpi.comm.watchdog import Watchdog
@@ -33,6 +33,9 @@ def boom(code):
     raise Fired
 
 comm = MPI.COMM_SELF
+"""
+
+WATCHDOG = "import time\n" + WATCHDOG_PRELUDE + r"""
 buf = np.zeros(4)
 req = comm.Irecv(buf, source=0, tag=5)           # nobody ever sends
 wd = Watchdog(comm, 0.5, prog="t", abort=boom)
@@ -65,18 +68,7 @@ def test_watchdog_fires_with_names():
     assert "DONE [0] 4.0" in p.stdout and "ACTIVE False True" in p.stdout
 
 
-WATCHDOG_CALLS = r"""
-import numpy as np
-from mpi4py import MPI
-from g3mpi.comm.watchdog import Watchdog
-
-class Fired(Exception):
-    pass
-
-def boom(code):
-    raise Fired
-
-comm = MPI.COMM_SELF
+WATCHDOG_CALLS = WATCHDOG_PRELUDE + r"""
 for timeout in (0.0, 5.0):                      # blocking calls, then the deadline-polled ones: same results
     wd = Watchdog(comm, timeout, prog="t", abort=boom)
     wd.barrier("b")
