@@ -13,7 +13,7 @@ import numpy as np
 
 from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, Graph, PartData, atomic_dir, index_dtype,
                           part_name, write_meta, write_node_map, write_part)
-from g3mpi.format.partition import NODE_MAP_NAME
+from g3mpi.format.partition import NODE_MAP_NAME, PartFeatures
 
 
 def relabel(assignment: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -99,13 +99,19 @@ def localize(cols: np.ndarray, s: int, e: int) -> tuple[np.ndarray, np.ndarray]:
     return local, halo
 
 
+def graph_feature_dim(g: Graph) -> int:
+    """F, whether the features are in memory or left in the file."""
+    return int(g.attrs["feature_dim"]) if g.features is None else int(g.features.shape[1])
+
+
 def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: str):
     """Yield (PartData, new_to_orig, offsets) pieces: one PartData per part, built from the whole graph.
 
     Memory: one pass over the graph for the degrees, then each part's CSR built from its own rows (in blocks of
     :data:`BLOCK_EDGES` edges) and kept as local indices (the graph's edges once more, at 4 bytes each when a
-    part has under 2**31 rows) until every halo is known; the send lists need all of them. Features, labels
-    and masks are gathered one part at a time as it is written."""
+    part has under 2**31 rows) until every halo is known; the send lists need all of them. Labels and masks are
+    gathered one part at a time as it is written, and so are the features if ``g`` holds them; if
+    ``g.features`` is None, every PartData has ``features=None`` (see :func:`stream_features`)."""
     n = g.num_nodes
     assignment = np.asarray(assignment, dtype=np.int64)
     if assignment.shape != (n,) or (n and (assignment.min() < 0 or assignment.max() >= num_parts)):
@@ -114,6 +120,7 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
     new_to_orig, orig_to_new, offsets = relabel(assignment, num_parts)
     orig_to_new = orig_to_new.astype(index_dtype(n))
     num_edges = int(in_deg.sum())
+    feature_dim = graph_feature_dim(g)
 
     csrs, halos = [], []
     for p in range(num_parts):
@@ -151,16 +158,54 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
         orig_all = np.concatenate([orig, new_to_orig[h]])
         yield PartData(
             part_id=p, num_parts=num_parts, num_nodes=n, num_edges=num_edges,
-            feature_dim=g.features.shape[1], num_classes=int(g.attrs["num_classes"]), owned_start=s, owned_end=e,
+            feature_dim=feature_dim, num_classes=int(g.attrs["num_classes"]), owned_start=s, owned_end=e,
             partition_id=partition_id,
             indptr=ip, indices=local,
             halo_ids=h, recv_parts=recv_parts.astype(np.int32), recv_offsets=recv_offsets,
             send_parts=np.asarray(sp, dtype=np.int32), send_offsets=send_offsets,
             send_rows=send_rows.astype(np.int64), in_degree=in_deg[orig_all], out_degree=out_deg[orig_all],
             self_loops=loops[orig],
-            features=np.ascontiguousarray(g.features[orig], dtype=np.float32), labels=g.labels[orig].astype(np.int64),
+            features=None if g.features is None else np.ascontiguousarray(g.features[orig], dtype=np.float32),
+            labels=g.labels[orig].astype(np.int64),
             train_mask=g.train_mask[orig], val_mask=g.val_mask[orig], test_mask=g.test_mask[orig], orig_ids=orig,
         ), new_to_orig, offsets
+
+
+#: graph rows read at a time when the features are copied from the graph file into the part files
+FEATURE_BLOCK_BYTES = 64 << 20
+#: part files filled at a time (each pass over the graph's features fills this many: open HDF5 files)
+FEATURE_GROUP = 64
+
+
+def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offsets: np.ndarray) -> list[str]:
+    """Copy the features from ``graph_path`` into part files written without them, reading the graph's rows in
+    blocks of about :data:`FEATURE_BLOCK_BYTES` (never the whole matrix): part p's rows are
+    ``new_to_orig[offsets[p]:offsets[p+1]]``, increasing, so each block adds a contiguous run of them, in order.
+    Parts are filled :data:`FEATURE_GROUP` at a time, one pass over the graph per group. Returns each part file's
+    sha256."""
+    from g3mpi.format.graph import open_graph
+    shas = []
+    with open_graph(graph_path) as f:
+        ds = f["features"]
+        n, width = ds.shape
+        step = max(1, FEATURE_BLOCK_BYTES // max(1, 4 * width))
+        for g0 in range(0, len(part_paths), FEATURE_GROUP):
+            group = range(g0, min(g0 + FEATURE_GROUP, len(part_paths)))
+            rows = {p: new_to_orig[offsets[p]:offsets[p + 1]] for p in group}
+            writers = {p: PartFeatures(part_paths[p]) for p in group}
+            try:
+                for lo in range(0, n, step):
+                    hi = min(n, lo + step)
+                    block = np.asarray(ds[lo:hi], dtype=np.float32)
+                    for p in group:
+                        a, b = np.searchsorted(rows[p], (lo, hi))
+                        if b > a:
+                            writers[p].append(block[rows[p][a:b] - lo])
+                shas += [writers.pop(p).close() for p in group]
+            finally:
+                for w in writers.values():
+                    w.close_on_error()
+    return shas
 
 
 def part_stats(part: PartData) -> dict:
@@ -195,8 +240,13 @@ def cut_edges(part: PartData) -> int:
 
 
 def write_partition(g: Graph, assignment: np.ndarray, num_parts: int, out_dir, *, method: str, seed: int | None,
-                    force: bool = False, extra_meta: dict | None = None, progress=None) -> dict:
-    """Write a whole partition directory atomically (temp dir, then rename). Returns meta.json's content."""
+                    force: bool = False, extra_meta: dict | None = None, progress=None, graph_path=None) -> dict:
+    """Write a whole partition directory atomically (temp dir, then rename). Returns meta.json's content.
+
+    If ``g.features`` is None (``load_graph(..., features=False)``) they are copied from ``graph_path`` block by
+    block once the other datasets are written (:func:`stream_features`)."""
+    if g.features is None and graph_path is None:
+        raise ValueError("the graph's features are not in memory: give graph_path to read them from")
     out_dir = Path(out_dir)
     t0 = time.time()
     partition_id = uuid.uuid4().hex
@@ -210,10 +260,14 @@ def write_partition(g: Graph, assignment: np.ndarray, num_parts: int, out_dir, *
             stats.append(st)
         if num_parts and not stats:
             raise FormatError(out_dir, "no parts were written")
+        if g.features is None:
+            names = [part_name(p) for p in range(num_parts)]
+            for name, sha in zip(names, stream_features(graph_path, [tmp / x for x in names], new_to_orig, offsets)):
+                files[name] = sha
         files[NODE_MAP_NAME] = write_node_map(tmp / NODE_MAP_NAME, new_to_orig)
         meta = dict(format=PARTITION_FORMAT, version=FORMAT_VERSION, num_parts=num_parts, method=method, seed=seed,
                     partition_id=partition_id, num_nodes=g.num_nodes, num_edges=int(sum(s["local_edges"] for s in stats)),
-                    num_edges_input=g.num_edges, feature_dim=int(g.features.shape[1]),
+                    num_edges_input=g.num_edges, feature_dim=graph_feature_dim(g),
                     num_classes=int(g.attrs["num_classes"]), graph_source=str(g.attrs.get("source", "")),
                     offsets=[int(o) for o in offsets], files=files,
                     quality=summarize(stats, g.num_nodes, int(sum(s["local_edges"] for s in stats))),

@@ -183,7 +183,7 @@ def run(cfg: PartitionConfig) -> dict:
     check_out_path(cfg.graph, cfg.out)
     check_output(cfg.out, cfg.force)  # fail before the expensive work
     t0 = time.time()
-    g = load_graph(cfg.graph)
+    g = load_graph(cfg.graph, features=False)   # the parts' features are copied from the file block by block
     n = g.num_nodes
     if cfg.parts > max(1, n):
         raise FormatError(cfg.graph, f"cannot split {n} nodes into {cfg.parts} parts (--parts must be <= N)")
@@ -216,7 +216,7 @@ def run(cfg: PartitionConfig) -> dict:
             # disable=None: no bar when stderr is not a terminal (batch logs)
             return tqdm(it, total=total, desc="writing parts", unit="part", file=sys.stderr, leave=False, disable=None)
     meta = write_partition(g, assignment, cfg.parts, cfg.out, method=cfg.method, seed=cfg.seed, force=cfg.force,
-                           extra_meta=extra, progress=progress)
+                           extra_meta=extra, progress=progress, graph_path=cfg.graph)
     q = meta["quality"]
     print(f"{PROG}: wrote {cfg.out} ({cfg.parts} parts, {cfg.method}) in {time.time() - t0:.1f}s "
           f"(partitioning {t_part:.1f}s): edge_cut={q['edge_cut']} node_imbalance={q['node_imbalance']:.3f} "

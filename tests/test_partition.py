@@ -16,8 +16,8 @@ from data_tools.partition import main as partition_main
 from data_tools.partitioners import metis_partition, partition_stats, random_partition
 from data_tools.partitioners.cost import out_edges
 from data_tools.partitioners.metis import strip_self_loops
-from g3mpi.format import read_meta, read_node_map, read_part
-from g3mpi.format.partition import ARRAYS, SCALARS
+from g3mpi.format import FormatError, load_graph, part_name, read_meta, read_node_map, read_part, write_part
+from g3mpi.format.partition import ARRAYS, SCALARS, PartFeatures
 
 METHODS = [("metis", "nodes"), ("metis", "edges"), ("metis", "both"), ("metis", "train"), ("random", None),
            ("g3", None)]
@@ -156,6 +156,49 @@ def test_blocked_build_equals_unblocked(seed, monkeypatch):
                 u, v = getattr(x, k), getattr(y, k)
                 assert u.dtype == v.dtype and np.array_equal(u, v), (block, x.part_id, k)
             assert all(getattr(x, k) == getattr(y, k) for k in SCALARS)
+
+
+def test_streamed_features_equal_in_memory(monkeypatch, tmp_path):
+    """g3-partition leaves the features in the graph file and copies them into the parts block by block, a
+    group of parts per pass: every dataset, checksum and chunk layout equals the parts written from a graph held
+    whole (blocks of 7 rows, groups of 2 parts here; 5 parts, one of them empty)."""
+    g = random_graph(n=150, m=600, seed=4, feature_dim=6)
+    write(g, tmp_path / "g.h5")
+    a = np.random.default_rng(1).choice([0, 1, 3, 4], g.num_nodes)
+    whole = write_partition(g, a, 5, tmp_path / "whole", method="random", seed=0)
+    monkeypatch.setattr(build, "FEATURE_BLOCK_BYTES", 7 * 4 * 6)
+    monkeypatch.setattr(build, "FEATURE_GROUP", 2)
+    lean = load_graph(tmp_path / "g.h5", features=False)
+    assert lean.features is None
+    streamed = write_partition(lean, a, 5, tmp_path / "streamed", method="random", seed=0, graph_path=tmp_path / "g.h5")
+    assert whole["offsets"] == streamed["offsets"] and list(whole["files"]) == list(streamed["files"])
+    for p in range(5):
+        with h5py.File(tmp_path / "whole" / part_name(p)) as fa, h5py.File(tmp_path / "streamed" / part_name(p)) as fb:
+            assert sorted(fa) == sorted(fb)
+            for k in fa:
+                assert fa[k].dtype == fb[k].dtype and fa[k].chunks == fb[k].chunks, (p, k)
+                assert np.array_equal(fa[k][()], fb[k][()]) and fa[k].attrs["sha256"] == fb[k].attrs["sha256"], (p, k)
+    for p in range(5):   # the runtime's own checks (file checksums from meta.json included) accept them
+        read_part(tmp_path / "streamed", p, read_meta(tmp_path / "streamed"))
+    with pytest.raises(ValueError, match="graph_path"):
+        write_partition(lean, a, 5, tmp_path / "nofeatures", method="random", seed=0)
+
+
+def test_part_features_must_be_complete(tmp_path):
+    g = random_graph(n=40, m=100, seed=2)
+    a = np.arange(g.num_nodes) % 2
+    part = next(build.build_parts(load_graph_lean(g, tmp_path), a, 2, "id"))[0]
+    assert part.features is None
+    assert write_part(tmp_path / "p.h5", part) is None
+    w = PartFeatures(tmp_path / "p.h5")
+    w.append(np.zeros((part.num_owned - 1, part.feature_dim), np.float32))
+    with pytest.raises(FormatError, match=f"{part.num_owned - 1} of {part.num_owned} rows were written"):
+        w.close()
+
+
+def load_graph_lean(g, tmp_path):
+    write(g, tmp_path / "lean.h5")
+    return load_graph(tmp_path / "lean.h5", features=False)
 
 
 @pytest.mark.parametrize("seed", range(4))

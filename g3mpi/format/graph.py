@@ -25,7 +25,7 @@ class Graph:
 
     indptr: np.ndarray        # int64 [N+1]
     indices: np.ndarray       # int32/int64 [E]
-    features: np.ndarray      # float32 [N, F]
+    features: np.ndarray | None   # float32 [N, F]; None when left in the file (load_graph(features=False))
     labels: np.ndarray        # int64 [N], -1 = unlabelled
     train_mask: np.ndarray    # bool [N]
     val_mask: np.ndarray      # bool [N]
@@ -270,8 +270,11 @@ def graph_fingerprint(path) -> str:
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
-def load_graph(path, verify: bool = True) -> Graph:
-    """Read a whole graph.h5 into memory, validating checksums, shapes and index bounds."""
+def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
+    """Read a whole graph.h5 into memory, validating checksums, shapes and index bounds.
+
+    ``features=False`` leaves the features in the file (``Graph.features`` is None; their checksum and shape are
+    still checked): for tools that read them block by block, e.g. ``g3-partition`` writing the parts."""
     path = Path(path)
     with open_graph(path) as f:
         if verify:
@@ -279,20 +282,22 @@ def load_graph(path, verify: bool = True) -> Graph:
         attrs = {k: (h5_attr_str(v) if isinstance(v, (bytes, str)) else v.item() if hasattr(v, "item") else v)
                  for k, v in f.attrs.items()}
         try:
-            g = Graph(indptr=f["indptr"][:], indices=f["indices"][:], features=f["features"][:],
+            g = Graph(indptr=f["indptr"][:], indices=f["indices"][:],
+                      features=f["features"][:] if features else None,
                       labels=f["labels"][:], train_mask=f["train_mask"][:], val_mask=f["val_mask"][:],
                       test_mask=f["test_mask"][:], attrs=attrs,
                       orig_ids=f["orig_ids"][:] if "orig_ids" in f else None)
         except OSError as e:
             raise FormatError(path, f"cannot read datasets (truncated or corrupt?): {e}") from None
+        feature_shape = f["features"].shape
     n = int(attrs["num_nodes"])
     if len(g.indptr) != n + 1:
         raise FormatError(path, f"indptr has {len(g.indptr)} entries, num_nodes is {n}")
     check_csr(path, g.indptr, g.indices, n, "graph CSR")
     if int(attrs["num_edges"]) != g.num_edges:
         raise FormatError(path, f"num_edges attribute {attrs['num_edges']} != {g.num_edges} stored edges")
-    if g.features.shape != (n, int(attrs["feature_dim"])):
-        raise FormatError(path, f"features have shape {g.features.shape}, expected ({n}, {attrs['feature_dim']})")
+    if feature_shape != (n, int(attrs["feature_dim"])):
+        raise FormatError(path, f"features have shape {feature_shape}, expected ({n}, {attrs['feature_dim']})")
     check_node_data(path, n, g.labels, int(attrs["num_classes"]),
                     {"train_mask": g.train_mask, "val_mask": g.val_mask, "test_mask": g.test_mask})
     return g

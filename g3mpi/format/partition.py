@@ -16,8 +16,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .common import (FORMAT_VERSION, PART_FORMAT, PARTITION_FORMAT, FormatError, array_sha256, atomic_file, attr_kind,
-                     file_sha256, h5_attr_str, is_int, row_chunks)
+from .common import (FORMAT_VERSION, PART_FORMAT, PARTITION_FORMAT, FormatError, IncrementalSha256, array_sha256,
+                     atomic_file, attr_kind, file_sha256, h5_attr_str, is_int, row_chunks)
 from .graph import check_csr
 
 META_NAME = "meta.json"
@@ -53,7 +53,7 @@ class PartData:
     in_degree: np.ndarray     # int64 [n_owned+n_halo], global in-degree (no self loops)
     out_degree: np.ndarray    # int64 [n_owned+n_halo], global out-degree (no self loops)
     self_loops: np.ndarray    # int64 [n_owned], self loops of each owned node in the graph file (SAGE's mean)
-    features: np.ndarray      # float32 [n_owned, F]
+    features: np.ndarray | None   # float32 [n_owned, F] (None: written later, see PartFeatures)
     labels: np.ndarray        # int64 [n_owned]
     train_mask: np.ndarray    # bool [n_owned]
     val_mask: np.ndarray      # bool [n_owned]
@@ -84,8 +84,12 @@ ARRAYS = tuple(f.name for f in fields(PartData) if f.name not in SCALARS)
 OPTIONAL = ("self_loops",)
 
 
-def write_part(path, part: PartData, force: bool = False) -> str:
-    """Write one part file atomically; returns the file's sha256."""
+def write_part(path, part: PartData, force: bool = False) -> str | None:
+    """Write one part file atomically; returns the file's sha256.
+
+    ``part.features`` may be None: the ``features`` dataset is then created empty (its shape and chunks as
+    usual, no checksum yet), to be filled in row order with :class:`PartFeatures`; None is returned, and the
+    file's checksum is taken once it is filled."""
     with atomic_file(path, force) as tmp:
         with h5py.File(tmp, "w") as f:
             f.attrs["format"] = PART_FORMAT
@@ -93,14 +97,57 @@ def write_part(path, part: PartData, force: bool = False) -> str:
             for k in SCALARS:
                 f.attrs[k] = getattr(part, k)
             for k in ARRAYS:
-                a = np.ascontiguousarray(getattr(part, k))
                 if k == "features":
-                    chunk = row_chunks(a.shape[0], 4 * a.shape[1])
-                    ds = f.create_dataset(k, data=a, chunks=(chunk, a.shape[1]) if chunk and a.shape[1] else None)
-                else:
-                    ds = f.create_dataset(k, data=a)
+                    _create_features(f, part)
+                    continue
+                a = np.ascontiguousarray(getattr(part, k))
+                ds = f.create_dataset(k, data=a)
                 ds.attrs["sha256"] = array_sha256(a)
-    return file_sha256(path)
+    return None if part.features is None else file_sha256(path)
+
+
+def _create_features(f: h5py.File, part: PartData) -> None:
+    shape = (part.num_owned, part.feature_dim)
+    chunk = row_chunks(shape[0], 4 * shape[1])
+    chunks = (chunk, shape[1]) if chunk and shape[1] else None
+    if part.features is None:
+        f.create_dataset("features", shape=shape, dtype=np.float32, chunks=chunks)
+        return
+    a = np.ascontiguousarray(part.features)
+    f.create_dataset("features", data=a, chunks=chunks).attrs["sha256"] = array_sha256(a)
+
+
+class PartFeatures:
+    """Fill the ``features`` of a part file that :func:`write_part` wrote without them: rows appended in order
+    (``append``), the dataset's checksum set by ``close``, which returns the whole file's sha256."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self._f = h5py.File(self.path, "r+")
+        self._ds = self._f["features"]
+        self._rows = 0
+        self._hash = IncrementalSha256()
+
+    def append(self, rows: np.ndarray) -> None:
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        if len(rows):
+            self._ds[self._rows:self._rows + len(rows)] = rows
+            self._hash.update(rows)
+            self._rows += len(rows)
+
+    def close(self) -> str:
+        want = self._ds.shape[0]
+        if self._rows != want:
+            self._f.close()
+            raise FormatError(self.path, f"features: {self._rows} of {want} rows were written")
+        self._ds.attrs["sha256"] = self._hash.hexdigest()
+        self._f.close()
+        return file_sha256(self.path)
+
+    def close_on_error(self) -> None:
+        """Close the file as it is (an error elsewhere ends the write; the caller discards the file)."""
+        if self._f:
+            self._f.close()
 
 
 def read_meta(dirpath) -> dict:
