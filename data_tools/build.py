@@ -196,7 +196,10 @@ def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offse
             try:
                 for lo in range(0, n, step):
                     hi = min(n, lo + step)
-                    block = np.asarray(ds[lo:hi], dtype=np.float32)
+                    try:
+                        block = np.asarray(ds[lo:hi], dtype=np.float32)
+                    except OSError as e:   # the file changed since it was validated
+                        raise FormatError(graph_path, f"features rows {lo}..{hi - 1} cannot be read: {e}") from None
                     for p in group:
                         a, b = np.searchsorted(rows[p], (lo, hi))
                         if b > a:
