@@ -56,3 +56,11 @@ def test_resumed_on_another_number_of_ranks(tmp_path):
     assert [r["epoch"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
     assert len(draw_ranks(recs).axes[0].patches) == 3 * 3
     assert len(plot_run(tmp_path, best_epoch=None)) == 2
+
+
+def test_resumed_on_fewer_ranks_shows_the_latest_ranks():
+    """Epochs 1-3 on 3 ranks, 4-7 on 2: the per-rank figures are the 2 ranks' (the latest), not the widest."""
+    recs = [record(e, 3) for e in (1, 2, 3)] + [record(e, 2) for e in (4, 5, 6, 7)]
+    ax = draw_ranks(recs).axes[0]
+    assert len(ax.patches) == 3 * 2
+    assert ax.get_title() == "median per rank over 4 epochs"

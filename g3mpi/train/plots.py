@@ -43,11 +43,16 @@ def read_metrics(path) -> list[dict]:
     return sorted(out, key=lambda r: r["epoch"])
 
 
-def _median_per_rank(records, key) -> np.ndarray:
+def _latest_ranks(records, key) -> list[list]:
+    """The ``key`` lists of the records written by the latest ranks: a run resumed on another number of ranks
+    (``--resume RUN --parts OTHER``) has lists of two widths, and the latest epoch's is the one shown."""
     rows = [r[key] for r in records if isinstance(r.get(key), list)]
-    width = max((len(x) for x in rows), default=0)
-    # a run resumed on another number of ranks has rows of two widths: the latest ranks are the ones shown
-    rows = [[np.nan if v is None else v for v in x] for x in rows if len(x) == width]
+    width = len(rows[-1]) if rows else 0
+    return [x for x in rows if len(x) == width]
+
+
+def _median_per_rank(records, key) -> np.ndarray:
+    rows = [[np.nan if v is None else v for v in x] for x in _latest_ranks(records, key)]
     if not rows:
         return np.zeros(0)
     with warnings.catch_warnings():   # a rank with no value at all (no overlap without messages) stays NaN
@@ -92,7 +97,8 @@ def draw_ranks(records: list[dict]):
     P = len(comp)
     fig = figure(min(16, 10 + P / 16), 7)
     (ax_t, ax_e), (ax_b, ax_n) = fig.subplots(2, 2)
-    rank_breakdown(ax_t, comp, blocked, idle, f"median per rank over {len(records)} epochs")
+    rank_breakdown(ax_t, comp, blocked, idle,
+                   f"median per rank over {len(_latest_ranks(records, 'rank_compute_s'))} epochs")
     ep = [r["epoch"] for r in records if r.get("epoch_time_s") is not None]
     ax_e.plot(ep, [r["epoch_time_s"] for r in records if r.get("epoch_time_s") is not None], color="C0")
     ax_e.set_xlabel("epoch")
