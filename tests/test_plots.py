@@ -64,3 +64,16 @@ def test_resumed_on_fewer_ranks_shows_the_latest_ranks():
     ax = draw_ranks(recs).axes[0]
     assert len(ax.patches) == 3 * 2
     assert ax.get_title() == "median per rank over 4 epochs"
+
+
+def test_force_replaces_the_plots(tmp_path):
+    """--force replaces a run directory's files, the plots included: a new run with --no-plots (or one that
+    fails before its end) must not keep the plots of the run it replaced; a crash's temporary plot goes too."""
+    from g3mpi.train.config import TrainConfig
+    from g3mpi.train.trainer import _create_run_dir
+    out = tmp_path / "run"
+    out.mkdir()
+    for name in (*PLOTS, "metrics.jsonl", ".training.png.abc123.tmp"):
+        (out / name).write_text("old run")
+    _create_run_dir(TrainConfig(parts=str(tmp_path), out=str(out), force=True, plots=False), out)
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml"]

@@ -31,7 +31,7 @@ from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
 from .config import TrainConfig, to_toml
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync
-from .plots import plot_run
+from .plots import PLOTS, plot_run
 from .rundir import (SPLITS, MetricsLog, OutputError, rewind_metrics, save_state_dict, write_json_atomic,
                      write_predictions, write_text_atomic)
 
@@ -41,7 +41,7 @@ EPOCH_FIGURES = ("compute_s", "blocked_s", "comm_s", "overlap", "allreduce_s", "
                  "epoch_time_s", "rss_bytes")
 INT_FIGURES = ("bytes_sent", "bytes_recv", "messages", "rss_bytes")
 #: the files of a run directory
-RUN_FILES = ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME)
+RUN_FILES = ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME, *PLOTS)
 
 
 def peak_rss_bytes() -> int:
