@@ -50,8 +50,13 @@ def degrees(indptr: np.ndarray, indices: np.ndarray, block_edges: int = BLOCK_ED
     out_deg = np.zeros(n, dtype=np.int64)
     # at least n edges per block: each block's bincount of the out-degrees costs O(n)
     b = row_blocks(deg, max(block_edges, n))
+    # the row IDs in a dtype that holds them: a graph file's indices may be any integer type (load_graph checks
+    # only their range), and rows past its range would wrap (uint8: row 256 becomes a self loop of node 0)
+    dtype = index_dtype(n)
     for lo, hi in zip(b[:-1], b[1:]):
         src = np.asarray(indices[indptr[lo]:indptr[hi]])
+        if src.dtype != dtype and src.dtype != np.int64:
+            src = src.astype(np.int64 if src.dtype.itemsize > dtype.itemsize else dtype)
         dst = np.repeat(np.arange(lo, hi, dtype=src.dtype), deg[lo:hi])
         loop = src == dst
         loops[lo:hi] = np.bincount(dst[loop] - lo, minlength=hi - lo)

@@ -201,6 +201,31 @@ def load_graph_lean(g, tmp_path):
     return load_graph(tmp_path / "lean.h5", features=False)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint32, np.uint64])
+def test_build_with_narrow_or_unsigned_indices(dtype):
+    """load_graph takes any integer dtype for the indices (it checks their range only): the parts are those of
+    int32 indices. Before, uint8 sources with more than 256 rows counted row 256 + v's edges from v as self loops
+    (the row IDs wrapped) and uint64 raised in np.bincount."""
+    from g3mpi.format import Graph
+    rng = np.random.default_rng(3)
+    n = 300
+    dst = np.sort(rng.integers(0, n, 1200))
+    src = rng.integers(0, 120, 1200)
+    src[:40] = dst[:40]                # real self loops
+    src[-40:] = dst[-40:] - 256        # rows >= 256 whose wrapped uint8 ID is their source's
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
+    ref = random_graph(n=n, m=10, seed=1)
+
+    def parts(indices):
+        g = Graph(indptr, indices, ref.features, ref.labels, ref.train_mask, ref.val_mask, ref.test_mask, ref.attrs)
+        return list(build.build_parts(g, np.arange(n) % 3, 3, "id"))
+    for (x, _, _), (y, _, _) in zip(parts(src.astype(np.int32)), parts(src.astype(dtype))):
+        for k in ARRAYS:
+            u, v = getattr(x, k), getattr(y, k)
+            assert u.dtype == v.dtype and np.array_equal(u, v), (dtype, x.part_id, k)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_invariants_random_graphs(seed, tmp_path):
     g = random_graph(n=150 + 37 * seed, m=700 + 100 * seed, seed=10 + seed)
