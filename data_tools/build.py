@@ -27,8 +27,9 @@ def relabel(assignment: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndar
     return new_to_orig, orig_to_new, offsets
 
 
-#: edges gathered and sorted at a time while a part's CSR is built: bounds the temporaries (about 40 bytes per
-#: edge of a block) whatever the size of the graph or of its largest part
+#: edges gathered and sorted at a time while a part's CSR is built: bounds its temporaries (about 40 bytes per
+#: edge of a block) whatever the size of the graph or of its largest part. The degrees' pass takes
+#: max(BLOCK_EDGES, N) edges at a time (its bincounts are N long anyway)
 BLOCK_EDGES = 1 << 22
 
 

@@ -374,7 +374,7 @@ def test_resume_on_another_partition_of_the_same_graph(tmp_path):
     before = (tmp_path / "split" / "checkpoint.pt").read_bytes()
     p = train(3, tmp_path / "h3", None, "--resume", tmp_path / "split", "--epochs", "6", check=False, timeout=120)
     assert p.returncode != 0
-    assert "not known to split the same graph" in error_lines(p.stderr)[2][0]
+    assert "and it splits another graph (graph_sha256 differs)" in error_lines(p.stderr)[2][0]
     assert (tmp_path / "split" / "checkpoint.pt").read_bytes() == before
     p = train(3, tmp_path / "g3", None, "--resume", tmp_path / "split", "--epochs", "6", "--log-level", "INFO")
     assert "trained on another partition of the same graph (random, 2 parts)" in p.stderr

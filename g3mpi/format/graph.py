@@ -259,14 +259,20 @@ def verify_checksums(path, f: h5py.File) -> None:
             raise FormatError(path, f"checksum mismatch in dataset {name!r} (file corrupt)")
 
 
+#: graph attributes that are part of its identity (the rest, e.g. ``source``, only describe where it came from)
+FINGERPRINT_ATTRS = ("num_nodes", "num_edges", "feature_dim", "num_classes")
+
+
 def graph_fingerprint(path) -> str:
-    """SHA-256 of the graph's content, from the datasets' own ``sha256`` attributes (``name=sha256`` lines in
-    name order), so it costs no read of the data: two graph files with the same datasets have the same
-    fingerprint. ``g3-partition`` records it in ``meta.json`` (``graph_sha256``); checkpoints compare it to
-    resume on another partition of the same graph. Check the attributes first (:func:`load_graph`)."""
+    """SHA-256 of the graph's content: ``name=value`` lines for the datasets' own ``sha256`` attributes (so it
+    costs no read of the data) and :data:`FINGERPRINT_ATTRS`, in that order, names sorted. Two graph files with the
+    same datasets and those attributes have the same fingerprint. ``g3-partition`` records it in ``meta.json``
+    (``graph_sha256``); checkpoints compare it to resume on another partition of the same graph. Check the
+    file first (:func:`load_graph`)."""
     path = Path(path)
     with open_graph(path) as f:
         lines = [f"{name}={h5_attr_str(f[name].attrs.get('sha256', ''))}\n" for name in sorted(f)]
+        lines += [f"{k}={int(f.attrs[k])}\n" for k in FINGERPRINT_ATTRS]
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 

@@ -57,9 +57,18 @@ def partition_fingerprint(meta: dict) -> dict:
                 graph=graph if isinstance(graph, str) else None)
 
 
-def same_graph(saved: dict, now: dict) -> bool:
-    """Whether two partition fingerprints are partitions of the same graph (both must know their graph)."""
-    return saved.get("graph") is not None and saved.get("graph") == now.get("graph")
+def other_graph(saved: dict, now: dict, parts: str) -> str | None:
+    """Why two partition fingerprints are not known to split the same graph, or None if they are (both must
+    record their graph)."""
+    if not saved.get("graph"):
+        return ("the checkpoint's partition does not record its graph (no graph_sha256: made before g3mpi recorded "
+                "it, or not by g3-partition)")
+    if not now.get("graph"):
+        return (f"{parts}/meta.json has no graph_sha256 (made before g3mpi recorded it, or not by g3-partition), "
+                "so it is not known to split the same graph")
+    if saved["graph"] != now["graph"]:
+        return "it splits another graph (graph_sha256 differs)"
+    return None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -158,12 +167,12 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, world_size: int, finishe
     last checkpoint was written but whose outputs were not (a full disk, a kill) may resume: it only writes them."""
     saved, now = ckpt["partition"], partition_fingerprint(meta)
     if saved["partition_id"] != now["partition_id"]:
-        if not same_graph(saved, now):
+        why = other_graph(saved, now, cfg.parts)
+        if why:
             raise CheckpointError(path, f"was written for partition {saved['partition_id']} ({saved['method']}, "
                                         f"{saved['num_parts']} parts), not for {cfg.parts} (partition "
-                                        f"{now['partition_id']}), and the two are not known to split the same "
-                                        "graph (meta.json graph_sha256); resume with the partition it was trained "
-                                        "on, or with one g3-partition made from the same graph file")
+                                        f"{now['partition_id']}), and {why}; resume with the partition it was "
+                                        "trained on, or with one g3-partition made from the same graph file")
     elif saved["files"] != now["files"]:
         changed = sorted(k for k in set(saved["files"]) | set(now["files"])
                          if saved["files"].get(k) != now["files"].get(k))

@@ -84,7 +84,7 @@ def draw_training(records: list[dict], best_epoch: int | None):
     ax_acc.set_xlabel("epoch")
     ax_acc.set_ylabel("accuracy")
     ax_acc.set_title("accuracy at each evaluation", fontsize=10)
-    if ax_acc.lines:
+    if ax_acc.get_legend_handles_labels()[0]:   # (the best epoch's line has no label)
         ax_acc.legend(fontsize=8)
     return fig
 
