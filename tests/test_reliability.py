@@ -503,6 +503,16 @@ def test_watchdog_covers_predictions_turns(parts, tmp_path):
     assert t_end - (run / "checkpoint.pt").stat().st_mtime < 30
 
 
+def test_watchdog_allows_slow_turns_writing_predictions(parts, tmp_path):
+    """Every rank's turn writing predictions.h5 takes 1.2 s, under --comm-timeout 2: the run succeeds. A rank's
+    wait spans the turns before its own (rank 2: 2.4 s here), so the deadline is the timeout per turn waited for
+    (the reviewer's finding: the whole wait was held to 2 s and every such run ended without its outputs)."""
+    run = tmp_path / "run"
+    train(3, parts / "p3", run, "--epochs", "2", "--comm-timeout", "2", timeout=120,
+          env={"G3_TEST_STALL": "*:predictions:1.2"})
+    assert (run / "summary.json").exists() and (run / "predictions.h5").exists()
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -46,8 +46,10 @@ class Watchdog:
         return self.timeout > 0
 
     # -- waits ----------------------------------------------------------------------------------------------
-    def _poll(self, test, describe):
-        """Call ``test()`` (returning ``(done, value)``) until done; fire after ``timeout`` seconds."""
+    def _poll(self, test, describe, turns: int = 1):
+        """Call ``test()`` (returning ``(done, value)``) until done; fire after ``turns`` x ``timeout`` seconds
+        (``turns``: how many other ranks' steps the wait legitimately spans, e.g. the turns before one's own)."""
+        limit = self.timeout * max(1, turns)
         t0 = time.monotonic()
         sleep, n = 0.0, 0
         while True:
@@ -58,7 +60,7 @@ class Watchdog:
             if n > SPIN:
                 sleep = min(MAX_SLEEP_S, max(5e-6, 2 * sleep))
                 time.sleep(sleep)
-            if n % 64 == 0 and time.monotonic() - t0 > self.timeout:
+            if n % 64 == 0 and time.monotonic() - t0 > limit:
                 self.fire(describe(time.monotonic() - t0))
 
     def waitsome(self, reqs: list, peers: list, what: str) -> list:
@@ -86,9 +88,10 @@ class Watchdog:
             return self._message(waited, pending, what)
         self._poll(lambda: (MPI.Request.Testall(reqs), None), describe)
 
-    def wait_collective(self, reqs: list, what: str) -> None:
-        """Wait for non-blocking collectives (every rank takes part) with a deadline."""
-        self._poll(lambda: (MPI.Request.Testall(reqs), None), lambda waited: self._message(waited, None, what))
+    def wait_collective(self, reqs: list, what: str, turns: int = 1) -> None:
+        """Wait for non-blocking collectives (every rank takes part) with a deadline (``turns`` x the timeout)."""
+        self._poll(lambda: (MPI.Request.Testall(reqs), None),
+                   lambda waited: self._message(waited, None, what, turns), turns)
 
     def allreduce(self, buf, op=MPI.SUM, what: str = "gradient allreduce") -> None:
         """In-place ``Allreduce`` of a numpy buffer; with a deadline, a non-blocking one polled to completion."""
@@ -125,18 +128,19 @@ class Watchdog:
         self.wait_collective([self.comm.Iallgatherv(data, [buf, (sizes, displs), MPI.BYTE])], what)
         return [MPI.pickle.loads(buf[d:d + n].tobytes()) for d, n in zip(displs.tolist(), sizes.tolist())]
 
-    def bcast(self, obj, root: int, what: str):
-        """``comm.bcast(obj, root)``; with a deadline, ``Ibcast`` of the pickle's size then of its bytes, each
-        polled to completion. Like every collective it cannot name the rank that never arrived (a broadcast may
-        pass through other ranks than ``root``): say in ``what`` what ``root`` does before it."""
+    def bcast(self, obj, root: int, what: str, turns: int = 1):
+        """``comm.bcast(obj, root)``; with a deadline (``turns`` x the timeout), ``Ibcast`` of the pickle's size
+        then of its bytes, each polled to completion. Like every collective it cannot name the rank that never
+        arrived (a broadcast may pass through other ranks than ``root``): say in ``what`` what ``root`` does
+        before it."""
         if not self.active:
             return self.comm.bcast(obj, root=root)
         mine = self.comm.rank == root
         data = np.frombuffer(MPI.pickle.dumps(obj), dtype=np.uint8) if mine else None
         n = np.array([data.size if mine else 0], dtype=np.int64)
-        self.wait_collective([self.comm.Ibcast(n, root=root)], what)
+        self.wait_collective([self.comm.Ibcast(n, root=root)], what, turns)
         buf = data.copy() if mine else np.empty(int(n[0]), dtype=np.uint8)
-        self.wait_collective([self.comm.Ibcast([buf, MPI.BYTE], root=root)], what)
+        self.wait_collective([self.comm.Ibcast([buf, MPI.BYTE], root=root)], what, turns)
         return obj if mine else MPI.pickle.loads(buf.tobytes())
 
     def send(self, obj, dest: int, tag: int, what: str) -> None:
@@ -146,19 +150,20 @@ class Watchdog:
             return
         self.waitall([self.comm.isend(obj, dest=dest, tag=tag)], [dest], what)
 
-    def recv(self, source: int, tag: int, what: str):
-        """``comm.recv(source=source, tag=tag)``; with a deadline, ``improbe`` polled until the message is there,
-        then received. A rank that waits too long names ``source``."""
+    def recv(self, source: int, tag: int, what: str, turns: int = 1):
+        """``comm.recv(source=source, tag=tag)``; with a deadline (``turns`` x the timeout: e.g. the turns of the
+        ranks before this one), ``improbe`` polled until the message is there, then received. A rank that waits
+        too long names ``source``."""
         if not self.active:
             return self.comm.recv(source=source, tag=tag)
 
         def test():
             msg = self.comm.improbe(source=source, tag=tag)
             return msg is not None, msg
-        return self._poll(test, lambda waited: self._message(waited, [source], what)).recv()
+        return self._poll(test, lambda waited: self._message(waited, [source], what, turns), turns).recv()
 
     # -- firing ---------------------------------------------------------------------------------------------
-    def _message(self, waited: float, peers, what: str) -> str:
+    def _message(self, waited: float, peers, what: str, turns: int = 1) -> str:
         if "." in what and what.rsplit(".", 1)[1] in ("fwd", "bwd"):
             layer, d = what.rsplit(".", 1)
             what = f"halo exchange of layer {layer!r}, {'forward' if d == 'fwd' else 'backward'} direction"
@@ -169,8 +174,9 @@ class Watchdog:
         else:
             who = "a neighbour"
         ctx = f", {self.context}" if self.context else ""
-        return (f"communication timeout: blocked {waited:.1f} s (--comm-timeout {self.timeout:g}) waiting for "
-                f"{who} in the {what}{ctx}; aborting the job")
+        limit = f"--comm-timeout {self.timeout:g}" + (f" x {turns} turns" if turns > 1 else "")
+        return (f"communication timeout: blocked {waited:.1f} s ({limit}) waiting for {who} in the {what}{ctx}; "
+                "aborting the job")
 
     def fire(self, message: str) -> None:
         abort_job(self.comm, f"{self.prog}: error: [rank {self.comm.rank}] {message}", abort=self._abort)

@@ -5,9 +5,10 @@ hold, e.g. the allreduced gradient buffer), so the command line can print one li
 cleanly, without ``MPI_Abort``. Anything else raised on one rank is a local failure and aborts the job.
 
 Test-only hooks (environment variables, read once when a trainer starts; never set them in production):
-  ``G3_TEST_STALL=RANK:WHEN:SECONDS``   rank RANK sleeps SECONDS at the start of epoch WHEN, or at the point WHEN
-                                        names (``STALL_POINTS``: ``startup``, before the start-up halo check;
-                                        ``predictions``, before its turn writing predictions.h5) (watchdog tests)
+  ``G3_TEST_STALL=RANK:WHEN:SECONDS``   rank RANK (``*``: every rank) sleeps SECONDS at the start of epoch WHEN,
+                                        or at the point WHEN names (``STALL_POINTS``: ``startup``, before the
+                                        start-up halo check; ``predictions``, in its turn writing
+                                        predictions.h5, before it writes) (watchdog tests)
   ``G3_TEST_NAN=RANK:EPOCH[:PARAM]``    rank RANK's loss (or the gradient of parameter PARAM) becomes NaN at
                                         epoch EPOCH (numerical-fault tests)
   ``G3_TEST_PIDFILE=DIR``               every rank writes its pid to DIR/rank-R.pid (rank-failure tests)
@@ -65,7 +66,11 @@ class TestHooks:
         env = os.environ if env is None else env
         stall = nan = None
         if env.get("G3_TEST_STALL"):
-            r, e, s = _parse("G3_TEST_STALL", env["G3_TEST_STALL"], 3, (int, str, float))
+            r, e, s = _parse("G3_TEST_STALL", env["G3_TEST_STALL"], 3, (str, str, float))
+            try:
+                r = rank if r == "*" else int(r)
+            except ValueError:
+                raise ValueError(f"G3_TEST_STALL={env['G3_TEST_STALL']!r}: RANK must be a rank or *") from None
             if e not in STALL_POINTS:
                 try:
                     e = int(e)

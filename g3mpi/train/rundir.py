@@ -147,16 +147,18 @@ def write_rows(ds, sorted_ids: np.ndarray, values: np.ndarray) -> None:
 
 
 def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_nodes: int,
-                      attrs: dict | None = None, watchdog: Watchdog | None = None) -> None:
+                      attrs: dict | None = None, watchdog: Watchdog | None = None, on_turn=None) -> None:
     """Collectively write ``path`` (HDF5): ``logits`` float32 [N, C] and ``pred`` int64 [N], row = original ID.
 
     Every rank passes its owned rows; the file appears (atomically) only if every rank wrote successfully,
-    otherwise every rank raises. ``watchdog`` (on ``comm``) bounds the waits for the other ranks' turns; without
-    one they block.
+    otherwise every rank raises. ``watchdog`` (on ``comm``) bounds the waits for the other ranks' turns, each
+    by its timeout per turn waited for (rank r waits for r turns before its own, rank 0 for the P - 1 after
+    its own, and everyone for at most P before the file is in place); without one they block. ``on_turn``: called
+    when this rank's turn comes, before it writes (the tests' fault injection).
     """
     path = Path(path)
     wd = watchdog or Watchdog(comm, 0)
-    turns = f"ranks' turns writing {path.name}"
+    what = f"ranks' turns writing {path.name}"
     tmp = path.parent / f".{path.name}.tmp"
     rank, size = comm.rank, comm.size
     order = np.argsort(orig_ids, kind="stable")
@@ -165,7 +167,9 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
     pred = lg.argmax(axis=1).astype(np.int64) if lg.shape[1] else np.zeros(len(ids), np.int64)
     err = None
     if rank > 0:
-        err = wd.recv(rank - 1, _TOKEN_TAG, f"{turns} (rank {rank - 1} writes before rank {rank})")
+        err = wd.recv(rank - 1, _TOKEN_TAG, f"{what} (rank {rank - 1} writes before rank {rank})", turns=rank)
+    if on_turn is not None:
+        on_turn()
     if err is None:
         try:
             with h5py.File(tmp, "w" if rank == 0 else "r+") as f:
@@ -185,10 +189,10 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
         except Exception as e:  # noqa: BLE001 - reported on every rank below
             err = f"{_reason(e)} (on rank {rank})"
     if size > 1:
-        wd.send(err, (rank + 1) % size, _TOKEN_TAG, f"{turns} (handing the turn on)")
+        wd.send(err, (rank + 1) % size, _TOKEN_TAG, f"{what} (handing the turn on)")
         if rank == 0:
-            err = wd.recv(size - 1, _TOKEN_TAG, f"{turns} (rank {size - 1} writes last and hands the file back to "
-                                                "rank 0)")
+            err = wd.recv(size - 1, _TOKEN_TAG, f"{what} (rank {size - 1} writes last and hands the file back to "
+                                                "rank 0)", turns=size - 1)
     if rank == 0:
         if err is None:
             with open(tmp, "rb+") as fh:
@@ -196,6 +200,6 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
             os.replace(tmp, path)
         else:
             Path(tmp).unlink(missing_ok=True)
-    err = wd.bcast(err, 0, f"{turns} (rank 0 puts the file in place once every rank has written)")
+    err = wd.bcast(err, 0, f"{what} (rank 0 puts the file in place once every rank has written)", turns=size)
     if err is not None:
         raise OutputError(path, err)

@@ -344,10 +344,9 @@ class Trainer:
             self.model.load_state_dict(best["state"])
         logits = self.logits().numpy()
         self.watchdog.context = f"after epoch {epoch}"
-        self.hooks.stall_at("predictions")
         write_predictions(comm, run_dir / "predictions.h5", self.part.orig_ids, logits, self.part.num_nodes,
                           attrs=dict(model=cfg.model, best_epoch=best["epoch"], partition_id=self.part.partition_id),
-                          watchdog=self.watchdog)
+                          watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
         rss = np.array([peak_rss_bytes()], dtype=np.int64)
         self.watchdog.allreduce(rss, op=MPI.MAX, what="peak memory")
         rss = int(rss[0])
