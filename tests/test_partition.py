@@ -841,3 +841,22 @@ def test_bench_partition_small(cora_npz, tmp_path):
     assert bench_main(["--merge", str(out), str(out), "--out", str(merged)]) == 0
     m = json.loads(merged.read_text())
     assert len(m["rows"]) == 2 * len(r["rows"]) and m["cost_model"] == r["cost_model"]
+
+
+def test_streamed_part_files_are_fsynced_once_filled(monkeypatch, tmp_path):
+    """write_part fsyncs a part file before its features are filled in; the filled file is fsynced too (before,
+    the features of every part reached the disk whenever the OS chose, after the partition was in place)."""
+    import os
+    g = random_graph(n=60, m=200, seed=3)
+    write(g, tmp_path / "g.h5")
+    synced = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    lean = load_graph(tmp_path / "g.h5", features=False)
+    write_partition(lean, np.arange(g.num_nodes) % 3, 3, tmp_path / "p", method="random", seed=0,
+                    graph_path=tmp_path / "g.h5")
+    assert all(part_name(p) in synced for p in range(3)), synced

@@ -10,6 +10,7 @@ the order of that neighbour's halo slice.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -142,6 +143,8 @@ class PartFeatures:
             raise FormatError(self.path, f"features: {self._rows} of {want} rows were written")
         self._ds.attrs["sha256"] = self._hash.hexdigest()
         self._f.close()
+        with open(self.path, "rb+") as fh:   # durable like every file atomic_file writes (its fsync came before the fill)
+            os.fsync(fh.fileno())
         return file_sha256(self.path)
 
     def close_on_error(self) -> None:
