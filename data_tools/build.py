@@ -13,6 +13,7 @@ import numpy as np
 
 from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, Graph, PartData, atomic_dir, index_dtype,
                           part_name, write_meta, write_node_map, write_part)
+from g3mpi.format.common import failure_reason
 from g3mpi.format.partition import NODE_MAP_NAME, PartFeatures
 
 
@@ -203,9 +204,14 @@ def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offse
                 for lo in range(0, n, step):
                     hi = min(n, lo + step)
                     try:
-                        block = np.asarray(ds[lo:hi], dtype=np.float32)
+                        with np.errstate(over="ignore"):
+                            block = np.asarray(ds[lo:hi], dtype=np.float32)
                     except OSError as e:   # the file changed since it was validated
                         raise FormatError(graph_path, f"features rows {lo}..{hi - 1} cannot be read: {e}") from None
+                    if g0 == 0 and not np.isfinite(block).all():   # (float64 beyond float32's range: Inf)
+                        r = lo + int(np.argwhere(~np.isfinite(block))[0, 0])
+                        raise FormatError(graph_path, f"features of node {r} are not finite as float32 (NaN, Inf "
+                                                      "or beyond float32's range): the runtime would refuse the parts")
                     for p in group:
                         a, b = np.searchsorted(rows[p], (lo, hi))
                         if b > a:
@@ -257,6 +263,19 @@ def write_partition(g: Graph, assignment: np.ndarray, num_parts: int, out_dir, *
     if g.features is None and graph_path is None:
         raise ValueError("the graph's features are not in memory: give graph_path to read them from")
     out_dir = Path(out_dir)
+    try:
+        return _write_partition(g, assignment, num_parts, out_dir, method, seed, force, extra_meta, progress,
+                                graph_path)
+    except (OSError, RuntimeError) as e:   # h5py reports a failed flush (a full disk) as a RuntimeError
+        raise OutputWriteError(out_dir, f"cannot be written: {failure_reason(e)}") from None
+
+
+class OutputWriteError(FormatError):
+    """The partition directory could not be written (a full disk, a file size limit, permissions); nothing of it
+    is left. h5py may crash while tearing down the files of such a write: a command ends at once after it."""
+
+
+def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, extra_meta, progress, graph_path):
     t0 = time.time()
     partition_id = uuid.uuid4().hex
     files, stats = {}, []

@@ -22,7 +22,7 @@ import numpy as np
 from g3mpi.format import FormatError, graph_fingerprint, load_graph
 from g3mpi.format.common import check_output
 
-from .build import write_partition
+from .build import OutputWriteError, write_partition
 from .partitioners import (BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, parse_bandwidth,
                            random_partition)
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
@@ -231,6 +231,15 @@ def main(argv=None) -> int:
     cfg = parse_args(argv)
     try:
         run(cfg)
+    except OutputWriteError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        if argv is None:
+            # the command itself: h5py crashes tearing down files whose write failed (exit 139 after the line);
+            # the temporary directory is gone already, so end here
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+        return 1
     except FormatError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1

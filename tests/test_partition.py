@@ -16,7 +16,7 @@ from data_tools.partition import main as partition_main
 from data_tools.partitioners import metis_partition, partition_stats, random_partition
 from data_tools.partitioners.cost import out_edges
 from data_tools.partitioners.metis import strip_self_loops
-from g3mpi.format import FormatError, load_graph, part_name, read_meta, read_node_map, read_part, write_part
+from g3mpi.format import FormatError, array_sha256, load_graph, part_name, read_meta, read_node_map, read_part, write_part
 from g3mpi.format.partition import ARRAYS, SCALARS, PartFeatures
 
 METHODS = [("metis", "nodes"), ("metis", "edges"), ("metis", "both"), ("metis", "train"), ("random", None),
@@ -40,15 +40,17 @@ def rand_h5(tmp_path_factory):
     return g, path
 
 
-def partition(graph_path, out, parts, method, balance=None, seed=0, *extra, check=True, inproc=False, cwd=None):
-    """Run g3-partition as a command (default), or in this process (``inproc``: same code, no interpreter start)."""
+def partition(graph_path, out, parts, method, balance=None, seed=0, *extra, check=True, inproc=False, cwd=None,
+              **kw):
+    """Run g3-partition as a command (default; ``kw`` for subprocess.run), or in this process (``inproc``: same
+    code, no interpreter start)."""
     args = [graph_path, "--parts", parts, "--method", method, "--out", out, "--seed", seed, "--no-progress", *extra]
     if balance:
         args += ["--balance", balance]
     if inproc:
         assert partition_main([str(x) for x in args]) == 0
         return None
-    return run_module("data_tools.partition", *args, check=check, cwd=cwd)
+    return run_module("data_tools.partition", *args, check=check, cwd=cwd, **kw)
 
 
 def reassemble(parts_dir):
@@ -860,3 +862,36 @@ def test_streamed_part_files_are_fsynced_once_filled(monkeypatch, tmp_path):
     write_partition(lean, np.arange(g.num_nodes) % 3, 3, tmp_path / "p", method="random", seed=0,
                     graph_path=tmp_path / "g.h5")
     assert all(part_name(p) in synced for p in range(3)), synced
+
+
+def test_partition_refuses_features_beyond_float32(tmp_path):
+    """A graph file's float64 features that overflow float32 (1e300): g3-partition stops naming the graph and
+    the node, instead of writing parts the runtime refuses (their features would be Inf); nothing is left."""
+    g = random_graph(n=60, m=200, seed=5)
+    write(g, tmp_path / "g.h5")
+    with h5py.File(tmp_path / "g.h5", "r+") as f:
+        x = f["features"][()].astype(np.float64)
+        x[17, 2] = 1e300
+        del f["features"]
+        ds = f.create_dataset("features", data=x)
+        ds.attrs["sha256"] = array_sha256(x)
+    p = partition(tmp_path / "g.h5", tmp_path / "parts", 2, "random", check=False)
+    assert p.returncode == 1
+    assert "g.h5: features of node 17 are not finite as float32" in p.stderr
+    assert not (tmp_path / "parts").exists()
+
+
+def test_partition_on_a_full_disk(cora_h5, tmp_path):
+    """Writes that fail (here a file size limit, as a full disk does): one line naming the output and the
+    reason, exit 1, nothing left behind. Before: an h5py traceback, then a segfault at exit (status 139)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (600 * 1024, resource.RLIM_INFINITY))
+    _, path = cora_h5
+    p = partition(path, tmp_path / "parts", 3, "random", check=False, preexec_fn=limit)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == f"g3-partition: error: {tmp_path / 'parts'}: cannot be written: " \
+                                                "File too large"
+    assert "Traceback" not in p.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == []

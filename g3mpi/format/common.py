@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -36,6 +37,19 @@ class FormatError(Exception):
         self.path = str(path)
         self.reason = message
         super().__init__(f"{self.path}: {message}")
+
+
+def failure_reason(e: BaseException) -> str:
+    """One line for a failed read or write: the OS's words for its errno, also when h5py wraps it in a RuntimeError
+    ("... errno = 28, error message = 'No space left on device' ..."), else the first line of the message."""
+    if isinstance(e, FormatError):
+        return e.reason
+    if isinstance(e, OSError) and e.errno:
+        return os.strerror(e.errno)
+    m = re.search(r"error message = '([^']*)'", str(e))
+    if m:
+        return m.group(1)
+    return str(e).splitlines()[0] if str(e) else repr(e)
 
 
 def index_dtype(n: int) -> np.dtype:

@@ -148,9 +148,13 @@ class PartFeatures:
         return file_sha256(self.path)
 
     def close_on_error(self) -> None:
-        """Close the file as it is (an error elsewhere ends the write; the caller discards the file)."""
-        if self._f:
-            self._f.close()
+        """Close the file as it is (an error elsewhere ends the write; the caller discards the file). Never
+        raises: a failing close (a full disk) must not hide the first error."""
+        try:
+            if self._f:
+                self._f.close()
+        except Exception:  # noqa: BLE001 - the write already failed; its own error is the one to report
+            pass
 
 
 def read_meta(dirpath) -> dict:

@@ -20,6 +20,7 @@ import torch
 
 from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format import FormatError, atomic_file
+from g3mpi.format.common import failure_reason
 
 PREDICTIONS_FORMAT = "g3mpi-predictions"
 #: the node splits, and the keys of their accuracies in metrics.jsonl and summary.json
@@ -43,17 +44,7 @@ def writing(path, *errors):
     try:
         yield
     except (OSError, FormatError, *errors) as e:
-        raise OutputError(path, _reason(e)) from None
-
-
-def _reason(e: BaseException) -> str:
-    """One line for an output's failure: the OS's words for its errno (h5py's messages span lines), else the
-    first line of the message."""
-    if isinstance(e, FormatError):
-        return e.reason
-    if isinstance(e, OSError) and e.errno:
-        return os.strerror(e.errno)
-    return str(e).splitlines()[0] if str(e) else repr(e)
+        raise OutputError(path, failure_reason(e)) from None
 
 
 def write_text_atomic(path, text: str) -> None:
@@ -187,7 +178,7 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
                 write_rows(dl, ids, lg)
                 write_rows(dp, ids, pred)
         except Exception as e:  # noqa: BLE001 - reported on every rank below
-            err = f"{_reason(e)} (on rank {rank})"
+            err = f"{failure_reason(e)} (on rank {rank})"
     if size > 1:
         wd.send(err, (rank + 1) % size, _TOKEN_TAG, f"{what} (handing the turn on)")
         if rank == 0:
