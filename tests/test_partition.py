@@ -862,6 +862,10 @@ def test_streamed_part_files_are_fsynced_once_filled(monkeypatch, tmp_path):
     write_partition(lean, np.arange(g.num_nodes) % 3, 3, tmp_path / "p", method="random", seed=0,
                     graph_path=tmp_path / "g.h5")
     assert all(part_name(p) in synced for p in range(3)), synced
+    # and the whole directory: meta.json and node_map.h5, the directory itself and, after the rename, its parent
+    for name in ("meta.json", "node_map.h5", tmp_path.name):
+        assert name in synced, (name, synced)
+    assert any(x.startswith(".p.") and x.endswith(".tmp") for x in synced), synced
 
 
 def test_partition_refuses_features_beyond_float32(tmp_path):

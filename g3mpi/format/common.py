@@ -150,12 +150,18 @@ def atomic_file(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
-    """Yield a temporary directory beside ``path``; it replaces ``path`` only if the block succeeds."""
+    """Yield a temporary directory beside ``path``; it replaces ``path`` only if the block succeeds. Its files
+    and itself are fsync'ed before the rename, and the parent directory after it: after a crash or a power loss
+    ``path`` is the old directory or the complete new one."""
     path = check_output(path, force)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
         yield tmp
+        for f in sorted(tmp.iterdir()):
+            if f.is_file():
+                fsync_path(f)
+        fsync_path(tmp)
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
             os.replace(path, old / "x")
@@ -163,9 +169,29 @@ def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
+        fsync_path(path.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def fsync_path(path: os.PathLike | str) -> None:
+    """fsync a file or a directory by its path (a directory's fsync makes its entries, e.g. a rename, durable).
+    A file's failure raises; a directory's is ignored (some filesystems cannot fsync directories)."""
+    is_dir = os.path.isdir(path)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        if is_dir:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not is_dir:
+            raise
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from g3mpi.format import atomic_file
-from g3mpi.format.common import is_int
+from g3mpi.format.common import fsync_path, is_int
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = "g3mpi-checkpoint"
@@ -71,19 +71,6 @@ def other_graph(saved: dict, now: dict, parts: str) -> str | None:
     return None
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _clone(state: dict) -> dict:
     return {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in state.items()}
 
@@ -107,7 +94,7 @@ def save_checkpoint(path, ckpt: dict) -> None:
             torch.save(ckpt, f)
             f.flush()
             os.fsync(f.fileno())
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
 def load_checkpoint(path) -> dict:
