@@ -96,10 +96,10 @@ def test_no_plots_then_plots_on_demand(small_parts, tmp_path):
     out = tmp_path / "run"
     train(2, root / "p2", out, "--epochs", "3", "--no-plots")
     assert not list(out.glob("*.png"))
-    p = run_module("g3mpi.train.plots", out)
+    p = run_module("g3mpi.cli.plots", out)
     assert sorted(Path(x).name for x in p.stdout.split()) == ["ranks.png", "training.png"]
     assert all(matplotlib.image.imread(out / n).ndim == 3 for n in ("ranks.png", "training.png"))
-    p = run_module("g3mpi.train.plots", tmp_path / "nowhere", check=False)
+    p = run_module("g3mpi.cli.plots", tmp_path / "nowhere", check=False)
     assert p.returncode == 1 and "nowhere/metrics.jsonl: no such file" in p.stderr
 
 

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip part-file checksums")
     g.add_argument("--no-progress", dest="progress", action="store_const", const=False)
     g.add_argument("--no-plots", dest="plots", action="store_const", const=False,
-                   help="no RUN/training.png and RUN/ranks.png (python -m g3mpi.train.plots RUN draws them)")
+                   help="no RUN/training.png and RUN/ranks.png (python -m g3mpi.cli.plots RUN draws them)")
     g.add_argument("--log-level")
     g.add_argument("--force", action="store_const", const=True, help="replace an existing run directory")
     g = ap.add_argument_group("reliability")

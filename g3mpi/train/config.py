@@ -51,7 +51,7 @@ class TrainConfig:
     release_memory: bool = False    # freed memory back to the system at once: lower peak RSS, slower epochs
     verify: bool = True             # check part-file checksums on load
     progress: bool = True           # tqdm line on rank 0
-    plots: bool = True              # RUN/training.png and RUN/ranks.png at the end (g3mpi.train.plots)
+    plots: bool = True              # RUN/training.png and RUN/ranks.png at the end (python -m g3mpi.cli.plots redraws)
     log_level: str = "INFO"
     force: bool = False             # replace an existing run directory
     checkpoint_every: int = 0       # write RUN/checkpoint.pt every k epochs (0: only at the end)

@@ -1,6 +1,6 @@
 """The run directory's plots, drawn from ``metrics.jsonl`` (rank 0 at the end of a run, or on demand).
 
-    python -m g3mpi.train.plots RUN        # (re)draw RUN/training.png and RUN/ranks.png
+    python -m g3mpi.cli.plots RUN          # (re)draw RUN/training.png and RUN/ranks.png
 
 ``training.png``: the loss per epoch and the train / validation / test accuracies at each evaluation, the
 best-validation epoch (the one ``model.pt`` and ``predictions.h5`` come from) marked. ``ranks.png``: where each
@@ -11,9 +11,7 @@ atomically; redrawing while a job runs shows the epochs so far.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import warnings
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import numpy as np
 from g3mpi.format import atomic_file
 from g3mpi.plotting import figure, rank_breakdown
 
-from .rundir import ACCURACY_KEYS, OutputError, writing
+from .rundir import ACCURACY_KEYS, writing
 
 #: the files :func:`plot_run` writes into the run directory
 PLOTS = ("training.png", "ranks.png")
@@ -79,7 +77,10 @@ def draw_training(records: list[dict], best_epoch: int | None):
     if best_epoch:
         for ax in (ax_loss, ax_acc):
             ax.axvline(best_epoch, color="grey", linestyle="--", linewidth=1)
-        ax_acc.text(best_epoch, 0.02, f" best (epoch {best_epoch})", fontsize=8, color="grey")
+        last = max((r["epoch"] for r in records), default=best_epoch)
+        right = best_epoch > last / 2   # the label on the side with room, inside the axes
+        ax_acc.text(best_epoch, 0.02, f" best (epoch {best_epoch}) ", fontsize=8, color="grey",
+                    ha="right" if right else "left")
     ax_acc.set_ylim(0, 1)
     ax_acc.set_xlabel("epoch")
     ax_acc.set_ylabel("accuracy")
@@ -140,28 +141,3 @@ def plot_run(run_dir, best_epoch: int | None = None) -> list[Path]:
             best_epoch = None
     return [_save(draw_training(records, best_epoch), run_dir / PLOTS[0]),
             _save(draw_ranks(records), run_dir / PLOTS[1])]
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m g3mpi.train.plots", description=__doc__.split("\n\n")[0])
-    ap.add_argument("run", type=Path, help="run directory of g3-train (with metrics.jsonl)")
-    a = ap.parse_args(argv)
-    if not (a.run / "metrics.jsonl").is_file():
-        print(f"g3mpi.train.plots: error: {a.run / 'metrics.jsonl'}: no such file (not a g3-train run directory?)",
-              file=sys.stderr)
-        return 1
-    try:
-        for p in plot_run(a.run):
-            print(p)
-    except OutputError as e:
-        print(f"g3mpi.train.plots: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"g3mpi.train.plots: error: {a.run / 'metrics.jsonl'}: cannot be read: {e.strerror or e}",
-              file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

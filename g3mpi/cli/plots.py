@@ -1,0 +1,35 @@
+"""``python -m g3mpi.cli.plots RUN``: (re)draw a run directory's plots, ``training.png`` and ``ranks.png``, from its
+metrics.jsonl (see :mod:`g3mpi.train.plots`): while the job runs (the epochs so far), or after ``--no-plots``."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+PROG = "python -m g3mpi.cli.plots"
+
+
+def main(argv=None) -> int:
+    from g3mpi.train.plots import plot_run
+    from g3mpi.train.rundir import OutputError
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path, help="run directory of g3-train (with metrics.jsonl)")
+    a = ap.parse_args(argv)
+    metrics = a.run / "metrics.jsonl"
+    if not metrics.is_file():
+        print(f"{PROG}: error: {metrics}: no such file (not a g3-train run directory?)", file=sys.stderr)
+        return 1
+    try:
+        for p in plot_run(a.run):
+            print(p)
+    except OutputError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"{PROG}: error: {metrics}: cannot be read: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
