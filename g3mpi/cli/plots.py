@@ -10,6 +10,7 @@ PROG = "python -m g3mpi.cli.plots"
 
 
 def main(argv=None) -> int:
+    from g3mpi.format.common import failure_reason
     from g3mpi.train.plots import plot_run
     from g3mpi.train.rundir import OutputError
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
@@ -22,11 +23,9 @@ def main(argv=None) -> int:
     try:
         for p in plot_run(a.run):
             print(p)
-    except OutputError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"{PROG}: error: {metrics}: cannot be read: {e.strerror or e}", file=sys.stderr)
+    except (OutputError, OSError) as e:   # a plot not written, or metrics.jsonl not read
+        why = e if isinstance(e, OutputError) else f"{metrics}: cannot be read: {failure_reason(e)}"
+        print(f"{PROG}: error: {why}", file=sys.stderr)
         return 1
     return 0
 
