@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -899,3 +901,32 @@ def test_partition_on_a_full_disk(cora_h5, tmp_path):
                                                 "File too large"
     assert "Traceback" not in p.stderr
     assert sorted(f.name for f in tmp_path.iterdir()) == []
+
+
+def test_atomic_dir_replaces_in_one_step_or_restores(monkeypatch, tmp_path):
+    """--force's replacement of a partition directory: swapped in one step where the filesystem can (nothing
+    else left beside it); where it cannot, an error or Ctrl-C between the two renames puts the old one back
+    (before, the old directory stayed in .NAME.*.old/x and NAME was gone)."""
+    from g3mpi.format import common
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    with common.atomic_dir(out, force=True) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert [f.name for f in out.iterdir()] == ["new.txt"] and [f.name for f in tmp_path.iterdir()] == ["out"]
+    monkeypatch.setattr(common, "exchange", lambda a, b: False)
+    real = os.replace
+
+    def replace(a, b):
+        if Path(a).name.endswith(".tmp"):
+            raise KeyboardInterrupt
+        real(a, b)
+    monkeypatch.setattr(common.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        with common.atomic_dir(out, force=True) as tmp:
+            (tmp / "newer.txt").write_text("newer")
+    assert [f.name for f in out.iterdir()] == ["new.txt"] and [f.name for f in tmp_path.iterdir()] == ["out"]
+    monkeypatch.setattr(common.os, "replace", real)
+    with common.atomic_dir(out, force=True) as tmp:      # the two-step path itself
+        (tmp / "newest.txt").write_text("newest")
+    assert [f.name for f in out.iterdir()] == ["newest.txt"] and [f.name for f in tmp_path.iterdir()] == ["out"]

@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", help="run directory to create")
     ap.add_argument("--config", help="TOML file with settings (command-line options override it)")
     ap.add_argument("--resume", metavar="RUN",
-                    help="continue the run in RUN from RUN/checkpoint.pt, with RUN/config.toml as the settings")
+                    help="continue the run in RUN from RUN/checkpoint.pt, with RUN/config.toml as the settings "
+                         "(with --parts OTHER: on another partition of the same graph, any number of ranks)")
     g = ap.add_argument_group("model")
     g.add_argument("--model", choices=("gcn", "sage", "gat"))
     g.add_argument("--layers", type=int)

@@ -152,7 +152,12 @@ def atomic_file(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
 def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
     """Yield a temporary directory beside ``path``; it replaces ``path`` only if the block succeeds. Its files
     and itself are fsync'ed before the rename, and the parent directory after it: after a crash or a power loss
-    ``path`` is the old directory or the complete new one."""
+    ``path`` is the old directory or the complete new one (a crash while the block runs leaves the temporary
+    directory, ``.NAME.*.tmp``, beside it).
+
+    An existing ``path`` is swapped with the new directory in one step (Linux ``renameat2(RENAME_EXCHANGE)``)
+    and then removed; where the filesystem cannot swap, it is moved aside and the new one renamed in, and an
+    error or Ctrl-C between the two renames moves it back."""
     path = check_output(path, force)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
@@ -162,17 +167,42 @@ def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
             if f.is_file():
                 fsync_path(f)
         fsync_path(tmp)
-        if path.exists():
+        if not path.exists():
+            os.replace(tmp, path)
+        elif exchange(tmp, path):
+            shutil.rmtree(tmp, ignore_errors=True)   # now the old directory
+        else:
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
             os.replace(path, old / "x")
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.replace(old / "x", path)
+                old.rmdir()
+                raise
             shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
         fsync_path(path.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def exchange(a: os.PathLike | str, b: os.PathLike | str) -> bool:
+    """Swap two existing paths atomically (Linux ``renameat2`` with ``RENAME_EXCHANGE``). False where the C
+    library or the filesystem cannot (the caller then renames in two steps); OSError for any other failure."""
+    import ctypes
+    import errno
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def fsync_path(path: os.PathLike | str) -> None:
