@@ -303,7 +303,10 @@ def _job_state(cluster, jobid: str) -> str:
 
 def test_train_job_stops_on_a_signal_then_resumes(cluster, cora_chain):
     """scancel --signal=USR1 (what train.sbatch's --signal=USR1@120 sends before the time limit): the ranks stop
-    after an epoch with a checkpoint and the job exits 75; a job with --resume RUN finishes the run."""
+    after an epoch with a checkpoint and the job exits 75; a job with --resume RUN finishes the run. Rank 1 is
+    made 1 s late to exit (G3_TEST_STALL=1:exit:1): srun's --kill-on-bad-exit then terminates it when rank 0 has
+    exited with 75, which turned the job's 75 into 143 (seen in CI under load) until the ranks ignored stop
+    signals once the run was over."""
     import json
     import time
 
@@ -313,7 +316,7 @@ def test_train_job_stops_on_a_signal_then_resumes(cluster, cora_chain):
     args = list(TRAIN_ARGS)
     args[args.index("--epochs") + 1] = 100000
     jobid = cluster.submit(JOBS / "slurm" / "train.sbatch", *args, opts=("--ntasks-per-node=2", "--cpus-per-task=1"),
-                           cwd=work, env=dict(env, G3_OUT=str(run)))
+                           cwd=work, env=dict(env, G3_OUT=str(run), G3_TEST_STALL="1:exit:1"))
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):

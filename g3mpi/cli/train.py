@@ -117,7 +117,7 @@ def main(argv=None, comm=None) -> int:
     from g3mpi.train.checkpoint import CHECKPOINT_NAME, CheckpointError, check_compatible, load_checkpoint
     from g3mpi.train.faults import TestHooks, TrainingFault
     from g3mpi.train.rundir import OutputError
-    from g3mpi.train.stop import EXIT_STOPPED, StopSignals
+    from g3mpi.train.stop import EXIT_STOPPED, StopSignals, ignore_stop_signals
 
     resume = args.pop("resume")
     try:
@@ -227,10 +227,14 @@ def main(argv=None, comm=None) -> int:
                        f"{run_dir / CHECKPOINT_NAME} is written; continue with: mpiexec -n {comm.size} "
                        f"g3-train --resume {run_dir}")
         watchdog.barrier("exit after a stop signal (the checkpoint and the line are out before the job ends)")
+        # the run is over on every rank. A stop signal from here on is srun ending the tasks that have not exited
+        # yet because another one already exited with 75 (--kill-on-bad-exit): it must not turn 75 into 143
+        ignore_stop_signals()
         if own_world:
             # exit 75 on every rank, cleanly: under `python -m mpi4py` a non-zero exit with MPI still initialised
             # calls MPI_Abort, which srun reports as killed tasks (exit status 137) instead of 75
             MPI.Finalize()
+        hooks.stall_at("exit")
         return EXIT_STOPPED
     if comm.rank == 0:
         log.info("done: best epoch %s, val %.4f, test %.4f, median epoch %.4fs -> %s", summary["best_epoch"],

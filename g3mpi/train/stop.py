@@ -73,3 +73,10 @@ class StopSignals:
         for s, h in self._previous.items():
             signal.signal(s, h)
         self._previous = {}
+
+
+def ignore_stop_signals() -> None:
+    """Ignore :data:`STOP_SIGNALS` from now on (a process that is only exiting); nothing outside the main thread."""
+    if threading.current_thread() is threading.main_thread():
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
