@@ -848,8 +848,9 @@ def test_bench_partition_small(cora_npz, tmp_path):
 
 
 def test_streamed_part_files_are_fsynced_once_filled(monkeypatch, tmp_path):
-    """write_part fsyncs a part file before its features are filled in; the filled file is fsynced too (before,
-    the features of every part reached the disk whenever the OS chose, after the partition was in place)."""
+    """write_part fsyncs a part file before its features are filled in; the filled file is fsynced too, with every
+    file of the directory before its rename (before, the features of every part reached the disk whenever the OS
+    chose, after the partition was in place)."""
     import os
     g = random_graph(n=60, m=200, seed=3)
     write(g, tmp_path / "g.h5")

@@ -10,7 +10,6 @@ the order of that neighbour's halo slice.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -120,7 +119,8 @@ def _create_features(f: h5py.File, part: PartData) -> None:
 
 class PartFeatures:
     """Fill the ``features`` of a part file that :func:`write_part` wrote without them: rows appended in order
-    (``append``), the dataset's checksum set by ``close``, which returns the whole file's sha256."""
+    (``append``), the dataset's checksum set by ``close``, which returns the whole file's sha256. The file is
+    made durable by the directory it is written in (``atomic_dir`` fsyncs every file before the rename)."""
 
     def __init__(self, path):
         self.path = Path(path)
@@ -143,8 +143,6 @@ class PartFeatures:
             raise FormatError(self.path, f"features: {self._rows} of {want} rows were written")
         self._ds.attrs["sha256"] = self._hash.hexdigest()
         self._f.close()
-        with open(self.path, "rb+") as fh:   # durable like every file atomic_file writes (its fsync came before the fill)
-            os.fsync(fh.fileno())
         return file_sha256(self.path)
 
     def close_on_error(self) -> None:
