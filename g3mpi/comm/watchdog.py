@@ -98,8 +98,14 @@ class Watchdog:
         if not self.active:
             self.comm.Allreduce(MPI.IN_PLACE, buf, op=op)
             return
-        req = self.comm.Iallreduce(MPI.IN_PLACE, buf, op=op)
-        self._poll(lambda: (req.Test(), None), lambda waited: self._message(waited, None, what))
+        self.wait_collective([self.comm.Iallreduce(MPI.IN_PLACE, buf, op=op)], what)
+
+    def gather(self, sendbuf, recvbuf, root: int, what: str) -> None:
+        """``Gather`` of numpy buffers to ``root``; with a deadline, ``Igather`` polled to completion."""
+        if not self.active:
+            self.comm.Gather(sendbuf, recvbuf, root=root)
+            return
+        self.wait_collective([self.comm.Igather(sendbuf, recvbuf, root=root)], what)
 
     def barrier(self, what: str) -> None:
         """``Barrier``; with a deadline, ``Ibarrier`` polled to completion."""

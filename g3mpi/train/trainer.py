@@ -220,14 +220,11 @@ class Trainer:
 
     def _gather_epoch_figures(self, rec: dict) -> list | None:
         """Every rank's timings, bytes and memory of the epoch, on rank 0 (None elsewhere): one ``Gather`` of a
-        fixed float64 row per rank (non-blocking and under the watchdog's deadline when it is active)."""
+        fixed float64 row per rank (under the watchdog's deadline when it is active)."""
         mine = np.array([current_rss_bytes() if k == "rss_bytes" else np.nan if rec[k] is None else rec[k]
                          for k in EPOCH_FIGURES], dtype=np.float64)
         rows = np.empty((self.comm.size, len(EPOCH_FIGURES))) if self.comm.rank == 0 else None
-        if self.watchdog.active:
-            self.watchdog.wait_collective([self.comm.Igather(mine, rows, root=0)], "per-epoch metrics gather")
-        else:
-            self.comm.Gather(mine, rows, root=0)
+        self.watchdog.gather(mine, rows, 0, "per-epoch metrics gather")
         if rows is None:
             return None
         return [{k: (int(v) if k in INT_FIGURES else None if np.isnan(v) else float(v))
