@@ -181,7 +181,7 @@ def main(argv=None, comm=None) -> int:
     if resume:
         try:
             ckpt = load_checkpoint(f"{resume}/{CHECKPOINT_NAME}")
-            check_compatible(f"{resume}/{CHECKPOINT_NAME}", ckpt, cfg, meta, comm.size,
+            check_compatible(f"{resume}/{CHECKPOINT_NAME}", ckpt, cfg, meta,
                              finished=Path(resume, "summary.json").exists())
         except CheckpointError as e:
             err = str(e)

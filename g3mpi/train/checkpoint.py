@@ -148,7 +148,7 @@ def _check_layout(path, ckpt: dict) -> None:
          "best must hold val_acc, epoch, accs and state")
 
 
-def check_compatible(path, ckpt: dict, cfg, meta: dict, world_size: int, finished: bool = False) -> None:
+def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False) -> None:
     """Refuse to resume from a checkpoint of another partition or of an incompatible configuration, or, when the
     run ``finished`` (its summary.json exists), from its last checkpoint with nothing left to train. A run whose
     last checkpoint was written but whose outputs were not (a full disk, a kill) may resume: it only writes them."""
@@ -164,8 +164,6 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, world_size: int, finishe
         changed = sorted(k for k in set(saved["files"]) | set(now["files"])
                          if saved["files"].get(k) != now["files"].get(k))
         raise CheckpointError(path, f"the partition's files changed since the checkpoint: {', '.join(changed)}")
-    if world_size != now["num_parts"]:
-        raise CheckpointError(path, f"{cfg.parts} has {now['num_parts']} parts, this run has {world_size} ranks")
     diffs = [f"{k} = {ckpt['config'].get(k)!r} in the checkpoint but {getattr(cfg, k)!r} now"
              for k in RESUME_KEYS if ckpt["config"].get(k) != getattr(cfg, k)]
     if diffs:
