@@ -25,6 +25,7 @@ import numpy as np
 from g3mpi.format import (FormatError, atomic_file, graph_summary, load_graph, part_name, read_meta, read_node_map,
                           read_part)
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME
+from g3mpi.plotting import figure
 
 from .build import summarize
 from .partitioners.cost import CostModel
@@ -177,13 +178,6 @@ PLOT_MAX_INCHES = 16
 PLOT_PAIRED_PARTS = 64
 
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def check_plot_path(path: Path) -> str:
     """The image format of ``path`` (its suffix); FormatError unless a plot can be written there.
 
@@ -208,7 +202,6 @@ def check_plot_path(path: Path) -> str:
 
 def plot_report(r: dict, out_png: Path) -> None:
     """Draw the per-part bars into ``out_png`` (format from its suffix), written atomically."""
-    plt = _pyplot()
     out_png = Path(out_png)
     fmt = check_plot_path(out_png)
 
@@ -216,7 +209,8 @@ def plot_report(r: dict, out_png: Path) -> None:
     x = np.arange(len(parts))
     many = len(parts) > PLOT_PAIRED_PARTS
     # 0.35 inch per part up to 40 parts; beyond, the figure stays PLOT_MAX_INCHES wide and the bars get thinner
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(min(PLOT_MAX_INCHES, max(6, 0.35 * len(parts) + 2)), 6), sharex=True)
+    fig = figure(min(PLOT_MAX_INCHES, max(6, 0.35 * len(parts) + 2)), 6)
+    ax1, ax2 = fig.subplots(2, 1, sharex=True)
     bar = dict(width=1.0, linewidth=0) if many else {}
     compute = [1e3 * s["est_compute_seconds"] for s in parts]
     ax1.bar(x, compute, label="compute", **bar)
@@ -234,14 +228,11 @@ def plot_report(r: dict, out_png: Path) -> None:
     ax2.set_ylabel("rows")
     ax2.set_xlabel("part")
     ax2.legend()
-    fig.tight_layout()
     try:
         with atomic_file(out_png, force=True) as tmp:
             fig.savefig(tmp, dpi=100, format=fmt)
     except (OSError, RuntimeError, ValueError) as e:   # e.g. pgf without a LaTeX installation
         raise FormatError(out_png, f"cannot write the plot: {e}") from None
-    finally:
-        plt.close(fig)
 
 
 def main(argv=None) -> int:
