@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, Graph, PartData, atomic_dir, index_dtype,
-                          part_name, write_meta, write_node_map, write_part)
+                          open_graph, part_name, write_meta, write_node_map, write_part)
 from g3mpi.format.common import failure_reason
 from g3mpi.format.partition import NODE_MAP_NAME, PartFeatures
 
@@ -190,7 +190,6 @@ def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offse
     ``new_to_orig[offsets[p]:offsets[p+1]]``, increasing, so each block adds a contiguous run of them, in order.
     Parts are filled :data:`FEATURE_GROUP` at a time, one pass over the graph per group. Returns each part file's
     sha256."""
-    from g3mpi.format.graph import open_graph
     shas = []
     with open_graph(graph_path) as f:
         ds = f["features"]
