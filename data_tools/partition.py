@@ -10,6 +10,7 @@ only when complete (``--force`` replaces an existing one). See docs/PARTITION.md
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import sys
@@ -23,6 +24,7 @@ from g3mpi.format import FormatError, graph_fingerprint, load_graph
 from g3mpi.format.common import check_output
 
 from .build import OutputWriteError, write_partition
+from .termination import interruption, terminate_as_interrupt
 from .partitioners import (BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, parse_bandwidth,
                            random_partition)
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
@@ -229,8 +231,10 @@ def run(cfg: PartitionConfig) -> dict:
 
 def main(argv=None) -> int:
     cfg = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(message)s", stream=sys.stderr)
     try:
-        run(cfg)
+        with terminate_as_interrupt():
+            run(cfg)
     except OutputWriteError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         if argv is None:
@@ -246,9 +250,9 @@ def main(argv=None) -> int:
     except MemoryError:
         print(f"{PROG}: error: {cfg.graph}: out of memory", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: error: interrupted (no output written)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"{PROG}: error: {cfg.out}: {interruption(e)} (no output written)", file=sys.stderr)
+        return getattr(e, "exit_status", 130)
     return 0
 
 

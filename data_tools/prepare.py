@@ -18,6 +18,7 @@ from pathlib import Path
 from g3mpi.format import FormatError, check_output
 
 from .importers.common import PrepareOptions, RawGraph, write_raw_graph
+from .termination import interruption, terminate_as_interrupt
 
 PROG = "g3-prepare"
 log = logging.getLogger("g3-prepare")
@@ -169,7 +170,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format=f"{PROG}: %(message)s",
                         stream=sys.stderr)
     try:
-        summary = prepare(args)
+        with terminate_as_interrupt():
+            summary = prepare(args)
     except FormatError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
@@ -183,9 +185,9 @@ def main(argv=None) -> int:
         where = e.filename or args.out
         print(f"{PROG}: error: {where}: {e.strerror or e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: error: {args.out}: interrupted (no output written)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"{PROG}: error: {args.out}: {interruption(e)} (no output written)", file=sys.stderr)
+        return getattr(e, "exit_status", 130)
     if summary["train"] == 0:
         print(f"{PROG}: warning: {args.out}: no training nodes (no labels, or an empty train split): "
               f"g3-train will refuse this graph", file=sys.stderr)

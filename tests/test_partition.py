@@ -931,3 +931,74 @@ def test_atomic_dir_replaces_in_one_step_or_restores(monkeypatch, tmp_path):
     with common.atomic_dir(out, force=True) as tmp:      # the two-step path itself
         (tmp / "newest.txt").write_text("newest")
     assert [f.name for f in out.iterdir()] == ["newest.txt"] and [f.name for f in tmp_path.iterdir()] == ["out"]
+
+
+def _partition_killed_by(signum, graph_path, out):
+    """g3-partition, its own code, sending itself ``signum`` while the part files are being filled (after
+    every other dataset is written), as a batch system's time limit or scancel would."""
+    import subprocess
+    import sys
+    from conftest import tool_env
+    code = ("import os, sys; from data_tools import build; "
+            f"build.stream_features = lambda *a, **k: os.kill(os.getpid(), {int(signum)}); "
+            "from data_tools.partition import main; sys.exit(main(sys.argv[1:]))")
+    return subprocess.run([sys.executable, "-c", code, str(graph_path), "--parts", "3", "--method", "random",
+                           "--out", str(out), "--no-progress"], capture_output=True, text=True, env=tool_env(),
+                          timeout=120)
+
+
+@pytest.mark.parametrize("signum", [15, 1])
+def test_partition_terminated_by_a_signal_leaves_nothing(cora_h5, tmp_path, signum):
+    """SIGTERM (a batch job's time limit, scancel) or SIGHUP while writing: the command says so, exits
+    128 + the signal, and the half-written partition's hidden temporary directory is removed. Before, Python's
+    default action ended the process at once and the temporary (gigabytes on a large graph) stayed."""
+    import signal
+    _, path = cora_h5
+    p = _partition_killed_by(signum, path, tmp_path / "parts")
+    name = signal.Signals(signum).name
+    assert p.returncode == 128 + signum, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == \
+        f"g3-partition: error: {tmp_path / 'parts'}: terminated by {name} (no output written)"
+    assert sorted(f.name for f in tmp_path.iterdir()) == []
+
+
+def test_partition_killed_outright_its_leftover_goes_next_time(cora_h5, tmp_path):
+    """SIGKILL (KillWait passed, the out-of-memory killer) cannot be caught: the temporary directory stays,
+    named after its host and process, and the next g3-partition to the same output removes it, saying so."""
+    _, path = cora_h5
+    p = _partition_killed_by(9, path, tmp_path / "parts")
+    assert p.returncode == -9
+    left = [f.name for f in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".parts.") and left[0].endswith(".tmp"), left
+    assert any((tmp_path / left[0]).iterdir())
+    p = partition(path, tmp_path / "parts", 3, "random")
+    assert f"removed {left[0]}, left by process" in p.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["parts"]
+    assert read_meta(tmp_path / "parts")["num_parts"] == 3
+
+
+def test_stale_temporaries_only_of_dead_processes_of_this_host(tmp_path):
+    """Only a temporary of this host whose process is gone is removed: a live writer's, another host's and any
+    other name stay; an old directory moved aside by atomic_dir's two-step replace comes back if the output is
+    missing."""
+    import socket
+    import subprocess
+    import sys
+    from g3mpi.format import common
+    host = socket.gethostname()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    keep = [f".out.{host}-{os.getpid()}.abc.tmp", f".out.{host}x-{dead}.abc.tmp", f".out.other-{dead}.abc.tmp",
+            f".out2.{host}-{dead}.abc.tmp", f"out.{host}-{dead}.abc.tmp", f".out.{host}-{dead}.abc.tmp.bak"]
+    gone = [f".out.{host}-{dead}.abc.tmp", f".out.{host}-{dead}.x_y.tmp"]
+    for name in keep + gone[:1]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_text("x")
+    (tmp_path / gone[1]).write_text("a file")
+    old = tmp_path / f".out.{host}-{dead}.q.old"
+    (old / "x").mkdir(parents=True)
+    (old / "x" / "meta.json").write_text("{}")
+    removed = common.remove_stale_temporaries(tmp_path / "out")
+    assert sorted(p.name for p in removed) == sorted(gone + [old.name])
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted(keep + ["out"])
+    assert [f.name for f in (tmp_path / "out").iterdir()] == ["meta.json"]

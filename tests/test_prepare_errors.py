@@ -390,3 +390,20 @@ def test_no_training_nodes_warns(tmp_path, out_dir):
                         f"mask): g3-train will refuse this partition"]
     p = run_module("data_tools.prepare", "sbm", "--nodes", 50, "--classes", 2, "--out", out_dir / "s.h5", "--quiet")
     assert p.stderr == ""
+
+
+def test_terminated_by_sigterm_leaves_nothing(tmp_path, out_dir):
+    """SIGTERM while the graph file is being written (a batch job's time limit): one line, exit 143, and the
+    hidden temporary file removed. Before, Python's default action ended the process and left it."""
+    import subprocess
+    import sys
+    from conftest import tool_env
+    code = ("import os, sys; from g3mpi.format.graph import GraphWriter; "
+            "GraphWriter.write_csr = lambda *a, **k: os.kill(os.getpid(), 15); "
+            "from data_tools.prepare import main; sys.exit(main(sys.argv[1:]))")
+    out = out_dir / "g.h5"
+    p = subprocess.run([sys.executable, "-c", code, "npz", str(cora_like(tmp_path / "g.npz")), "--out", str(out)],
+                       capture_output=True, text=True, env=tool_env(), timeout=120)
+    assert p.returncode == 143, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == f"g3-prepare: error: {out}: terminated by SIGTERM (no output written)"
+    assert os.listdir(out_dir) == []

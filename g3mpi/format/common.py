@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -25,6 +27,8 @@ PARTITION_FORMAT = "g3mpi-partition"
 ROW_CHUNK_BYTES = 1 << 20
 #: bytes read at a time when hashing or streaming a dataset
 STREAM_BYTES = 64 << 20
+
+log = logging.getLogger(__name__)
 
 
 class FormatError(Exception):
@@ -129,10 +133,13 @@ def check_output(path: os.PathLike | str, force: bool) -> Path:
 def atomic_file(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` only if the block succeeds.
 
-    A crash or exception leaves nothing behind: the temporary file is removed.
+    An exception (or a signal turned into one) leaves nothing behind: the temporary file is removed. A process
+    killed outright leaves its ``.NAME.HOST-PID.*.tmp``; the next write of ``path`` on that host removes it
+    (``remove_stale_temporaries``).
     """
+    remove_stale_temporaries(path)
     path = check_output(path, force)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the user's usual permissions
     tmp = Path(tmp)
@@ -153,13 +160,14 @@ def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
     """Yield a temporary directory beside ``path``; it replaces ``path`` only if the block succeeds. Its files
     and itself are fsync'ed before the rename, and the parent directory after it: after a crash or a power loss
     ``path`` is the old directory or the complete new one (a crash while the block runs leaves the temporary
-    directory, ``.NAME.*.tmp``, beside it).
+    directory, ``.NAME.HOST-PID.*.tmp``, beside it, which the next write of ``path`` on that host removes).
 
     An existing ``path`` is swapped with the new directory in one step (Linux ``renameat2(RENAME_EXCHANGE)``)
     and then removed; where the filesystem cannot swap, it is moved aside and the new one renamed in, and an
     error or Ctrl-C between the two renames moves it back."""
+    remove_stale_temporaries(path)
     path = check_output(path, force)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
         yield tmp
@@ -172,7 +180,7 @@ def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
         elif exchange(tmp, path):
             shutil.rmtree(tmp, ignore_errors=True)   # now the old directory
         else:
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            old = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".old", dir=path.parent))
             os.replace(path, old / "x")
             try:
                 os.replace(tmp, path)
@@ -185,6 +193,58 @@ def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _temp_prefix(path: Path) -> str:
+    """``.NAME.HOST-PID.``: a temporary beside ``path`` names its writer, so a later writer can tell whether it
+    is still running."""
+    return f".{path.name}.{socket.gethostname()}-{os.getpid()}."
+
+
+def remove_stale_temporaries(path: os.PathLike | str) -> list[Path]:
+    """Remove the temporaries (``.NAME.HOST-PID.*.tmp`` / ``.old``) that a writer of ``path`` on this host left
+    when it was killed outright (SIGKILL, e.g. after a batch job's ``KillWait``, or the out-of-memory killer);
+    return them. An old directory that ``atomic_dir`` had moved aside is first put back if ``path`` is missing.
+    Only those of this host whose process is gone: another host's process cannot be checked, and a live one (a
+    concurrent writer) still owns its temporary."""
+    path = Path(path)
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.{re.escape(socket.gethostname())}-(\d+)\.[^./]+\.(tmp|old)")
+    removed = []
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if m is None or _process_alive(int(m.group(1))):
+            continue
+        stale = Path(entry.path)
+        if m.group(2) == "old" and (stale / "x").is_dir() and not os.path.lexists(path):
+            # killed between moving the old directory aside and renaming the new one in: put the old one back
+            os.replace(stale / "x", path)
+            log.warning("%s: restored from %s, left by process %s on this host, which is no longer running",
+                        path, stale.name, m.group(1))
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+        if not os.path.lexists(stale):
+            log.warning("%s: removed %s, left by process %s on this host, which is no longer running",
+                        path, stale.name, m.group(1))
+            removed.append(stale)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:   # EPERM: another user's live process
+        return True
+    return True
 
 
 def exchange(a: os.PathLike | str, b: os.PathLike | str) -> bool:
