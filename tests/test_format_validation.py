@@ -144,3 +144,39 @@ def test_node_map_that_is_a_directory(copy):
     (copy / NODE_MAP_NAME).mkdir()
     with pytest.raises(FormatError, match="node_map.h5: not a readable HDF5 file"):
         read_node_map(copy)
+
+
+@pytest.mark.parametrize("value", ["one", 1.0, np.array([1, 1]), True])
+def test_version_not_an_integer(copy, value):
+    """A version attribute that is not an integer is refused naming the file (a string once raised a bare
+    ValueError from int(), with no file named, in g3-train and g3-inspect; an array, an ambiguous truth value)."""
+    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", value))
+    with pytest.raises(FormatError, match="part-00001.h5: format version .* is not supported"):
+        read_part(copy, 1)
+
+
+@pytest.mark.parametrize("value", ["one", np.array([1, 1])])
+def test_node_map_version_not_an_integer(copy, value):
+    path = copy / NODE_MAP_NAME
+    with h5py.File(path, "r+") as f:
+        f.attrs["version"] = value
+    meta = read_meta(copy)
+    meta["files"][NODE_MAP_NAME] = file_sha256(path)
+    write_meta(copy, meta)
+    with pytest.raises(FormatError, match="node_map.h5: format .* version"):
+        read_node_map(copy)
+
+
+@pytest.mark.parametrize("value", [True, 1.0, "1"])
+def test_meta_version_not_an_integer(copy, value):
+    """meta.json's ``"version": true`` was taken for 1 (True == 1)."""
+    edit_meta(copy, version=value)
+    with pytest.raises(FormatError, match="meta.json: format version .* is not supported"):
+        read_meta(copy)
+
+
+@pytest.mark.parametrize("value", [True, 1.0, "1"])
+def test_checkpoint_version_not_an_integer(tmp_path, value):
+    torch.save(_checkpoint(version=value), tmp_path / "c.pt")
+    with pytest.raises(CheckpointError, match="c.pt: checkpoint version .* is not supported"):
+        load_checkpoint(tmp_path / "c.pt")

@@ -169,8 +169,8 @@ def read_meta(dirpath) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != PARTITION_FORMAT:
         raise FormatError(path, f"format is {meta.get('format') if isinstance(meta, dict) else None!r}, "
                                 f"expected {PARTITION_FORMAT!r}")
-    if meta.get("version") != FORMAT_VERSION:
-        raise FormatError(path, f"format version {meta.get('version')} is not supported "
+    if attr_kind(meta.get("version")) != "int" or meta["version"] != FORMAT_VERSION:
+        raise FormatError(path, f"format version {meta.get('version')!r:.40} is not supported "
                                 f"(this g3mpi reads version {FORMAT_VERSION})")
     for k in ("num_parts", "offsets", "files", "partition_id", "num_nodes"):
         if k not in meta:
@@ -227,9 +227,10 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
             fmt = h5_attr_str(f.attrs.get("format", ""))
             if fmt != PART_FORMAT:
                 raise FormatError(path, f"format is {fmt!r}, expected {PART_FORMAT!r}")
-            ver = int(f.attrs.get("version", -1))
-            if ver != FORMAT_VERSION:
-                raise FormatError(path, f"format version {ver} is not supported (reads version {FORMAT_VERSION})")
+            ver = f.attrs.get("version", -1)
+            if attr_kind(ver) != "int" or ver != FORMAT_VERSION:
+                raise FormatError(path, f"format version {ver!r:.40} is not supported "
+                                        f"(reads version {FORMAT_VERSION})")
             kw = {}
             for k in SCALARS:
                 if k not in f.attrs:
@@ -357,7 +358,7 @@ def read_node_map(dirpath, meta: dict | None = None) -> np.ndarray:
             raise FormatError(path, "checksum mismatch with meta.json")
         with h5py.File(path, "r") as f:
             fmt, ver = h5_attr_str(f.attrs.get("format", "")), f.attrs.get("version")
-            if fmt != NODE_MAP_FORMAT or ver != FORMAT_VERSION:
+            if fmt != NODE_MAP_FORMAT or attr_kind(ver) != "int" or ver != FORMAT_VERSION:
                 raise FormatError(path, f"format {fmt!r} version {ver}, expected {NODE_MAP_FORMAT!r} version "
                                         f"{FORMAT_VERSION}")
             if "new_to_orig" not in f or not isinstance(f["new_to_orig"], h5py.Dataset):

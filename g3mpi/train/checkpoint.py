@@ -109,8 +109,8 @@ def load_checkpoint(path) -> dict:
                                     f"{str(e).splitlines()[0] if str(e) else ''}") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(path, f"not a g3mpi checkpoint (format {ckpt.get('format') if isinstance(ckpt, dict) else None!r})")
-    if ckpt.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(path, f"checkpoint version {ckpt.get('version')} is not supported "
+    if not is_int(ckpt.get("version")) or ckpt["version"] != CHECKPOINT_VERSION:
+        raise CheckpointError(path, f"checkpoint version {ckpt.get('version')!r:.40} is not supported "
                                     f"(this g3mpi reads version {CHECKPOINT_VERSION})")
     for k in ("epoch", "model", "optimizer", "rng", "best", "since_best", "config", "partition"):
         if k not in ckpt:
