@@ -121,6 +121,17 @@ def test_dry_run_fills_stage_defaults_from_environment(tmp_path):
     assert cmd[3] == "sbm" and int(cmd[cmd.index("--nodes") + 1]) >= 50_000 and cmd[-2:] == ["--out", "g.h5"]
 
 
+@pytest.mark.parametrize("given", [["-p8", "-oparts8"], ["--par", "8", "--ou=parts8"], ["--parts=8", "-o", "parts8"]])
+def test_options_in_every_form_argparse_takes_are_seen(tmp_path, given):
+    """An option the tool reads in another form than "--opt V" ("-p8", an abbreviation "--par 8", "--ou=V") is
+    the caller's: the launcher adds no default of its own. Before, it appended "--parts 4 ... --out parts",
+    which argparse took as the last word, silently overriding the caller."""
+    p = launcher("partition", "--dry-run", "--", "g.h5", *given, "--method", "random")
+    assert p.returncode == 0, p.stderr
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])
+    assert cmd[cmd.index("data_tools.partition") + 1:] == ["g.h5", *given, "--method", "random"]
+
+
 def test_hostfile_and_ranks_per_node_reach_mpiexec(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost:4\n")

@@ -34,14 +34,28 @@ g3_die() { echo "$G3_TAG: error: $*" >&2; exit 1; }
 
 g3_in_slurm() { [[ -n ${SLURM_JOB_ID:-} ]]; }
 
-# g3_has_opt OPTS ARGS...: ARGS contain one of OPTS ("--out|-o") as "OPT VALUE" or "--opt=VALUE"
+# g3_opt_form ARG OPT: how ARG gives the option OPT, as argparse reads it: "next" (the value is the next
+# argument: "--out V", or an abbreviation "--ou V"), "attached" ("--out=V", "--ou=V", "-oV") or status 1 (not OPT)
+g3_opt_form() {
+    local a=$1 o=$2 name=${1%%=*}
+    if [[ $o == --* ]]; then
+        # argparse takes any unambiguous prefix of a long option ("--par 8" is --parts 8)
+        [[ $name == --?* && $o == "$name"* ]] || return 1
+        [[ $a == *=* ]] && echo attached || echo next
+    else
+        [[ $a == "$o"* ]] || return 1
+        [[ $a == "$o" ]] && echo next || echo attached
+    fi
+}
+
+# g3_has_opt OPTS ARGS...: ARGS contain one of OPTS ("--out|-o") in any form argparse accepts (g3_opt_form)
 g3_has_opt() {
     local opts a o
     IFS='|' read -r -a opts <<<"$1"
     shift
     for a in "$@"; do
         for o in "${opts[@]}"; do
-            [[ $a == "$o" || $a == "$o="* ]] && return 0
+            g3_opt_form "$a" "$o" >/dev/null && return 0
         done
     done
     return 1
@@ -50,21 +64,21 @@ g3_has_opt() {
 # g3_opt_value OPTS ARGS...: print the value of the option OPTS ("--parts|-p") in ARGS (last one wins);
 # status 1 if absent
 g3_opt_value() {
-    local opts o found=1 val=""
+    local opts o form found=1 val=""
     IFS='|' read -r -a opts <<<"$1"
     shift
     while (($#)); do
         for o in "${opts[@]}"; do
-            if [[ $1 == "$o" && $# -ge 2 ]]; then
+            form=$(g3_opt_form "$1" "$o") || continue
+            if [[ $form == next && $# -ge 2 ]]; then
                 val=$2
                 found=0
                 shift
-                break
-            elif [[ $1 == "$o="* ]]; then
-                val=${1#"$o="}
+            elif [[ $form == attached ]]; then
+                if [[ $1 == --* ]]; then val=${1#*=}; else val=${1#"$o"}; fi
                 found=0
-                break
             fi
+            break
         done
         shift
     done
