@@ -25,8 +25,9 @@ from g3mpi.format.common import check_output
 
 from .build import OutputWriteError, write_partition
 from .termination import interruption, terminate_as_interrupt
-from .partitioners import (BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, parse_bandwidth,
-                           random_partition)
+from g3mpi.units import parse_bandwidth
+
+from .partitioners import BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, random_partition
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
 from .partitioners.metis import strip_self_loops
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from g3mpi.comm import SimNet, parse_sim_net
-from g3mpi.comm.simnet import parse_bandwidth, parse_latency
+from g3mpi.units import parse_bandwidth, parse_latency
 from tests.conftest import run_mpi
 from tests.graphs import partition, random_graph
 
@@ -22,9 +22,28 @@ def test_parse_sim_net():
     assert parse_bandwidth("1KiB") == 1024
     assert parse_latency("1.5ms") == pytest.approx(1.5e-3)
     assert parse_latency("0") == 0
-    for bad in ("10Gbit", "fast,20us", "10Gbit,soon", "-1Gbit,1us", "0Gbit,1us", "1e-300bit,0s", "10Gbit,1000s"):
+    for bad in ("10Gbit", "fast,20us", "10Gbit,soon", "-1Gbit,1us", "0Gbit,1us", "1e-300bit,0s", "10Gbit,1000s",
+                "1e400GB,0", "10Gbit,infs"):
         with pytest.raises(ValueError):
             parse_sim_net(bad)
+
+
+@pytest.mark.parametrize("text,bps", [("10Gbit", 1.25e9), ("10Gbit/s", 1.25e9), ("10Gbps", 1.25e9), ("10Gb", 1.25e9),
+                                      ("10Gbits", 1.25e9), ("1.25GB", 1.25e9), ("1.25 GB/s", 1.25e9), ("1e9", 1e9),
+                                      ("1GiB", 2.0 ** 30), ("8Kibit", 1024), ("100MBps", 1e8), (5e8, 5e8)])
+def test_one_bandwidth_parser_for_sim_net_and_partition(text, bps):
+    """--sim-net and g3-partition --bandwidth read the same words (two parsers once took different ones: '1e9'
+    and '10GiB' each worked in only one, and '1e400GB' passed as infinity in --sim-net)."""
+    from g3mpi.comm.simnet import parse_sim_net as simnet
+    assert parse_bandwidth(text) == pytest.approx(bps)
+    if isinstance(text, str):
+        assert simnet(f"{text},0")[0] == pytest.approx(bps)
+
+
+@pytest.mark.parametrize("text", ["1e400GB", "0", "-5MB", "fast", "10Gbyte/hour", "nan", "inf", "10XB", True])
+def test_bandwidth_refused(text):
+    with pytest.raises(ValueError, match="bandwidth"):
+        parse_bandwidth(text)
 
 
 def test_simnet_link_queues_messages():

@@ -16,8 +16,6 @@ All statistics are computed vectorised from the graph's in-edge CSR and a nodeâ†
 """
 from __future__ import annotations
 
-import math
-import re
 import time
 from dataclasses import asdict, dataclass
 
@@ -29,26 +27,6 @@ import scipy.sparse as sp
 DEFAULT_EDGE_SECONDS = 2.0e-9
 #: 10 Gbit/s in bytes per second
 DEFAULT_BANDWIDTH = 10e9 / 8
-
-
-def parse_bandwidth(text: str | float) -> float:
-    """'10Gbit', '10Gbit/s', '1.25GB', '100Mbit', or a plain number of bytes/s -> bytes per second."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([kKmMgGtT]?)(bit|b|B|byte|bytes)?(/s|ps)?\s*", str(text))
-    if not m:
-        raise ValueError(f"cannot parse bandwidth {text!r} (e.g. 10Gbit, 1.25GB, 1e9)")
-    try:
-        value = float(m.group(1))
-    except ValueError:
-        raise ValueError(f"cannot parse bandwidth {text!r} (e.g. 10Gbit, 1.25GB, 1e9)") from None
-    scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2).lower()]
-    unit = m.group(3) or "B"
-    per_byte = 1 / 8 if unit in ("bit", "b") else 1
-    bw = value * scale * per_byte
-    if not (bw > 0 and math.isfinite(bw)):
-        raise ValueError(f"bandwidth must be positive and finite, got {text!r}")
-    return bw
 
 
 @dataclass(frozen=True)

@@ -10,40 +10,9 @@ so the simulation is meant for ranks on one node.
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
-_BW_UNITS = {"bit": 1 / 8, "b": 1, "byte": 1}
-_PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-
-
-def parse_bandwidth(text: str) -> float:
-    """'10Gbit', '10Gbit/s', '1.25GB', '100Mbps' -> bytes per second."""
-    s = text.strip().replace("/s", "").replace("ps", "")
-    m = re.fullmatch(r"([0-9.eE+-]+)\s*([kKmMgGtT]?)(i?)(bit|bits|b|B|byte|bytes)", s)
-    if not m:
-        raise ValueError(f"bandwidth {text!r}: expected a number and a unit such as 10Gbit, 100Mbit, 1.25GB")
-    value, prefix, binary, unit = m.groups()
-    scale = (1024 ** "kmgt".index(prefix.lower()) * 1024 if prefix else 1) if binary else _PREFIX[prefix.lower()]
-    per = 1 / 8 if unit in ("bit", "bits", "b") else 1
-    bw = float(value) * scale * per
-    if not bw > 0:
-        raise ValueError(f"bandwidth {text!r} must be positive")
-    return bw
-
-
-def parse_latency(text: str) -> float:
-    """'20us', '0.5ms', '1e-5s', '0' -> seconds."""
-    m = re.fullmatch(r"([0-9.eE+-]+)\s*(s|ms|us|µs|ns)?", text.strip())
-    if not m:
-        raise ValueError(f"latency {text!r}: expected a number and a unit such as 20us, 1ms")
-    lat = float(m.group(1)) * _TIME_UNITS[m.group(2) or "s"]
-    if lat < 0:
-        raise ValueError(f"latency {text!r} must not be negative")
-    return lat
-
+from g3mpi.units import parse_bandwidth, parse_latency
 
 #: the simulated network's range: slower links or longer latencies only stall an epoch for minutes (its delays
 #: are sleeps, which neither --comm-timeout nor a stop signal interrupts) or overflow the clock
