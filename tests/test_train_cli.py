@@ -91,6 +91,25 @@ def test_run_directory(small_parts, tmp_path):
     assert p.returncode != 0 and "exists" in p.stderr
 
 
+def test_saved_config_never_forces_and_on_off_settings_undo_both_ways(small_parts, tmp_path):
+    """RUN/config.toml saves force off, so a rerun with --config RUN/config.toml --out OTHER refuses an existing
+    OTHER unless told (before, a run made with --force saved force = true and the rerun silently replaced
+    OTHER); every on/off setting of a config file can be undone on the command line (--plots after a config's
+    plots = false; before, only --no-plots existed)."""
+    _, root = small_parts
+    first, other = tmp_path / "first", tmp_path / "other"
+    train(1, root / "p1", first, "--epochs", "1", "--no-plots", "--force")
+    saved = tomllib.loads((first / "config.toml").read_text())
+    assert saved["force"] is False and saved["plots"] is False
+    train(1, root / "p1", other, "--config", first / "config.toml", "--epochs", "1", "--plots")
+    assert sorted(x.name for x in other.glob("*.png")) == ["ranks.png", "training.png"]
+    p = train(1, root / "p1", other, "--config", first / "config.toml", check=False)
+    assert p.returncode != 0 and "run directory exists and is not empty (use --force" in p.stderr
+    assert (other / "ranks.png").exists()
+    train(1, root / "p1", other, "--config", first / "config.toml", "--force", "--no-verify")
+    assert not list(other.glob("*.png"))
+
+
 def test_no_plots_then_plots_on_demand(small_parts, tmp_path):
     _, root = small_parts
     out = tmp_path / "run"

@@ -55,18 +55,22 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--schedule", choices=("pipelined", "blocking", "nocomm"))
     g.add_argument("--chunk-rows", type=int, help="rows per aggregation chunk (0: automatic, <0: no chunks)")
     g.add_argument("--sim-net", help="simulated network BANDWIDTH,LATENCY, e.g. 10Gbit,20us")
-    g.add_argument("--release-memory", dest="release_memory", action="store_const", const=True,
+    # on/off settings: both forms, so that the command line can undo a --config file's choice either way
+    onoff = argparse.BooleanOptionalAction
+    g.add_argument("--release-memory", action=onoff,
                    help="return freed memory to the system at once (lower peak RSS; slower epochs where page "
-                        "faults are expensive)")
-    g.add_argument("--no-input-cache", dest="input_cache", action="store_const", const=False,
-                   help="recompute the first layer's aggregation of the input in every pass")
-    g.add_argument("--no-verify", dest="verify", action="store_const", const=False,
-                   help="skip part-file checksums")
-    g.add_argument("--no-progress", dest="progress", action="store_const", const=False)
-    g.add_argument("--no-plots", dest="plots", action="store_const", const=False,
-                   help="no RUN/training.png and RUN/ranks.png (python -m g3mpi.cli.plots RUN draws them)")
+                        "faults are expensive; default off)")
+    g.add_argument("--input-cache", action=onoff,
+                   help="keep the first layer's aggregation of the input between passes (default on; off: "
+                        "recompute it in every pass)")
+    g.add_argument("--verify", action=onoff, help="check part-file checksums on load (default on)")
+    g.add_argument("--progress", action=onoff, help="a progress bar on rank 0 (default on)")
+    g.add_argument("--plots", action=onoff,
+                   help="RUN/training.png and RUN/ranks.png at the end (default on; python -m g3mpi.cli.plots RUN "
+                        "draws them)")
     g.add_argument("--log-level")
-    g.add_argument("--force", action="store_const", const=True, help="replace an existing run directory")
+    g.add_argument("--force", action=onoff,
+                   help="replace an existing run directory (default off; never saved in RUN/config.toml)")
     g = ap.add_argument_group("reliability")
     g.add_argument("--checkpoint-every", type=int, metavar="K",
                    help="write RUN/checkpoint.pt every K epochs (always at the end)")

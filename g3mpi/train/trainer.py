@@ -421,5 +421,7 @@ def _remove_interrupted_writes(out: Path) -> None:
 
 def _saved_config(cfg: TrainConfig) -> str:
     """RUN/config.toml: the resolved settings, the partition directory as an absolute path, so that ``--resume
-    RUN`` (and ``--config RUN/config.toml``) work from any working directory, e.g. a batch job's."""
-    return to_toml(cfg.replace(parts=str(Path(cfg.parts).resolve())))
+    RUN`` (and ``--config RUN/config.toml``) work from any working directory, e.g. a batch job's. ``force`` is
+    saved off: it was this command's permission to replace a directory, and a rerun with ``--config
+    RUN/config.toml --out OTHER`` must not replace OTHER unless it says so."""
+    return to_toml(cfg.replace(parts=str(Path(cfg.parts).resolve()), force=False))
