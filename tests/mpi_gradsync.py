@@ -4,7 +4,8 @@ mpiexec -n P python -m mpi4py -m tests.mpi_gradsync
 A three-layer stack with rank-dependent inputs (so gradients differ per rank) and one parameter that gets no
 gradient; two backward passes. Checks, on every rank: the summed gradients equal a reference ``Allreduce`` of
 the local gradients bit for bit, the buckets of layers backward reaches started during backward (before
-``flush``), and the unused parameter's bucket is still reduced. Exits non-zero on any mismatch.
+``flush``), the unused parameter's bucket is still reduced, and after ``close`` a backward pass starts nothing.
+Exits non-zero on any mismatch.
 """
 from __future__ import annotations
 
@@ -47,6 +48,10 @@ def main():
         # the three layer buckets left during backward; the unused parameter's only at flush
         assert during == 3, during
     sync.close()
+    # closed: the hooks are gone, so a later backward of the same model starts no allreduce
+    sync.begin()
+    sum(p.sum() for p in layers.parameters()).backward()
+    assert sync.started_during_backward == 0 and all(r == MPI.REQUEST_NULL for r in sync.reqs)
     if comm.rank == 0:
         print("gradsync ok")
 

@@ -40,10 +40,6 @@ class GradSync:
         self._active = False
         self.reqs: list = []
 
-    @property
-    def num_buckets(self) -> int:
-        return len(self.buckets)
-
     def begin(self) -> None:
         """Arm the hooks for one backward pass."""
         self._pending = [len(b) for b in self.buckets]

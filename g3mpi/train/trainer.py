@@ -369,6 +369,8 @@ class Trainer:
         return summary
 
     def close(self) -> None:
+        """Free the halo exchanges and remove the gradient hooks from the model's parameters."""
+        self.gradsync.close()
         self.ctx.free()
 
 
