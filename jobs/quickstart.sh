@@ -32,7 +32,7 @@ cd "$WORK"
 echo "== working directory $WORK"
 
 importable() { "$G3_PY" -c "import $1" >/dev/null 2>&1; }
-for m in data_tools.prepare data_tools.partition data_tools.inspection; do
+for m in data_tools.prepare data_tools.partition data_tools.inspection g3mpi.cli.train; do
     importable "$m" || { echo "quickstart: error: $m is not available in this checkout (python -c 'import $m' fails)" >&2; exit 1; }
 done
 
@@ -62,14 +62,6 @@ else
         graph.h5 --parts "$RANKS" --method "$METHOD" --out parts
 fi
 stage inspect "$G3_PY" -m data_tools.inspection parts
-
-if ! importable g3mpi.cli.train; then
-    echo
-    echo "== the trainer is not in this checkout yet (python -c 'import g3mpi.cli.train' fails): stopping after"
-    echo "   partitioning and inspection. The partition is ready in $WORK/parts for:"
-    echo "   bash jobs/mpirun/train.sh -n $RANKS -- --parts $WORK/parts --out $WORK/run --model gcn --epochs $EPOCHS"
-    exit 0
-fi
 
 RUN=run-$(date +%Y%m%d-%H%M%S)
 stage train bash "$REPO/jobs/mpirun/train.sh" -n "$RANKS" -t "$THREADS" -- \

@@ -14,6 +14,15 @@ SHARED = REPO.parent / "shared"
 CORA = SHARED / "datasets" / "cora.npz"
 
 
+def skip_or_fail(reason: str) -> None:
+    """Skip a test that this machine cannot run (no root for SLURM, no h5ls, no Cora beside the repository),
+    saying why; under ``G3_NO_SKIP=1`` (what ``.ci/run`` sets) fail instead, so that CI never passes with a part
+    of the suite silently not run."""
+    if os.environ.get("G3_NO_SKIP") == "1":
+        pytest.fail(f"{reason} (G3_NO_SKIP=1: no test may skip here)", pytrace=False)
+    pytest.skip(reason)
+
+
 def tool_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
@@ -48,5 +57,5 @@ def run_mpi(n: int, module: str, *args, timeout: float = 300, check: bool = True
 @pytest.fixture(scope="session")
 def cora_npz() -> Path:
     if not CORA.exists():
-        pytest.skip(f"{CORA} not found")
+        skip_or_fail(f"{CORA} not found")
     return CORA

@@ -6,11 +6,15 @@ import subprocess
 
 import pytest
 
-from conftest import run_module
+from conftest import run_module, skip_or_fail
 
 H5LS = shutil.which("h5ls")
-pytestmark = pytest.mark.skipif(H5LS is None, reason="h5ls not installed (Debian package hdf5-tools; jobs/test.sh "
-                                                     "installs it when run as root)")
+
+
+@pytest.fixture(autouse=True)
+def needs_h5ls():
+    if H5LS is None:
+        skip_or_fail("h5ls not installed (Debian package hdf5-tools; jobs/test.sh installs it when run as root)")
 
 
 def h5ls(path) -> str:
