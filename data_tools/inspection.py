@@ -15,6 +15,7 @@ agree with the parts. Any inconsistency: one line ``g3-inspect: error: <path>: <
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -24,6 +25,7 @@ import numpy as np
 
 from g3mpi.format import (FormatError, atomic_file, graph_summary, load_graph, part_name, read_meta, read_node_map,
                           read_part)
+from g3mpi.format.common import is_int
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME
 from g3mpi.plotting import figure
 
@@ -33,14 +35,24 @@ from .partitioners.cost import CostModel
 PROG = "g3-inspect"
 
 
-def cost_model_of(meta: dict) -> CostModel:
+def cost_model_of(meta: dict, meta_path: Path) -> CostModel:
+    """The cost model g3-partition recorded in meta.json (``cost_model``), else the default at the features'
+    width (a partition written without one). A recorded one that is malformed is refused, naming meta.json:
+    reporting estimates under other coefficients than the recorded ones would mislead."""
     cm = meta.get("cost_model")
-    if isinstance(cm, dict):
-        try:
-            return CostModel(**cm)
-        except TypeError:
-            pass
-    return CostModel(width=max(1, int(meta.get("feature_dim", 1))))
+    if cm is None:
+        return CostModel(width=max(1, int(meta.get("feature_dim", 1))))
+    names = {f.name: f.type for f in dataclasses.fields(CostModel)}
+    if not isinstance(cm, dict) or set(cm) - set(names):
+        what = sorted(set(cm) - set(names)) if isinstance(cm, dict) else type(cm).__name__
+        raise FormatError(meta_path, f"cost_model: unexpected {what} (expected a table of {sorted(names)})")
+    for k, v in cm.items():
+        whole = names[k] == "int"
+        ok = is_int(v) if whole else isinstance(v, (int, float)) and not isinstance(v, bool)
+        if not ok or not (0 < v < float("inf")):
+            raise FormatError(meta_path, f"cost_model: {k} is {v!r}, expected a positive "
+                                         f"{'integer' if whole else 'finite number'}")
+    return CostModel(**cm)
 
 
 def inspect_graph(path: Path) -> dict:
@@ -67,7 +79,7 @@ def inspect_partition(path: Path) -> dict:
     if not np.array_equal(np.sort(new_to_orig), np.arange(N)):
         raise FormatError(path / NODE_MAP_NAME, "new_to_orig is not a permutation of 0..N-1")
     offsets = np.asarray(meta["offsets"], dtype=np.int64)
-    model = cost_model_of(meta)
+    model = cost_model_of(meta, meta_path)
     parts, stats = [], []
     out_deg_seen = np.zeros(N, dtype=np.int64)
     in_deg_global = np.zeros(N, dtype=np.int64)

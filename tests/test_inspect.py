@@ -154,6 +154,19 @@ def test_meta_wrong_version(parts, tmp_path):
     fails(inspect(out), "meta.json", "version")
 
 
+@pytest.mark.parametrize("change,what", [(dict(heads=8), "unexpected ['heads']"), (dict(bandwidth=-1.0), "bandwidth is -1.0"),
+                                         (dict(width=2.5), "width is 2.5"), (dict(edge_seconds="x"), "edge_seconds"),
+                                         (None, "expected a table")])
+def test_meta_malformed_cost_model(parts, tmp_path, change, what):
+    """A recorded cost model that g3-inspect cannot use is refused naming meta.json. Before, one with an extra
+    key was silently replaced by the default (bandwidth 1e6 reported as 1.25e9, exit 0)."""
+    out = copy(parts[1], tmp_path)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["cost_model"] = "oops" if change is None else {**meta.get("cost_model", {}), **change}
+    (out / "meta.json").write_text(json.dumps(meta))
+    fails(inspect(out), "meta.json", what)
+
+
 def test_graph_corrupt(parts, tmp_path):
     g, d = parts
     bad = tmp_path / "bad.h5"
