@@ -7,7 +7,8 @@ import json
 import matplotlib.image
 import numpy as np
 
-from g3mpi.train.plots import PLOTS, draw_ranks, draw_training, plot_run, read_metrics
+from g3mpi.train.plots import PLOTS, draw_ranks, draw_training, plot_run
+from g3mpi.train.rundir import read_metrics
 
 
 def record(epoch, P, acc=None, loss=None):

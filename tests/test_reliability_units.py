@@ -2,6 +2,7 @@
 hooks' parsing, the soak's RSS analysis, the stop-signal handler (no mpiexec: fast)."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -215,8 +216,19 @@ def test_soak_analysis():
     assert res["max_growth"] == 0 and res["epochs"] == 300
     leak = [dict(epoch=e, rank_rss_bytes=[100 + e // 10, 200]) for e in range(1, 301)]
     assert rss_growth(leak, warmup=50, window=50)["ranks"][0]["growth"] > 0.15
-    with pytest.raises(ValueError, match="need at least"):
-        rss_growth(flat[:100], warmup=50, window=50)
+    with pytest.raises(ValueError, match=r"need at least 100 epochs after the warm-up \(50\); the run has 70 after it"):
+        rss_growth(flat[:120], warmup=50, window=50)
+
+
+def test_soak_reads_a_run_cut_by_a_crash(tmp_path):
+    """The soak check reads metrics.jsonl as the plots do: a last line cut short by a crash is skipped. Before,
+    it stopped with a JSON error naming a wrong line."""
+    from g3mpi.train.soak import main as soak
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [json.dumps(dict(epoch=e, rank_rss_bytes=[100, 200])) for e in range(1, 201)]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n" + lines[0][:15])
+    assert soak([str(run)]) == 0
 
 
 STOP = r"""

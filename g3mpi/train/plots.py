@@ -20,25 +20,11 @@ import numpy as np
 from g3mpi.format import atomic_file
 from g3mpi.plotting import figure, rank_breakdown
 
-from .rundir import ACCURACY_KEYS, writing
+from .rundir import ACCURACY_KEYS, read_metrics, writing
 
 #: the files :func:`plot_run` writes into the run directory
 PLOTS = ("training.png", "ranks.png")
 DPI = 110
-
-
-def read_metrics(path) -> list[dict]:
-    """The records of a metrics.jsonl in epoch order; a line cut short by a crash is skipped."""
-    out = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("epoch"), int):
-                out.append(rec)
-    return sorted(out, key=lambda r: r["epoch"])
 
 
 def _latest_ranks(records, key) -> list[list]:

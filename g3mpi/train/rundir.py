@@ -74,6 +74,20 @@ def save_state_dict(path, state: dict) -> None:
         torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp)
 
 
+def read_metrics(path) -> list[dict]:
+    """The records of a metrics.jsonl in epoch order; a line cut short by a crash is skipped."""
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("epoch"), int):
+                out.append(rec)
+    return sorted(out, key=lambda r: r["epoch"])
+
+
 def rewind_metrics(path, last_epoch: int, eval_every: int = 1) -> None:
     """Keep only the metrics.jsonl lines of epochs <= ``last_epoch`` (a resumed run continues after them). The
     accuracies of ``last_epoch`` go too when it is off the ``eval_every`` grid: the run that wrote it evaluated

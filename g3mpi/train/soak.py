@@ -18,6 +18,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from .rundir import read_metrics
+
 PROG = "g3-soak"
 
 
@@ -28,7 +30,8 @@ def rss_growth(records: list, warmup: int, window: int = 50) -> dict:
         raise ValueError("no epoch carries rank_rss_bytes (a run of an older g3-train?)")
     after = [r for r in recs if r["epoch"] > warmup]
     if len(after) < 2 * window:
-        raise ValueError(f"need at least {2 * window} epochs after the warm-up ({warmup}); the run has {len(recs)}")
+        raise ValueError(f"need at least {2 * window} epochs after the warm-up ({warmup}); the run has "
+                         f"{len(after)} after it")
     ranks = len(recs[0]["rank_rss_bytes"])
     out = []
     for k in range(ranks):
@@ -50,8 +53,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     path = args.run / "metrics.jsonl"
     try:
-        records = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-        res = rss_growth(records, args.warmup, args.window)
+        res = rss_growth(read_metrics(path), args.warmup, args.window)
     except (OSError, ValueError) as e:
         print(f"{PROG}: error: {path}: {e}", file=sys.stderr)
         return 2
