@@ -38,6 +38,10 @@ MAX_PARTS = 1024
 MAX_SEED = 2**63 - 1
 #: largest --width: rows x width x 4 bytes stays within int64 for up to 2^36 rows
 MAX_WIDTH = 2**24
+#: options of one method only (``PartitionConfig`` field -> method); the cost model's options (--bandwidth,
+#: --edge-seconds, --width, --calibrate) apply to every method, since meta.json's estimates use them
+METHOD_OPTIONS = dict(balance="metis", node_imbalance="g3", edge_imbalance="g3", max_iters="g3", cost_slack="g3",
+                      start="g3", start_balance="g3")
 
 
 @dataclass(frozen=True)
@@ -73,28 +77,28 @@ def parse_args(argv) -> PartitionConfig:
                     help="seed of METIS / the permutation / g3 tie-breaking, 0 .. 2**63-1 (METIS's 64-bit integer; "
                          "numpy's generators need it >= 0)")
     ap.add_argument("--force", action="store_true", help="replace an existing output directory")
-    ap.add_argument("--balance", choices=BALANCES, default="nodes",
-                    help="METIS vertex weights (metis only; g3 balances nodes and edges itself)")
+    ap.add_argument("--balance", choices=BALANCES,
+                    help="METIS vertex weights (metis only, default nodes; g3 balances nodes and edges itself)")
     ap.add_argument("--objective", choices=OBJECTIVES, default="cut",
                     help="what METIS minimises: the edge cut, or the total communication volume (k-way; metis only)")
     g = ap.add_argument_group("g3 refinement and cost model")
-    g.add_argument("--node-imbalance", type=float, default=1.10,
-                   help="max owned nodes per part / mean, finite and >= 1 (g3)")
-    g.add_argument("--edge-imbalance", type=float, default=1.10,
-                   help="max local edges per part / mean, finite and >= 1 (g3)")
-    g.add_argument("--max-iters", type=int, default=100, help="refinement iterations at most, >= 0 (g3)")
-    g.add_argument("--cost-slack", type=float, default=0.0,
+    g.add_argument("--node-imbalance", type=float,
+                   help="max owned nodes per part / mean, finite and >= 1 (g3; default 1.10)")
+    g.add_argument("--edge-imbalance", type=float,
+                   help="max local edges per part / mean, finite and >= 1 (g3; default 1.10)")
+    g.add_argument("--max-iters", type=int, help="refinement iterations at most, >= 0 (g3; default 100)")
+    g.add_argument("--cost-slack", type=float,
                    help="phase 2 may raise the max estimated epoch by this fraction (finite, >= 0) to lower the "
                         "max communication rows (g3; default 0: never)")
-    g.add_argument("--start", choices=("auto", "recursive", "kway", "volume"), default="auto",
+    g.add_argument("--start", choices=("auto", "recursive", "kway", "volume"),
                    help="METIS start of g3: recursive bisection or k-way minimising the edge cut, or k-way "
                         "minimising the communication volume (fewer communication rows, slower METIS); auto: the "
                         "volume on skewed (power-law) graphs up to 8 parts, else the cut by bisection up to 16 "
-                        "parts, k-way above")
-    g.add_argument("--start-balance", choices=("auto", "nodes", "edges"), default="auto",
+                        "parts, k-way above (g3; default auto)")
+    g.add_argument("--start-balance", choices=("auto", "nodes", "edges"),
                    help="vertex weights of g3's METIS start; auto: edges on skewed (power-law) graphs, else nodes, "
                         "switching to edges when the node-balanced start is over the edge cap and cuts more than "
-                        "40 %% of the edges")
+                        "40 %% of the edges (g3; default auto)")
     g.add_argument("--bandwidth", default="10Gbit",
                    help="network bandwidth per rank, positive, e.g. 10Gbit, 1.25GB (g3)")
     g.add_argument("--edge-seconds", type=float, default=DEFAULT_EDGE_SECONDS,
@@ -104,6 +108,14 @@ def parse_args(argv) -> PartitionConfig:
     g.add_argument("--calibrate", action="store_true", help="measure --edge-seconds on this machine (SpMM)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     a = ap.parse_args(argv)
+    # an option of another method than the one chosen is refused, not silently ignored
+    for dest, method in METHOD_OPTIONS.items():
+        if getattr(a, dest) is not None and a.method != method:
+            opt = "--" + dest.replace("_", "-")
+            ap.error(f"{opt} applies to --method {method}, not {a.method}"
+                     + (" (g3 balances nodes and edges itself)" if dest == "balance" else ""))
+        if getattr(a, dest) is None:
+            setattr(a, dest, PartitionConfig.__dataclass_fields__[dest].default)
     check_values(ap, a)
     if a.objective != "cut" and a.method != "metis":
         ap.error("--objective applies to --method metis (g3: --start volume)")

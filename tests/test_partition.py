@@ -678,6 +678,24 @@ def test_g3_cli_options(rand_h5, tmp_path):
     assert p.returncode != 0 and "--cost-slack" in p.stderr
 
 
+@pytest.mark.parametrize("method,option,value", [
+    ("g3", "--balance", "edges"), ("random", "--balance", "nodes"), ("metis", "--max-iters", "5"),
+    ("random", "--node-imbalance", "1.2"), ("metis", "--start", "volume"), ("random", "--cost-slack", "0.1"),
+    ("metis", "--start-balance", "edges"), ("metis", "--edge-imbalance", "1.5")])
+def test_an_option_of_another_method_is_refused(method, option, value, rand_h5, tmp_path, capsys):
+    """Options that only one method reads are refused with the others (exit 2, naming the option and the method)
+    instead of being silently ignored (--balance with g3 or random, g3's refinement options with metis or
+    random). The cost model's options apply to every method (meta.json's estimates)."""
+    _, path = rand_h5
+    args = [str(path), "--parts", "2", "--method", method, "--out", str(tmp_path / "out"), "--no-progress"]
+    with pytest.raises(SystemExit) as e:
+        partition_main(args + [option, value])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and line.startswith(f"g3-partition: error: {option} applies to --method "), line
+    assert f"not {method}" in line and not (tmp_path / "out").exists()
+    assert partition_main(args + ["--bandwidth", "25Gbit", "--width", "16"]) == 0
+
+
 @pytest.mark.parametrize("option,value,method", [
     ("--seed", "-1", "random"), ("--seed", "99999999999999999999", "metis"), ("--seed", "-1", "g3"),
     ("--node-imbalance", "nan", "g3"), ("--node-imbalance", "inf", "g3"), ("--edge-imbalance", "nan", "g3"),
