@@ -1,11 +1,13 @@
 """g3mpi: exact full-graph GNN training over MPI (runtime ``g3mpi``) and its data tools (``data_tools``)."""
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 setup(
     name="g3mpi",
     version="0.1.0",
     description="Exact, scalable full-graph GNN training (GCN, GraphSAGE, GAT) over MPI ranks",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=(Path(__file__).parent / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["g3mpi", "g3mpi.*", "data_tools", "data_tools.*"]),

@@ -93,9 +93,9 @@ def sbm(n: int = 100_000, blocks: int = 10, degree: int = 20, p_in: float = 0.8,
 
 
 def cora(path: Path):
-    z = np.load(path)
-    ei = z["edge_index"]
-    return _csr_from_pairs(ei[0], ei[1], int(z["x"].shape[0]), symmetric=False), z["train_mask"]
+    with np.load(path, allow_pickle=False) as z:
+        ei, n, train = z["edge_index"], int(z["x"].shape[0]), z["train_mask"]
+    return _csr_from_pairs(ei[0], ei[1], n, symmetric=False), train
 
 
 def load(name: str, cora_path: Path):
