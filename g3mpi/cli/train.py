@@ -24,6 +24,7 @@ PROG = "g3-train"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from g3mpi.train.config import MODELS, MODES, OPTIMIZERS   # the choices' one home (imports torch)
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", help="partition directory (meta.json + part-*.h5)")
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="continue the run in RUN from RUN/checkpoint.pt, with RUN/config.toml as the settings "
                          "(with --parts OTHER: on another partition of the same graph, any number of ranks)")
     g = ap.add_argument_group("model")
-    g.add_argument("--model", choices=("gcn", "sage", "gat"))
+    g.add_argument("--model", choices=MODELS)
     g.add_argument("--layers", type=int)
     g.add_argument("--hidden", type=int, help="hidden channels (per head for GAT)")
     g.add_argument("--heads", type=int, help="GAT heads in hidden layers")
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--attn-dropout", type=float, help="GAT attention dropout")
     g.add_argument("--activation")
     g = ap.add_argument_group("optimisation")
-    g.add_argument("--optimizer", choices=("adam", "sgd"))
+    g.add_argument("--optimizer", choices=OPTIMIZERS)
     g.add_argument("--lr", type=float)
     g.add_argument("--weight-decay", type=float)
     g.add_argument("--momentum", type=float)
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int)
     g = ap.add_argument_group("runtime")
     g.add_argument("--threads", type=int, help="torch threads per rank")
-    g.add_argument("--schedule", choices=("pipelined", "blocking", "nocomm"))
+    g.add_argument("--schedule", choices=MODES)
     g.add_argument("--chunk-rows", type=int, help="rows per aggregation chunk (0: automatic, <0: no chunks)")
     g.add_argument("--sim-net", help="simulated network BANDWIDTH,LATENCY, e.g. 10Gbit,20us")
     # on/off settings: both forms, so that the command line can undo a --config file's choice either way
