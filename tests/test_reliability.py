@@ -445,6 +445,34 @@ def test_stop_signal_checkpoints_at_an_epoch_boundary_and_resume_is_exact(target
             assert ra[k] == rb[k], (ra["epoch"], k)
 
 
+def test_stop_signal_during_start_up_stops_after_the_first_epoch(parts, tmp_path):
+    """SIGUSR1 to a rank still starting up (here: stalled after loading its part, as under a loaded batch
+    system) is a stop request like any other: the run stops after epoch 1 with its checkpoint, status 75.
+    Before, MPICH's own SIGUSR1 handler (installed by MPI_Init) swallowed it until g3-train installed its
+    handlers before training: the run went on (under srun with timeout(1), until the SIGKILL 60 s later)."""
+    run, pids = tmp_path / "run", tmp_path / "pids"
+    pids.mkdir()
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-m", MOD, "--parts", str(parts / "p2"),
+           "--out", str(run), "--epochs", "5", *FAST]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**tool_env(), "G3_TEST_PIDFILE": str(pids), "G3_TEST_STALL": "1:startup:4"})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (pids / "rank-1.pid").exists():
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.02)
+        time.sleep(0.2)
+        os.kill(int((pids / "rank-1.pid").read_text()), signal.SIGUSR1)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 75, err
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == 1
+    assert "g3-train: stopped by a stop signal on 1 rank(s) after epoch 1 of 5" in err, err
+
+
 # -- faults during training -------------------------------------------------------------------------------------
 def test_watchdog_names_stalled_neighbour(parts, tmp_path):
     run = tmp_path / "run"

@@ -110,8 +110,19 @@ def main(argv=None, comm=None) -> int:
     2 (bad configuration) or 75 (stopped by a signal after writing the checkpoint)."""
     own_world = comm is None
     comm = comm or MPI.COMM_WORLD
-    ap = build_parser()
-    args = vars(ap.parse_args(argv))
+    args = vars(build_parser().parse_args(argv))
+    from g3mpi.train.stop import StopSignals
+
+    # SIGTERM / SIGUSR1 (a batch job's time limit, scancel, kill) stop the run after an epoch with a checkpoint.
+    # Active from here, not only around training: MPICH's MPI_Init installs a SIGUSR1 handler of its own, which
+    # would swallow a stop request that arrives during start-up (the job then ran on until SIGKILL); a request
+    # recorded before training stops it after its first epoch.
+    with StopSignals() as stop:
+        return _run(comm, args, own_world, stop)
+
+
+def _run(comm, args: dict, own_world: bool, stop) -> int:
+    """g3-train after its arguments are parsed, with ``stop`` (a StopSignals) active; returns the exit status."""
     import numpy as np
 
     from g3mpi.comm.consistency import check_neighbours
@@ -122,7 +133,7 @@ def main(argv=None, comm=None) -> int:
     from g3mpi.train.checkpoint import CHECKPOINT_NAME, CheckpointError, check_compatible, load_checkpoint
     from g3mpi.train.faults import TestHooks, TrainingFault
     from g3mpi.train.rundir import OutputError
-    from g3mpi.train.stop import EXIT_STOPPED, StopSignals, ignore_stop_signals
+    from g3mpi.train.stop import EXIT_STOPPED
 
     resume = args.pop("resume")
     try:
@@ -202,19 +213,17 @@ def main(argv=None, comm=None) -> int:
              part.num_halo, int(part.indptr[-1]), cfg.model)
     trainer = None
     try:
-        # SIGTERM / SIGUSR1 (a batch job's time limit, scancel, kill): stop after the epoch with a checkpoint
-        with StopSignals() as stop:
-            trainer = Trainer(cfg, comm, part, meta, stop=stop, watchdog=watchdog, hooks=hooks)
-            if ckpt is not None:
-                trainer.restore(ckpt)
-                log.info("resuming from %s at epoch %d", run_dir / CHECKPOINT_NAME, ckpt["epoch"])
-                was = ckpt["partition"]
-                if was["partition_id"] != meta["partition_id"] and comm.rank == 0:
-                    log.info("the checkpoint was trained on another partition of the same graph (%s, %d parts); "
-                             "continuing on %s (%s, %d parts)", was["method"], was["num_parts"], cfg.parts,
-                             meta.get("method", "?"), meta["num_parts"])
-            summary = trainer.fit(run_dir)
-            trainer.close()
+        trainer = Trainer(cfg, comm, part, meta, stop=stop, watchdog=watchdog, hooks=hooks)
+        if ckpt is not None:
+            trainer.restore(ckpt)
+            log.info("resuming from %s at epoch %d", run_dir / CHECKPOINT_NAME, ckpt["epoch"])
+            was = ckpt["partition"]
+            if was["partition_id"] != meta["partition_id"] and comm.rank == 0:
+                log.info("the checkpoint was trained on another partition of the same graph (%s, %d parts); "
+                         "continuing on %s (%s, %d parts)", was["method"], was["num_parts"], cfg.parts,
+                         meta.get("method", "?"), meta["num_parts"])
+        summary = trainer.fit(run_dir)
+        trainer.close()
     except TrainingFault as e:  # raised on every rank together: a clean, coordinated exit
         _error(comm, str(e))
         watchdog.barrier("exit after a training fault (every rank's line is out before the job ends)")
@@ -234,7 +243,7 @@ def main(argv=None, comm=None) -> int:
         watchdog.barrier("exit after a stop signal (the checkpoint and the line are out before the job ends)")
         # the run is over on every rank. A stop signal from here on is srun ending the tasks that have not exited
         # yet because another one already exited with 75 (--kill-on-bad-exit): it must not turn 75 into 143
-        ignore_stop_signals()
+        stop.ignore_from_now()
         if own_world:
             # exit 75 on every rank, cleanly: under `python -m mpi4py` a non-zero exit with MPI still initialised
             # calls MPI_Abort, which srun reports as killed tasks (exit status 137) instead of 75

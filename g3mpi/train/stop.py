@@ -51,6 +51,7 @@ class StopSignals:
         self.received: str | None = None
         self._first_at: float | None = None
         self._previous: dict = {}
+        self._ignoring = False
 
     def _handle(self, signum, frame):
         now = time.monotonic()
@@ -70,13 +71,16 @@ class StopSignals:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._ignoring:   # the process is only exiting: the signals stay ignored
+            self._previous = {}
         for s, h in self._previous.items():
             signal.signal(s, h)
         self._previous = {}
 
-
-def ignore_stop_signals() -> None:
-    """Ignore :data:`STOP_SIGNALS` from now on (a process that is only exiting); nothing outside the main thread."""
-    if threading.current_thread() is threading.main_thread():
-        for s in STOP_SIGNALS:
-            signal.signal(s, signal.SIG_IGN)
+    def ignore_from_now(self) -> None:
+        """Ignore the stop signals from now on, past the end of the block (a process that is only exiting:
+        under srun, the first task to exit with 75 makes srun end the others, which must not turn 75 into 143)."""
+        if self._previous:
+            self._ignoring = True
+            for s in self.signals:
+                signal.signal(s, signal.SIG_IGN)
