@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import run_module
+from conftest import mpiexec, run_module, tool_env
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -129,3 +134,56 @@ def test_lower_bound_counts_backward_only_where_a_gradient_flows():
     assert lb["layers"][1] == dict(layer=1, width=40, forward=17 * 40 * 4, backward=17 * 40 * 4)
     assert lb["per_rank"] == [7 * 128 * 4 + (7 + 10) * 40 * 4, 10 * 128 * 4 + (10 + 7) * 40 * 4]
     assert sum(lb["per_rank"]) == lb["total"]
+
+
+def bench_mpi(n, *args, timeout):
+    """``mpiexec -n n python -m g3mpi.bench.cli ARGS`` (plain, as jobs/mpirun/bench.sh starts it: no mpi4py abort
+    on an uncaught error); (exit status, stderr, seconds). Ranks still running after ``timeout`` are killed and
+    the test fails: a rank waited for one that had given up."""
+    cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "g3mpi.bench.cli", *map(str, args)]
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=tool_env(),
+                         start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate()
+        pytest.fail(f"{' '.join(cmd)} still running after {timeout}s (a rank waits forever):\n{err[-2000:]}")
+    return p.returncode, err, time.monotonic() - t0
+
+
+def test_bad_option_ends_every_rank(tmp_path):
+    # refused by the parser on every rank before any communication (it used to fail on rank 0 alone, inside the
+    # suite, while rank 1 waited for its result forever)
+    rc, err, _ = bench_mpi(2, "vs-pyg", "--smoke", "--systems", "g3mpi", "--out", tmp_path / "o", timeout=30)
+    assert rc == 2, err
+    assert "g3-bench: error" in err and "--systems" in err and "must include g3mpi and pyg-csr" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_error_on_rank0_ends_every_rank(tmp_path):
+    # vs-pyg runs on rank 0, which fails writing its plot; rank 1 must not go on to the next suite and wait there
+    out = tmp_path / "o"
+    (out / "vs-pyg.png").mkdir(parents=True)
+    rc, err, _ = bench_mpi(2, "all", "--smoke", "--models", "gcn", "--out", out, "--work", tmp_path / "w",
+                           timeout=120)
+    assert rc == 1, err
+    assert "g3-bench: error: [rank 0]" in err and "vs-pyg.png" in err
+    assert "[rank 1] stopping: rank 0 failed" in err
+
+
+def test_one_rank_error_aborts_the_job(capfd):
+    # an error raised on one rank alone ends the whole job (MPI_Abort) after its line is out
+    from g3mpi.bench.cli import fail
+
+    class Comm:
+        rank, size, aborted = 1, 2, None
+
+        def Abort(self, code):
+            self.aborted = code
+
+    comm = Comm()
+    assert fail(comm, ValueError("bad thing")) == 1
+    assert comm.aborted == 1
+    assert "g3-bench: error: [rank 1] bad thing" in capfd.readouterr().err

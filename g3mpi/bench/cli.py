@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import traceback
 from pathlib import Path
 
 PROG = "g3-bench"
@@ -53,6 +54,14 @@ MODELS = {"vs-pyg": "gcn,sage,gat", "kernels": "gcn,sage", "bytes": "gcn,sage", 
 RANKS = {"bytes": 4, "schedules": 4, "memory": 2, "partitions": 4}
 
 
+def _systems(text: str) -> tuple:
+    from .common import check_systems
+    try:
+        return check_systems(s for s in text.split(",") if s)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--systems ")) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
@@ -76,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=int, default=2,
                     help="scaling, partitions: alternating launches per configuration")
     ap.add_argument("--max-ranks", type=int, default=8, help="scaling: largest oversubscribed rank count")
-    ap.add_argument("--systems", default="g3mpi,g3mpi-nocache,pyg-csr,pyg-edge_index",
+    ap.add_argument("--systems", default="g3mpi,g3mpi-nocache,pyg-csr,pyg-edge_index", type=_systems,
                     help="vs-pyg: systems compared (g3mpi and pyg-csr always; pyg-edge_index needs several GiB "
                          "at the default size)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks that a suite runs, measures nothing")
@@ -116,16 +125,12 @@ def run_suite(suite: str, a, argv) -> dict:
     ranks = a.ranks or (2 if a.smoke else RANKS.get(suite))
     comm = common.world()
     t0 = time.time()
-    if suite in ("vs-pyg", "kernels"):
-        res = None
-        if comm.rank == 0:
-            if suite == "vs-pyg":
-                from .pyg import run
-                res = run(sz, models=models, gat_epochs=a.gat_epochs, systems=a.systems.split(","))
-            else:
-                from .kernels import run
-                res = run(sz, models=models)
-        res = comm.bcast(res, root=0) if comm.size > 1 else res
+    if suite == "vs-pyg":
+        from .pyg import run
+        res = common.on_root(lambda: run(sz, models=models, gat_epochs=a.gat_epochs, systems=a.systems))
+    elif suite == "kernels":
+        from .kernels import run
+        res = common.on_root(lambda: run(sz, models=models))
     elif suite == "bytes":
         from .wire import run
         res = run(sz, work, ranks=ranks, models=models)
@@ -145,33 +150,52 @@ def run_suite(suite: str, a, argv) -> dict:
     doc = dict(suite=suite, command="g3-bench " + " ".join(argv), sizes=sz.as_dict(), models=list(models),
                smoke=bool(a.smoke), machine=common.machine_info(), elapsed_s=round(time.time() - t0, 1),
                result=res, plots=[])
-    if comm.rank == 0:
+
+    def output():
         if not a.no_plots:
             from .plots import PLOTS
             doc["plots"] = [Path(f).name for f in PLOTS[suite](res, a.out)]
         common.write_json(a.out / f"{suite}.json", doc)
         common.progress(f"{suite}: wrote {a.out / (suite + '.json')}" +
                         (f" and {', '.join(doc['plots'])}" if doc["plots"] else ""))
+    common.on_root(output)   # a failure on rank 0 reaches every rank (the next suite would wait for it)
     return doc
+
+
+def fail(comm, e: BaseException) -> int:
+    """Report the error ``e`` of this rank and return the exit status 1; on several ranks end every rank: those
+    that all raised it (``every_rank``) together, one rank's own error with an abort of the job (the others may
+    wait for it in a collective)."""
+    from g3mpi.comm.abort import abort_job, wait_stderr_read, write_line
+
+    from .common import BenchError
+    msg = str(e) if isinstance(e, (BenchError, ValueError, OSError)) else \
+        f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+    line = f"{PROG}: error: [rank {comm.rank}] {msg}"
+    if comm.size == 1:
+        write_line(line)
+    elif getattr(e, "every_rank", False):
+        write_line(line)
+        wait_stderr_read()
+        comm.Barrier()   # every rank's line is out before any exits (under python -m mpi4py the first exit aborts)
+    else:
+        abort_job(comm, line)
+    return 1
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    a = build_parser().parse_args(argv)
-    from .common import BenchError, world
+    a = build_parser().parse_args(argv)   # bad options: exit 2 on every rank, before any communication
+    from .common import on_root, world
     comm = world()
     try:
         if a.out.exists() and not a.out.is_dir():
             raise ValueError(f"{a.out}: exists and is not a directory")
-        if comm.rank == 0:
-            a.out.mkdir(parents=True, exist_ok=True)
-        if comm.size > 1:
-            comm.Barrier()
+        on_root(lambda: a.out.mkdir(parents=True, exist_ok=True))
         for suite in (SUITES if a.suite == "all" else (a.suite,)):
             run_suite(suite, a, argv)
-    except (BenchError, ValueError, OSError) as e:
-        print(f"{PROG}: error: [rank {comm.rank}] {e}", file=sys.stderr, flush=True)
-        return 1
+    except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
+        return fail(comm, e)
     return 0
 
 

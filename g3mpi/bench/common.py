@@ -23,7 +23,24 @@ import numpy as np
 
 
 class BenchError(RuntimeError):
-    """A benchmark could not run (the message says which step and why)."""
+    """A benchmark could not run (the message says which step and why). ``every_rank``: raised on every rank
+    together (by :func:`on_root`), not on one rank alone."""
+
+    every_rank = False
+
+
+#: the systems of the vs-pyg suite (g3mpi and pyg-csr always run)
+SYSTEMS = ("g3mpi", "g3mpi-nocache", "pyg-csr", "pyg-edge_index")
+
+
+def check_systems(systems) -> tuple:
+    """The vs-pyg systems to compare, g3mpi first; ValueError unless they include g3mpi and pyg-csr and are all
+    known."""
+    systems = tuple(systems)
+    if "g3mpi" not in systems or "pyg-csr" not in systems or not set(systems) <= set(SYSTEMS):
+        raise ValueError(f"--systems {','.join(systems)!r}: must include g3mpi and pyg-csr "
+                         f"(choose from {', '.join(SYSTEMS)})")
+    return ("g3mpi",) + tuple(dict.fromkeys(s for s in systems if s != "g3mpi"))
 
 
 @dataclass(frozen=True)
@@ -85,7 +102,10 @@ def _tool(module: str, *args) -> None:
 
 
 def on_root(fn, *args):
-    """Run ``fn`` on rank 0 only (every rank of a multi-rank g3-bench waits and gets its result or error)."""
+    """Run ``fn`` on rank 0 only (every rank of a multi-rank g3-bench waits and gets its result or error).
+
+    An error of ``fn`` is raised on every rank as a :class:`BenchError` with ``every_rank`` set: all ranks know
+    of it, so they can end together without an abort."""
     comm = world()
     if comm.size == 1:
         return fn(*args)
@@ -93,11 +113,15 @@ def on_root(fn, *args):
     if comm.rank == 0:
         try:
             res = fn(*args)
+        except (BenchError, ValueError, OSError) as e:
+            err = str(e)
         except Exception as e:  # noqa: BLE001 - reported on every rank
             err = f"{type(e).__name__}: {e}"
     res, err = comm.bcast((res, err), root=0)
     if err:
-        raise BenchError(err)
+        e = BenchError(err if comm.rank == 0 else f"stopping: rank 0 failed: {err}")
+        e.every_rank = True
+        raise e
     return res
 
 

@@ -18,10 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .common import Sizes, median, progress, ratio
+from .common import SYSTEMS, Sizes, check_systems, median, progress, ratio
 from .vs_pyg import epoch, random_graph
-
-SYSTEMS = ("g3mpi", "g3mpi-nocache", "pyg-csr", "pyg-edge_index")
 
 
 class PyGNet(torch.nn.Module):
@@ -74,9 +72,7 @@ def run(sz: Sizes, models=("gcn", "sage", "gat"), seed: int = 0, gat_epochs: int
         systems=SYSTEMS) -> dict:
     """``systems``: g3mpi and the PyG variants to compare (PyG with ``edge_index`` materialises one message per
     edge and feature: at 200k nodes / 4M edges x 128 it needs several GiB, so it can be left out)."""
-    systems = ("g3mpi",) + tuple(s for s in systems if s != "g3mpi")
-    if "g3mpi" not in systems or "pyg-csr" not in systems or not set(systems) <= set(SYSTEMS):
-        raise ValueError(f"--systems must include g3mpi and pyg-csr (choose from {', '.join(SYSTEMS)})")
+    systems = check_systems(systems)
     from torch_geometric.utils import to_torch_csr_tensor
     torch.set_num_threads(sz.threads)
     dims = list(sz.dims)
