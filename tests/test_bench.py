@@ -125,6 +125,45 @@ def test_bad_options(tmp_path):
     assert p.returncode != 0 and "invalid choice" in p.stderr
 
 
+@pytest.mark.parametrize("opt", [("--epochs", "0"), ("--nodes", "0"), ("--nodes", "1"), ("--edges", "0"),
+                                 ("--threads", "0"), ("--heads", "0"), ("--repeats", "0"), ("--gat-epochs", "0"),
+                                 ("--max-ranks", "0"), ("--ranks", "0"), ("--epochs", "x"), ("--dims", "16"),
+                                 ("--models", "gcn,foo"), ("--sim-net", "10Gbit")])
+def test_bad_values_refused_by_the_parser(opt, capsys):
+    # 0 used to mean "the default" (--epochs 0, --nodes 0, --threads 0 ran with the defaults); --heads 0 and
+    # --repeats 0 ended in tracebacks
+    from g3mpi.bench.cli import parse_args
+    with pytest.raises(SystemExit) as e:
+        parse_args(["vs-pyg", *opt, "--out", "o"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert err.startswith(f"g3-bench: error: argument {opt[0]}: ") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("args, msg", [(("vs-pyg", "--heads", "3"), "--heads 3 must divide the hidden width 256"),
+                                       (("scaling", "--threads", "1"), "T must be at least 2"),
+                                       (("all", "--threads", "1"), "T must be at least 2"),
+                                       (("kernels", "--models", "gcn,gat"), "GCN and SAGE only")])
+def test_options_checked_together(args, msg, capsys):
+    # --heads 3 used to train GAT with 255 hidden channels; scaling --threads 1 ran 2 x 2 (T = max(2, threads))
+    from g3mpi.bench.cli import parse_args
+    with pytest.raises(SystemExit) as e:
+        parse_args([*args, "--out", "o"])
+    assert e.value.code == 2 and msg in capsys.readouterr().err
+
+
+def test_zero_is_a_value_not_the_default(tmp_path):
+    from g3mpi.bench.cli import build_parser, parse_args, sizes_for
+    a = parse_args(["scaling", "--threads", "3", "--nodes", "2", "--smoke", "--out", "o"])
+    sz = sizes_for("scaling", a)
+    assert (sz.threads, sz.nodes) == (3, 2)
+    assert "partitions (4)" in build_parser().format_help()   # --ranks names every suite it applies to
+    p = run_module("g3mpi.bench.cli", "vs-pyg", "--smoke", "--epochs", "0", "--out", tmp_path / "o", check=False,
+                   timeout=120)
+    assert p.returncode == 2 and "argument --epochs: 0: must be at least 1" in p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "o").exists()
+
+
 def test_lower_bound_counts_backward_only_where_a_gradient_flows():
     from g3mpi.bench.wire import lower_bound
     meta = dict(num_parts=2, parts=[dict(halo=10, send=7), dict(halo=7, send=10)])

@@ -54,6 +54,56 @@ MODELS = {"vs-pyg": "gcn,sage,gat", "kernels": "gcn,sage", "bytes": "gcn,sage", 
 RANKS = {"bytes": 4, "schedules": 4, "memory": 2, "partitions": 4}
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """One line, the same on every rank (each parses the same options before any communication)."""
+        self.exit(2, f"{self.prog}: error: {message} (g3-bench --help lists the options)\n")
+
+
+def _int(lo: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"{v}: must be at least {lo}")
+        return v
+    parse.__name__ = f"integer >= {lo}"
+    return parse
+
+
+def parse_dims(text: str) -> tuple:
+    """'128,256,40' -> (128, 256, 40): an input and an output width at least, hidden widths all equal."""
+    try:
+        dims = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers such as 128,256,40") \
+            from None
+    if len(dims) < 2 or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least an input and an output width, all >= 1")
+    if len(dims) > 3 and len(set(dims[1:-1])) != 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: hidden layers must all have the same width")
+    return dims
+
+
+def _models(text: str) -> tuple:
+    models = tuple(m for m in text.split(",") if m)
+    bad = [m for m in models if m not in ("gcn", "sage", "gat")]
+    if not models or bad:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated gcn, sage, gat")
+    return models
+
+
+def _sim_net(text: str) -> str:
+    from g3mpi.comm.simnet import parse_sim_net
+    try:
+        parse_sim_net(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix(f"--sim-net {text!r}: ")) from None
+    return text
+
+
 def _systems(text: str) -> tuple:
     from .common import check_systems
     try:
@@ -63,28 +113,35 @@ def _systems(text: str) -> tuple:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+    ap = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
+                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("suite", choices=SUITES + ("all",))
     ap.add_argument("--out", required=True, type=Path, help="output directory (created)")
     ap.add_argument("--work", type=Path, help="directory of generated graphs and partitions (default OUT/work)")
-    ap.add_argument("--nodes", type=int, help="graph nodes (default per suite; vs-pyg: 200000)")
-    ap.add_argument("--edges", type=int, help="directed edges (default per suite; vs-pyg: 4000000)")
-    ap.add_argument("--dims", help="layer widths in,hidden...,out (default per suite; vs-pyg: 128,256,40)")
-    ap.add_argument("--epochs", type=int, help="measured epochs per system (a warm-up epoch comes first)")
-    ap.add_argument("--gat-epochs", type=int, help="measured epochs of GAT in vs-pyg (default: --epochs)")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads per rank (default 1; scaling: 2)")
-    ap.add_argument("--ranks", type=int, help="ranks of bytes (4), schedules (4), memory (2)")
-    ap.add_argument("--models", help="comma-separated models (default per suite)")
-    ap.add_argument("--heads", type=int, default=8, help="GAT heads of hidden layers (hidden = heads x channels)")
+    ap.add_argument("--nodes", type=_int(2), help="graph nodes (default per suite; vs-pyg: 200000)")
+    ap.add_argument("--edges", type=_int(1), help="directed edges (default per suite; vs-pyg: 4000000)")
+    ap.add_argument("--dims", type=parse_dims,
+                    help="layer widths in,hidden...,out (default per suite; vs-pyg: 128,256,40)")
+    ap.add_argument("--epochs", type=_int(1), help="measured epochs per system (a warm-up epoch comes first)")
+    ap.add_argument("--gat-epochs", type=_int(1), help="measured epochs of GAT in vs-pyg (default: --epochs)")
+    ap.add_argument("--threads", type=_int(1),
+                    help="torch threads per rank (default 1); scaling: T of 1 rank x T threads against T ranks x "
+                         "1 thread (default 2, at least 2)")
+    ap.add_argument("--ranks", type=_int(1),
+                    help="ranks of bytes (4), schedules (4), memory (2), partitions (4); --smoke: 2")
+    ap.add_argument("--models", type=_models, help="comma-separated models: gcn, sage, gat (default per suite; "
+                                                   "kernels: gcn and sage only)")
+    ap.add_argument("--heads", type=_int(1), default=8,
+                    help="GAT heads of hidden layers (hidden width = heads x channels: they must divide it)")
     ap.add_argument("--graph", choices=("sbm", "rmat"), help="generator of the multi-rank suites")
-    ap.add_argument("--sim-net", default="10Gbit,20us",
+    ap.add_argument("--sim-net", default="10Gbit,20us", type=_sim_net,
                     help="schedules, partitions: simulated network BANDWIDTH,LATENCY")
     ap.add_argument("--balance", choices=("nodes", "edges", "both", "train"),
                     help="schedules: METIS vertex weights of the partition (default edges)")
-    ap.add_argument("--repeats", type=int, default=2,
-                    help="scaling, partitions: alternating launches per configuration")
-    ap.add_argument("--max-ranks", type=int, default=8, help="scaling: largest oversubscribed rank count")
+    ap.add_argument("--repeats", type=_int(1), default=2,
+                    help="scaling, partitions: alternating launches per configuration (--smoke: 1)")
+    ap.add_argument("--max-ranks", type=_int(1), default=8,
+                    help="scaling: largest oversubscribed rank count (--smoke: 2)")
     ap.add_argument("--systems", default="g3mpi,g3mpi-nocache,pyg-csr,pyg-edge_index", type=_systems,
                     help="vs-pyg: systems compared (g3mpi and pyg-csr always; pyg-edge_index needs several GiB "
                          "at the default size)")
@@ -93,36 +150,41 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def parse_args(argv) -> argparse.Namespace:
+    """The options, checked alone and together for every suite to run (exit 2 with one line otherwise)."""
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    for suite in (SUITES if a.suite == "all" else (a.suite,)):
+        models = a.models or tuple(MODELS[suite].split(","))
+        if suite == "kernels" and "gat" in models:
+            ap.error(f"kernels: --models {','.join(models)}: the kernels suite times GCN and SAGE only")
+        dims = sizes_for(suite, a).dims
+        if "gat" in models and len(dims) > 2 and dims[1] % a.heads:
+            ap.error(f"{suite}: --heads {a.heads} must divide the hidden width {dims[1]} of GAT "
+                     f"(hidden width = heads x channels)")
+        if suite == "scaling" and a.threads is not None and a.threads < 2:
+            ap.error(f"scaling: --threads {a.threads}: it compares 1 rank x T threads with T ranks x 1 thread, "
+                     f"so T must be at least 2")
+    return a
+
+
 def sizes_for(suite: str, a):
     from .common import Sizes
     n, e, dims, ep, gen = (SMOKE if a.smoke else DEFAULTS)[suite]
-    dims = a.dims or dims
-    try:
-        dims = tuple(int(d) for d in dims.split(","))
-    except ValueError:
-        raise ValueError(f"--dims {dims!r}: expected comma-separated integers such as 128,256,40") from None
-    if len(dims) < 2 or min(dims) < 1:
-        raise ValueError(f"--dims {a.dims!r}: at least an input and an output width, all >= 1")
-    if len(dims) > 3 and len(set(dims[1:-1])) != 1:
-        raise ValueError(f"--dims {a.dims!r}: hidden layers must all have the same width")
-    nodes, edges = a.nodes or n, a.edges or e
-    epochs = a.epochs or ep
-    if nodes < 2 or edges < 1 or epochs < 1:
-        raise ValueError("--nodes must be >= 2, --edges and --epochs >= 1")
-    threads = a.threads or (2 if suite == "scaling" else 1)
-    if threads < 1:
-        raise ValueError("--threads must be >= 1")
-    return Sizes(nodes=nodes, edges=edges, dims=dims, epochs=epochs, threads=threads, heads=a.heads,
+    default = lambda v, d: d if v is None else v  # noqa: E731 - 0 is a value, not "not given"
+    threads = default(a.threads, 2 if suite == "scaling" else 1)
+    return Sizes(nodes=default(a.nodes, n), edges=default(a.edges, e), dims=default(a.dims, parse_dims(dims)),
+                 epochs=default(a.epochs, ep), threads=threads, heads=a.heads,
                  graph=gen if gen == "random" else (a.graph or gen))
 
 
 def run_suite(suite: str, a, argv) -> dict:
     from . import common
     sz = sizes_for(suite, a)
-    models = tuple((a.models or MODELS[suite]).split(","))
+    models = a.models or tuple(MODELS[suite].split(","))
     work = a.work or a.out / "work"
     work.mkdir(parents=True, exist_ok=True)
-    ranks = a.ranks or (2 if a.smoke else RANKS.get(suite))
+    ranks = a.ranks if a.ranks is not None else (2 if a.smoke else RANKS.get(suite))
     comm = common.world()
     t0 = time.time()
     if suite == "vs-pyg":
@@ -185,7 +247,7 @@ def fail(comm, e: BaseException) -> int:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    a = build_parser().parse_args(argv)   # bad options: exit 2 on every rank, before any communication
+    a = parse_args(argv)   # bad options: exit 2 on every rank, before any communication
     from .common import on_root, world
     comm = world()
     try:

@@ -1,10 +1,10 @@
 """Suite ``scaling``: ranks against threads on this machine, and 1 -> 8 ranks oversubscribed (informational).
 
-Real comparison: 1 rank x T threads against T ranks x 1 thread (T = --threads, default 2: the machine's cores),
-same graph and model; the launches alternate (A, B, A, B, ...) so both see the same machine load, and the
-median of the per-launch median epoch times is compared. Oversubscribed: P = 1, 2, 4, 8 ranks x 1 thread on
-this machine; with more ranks than cores these times measure the runtime's overheads, not a speed-up, and are
-marked informational.
+Real comparison: 1 rank x T threads against T ranks x 1 thread (T = --threads, at least 2, default 2: the
+machine's cores), same graph and model; the launches alternate (A, B, A, B, ...) so both see the same machine
+load, and the median of the per-launch median epoch times is compared. Oversubscribed: P = 1, 2, 4, 8 ranks x 1
+thread on this machine; with more ranks than cores these times measure the runtime's overheads, not a speed-up,
+and are marked informational.
 """
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from .common import Sizes, median, prepare_graph, prepare_parts, progress, ratio
 
 def run(sz: Sizes, work: Path, model: str = "gcn", repeats: int = 2, oversub=(1, 2, 4, 8)) -> dict:
     graph = prepare_graph(sz, work)
-    T = max(2, sz.threads)
+    T = sz.threads
+    if T < 2:
+        raise ValueError(f"scaling compares 1 rank x T threads with T ranks x 1 thread: T = {T} must be at least 2")
     margs = worker_model_args(model, sz)
     configs = [(1, T), (T, 1)]
     runs = {f"{P}x{t}": [] for P, t in configs}
