@@ -164,6 +164,50 @@ def test_zero_is_a_value_not_the_default(tmp_path):
     assert "Traceback" not in p.stderr and not (tmp_path / "o").exists()
 
 
+@pytest.fixture
+def live_contexts(monkeypatch):
+    """The CommContexts made and not freed since the fixture started."""
+    from g3mpi.comm import halo
+    live = set()
+    init, free = halo.CommContext.__init__, halo.CommContext.free
+
+    def tracked_init(self, *a, **kw):
+        init(self, *a, **kw)
+        live.add(id(self))
+
+    def tracked_free(self):
+        free(self)
+        live.discard(id(self))
+    monkeypatch.setattr(halo.CommContext, "__init__", tracked_init)
+    monkeypatch.setattr(halo.CommContext, "free", tracked_free)
+    return live
+
+
+def test_one_rank_suites_free_their_exchanges(live_contexts):
+    # every g3mpi net of vs-pyg and kernels had its own CommContext (a duplicated communicator and persistent
+    # requests) that was never freed
+    from g3mpi.bench import kernels, pyg
+    from g3mpi.bench.common import Sizes
+    sz = Sizes(nodes=200, edges=1500, dims=(8, 16, 3), epochs=1, heads=2)
+    pyg.run(sz, models=("gcn", "gat"))
+    kernels.run(sz, models=("sage",))
+    assert not live_contexts
+
+
+def test_worker_closes_its_trainers(tmp_path, live_contexts):
+    from mpi4py import MPI
+
+    from g3mpi.bench import worker
+    from g3mpi.bench.common import Sizes, prepare_graph, prepare_parts
+    graph = prepare_graph(Sizes(nodes=300, edges=2400, dims=(8, 16, 3), epochs=1), tmp_path)
+    parts = prepare_parts(graph, 1, tmp_path)
+    a = worker.build_parser().parse_args(["--parts", str(parts), "--hidden", "16", "--epochs", "1",
+                                          "--designs", "g3,g3-original", "--json", str(tmp_path / "w.json")])
+    res = worker.run(a, MPI.COMM_SELF)   # not worker.main: an error there would abort the test process
+    assert set(res["variants"]) == {"g3", "g3-original"}
+    assert not live_contexts
+
+
 def test_lower_bound_counts_backward_only_where_a_gradient_flows():
     from g3mpi.bench.wire import lower_bound
     meta = dict(num_parts=2, parts=[dict(halo=10, send=7), dict(halo=7, send=10)])

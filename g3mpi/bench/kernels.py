@@ -119,29 +119,32 @@ def run(sz: Sizes, models=("gcn", "sage"), rounds: int | None = None, seed: int 
     for model in models:
         progress(f"kernels: {model}, {rounds} rounds")
         net, order, graph = g3_net(g, model, dims, sz.heads)
-        x = torch.from_numpy(g.features)[order]
-        y = torch.from_numpy(g.labels)[order]
-        train = torch.from_numpy(g.train_mask)[order]
-        opt = torch.optim.Adam(net.parameters(), lr=0.01)
-        epoch(net, x, y, train, opt)            # warm-up; also gives every parameter a gradient for Adam
-        ks = kernel_list(net, graph, model, dims, x, y, train, opt)
-        for _, fn in ks:
-            fn()
-        ep_t, k_t = [], {name: [] for name, _ in ks}
-        for _ in range(rounds):
-            ep_t.append(epoch(net, x, y, train, opt)[0])
-            for name, fn in ks:
-                k_t[name].append(_timed(fn))
-        k_med = {name: median(v) for name, v in k_t.items()}
-        total = float(sum(k_med.values()))
-        e_med = median(ep_t)
-        spmm = sum(v for k, v in k_med.items() if "spmm" in k)
-        gemm = sum(v for k, v in k_med.items() if "gemm" in k)
-        res["models"][model] = dict(epoch_median_s=e_med, epoch_times_s=ep_t, kernels_median_s=k_med,
-                                    kernel_sum_s=total, spmm_sum_s=spmm, gemm_sum_s=gemm,
-                                    other_sum_s=total - spmm - gemm, ratio_epoch_vs_kernels=ratio(e_med, total))
-        progress(f"kernels: {model}: epoch {e_med:.3f}s, kernel sum {total:.3f}s (spmm {spmm:.3f}, gemm {gemm:.3f}),"
-                 f" ratio {e_med / total:.3f}")
+        try:
+            x = torch.from_numpy(g.features)[order]
+            y = torch.from_numpy(g.labels)[order]
+            train = torch.from_numpy(g.train_mask)[order]
+            opt = torch.optim.Adam(net.parameters(), lr=0.01)
+            epoch(net, x, y, train, opt)            # warm-up; also gives every parameter a gradient for Adam
+            ks = kernel_list(net, graph, model, dims, x, y, train, opt)
+            for _, fn in ks:
+                fn()
+            ep_t, k_t = [], {name: [] for name, _ in ks}
+            for _ in range(rounds):
+                ep_t.append(epoch(net, x, y, train, opt)[0])
+                for name, fn in ks:
+                    k_t[name].append(_timed(fn))
+            k_med = {name: median(v) for name, v in k_t.items()}
+            total = float(sum(k_med.values()))
+            e_med = median(ep_t)
+            spmm = sum(v for k, v in k_med.items() if "spmm" in k)
+            gemm = sum(v for k, v in k_med.items() if "gemm" in k)
+            res["models"][model] = dict(epoch_median_s=e_med, epoch_times_s=ep_t, kernels_median_s=k_med,
+                                        kernel_sum_s=total, spmm_sum_s=spmm, gemm_sum_s=gemm,
+                                        other_sum_s=total - spmm - gemm, ratio_epoch_vs_kernels=ratio(e_med, total))
+            progress(f"kernels: {model}: epoch {e_med:.3f}s, kernel sum {total:.3f}s (spmm {spmm:.3f}, gemm {gemm:.3f}),"
+                     f" ratio {e_med / total:.3f}")
+        finally:
+            graph.ctx.free()   # its exchanges and communicator
         del net, opt, ks
     return res
 

@@ -53,7 +53,8 @@ class PyGNet(torch.nn.Module):
 
 
 def g3_net(g, model, dims, heads, input_cache=True):
-    """g3mpi's GNN on one rank (its own communicator), seeded like vs_pyg; returns (net, orig_ids order)."""
+    """g3mpi's GNN on one rank (its own communicator), seeded like vs_pyg; returns (net, orig_ids order, graph).
+    The caller frees ``graph.ctx`` (its exchanges and communicator) when done with the net."""
     from mpi4py import MPI
 
     from data_tools.build import build_parts
@@ -61,10 +62,16 @@ def g3_net(g, model, dims, heads, input_cache=True):
     from g3mpi.nn import GNN
     from g3mpi.ops import DistGraph
     part = next(build_parts(g, np.zeros(g.num_nodes, np.int64), 1, "bench"))[0]
-    graph = DistGraph(part, CommContext(MPI.COMM_SELF))
-    torch.manual_seed(0)
-    hidden = dims[1] // heads if model == "gat" else dims[1]
-    net = GNN(graph, model, dims[0], hidden, dims[-1], layers=len(dims) - 1, heads=heads, input_cache=input_cache)
+    ctx = CommContext(MPI.COMM_SELF)
+    try:
+        graph = DistGraph(part, ctx)
+        torch.manual_seed(0)
+        hidden = dims[1] // heads if model == "gat" else dims[1]
+        net = GNN(graph, model, dims[0], hidden, dims[-1], layers=len(dims) - 1, heads=heads,
+                  input_cache=input_cache)
+    except BaseException:
+        ctx.free()
+        raise
     return net, torch.from_numpy(part.orig_ids), graph
 
 
@@ -93,39 +100,48 @@ def run(sz: Sizes, models=("gcn", "sage", "gat"), seed: int = 0, gat_epochs: int
         systems = tuple(s for s in all_systems if not (model == "gat" and s == "g3mpi-nocache"))
         n_ep = sz.epochs if model != "gat" or gat_epochs is None else gat_epochs
         progress(f"vs-pyg: {model}, {n_ep} epochs per system")
-        ours, order, _ = g3_net(g, model, dims, sz.heads)
-        nets = {"g3mpi": ours}
-        for s in systems[1:]:
-            nets[s] = g3_net(g, model, dims, sz.heads, input_cache=False)[0] if s == "g3mpi-nocache" else \
-                PyGNet(model, dims, sz.heads)
-            nets[s].load_state_dict(ours.state_dict())
-        mine = (x[order], y[order], train[order], ())
-        inputs = {"g3mpi": mine, "g3mpi-nocache": mine, "pyg-csr": (x, y, train, (adj_t,)),
-                  "pyg-edge_index": (x, y, train, (edge_index,))}
-        opts = {s: torch.optim.Adam(nets[s].parameters(), lr=0.01) for s in systems}
-        times = {s: [] for s in systems}
-        diff = {}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for ep in range(n_ep + 1):
-                outs = {}
-                for s in systems:
-                    xs, ys, ts, extra = inputs[s]
-                    dt, outs[s] = epoch(nets[s], xs, ys, ts, opts[s], *extra)
-                    if ep > 0:
-                        times[s].append(dt)
-                if ep == 0:
-                    ref = outs["pyg-csr"][order]
-                    diff = {s: float((outs[s] - ref).norm() / ref.norm()) if s.startswith("g3mpi") else
-                            float((outs[s][order] - ref).norm() / ref.norm()) for s in systems if s != "pyg-csr"}
-        med = {s: median(times[s]) for s in systems}
-        res["models"][model] = dict(
-            epochs=n_ep, epoch_times_s=times, median_epoch_s=med,
-            ratio_vs_pyg_csr=ratio(med["g3mpi"], med["pyg-csr"]),
-            ratio_vs_pyg_edge_index=ratio(med["g3mpi"], med.get("pyg-edge_index")),
-            ratio_nocache_vs_pyg_csr=ratio(med.get("g3mpi-nocache"), med["pyg-csr"]),
-            first_epoch_logits_rel_diff=diff)
-        progress(f"vs-pyg: {model}: " + ", ".join(f"{s} {med[s]:.3f}s" for s in systems) +
-                 f", ratio vs csr {res['models'][model]['ratio_vs_pyg_csr']:.3f}")
+        graphs = []   # each g3mpi net's graph: its exchanges and communicator are freed after the model
+        try:
+            ours, order, graph = g3_net(g, model, dims, sz.heads)
+            graphs.append(graph)
+            nets = {"g3mpi": ours}
+            for s in systems[1:]:
+                if s == "g3mpi-nocache":
+                    nets[s], _, gr = g3_net(g, model, dims, sz.heads, input_cache=False)
+                    graphs.append(gr)
+                else:
+                    nets[s] = PyGNet(model, dims, sz.heads)
+                nets[s].load_state_dict(ours.state_dict())
+            mine = (x[order], y[order], train[order], ())
+            inputs = {"g3mpi": mine, "g3mpi-nocache": mine, "pyg-csr": (x, y, train, (adj_t,)),
+                      "pyg-edge_index": (x, y, train, (edge_index,))}
+            opts = {s: torch.optim.Adam(nets[s].parameters(), lr=0.01) for s in systems}
+            times = {s: [] for s in systems}
+            diff = {}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for ep in range(n_ep + 1):
+                    outs = {}
+                    for s in systems:
+                        xs, ys, ts, extra = inputs[s]
+                        dt, outs[s] = epoch(nets[s], xs, ys, ts, opts[s], *extra)
+                        if ep > 0:
+                            times[s].append(dt)
+                    if ep == 0:
+                        ref = outs["pyg-csr"][order]
+                        diff = {s: float((outs[s] - ref).norm() / ref.norm()) if s.startswith("g3mpi") else
+                                float((outs[s][order] - ref).norm() / ref.norm()) for s in systems if s != "pyg-csr"}
+            med = {s: median(times[s]) for s in systems}
+            res["models"][model] = dict(
+                epochs=n_ep, epoch_times_s=times, median_epoch_s=med,
+                ratio_vs_pyg_csr=ratio(med["g3mpi"], med["pyg-csr"]),
+                ratio_vs_pyg_edge_index=ratio(med["g3mpi"], med.get("pyg-edge_index")),
+                ratio_nocache_vs_pyg_csr=ratio(med.get("g3mpi-nocache"), med["pyg-csr"]),
+                first_epoch_logits_rel_diff=diff)
+            progress(f"vs-pyg: {model}: " + ", ".join(f"{s} {med[s]:.3f}s" for s in systems) +
+                     f", ratio vs csr {res['models'][model]['ratio_vs_pyg_csr']:.3f}")
+        finally:
+            for gr in graphs:
+                gr.ctx.free()
         del nets, opts, ours
     return res

@@ -190,9 +190,11 @@ def run(a, comm) -> dict | None:
                       input_cache=not a.no_input_cache, release_memory=a.release_memory)
     variants = []
     ref = None
+    trainers = []   # closed at the end (exchanges and communicators freed); on an error the caller aborts the job
     for d in designs:
         if d in ("g3", "g3-original"):
             tr = Trainer(cfg, comm, part, meta)
+            trainers.append(tr)
             if d == "g3-original":
                 as_g3_original(tr.model)
             if ref is None:
@@ -202,6 +204,7 @@ def run(a, comm) -> dict | None:
         else:
             if ref is None:
                 ref = Trainer(cfg, comm, part, meta)
+                trainers.append(ref)
             dims = [part.feature_dim] + [a.hidden] * (a.layers - 1) + [part.num_classes]
             rr = ReplicateAllRunner(part, comm, a.model, dims, ref.model.state_dict(), ref.split_sizes["train"])
             variants.append(Variant(d, d, "blocking", rr.step, rr.logits))
@@ -231,6 +234,10 @@ def run(a, comm) -> dict | None:
                      rss_end_current=current_rss(), theoretical=theo,
                      exchanges={ex.name: ex.width for ex in ref.ctx._exchanges})
     ranks = comm.gather(rank_info, root=0)
+    # not in a finally: after an error on one rank, freeing waits for exchanges the other ranks never complete,
+    # and main aborts the job at once instead
+    for tr in trainers:
+        tr.close()
     if comm.rank != 0:
         return None
     out = dict(world_size=comm.size, parts=a.parts, model=a.model, hidden=a.hidden, layers=a.layers,
