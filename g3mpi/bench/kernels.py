@@ -16,8 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from .common import Sizes, median, progress, ratio
-from .pyg import g3_net
-from .vs_pyg import epoch, random_graph
+from .pyg import epoch, g3_net, random_graph
 
 
 def _timed(fn) -> float:

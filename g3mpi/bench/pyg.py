@@ -1,7 +1,7 @@
 """Suite ``vs-pyg``: one rank of g3mpi against PyTorch Geometric, side by side in one process.
 
 For each model (GCN, SAGE, GAT) three systems train the same model from the same initial parameters with the
-same thread count on the same random graph (``vs_pyg.random_graph``: uniform endpoints, duplicates and self
+same thread count on the same random graph (:func:`random_graph`: uniform endpoints, duplicates and self
 loops removed): g3mpi on one rank, PyG with the ``edge_index`` input and PyG with a CSR ``adj_t``
 (``torch.sparse_csr_tensor``). Epochs (forward, loss, backward, Adam step) alternate system by system, so
 every system sees the same machine load; the first epoch is a warm-up. Reported: median epoch time per system,
@@ -12,6 +12,7 @@ when there is no input dropout (as here), is then recomputed every epoch, as PyG
 """
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -19,7 +20,40 @@ import torch
 import torch.nn.functional as F
 
 from .common import SYSTEMS, Sizes, check_systems, median, progress, ratio
-from .vs_pyg import epoch, random_graph
+
+
+def random_graph(n: int, e: int, f: int, c: int, seed: int = 0):
+    """A random directed graph of ``n`` nodes: ``e`` uniform (source, destination) pairs, duplicates and self
+    loops removed; standard normal features of width ``f``, uniform labels of ``c`` classes, half the nodes in
+    training, a quarter each in validation and test."""
+    from g3mpi.format import Graph
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, n, e, dtype=np.int64)
+    dst = rng.integers(0, n, e, dtype=np.int64)
+    key = np.unique(dst * n + src)
+    dst, src = key // n, key % n
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
+    x = rng.standard_normal((n, f), dtype=np.float32)
+    y = rng.integers(0, c, n)
+    m = rng.random(n)
+    return Graph(indptr, src.astype(np.int32), x, y, m < 0.5, (m >= 0.5) & (m < 0.75), m >= 0.75,
+                 dict(num_classes=c, source=f"random:n={n},e={e}"))
+
+
+def epoch(net, x, y, train, opt, *args):
+    """One training epoch (forward, loss over the training rows, backward, optimiser step); returns (seconds,
+    detached logits)."""
+    t0 = time.perf_counter()
+    net.train()
+    opt.zero_grad()
+    out = net(x, *args)
+    loss = F.cross_entropy(out[train], y[train])
+    loss.backward()
+    opt.step()
+    return time.perf_counter() - t0, out.detach()
 
 
 class PyGNet(torch.nn.Module):
@@ -53,7 +87,7 @@ class PyGNet(torch.nn.Module):
 
 
 def g3_net(g, model, dims, heads, input_cache=True):
-    """g3mpi's GNN on one rank (its own communicator), seeded like vs_pyg; returns (net, orig_ids order, graph).
+    """g3mpi's GNN on one rank (its own communicator), seeded with 0; returns (net, orig_ids order, graph).
     The caller frees ``graph.ctx`` (its exchanges and communicator) when done with the net."""
     from mpi4py import MPI
 
@@ -93,7 +127,7 @@ def run(sz: Sizes, models=("gcn", "sage", "gat"), seed: int = 0, gat_epochs: int
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         adj_t = to_torch_csr_tensor(torch.stack([dst, src]), size=(g.num_nodes, g.num_nodes))
-    res = dict(graph=dict(nodes=g.num_nodes, edges=g.num_edges, generator="uniform random (vs_pyg.random_graph)"),
+    res = dict(graph=dict(nodes=g.num_nodes, edges=g.num_edges, generator="uniform random (pyg.random_graph)"),
                models={})
     all_systems = systems
     for model in models:
