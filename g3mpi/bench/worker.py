@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -28,20 +27,9 @@ import torch
 from mpi4py import MPI
 
 from g3mpi.comm.abort import abort_job
+from g3mpi.train.trainer import current_rss_bytes, peak_rss_bytes
 
 DESIGNS = ("g3", "g3-original", "replicate-all")
-
-
-def peak_rss() -> int:
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def current_rss() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * resource.getpagesize()
-    except OSError:
-        return 0
 
 
 def warm_libraries(comm) -> None:
@@ -170,8 +158,8 @@ def run(a, comm) -> dict | None:
     from .naive import ReplicateAllRunner, as_g3_original
     torch.set_num_threads(a.threads)
     warm_libraries(comm)
-    rss_base = peak_rss()
-    rss_base_now = current_rss()
+    rss_base = peak_rss_bytes()
+    rss_base_now = current_rss_bytes()
     if a.release_memory:
         from g3mpi.train.trainer import return_freed_memory
         return_freed_memory()   # as g3-train --release-memory does before loading the part
@@ -219,7 +207,7 @@ def run(a, comm) -> dict | None:
     acts = None
     if a.memory:
         acts = saved_activation_bytes(ref, 0)
-    rss_setup = peak_rss()
+    rss_setup = peak_rss_bytes()
     for ep in range(a.epochs + 1):
         for v in variants:
             comm.Barrier()  # variants must not overlap each other; not inside the timed step
@@ -230,8 +218,8 @@ def run(a, comm) -> dict | None:
     theo = theoretical_bytes(ref, part, acts) if a.memory else None
     rank_info = dict(rank=comm.rank, owned=part.num_owned, halo=part.num_halo, send=int(len(part.send_rows)),
                      local_edges=int(part.indptr[-1]), neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
-                     rss_base=rss_base, rss_base_current=rss_base_now, rss_after_setup=rss_setup, rss_peak=peak_rss(),
-                     rss_end_current=current_rss(), theoretical=theo,
+                     rss_base=rss_base, rss_base_current=rss_base_now, rss_after_setup=rss_setup,
+                     rss_peak=peak_rss_bytes(), rss_end_current=current_rss_bytes(), theoretical=theo,
                      exchanges={ex.name: ex.width for ex in ref.ctx._exchanges})
     ranks = comm.gather(rank_info, root=0)
     # not in a finally: after an error on one rank, freeing waits for exchanges the other ranks never complete,
