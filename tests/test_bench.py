@@ -208,6 +208,22 @@ def test_worker_closes_its_trainers(tmp_path, live_contexts):
     assert not live_contexts
 
 
+def test_plots_draw_like_the_run_plots(tmp_path):
+    # with g3mpi.plotting.figure (object API, constrained layout), as the run plots and g3-inspect do: no pyplot
+    # state and no matplotlib.use("Agg") switching the backend of the process that draws them
+    code = f"""
+import sys
+from pathlib import Path
+from g3mpi.bench.plots import plot_vs_pyg
+res = dict(models=dict(gcn=dict(median_epoch_s={{"g3mpi": 1.0, "pyg-csr": 2.0}})))
+print(plot_vs_pyg(res, Path({str(tmp_path)!r})), "matplotlib.pyplot" in sys.modules)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=tool_env(), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split()[-1] == "False"
+    assert (tmp_path / "vs-pyg.png").read_bytes()[:8] == PNG
+
+
 def test_lower_bound_counts_backward_only_where_a_gradient_flows():
     from g3mpi.bench.wire import lower_bound
     meta = dict(num_parts=2, parts=[dict(halo=10, send=7), dict(halo=7, send=10)])

@@ -1,25 +1,17 @@
-"""PNG plots of the suites' JSON (matplotlib, Agg backend: no display needed). One function per suite; each
-returns the list of files it wrote."""
+"""PNG plots of the suites' JSON, drawn like the run plots with :func:`g3mpi.plotting.figure` (matplotlib's object
+API, constrained layout: no display, no pyplot state). One function per suite; each returns the list of files it
+wrote."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
 
-from g3mpi.plotting import rank_breakdown
-
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+from g3mpi.plotting import figure, rank_breakdown
 
 
 def _save(fig, path: Path) -> str:
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
-    _plt().close(fig)
     return str(path)
 
 
@@ -36,19 +28,19 @@ def _bars(ax, groups, series, values, ylabel, title):
 
 
 def plot_vs_pyg(res: dict, out: Path) -> list:
-    plt = _plt()
     models = list(res["models"])
     systems = list(dict.fromkeys(s for m in models for s in res["models"][m]["median_epoch_s"]))
     vals = {s: {m: res["models"][m]["median_epoch_s"].get(s) for m in models} for s in systems}
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = figure(6, 4)
+    ax = fig.subplots()
     _bars(ax, models, systems, vals, "median epoch time (s)", "one rank: g3mpi vs PyG (epoch time per system)")
     return [_save(fig, out / "vs-pyg.png")]
 
 
 def plot_kernels(res: dict, out: Path) -> list:
-    plt = _plt()
     models = list(res["models"])
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = figure(6, 4)
+    ax = fig.subplots()
     x = np.arange(len(models))
     m = [res["models"][k] for k in models]
     ax.bar(x - 0.2, [v["epoch_median_s"] for v in m], 0.4, label="epoch")
@@ -64,7 +56,6 @@ def plot_kernels(res: dict, out: Path) -> list:
 
 
 def plot_bytes(res: dict, out: Path) -> list:
-    plt = _plt()
     files = []
     for model, m in res["models"].items():
         d = m["designs"]
@@ -73,7 +64,8 @@ def plot_bytes(res: dict, out: Path) -> list:
         series = {"lower bound": res["lower_bound"]["per_rank"]}
         series.update({k: v["rank_bytes_sent"] for k, v in d.items()})
         vals = {s: {r: v[int(r)] / 1e6 for r in ranks} for s, v in series.items()}
-        fig, ax = plt.subplots(figsize=(7, 4))
+        fig = figure(7, 4)
+        ax = fig.subplots()
         _bars(ax, ranks, list(series), vals, "MB sent per epoch", f"{model}: bytes sent per rank and epoch")
         ax.set_xlabel("rank")
         files.append(_save(fig, out / f"bytes-{model}.png"))
@@ -81,11 +73,11 @@ def plot_bytes(res: dict, out: Path) -> list:
 
 
 def plot_schedules(res: dict, out: Path) -> list:
-    plt = _plt()
     files = []
     for model, m in res["models"].items():
         sch = list(m["schedules"])
-        fig, axes = plt.subplots(1, len(sch) + 1, figsize=(4 * (len(sch) + 1), 3.6))
+        fig = figure(4 * (len(sch) + 1), 3.6)
+        axes = fig.subplots(1, len(sch) + 1)
         axes[0].bar(sch, [m["epoch_time_median_s"][s] for s in sch], color=["C0", "C1", "C2"][:len(sch)])
         axes[0].set_ylabel("median epoch time (s)")
         axes[0].set_title(f"{model}, {res['ranks']} ranks, sim-net {res['sim_net']}", fontsize=9)
@@ -97,8 +89,8 @@ def plot_schedules(res: dict, out: Path) -> list:
 
 
 def plot_scaling(res: dict, out: Path) -> list:
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig = figure(10, 4)
+    axes = fig.subplots(1, 2)
     real = res["real"]
     axes[0].bar(list(real), [v["epoch_time_median_s"] for v in real.values()], color=["C0", "C1"])
     axes[0].set_ylabel("median epoch time (s)")
@@ -114,20 +106,21 @@ def plot_scaling(res: dict, out: Path) -> list:
     files = [_save(fig, out / "scaling.png")]
     if Ps:
         d = ov[str(Ps[-1])]
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig = figure(6, 4)
+        ax = fig.subplots()
         rank_breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"],
-                  f"{Ps[-1]} ranks (oversubscribed): per-rank breakdown")
+                       f"{Ps[-1]} ranks (oversubscribed): per-rank breakdown")
         files.append(_save(fig, out / "scaling-breakdown.png"))
     return files
 
 
 def plot_memory(res: dict, out: Path) -> list:
-    plt = _plt()
     files = []
     for model, m in res["models"].items():
         rk = m["ranks"]
         cats = ("part", "matrices", "exchange", "activations", "params")
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig = figure(6, 4)
+        ax = fig.subplots()
         x = np.arange(len(rk))
         bottom = np.zeros(len(rk))
         for c in cats:
@@ -145,9 +138,9 @@ def plot_memory(res: dict, out: Path) -> list:
 
 
 def plot_partitions(res: dict, out: Path) -> list:
-    plt = _plt()
     labels = list(res["partitions"])
-    fig, axes = plt.subplots(1, 1 + len(labels), figsize=(4 + 3.2 * len(labels), 4))
+    fig = figure(4 + 3.2 * len(labels), 4)
+    axes = fig.subplots(1, 1 + len(labels))
     axes[0].bar(labels, [res["partitions"][k]["epoch_time_median_s"] for k in labels],
                 color=[f"C{i}" for i in range(len(labels))])
     axes[0].set_ylabel("median epoch time (s)")
