@@ -224,6 +224,20 @@ print(plot_vs_pyg(res, Path({str(tmp_path)!r})), "matplotlib.pyplot" in sys.modu
     assert (tmp_path / "vs-pyg.png").read_bytes()[:8] == PNG
 
 
+def test_write_json_is_atomic_and_leaves_nothing_behind(tmp_path):
+    # it used to leave its temporary file beside the target when the write failed (and never fsync'ed it)
+    from g3mpi.bench.common import BenchError, write_json
+    path = tmp_path / "r.json"
+    write_json(path, {"a": 1})
+    with pytest.raises(ValueError):
+        write_json(path, {"a": float("nan")})
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"] and json.loads(path.read_text()) == {"a": 1}
+    (tmp_path / "d.json").mkdir()
+    with pytest.raises(BenchError, match="is a directory"):
+        write_json(tmp_path / "d.json", {})
+    assert (tmp_path / "d.json").is_dir()
+
+
 def test_lower_bound_counts_backward_only_where_a_gradient_flows():
     from g3mpi.bench.wire import lower_bound
     meta = dict(num_parts=2, parts=[dict(halo=10, send=7), dict(halo=7, send=10)])

@@ -14,7 +14,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -75,13 +74,19 @@ def finite_or_none(x):
 
 
 def write_json(path: Path, obj) -> None:
-    """Atomic JSON write (temporary file beside the target, then rename)."""
+    """JSON written with :func:`g3mpi.format.atomic_file` (a temporary file beside the target, fsync'ed, then
+    renamed over it; removed on an error). NaN and infinities are refused (``allow_nan=False``)."""
+    from g3mpi.format import FormatError, atomic_file
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    if path.is_dir():
+        raise BenchError(f"{path}: is a directory, not a JSON file")
+    try:
+        with atomic_file(path, force=True) as tmp:
+            with open(tmp, "w") as f:
+                json.dump(obj, f, indent=1, sort_keys=True, allow_nan=False)
+                f.write("\n")
+    except FormatError as e:
+        raise BenchError(str(e)) from None
 
 
 def machine_info() -> dict:
