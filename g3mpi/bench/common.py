@@ -69,10 +69,6 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
-def finite_or_none(x):
-    return x if x is None or (isinstance(x, float) and math.isfinite(x)) or isinstance(x, int) else None
-
-
 def write_json(path: Path, obj) -> None:
     """JSON written with :func:`g3mpi.format.atomic_file` (a temporary file beside the target, fsync'ed, then
     renamed over it; removed on an error). NaN and infinities are refused (``allow_nan=False``)."""
