@@ -202,9 +202,11 @@ def test_worker_closes_its_trainers(tmp_path, live_contexts):
     graph = prepare_graph(Sizes(nodes=300, edges=2400, dims=(8, 16, 3), epochs=1), tmp_path)
     parts = prepare_parts(graph, 1, tmp_path)
     a = worker.build_parser().parse_args(["--parts", str(parts), "--hidden", "16", "--epochs", "1",
-                                          "--designs", "g3,g3-original", "--json", str(tmp_path / "w.json")])
+                                          "--designs", "g3,g3-original,replicate-all",
+                                          "--json", str(tmp_path / "w.json")])
     res = worker.run(a, MPI.COMM_SELF)   # not worker.main: an error there would abort the test process
-    assert set(res["variants"]) == {"g3", "g3-original"}
+    # replicate-all on one part (no halo) once failed with an IndexError on the empty halo list
+    assert set(res["variants"]) == {"g3", "g3-original", "replicate-all"}
     assert not live_contexts
 
 

@@ -102,7 +102,9 @@ class ReplicateAll(nn.Module):
         self.counts, self.displs = np.diff(offsets), offsets[:-1]
         rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(part.indptr))
         loc = np.asarray(part.indices, dtype=np.int64)
-        glob = np.where(loc < n, loc + part.owned_start, part.halo_ids[np.maximum(loc - n, 0)])
+        glob = loc + part.owned_start
+        remote = loc >= n   # halo columns (none on a 1-part partition, whose halo list is empty)
+        glob[remote] = np.asarray(part.halo_ids, np.int64)[loc[remote] - n]
         if model == "gcn":
             dinv = (np.asarray(part.in_degree, np.float64) + 1.0) ** -0.5
             vals = dinv[rows] * dinv[loc]
