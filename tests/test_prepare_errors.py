@@ -329,6 +329,14 @@ def test_ogb_bad_files(tmp_path, out_dir):
     fails(out_dir, "ogb", root, "--split", "other", path=root / "split" / "other", words=["available: s"])
 
 
+def test_ogb_duplicate_split_index(tmp_path, out_dir):
+    """A node listed twice in a split file was folded into the mask silently (a corrupt or concatenated split)."""
+    root = make_ogb(tmp_path / "d")
+    (root / "split" / "s" / "train.csv").write_text("0\n1\n0\n")
+    fails(out_dir, "ogb", root, path=root / "split" / "s" / "train.csv",
+          words=["line 3:", "node index 0 listed twice", "line 1"])
+
+
 def test_ogb_truncated_gz(tmp_path, out_dir):
     root = make_ogb(tmp_path / "d")
     (root / "raw" / "edge.csv").unlink()

@@ -136,6 +136,12 @@ def read_split(root: Path, scheme: str | None, n: int):
         if bad.any():
             i = int(np.argmax(bad))
             raise FormatError(f, f"line {line_of(f, i)}: node index {int(idx[i])} out of range [0, {n})")
+        order = np.argsort(idx, kind="stable")
+        dup = np.flatnonzero(idx[order][1:] == idx[order][:-1])
+        if len(dup):                               # a mask would silently count the node once
+            first, again = sorted((int(order[dup[0]]), int(order[dup[0] + 1])))
+            raise FormatError(f, f"line {line_of(f, again)}: node index {int(idx[again])} listed twice "
+                                 f"(also on line {line_of(f, first)})")
         m = np.zeros(n, dtype=bool)
         m[idx] = True
         masks[key] = m
