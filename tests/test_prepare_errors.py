@@ -337,6 +337,26 @@ def test_ogb_duplicate_split_index(tmp_path, out_dir):
           words=["line 3:", "node index 0 listed twice", "line 1"])
 
 
+def test_ogb_unsupported_layouts(tmp_path, out_dir):
+    """ogbn-proteins (112 label columns, no node-feat), ogbn-mag (raw/relations/) and ogbn-papers100M (raw/data.npz)
+    are named as unsupported; before, each failed with 'node-feat.csv.gz' or 'edge.csv.gz: no such file'."""
+    root = make_ogb(tmp_path / "proteins")
+    (root / "raw" / "node-feat.csv").unlink()
+    (root / "raw" / "node-label.csv").write_text("".join(",".join("01"[(i + j) % 2] for j in range(112)) + "\n"
+                                                         for i in range(4)))
+    fails(out_dir, "ogb", root, path=root / "raw" / "node-label.csv", words=["112 label columns", "multi-label"])
+    mag = tmp_path / "mag" / "raw"
+    (mag / "relations" / "paper___cites___paper").mkdir(parents=True)
+    with gzip.open(mag / "num-node-dict.csv.gz", "wt") as g:
+        g.write("author,paper\n2,3\n")
+    fails(out_dir, "ogb", mag.parent, path=mag, words=["heterogeneous", "ogbn-mag"])
+    papers = tmp_path / "papers" / "raw"
+    papers.mkdir(parents=True)
+    np.savez_compressed(papers / "data.npz", edge_index=np.array([[0], [1]]), node_feat=np.ones((2, 2)),
+                        num_nodes_list=np.array([2]), num_edges_list=np.array([1]))
+    fails(out_dir, "ogb", papers.parent, path=papers / "data.npz", words=["binary layout", "not supported"])
+
+
 def test_ogb_truncated_gz(tmp_path, out_dir):
     root = make_ogb(tmp_path / "d")
     (root / "raw" / "edge.csv").unlink()

@@ -4,7 +4,7 @@
 DATASET/raw/edge.csv.gz            "u,v" per line: edge u -> v
 DATASET/raw/num-node-list.csv.gz   N (optional: default the rows of node-feat)
 DATASET/raw/node-feat.csv.gz       N lines of F comma-separated floats
-DATASET/raw/node-label.csv.gz      N lines, one class each ("nan" = unlabelled, as in ogbn-papers100M)
+DATASET/raw/node-label.csv.gz      N lines, one class each ("nan" or -1 = unlabelled)
 DATASET/split/<scheme>/{train,valid,test}.csv.gz   one node index per line
 ```
 
@@ -12,7 +12,8 @@ Files may also be uncompressed (``edge.csv``). ``--split`` picks the scheme (def
 first in sorted order); without a ``split/`` directory a seeded random split is drawn. OGB lists each edge
 of an undirected dataset once (its loader adds the reverse when ``add_inverse_edge`` is set in master.csv,
 e.g. ogbn-products) and ogbn-arxiv is directed: pass ``--symmetrize`` to get the undirected graph most
-GNN papers train on. Multi-label datasets (ogbn-proteins) are refused.
+GNN papers train on. Multi-label datasets (ogbn-proteins), heterogeneous ones (ogbn-mag: raw/relations/) and
+the binary layout (ogbn-papers100M: raw/data.npz, node-label.npz) are refused with a message saying so.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import numpy as np
 from g3mpi.format import FormatError, index_dtype
 
 from .common import RawGraph, check_features, check_labels, check_masks, progress
-from .textio import data_line_number, read_table, stack_rows
+from .textio import _lines, data_line_number, open_text, read_table, split_fields, stack_rows
 
 SPLIT_FILES = (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test"))
 
@@ -35,6 +36,27 @@ def find(directory: Path, name: str, required: bool = True) -> Path | None:
     if required:
         raise FormatError(directory / f"{name}.csv.gz", "no such file")
     return None
+
+
+def unsupported(raw_dir: Path) -> None:
+    """FormatError for the OGB layouts this importer does not read, instead of 'raw/edge.csv.gz: no such file'."""
+    if find(raw_dir, "edge", required=False) is not None:
+        return
+    if (raw_dir / "data.npz").exists():
+        raise FormatError(raw_dir / "data.npz", "OGB binary layout (raw/data.npz, node-label.npz, as ogbn-papers100M "
+                                                "ships) is not supported: only the CSV layout (raw/edge.csv.gz, ...)")
+    if (raw_dir / "relations").is_dir() or find(raw_dir, "num-node-dict", required=False) is not None:
+        raise FormatError(raw_dir, "heterogeneous OGB dataset (raw/relations/, as ogbn-mag) is not supported: "
+                                   "only homogeneous graphs")
+
+
+def first_fields(path: Path) -> list[str]:
+    """The comma-separated fields of the first non-blank line of ``path`` ([] if none)."""
+    with open_text(path) as f:
+        for line in _lines(path, f):
+            if line.strip():
+                return split_fields(line.strip(), ",")
+    return []
 
 
 def line_of(path: Path, row: int) -> int:
@@ -55,9 +77,13 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     raw_dir = root / "raw"
     if not raw_dir.is_dir():
         raise FormatError(raw_dir, "no such directory (expected the OGB raw layout)")
+    unsupported(raw_dir)
     edge_f = find(raw_dir, "edge")
-    feat_f = find(raw_dir, "node-feat")
     label_f = find(raw_dir, "node-label")
+    ncols = len(first_fields(label_f))
+    if ncols > 1:                                  # before node-feat: ogbn-proteins has none
+        raise FormatError(label_f, f"{ncols} label columns: multi-label datasets (ogbn-proteins) are not supported")
+    feat_f = find(raw_dir, "node-feat")
     nn_f = find(raw_dir, "num-node-list", required=False)
 
     n = None
