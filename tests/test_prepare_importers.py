@@ -163,3 +163,18 @@ def test_edgelist_utf8_bom(tmp_path, name, text):
     s = prepare("edgelist", f, "--out", tmp_path / "g.h5")
     g = load_graph(tmp_path / "g.h5")
     assert s["num_edges"] == 3 and edge_set(g, g.orig_ids) == [(1, 2), (2, 3), (3, 1)]
+
+
+def test_edgelist_matrix_market(tmp_path):
+    """A MatrixMarket coordinate file ('%' comments): its size line '4 4 3' was read as an edge 4 -> 4; an 'array'
+    file (a dense matrix, not an edge list) is refused."""
+    f = tmp_path / "g.mtx"
+    f.write_text("%%MatrixMarket matrix coordinate pattern general\n% comment\n4 4 3\n1 2\n2 3\n3 1\n")
+    s = prepare("edgelist", f, "--out", tmp_path / "g.h5")
+    g = load_graph(tmp_path / "g.h5")
+    assert s["num_edges"] == 3 and edge_set(g, g.orig_ids) == [(1, 2), (2, 3), (3, 1)]
+    f.write_text("%%MatrixMarket matrix array real general\n2 2\n1.0\n0.0\n0.0\n1.0\n")
+    p = run_module("data_tools.prepare", "edgelist", f, "--out", tmp_path / "h.h5", check=False)
+    assert p.returncode == 1 and p.stderr.strip() == (f"g3-prepare: error: {f}: line 1: only MatrixMarket 'matrix "
+                                                      f"coordinate' files are edge lists, got '%%MatrixMarket matrix "
+                                                      f"array real general'")

@@ -4,7 +4,8 @@
   has one, else whitespace). Columns after the second (weights, timestamps) are ignored.
 - Lines starting with ``#`` or ``%`` and blank lines are skipped, as is text after ``#``/``%`` on a line.
 - Header: ``--header`` skips the first non-comment line, ``--no-header`` never does; by default the first
-  non-comment line is a header when its first two fields are not integers.
+  non-comment line is a header when its first two fields are not integers, or when the file starts with a
+  ``%%MatrixMarket matrix coordinate`` banner (that line is then the size line ``rows cols entries``).
 - IDs are arbitrary (64-bit, possibly negative or sparse) integers:
   * without ``--features``/``--labels``: the nodes are the distinct IDs of the edge list, in increasing
     order; row i of the graph is ID ``orig_ids[i]`` (stored in graph.h5);
@@ -48,6 +49,13 @@ def sniff(path: Path, delimiter: str, header: bool | None) -> tuple[str | None, 
     delim = DELIMITERS[delimiter]
     with open_text(path) as f:
         for i, line in enumerate(_lines(path, f), start=1):
+            if i == 1 and line.lower().startswith("%%matrixmarket"):
+                banner = line.lower().split()
+                if banner[1:3] != ["matrix", "coordinate"]:
+                    raise FormatError(path, f"line 1: only MatrixMarket 'matrix coordinate' files are edge lists, "
+                                            f"got {line.strip()[:80]!r}")
+                if header is None:
+                    header = True                  # the first non-comment line is the size line 'rows cols entries'
             text = _strip(line, COMMENTS)
             if not text:
                 continue
