@@ -2,7 +2,7 @@
 
 ```
 DATASET/raw/edge.csv.gz            "u,v" per line: edge u -> v
-DATASET/raw/num-node-list.csv.gz   N (optional: default the rows of node-feat)
+DATASET/raw/num-node-list.csv.gz   N (optional: default the lines of node-label)
 DATASET/raw/node-feat.csv.gz       N lines of F comma-separated floats
 DATASET/raw/node-label.csv.gz      N lines, one class each ("nan" or -1 = unlabelled)
 DATASET/split/<scheme>/{train,valid,test}.csv.gz   one node index per line
@@ -23,8 +23,8 @@ import numpy as np
 
 from g3mpi.format import FormatError, index_dtype
 
-from .common import RawGraph, check_features, check_labels, check_masks, progress
-from .textio import _lines, data_line_number, open_text, read_table, split_fields, stack_rows
+from .common import RawGraph, check_labels, check_masks, progress
+from .textio import _lines, data_line_number, open_text, read_table, split_fields
 
 SPLIT_FILES = (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test"))
 
@@ -92,18 +92,14 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
         if len(nn) != 1 or nn[0] < 0:
             raise FormatError(nn_f, f"expected one graph's node count, found {nn.tolist()[:3]}")
         n = int(nn[0])
-    bar = progress(desc="read node-feat", unit="lines", disable=True if quiet else None)
-    x = stack_rows(feat_f, read_table(feat_f, delimiter=",", dtype=np.float32, comments=None, bar=bar), 0,
-                   np.float32, expected_rows=n)
-    bar.close()
-    if n is None:
-        n = len(x)
-    check_features(feat_f, x, n)
+    feature_dim = len(first_fields(feat_f))        # the features are streamed into graph.h5 once the CSR is written
 
     y = _concat(read_table(label_f, delimiter=",", dtype=np.float64, comments=None), 1, np.float64)
     if y.shape[1] != 1:
         raise FormatError(label_f, f"{y.shape[1]} label columns: multi-label datasets are not supported")
     y = y[:, 0]
+    if n is None:
+        n = len(y)
     if len(y) != n:
         raise FormatError(label_f, f"{len(y)} labels but the graph has {n} nodes")
     bad = np.isfinite(y) & (y != np.round(y))
@@ -137,9 +133,33 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     masks, scheme = read_split(root, split, n)
     if masks is not None:
         masks = check_masks(root / "split" / scheme, masks, labels)
-    return RawGraph(path=str(root), num_nodes=n, src=src, dst=dst, feature_dim=int(x.shape[1]), features=x,
-                    labels=labels, num_classes=c, masks=masks,
+    return RawGraph(path=str(root), num_nodes=n, src=src, dst=dst, feature_dim=feature_dim,
+                    feature_blocks=feature_stream(feat_f, n, feature_dim, quiet), labels=labels, num_classes=c,
+                    masks=masks,
                     source=f"ogb:{root.name}" + (f",split={scheme}" if scheme else ""))
+
+
+def feature_stream(feat_f: Path, n: int, dim: int, quiet: bool):
+    """Row blocks (start, float32 [rows, dim]) of node-feat, parsed chunk by chunk as graph.h5 is written: the
+    [n, dim] matrix is never held whole. Errors name the file: a bad line, NaN/Inf (first row), rows != n."""
+    def blocks():
+        bar = progress(total=n, desc="read node-feat", unit="rows", disable=True if quiet else None)
+        w = 0
+        for a in read_table(feat_f, delimiter=",", dtype=np.float32, ncols=dim, comments=None):
+            if w + len(a) > n:
+                raise FormatError(feat_f, f"more than {n} rows: the graph has {n} nodes")
+            bad = ~np.isfinite(a)
+            if bad.any():
+                r, col = np.argwhere(bad)[0]
+                raise FormatError(feat_f, f"line {line_of(feat_f, w + int(r))}: features contain NaN or Inf "
+                                          f"(first at row {w + int(r)}, column {int(col)})")
+            yield w, a
+            w += len(a)
+            bar.update(len(a))
+        bar.close()
+        if w != n:
+            raise FormatError(feat_f, f"features have {w} rows but the graph has {n} nodes")
+    return blocks
 
 
 def read_split(root: Path, scheme: str | None, n: int):
