@@ -285,6 +285,17 @@ def test_edgelist_labels_and_masks(tmp_path, out_dir):
     fails(out_dir, "edgelist", f, "--labels", y, "--masks", m, path=m, words=["overlap"])
 
 
+def test_float64_features_beyond_float32(tmp_path, out_dir):
+    """float64 features too large for float32 (1e39) became Inf in the cast: a RuntimeWarning on stderr and an
+    error naming the output file instead of the input."""
+    f = cora_like(tmp_path / "g.npz", x=np.array([[1.0], [2.0], [1e39], [0.0], [1.0], [1.0]]))
+    fails(out_dir, "npz", f, path=f, words=["1e+39 at row 2, column 0", "float32"])
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n")
+    x = tmp_path / "x.npy"
+    np.save(x, np.array([[1.0, -3e40], [0.0, 0.0], [1.0, 1.0]]))
+    fails(out_dir, "edgelist", tmp_path / "e.txt", "--features", x, path=x, words=["-3e+40 at row 0, column 1"])
+
+
 # ---------------------------------------------------------------------------------------------- ogb
 
 def make_ogb(root):

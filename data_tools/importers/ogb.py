@@ -151,8 +151,8 @@ def feature_stream(feat_f: Path, n: int, dim: int, quiet: bool):
             bad = ~np.isfinite(a)
             if bad.any():
                 r, col = np.argwhere(bad)[0]
-                raise FormatError(feat_f, f"line {line_of(feat_f, w + int(r))}: features contain NaN or Inf "
-                                          f"(first at row {w + int(r)}, column {int(col)})")
+                raise FormatError(feat_f, f"line {line_of(feat_f, w + int(r))}: features contain NaN or Inf, or a "
+                                          f"value beyond float32 (first at row {w + int(r)}, column {int(col)})")
             yield w, a
             w += len(a)
             bar.update(len(a))
