@@ -183,7 +183,9 @@ def main(argv=None) -> int:
         return 1
     except OSError as e:
         where = e.filename or args.out
-        print(f"{PROG}: error: {where}: {e.strerror or e}", file=sys.stderr)
+        # h5py's write errors (disk full, quota) carry the errno and a multi-line HDF5 report: keep one line
+        what = os.strerror(e.errno) if isinstance(e.errno, int) else " ".join(str(e.strerror or e).split())
+        print(f"{PROG}: error: {where}: {what}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
         print(f"{PROG}: error: {args.out}: {interruption(e)} (no output written)", file=sys.stderr)

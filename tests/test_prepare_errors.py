@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import gzip
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from conftest import run_module
+from conftest import run_module, tool_env
 
 
 @pytest.fixture
@@ -446,3 +448,21 @@ def test_terminated_by_sigterm_leaves_nothing(tmp_path, out_dir):
     assert p.returncode == 143, p.stderr
     assert p.stderr.strip().splitlines()[-1] == f"g3-prepare: error: {out}: terminated by SIGTERM (no output written)"
     assert os.listdir(out_dir) == []
+
+
+def test_disk_full_while_writing(tmp_path):
+    """A write that fails (here the file-size limit, EFBIG; a full disk or quota is ENOSPC / EDQUOT) gave two
+    tracebacks: GraphWriter closed the failed HDF5 file a second time, which raised RuntimeError over the OSError.
+    Now: one line with the system's message, exit 1, the temporary file removed."""
+    import resource
+    d = tmp_path / "o"
+    d.mkdir()
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))
+    p = subprocess.run([sys.executable, "-m", "data_tools.prepare", "rmat", "--scale", "14", "--feature-dim", "8",
+                        "--out", str(d / "g.h5"), "--quiet"], capture_output=True, text=True, env=tool_env(),
+                       preexec_fn=limit)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.strip() == f"g3-prepare: error: {d / 'g.h5'}: File too large"
+    assert os.listdir(d) == []

@@ -126,7 +126,12 @@ class GraphWriter:
                     self.h5.attrs[k] = v
             self.h5.close()
         except BaseException as e:
-            self.h5.close()
+            try:
+                self.h5.close()
+            except Exception:      # the first close failed part-way (disk full, quota): the file is discarded anyway
+                pass
+            if et is not None and isinstance(e, Exception):
+                return self._ctx.__exit__(et, ev, tb)     # a write failed first: report it, not the close's echo
             self._ctx.__exit__(type(e), e, e.__traceback__)
             raise
         return self._ctx.__exit__(et, ev, tb)
