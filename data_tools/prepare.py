@@ -142,6 +142,11 @@ def check_not_an_input(args: argparse.Namespace) -> None:
         if inp is not None and inp.exists() and out.exists() and os.path.samefile(inp, out):
             raise FormatError(out, "output would overwrite the input" + ("" if name == "input" else
                                                                          f" (--{name.replace('_', '-')})"))
+    if args.kind == "ogb" and out.exists() and args.input.is_dir():     # the files of the dataset directory
+        for sub in ("raw", "split"):
+            for f in (args.input / sub).rglob("*"):
+                if f.is_file() and os.path.samefile(f, out):
+                    raise FormatError(out, f"output would overwrite the input ({f})")
 
 
 def prepare(args: argparse.Namespace) -> dict:

@@ -402,6 +402,15 @@ def test_output_is_an_input_option(tmp_path):
     assert np.load(x).shape == (3, 2) and (d / "e.txt").read_text() == "0 1\n1 2\n"
 
 
+def test_output_is_a_file_of_the_ogb_dataset(tmp_path):
+    """--out naming one of the OGB dataset's files (the input is the directory) replaced it with --force."""
+    root = make_ogb(tmp_path / "d")
+    label = root / "raw" / "node-label.csv"
+    fails(root / "raw", "ogb", root, "--force", path=label, out_name="node-label.csv",
+          words=["overwrite the input", str(label)])
+    assert label.read_text() == "0\n1\n1\n0\n"
+
+
 def test_late_writer_failure_leaves_nothing(tmp_path):
     """A failure after graph.h5 was opened (a bad feature block from a generator) removes the temp file."""
     from data_tools.importers.common import PrepareOptions, RawGraph, write_raw_graph
