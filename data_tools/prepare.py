@@ -202,7 +202,10 @@ def main(argv=None) -> int:
         log.info("wrote %s: %d nodes, %d edges, %d features, %d classes, split %d/%d/%d (%.1f s)", summary["out"],
                  summary["num_nodes"], summary["num_edges"], summary["feature_dim"], summary["num_classes"],
                  summary["train"], summary["val"], summary["test"], summary["seconds"])
-    print(json.dumps(summary))
+    try:
+        print(json.dumps(summary), flush=True)
+    except BrokenPipeError:                # `g3-prepare ... | head -0`: graph.h5 is complete, the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit's flush
     return 0
 
 

@@ -475,3 +475,16 @@ def test_disk_full_while_writing(tmp_path):
     assert p.returncode == 1, p.stderr
     assert p.stderr.strip() == f"g3-prepare: error: {d / 'g.h5'}: File too large"
     assert os.listdir(d) == []
+
+
+def test_summary_into_a_closed_pipe(tmp_path):
+    """stdout closed by its reader (`g3-prepare ... | head -0`) gave a BrokenPipeError traceback and exit 1 after
+    graph.h5 had been written completely."""
+    r, w = os.pipe()
+    os.close(r)
+    p = subprocess.run([sys.executable, "-m", "data_tools.prepare", "sbm", "--nodes", "60", "--classes", "2",
+                        "--feature-dim", "2", "--out", str(tmp_path / "g.h5"), "--quiet"], stdout=w,
+                       stderr=subprocess.PIPE, text=True, env=tool_env())
+    os.close(w)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert (tmp_path / "g.h5").exists()
