@@ -298,6 +298,23 @@ def test_float64_features_beyond_float32(tmp_path, out_dir):
     fails(out_dir, "edgelist", tmp_path / "e.txt", "--features", x, path=x, words=["-3e+40 at row 0, column 1"])
 
 
+def test_edgelist_not_text(tmp_path, out_dir):
+    """A bzip2 / xz / zip / .npy file given as an edge list was parsed as text: 'no edges found' (its binary first
+    line taken for a header) or a parse error on line 2 or 3."""
+    import bz2
+    import lzma
+    text = b"1 2\n2 3\n"
+    for name, data, words in [("e.txt.bz2", bz2.compress(text), ["is bzip2-compressed", "decompress it first"]),
+                              ("e.txt.xz", lzma.compress(text), ["is xz-compressed"]),
+                              ("e.npy", None, ["is a NumPy .npy file, not text"])]:
+        f = tmp_path / name
+        if data is None:
+            np.save(f, np.array([[1, 2], [2, 3]]))
+        else:
+            f.write_bytes(data)
+        fails(out_dir, "edgelist", f, path=f, words=words)
+
+
 # ---------------------------------------------------------------------------------------------- ogb
 
 def make_ogb(root):

@@ -196,3 +196,13 @@ def test_ogb_features_streamed(tmp_path, monkeypatch):
     np.testing.assert_array_equal(np.concatenate([b for _, b in blocks]), x)
     write_raw_graph(tmp_path / "g.h5", raw, PrepareOptions(quiet=True))
     np.testing.assert_array_equal(load_graph(tmp_path / "g.h5").features, x)
+
+
+def test_edgelist_gzip_without_suffix(tmp_path):
+    """A gzipped edge list not named *.gz (gzip's magic bytes) is read like one; before, its binary text gave
+    'no edges found'."""
+    f = tmp_path / "edges.txt"
+    f.write_bytes(gzip.compress(b"1 2\n2 3\n3 1\n"))
+    s = prepare("edgelist", f, "--out", tmp_path / "g.h5")
+    g = load_graph(tmp_path / "g.h5")
+    assert s["num_edges"] == 3 and edge_set(g, g.orig_ids) == [(1, 2), (2, 3), (3, 1)]

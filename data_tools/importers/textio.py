@@ -21,10 +21,17 @@ CHUNK_LINES = 1 << 20
 #: text held at once while parsing (wide tables such as OGB node features get fewer lines per chunk)
 CHUNK_BYTES = 32 << 20
 COMMENTS = ("#", "%")
+GZIP_MAGIC = b"\x1f\x8b"
+#: leading bytes of files that are not text (read as text, they gave misleading parse errors)
+_ONLY_GZIP = "only gzip is read directly, decompress it first"
+NOT_TEXT = {b"BZh": f"bzip2-compressed: {_ONLY_GZIP}", b"\xfd7zXZ\x00": f"xz-compressed: {_ONLY_GZIP}",
+            b"\x28\xb5\x2f\xfd": f"zstd-compressed: {_ONLY_GZIP}", b"PK\x03\x04": f"a zip archive: {_ONLY_GZIP}",
+            b"\x93NUMPY": "a NumPy .npy file, not text", b"\x89HDF": "an HDF5 file, not text"}
 
 
 def open_text(path: Path):
-    """Open a text file, transparently gunzipping ``*.gz``; FormatError if missing.
+    """Open a text file, transparently gunzipping ``*.gz`` (or any file starting with gzip's magic bytes);
+    FormatError if missing, or compressed otherwise (bzip2, xz, zstd, zip: named, not parsed as text).
 
     A UTF-8 byte-order mark (written by some spreadsheet exports) is dropped ("utf-8-sig"), so it is not
     taken as part of the first field: the first line would otherwise look like a header and be skipped.
@@ -33,8 +40,13 @@ def open_text(path: Path):
         raise FormatError(path, "no such file")
     if path.is_dir():
         raise FormatError(path, "is a directory, expected a file")
-    if path.suffix == ".gz":
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if path.suffix == ".gz" or magic.startswith(GZIP_MAGIC):     # also a gzipped file without the .gz suffix
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", errors="replace")
+    for sig, what in NOT_TEXT.items():
+        if magic.startswith(sig):
+            raise FormatError(path, f"is {what}")
     return open(path, encoding="utf-8-sig", errors="replace")
 
 
