@@ -298,6 +298,16 @@ def test_float64_features_beyond_float32(tmp_path, out_dir):
     fails(out_dir, "edgelist", tmp_path / "e.txt", "--features", x, path=x, words=["-3e+40 at row 0, column 1"])
 
 
+def test_edgelist_bad_id_python_would_take(tmp_path, out_dir):
+    """np.loadtxt refuses '1_000' and non-ASCII digits, Python's int() takes them: the line-by-line explanation found
+    nothing and the message was 'lines 1-3: cannot parse: ...' (numpy's 0-based row) instead of the line."""
+    f = tmp_path / "e.txt"
+    f.write_text("1 2\n1_000 2\n3 4\n")
+    fails(out_dir, "edgelist", f, path=f, words=["line 2: column 1: cannot parse '1_000' as an integer"])
+    f.write_text("1 2\n3 4\n5 \u0663\n", encoding="utf-8")
+    fails(out_dir, "edgelist", f, path=f, words=["line 3: column 2: cannot parse '\u0663' as an integer"])
+
+
 def test_edgelist_not_text(tmp_path, out_dir):
     """A bzip2 / xz / zip / .npy file given as an edge list was parsed as text: 'no edges found' (its binary first
     line taken for a header) or a parse error on line 2 or 3."""

@@ -83,9 +83,15 @@ def split_fields(line: str, delimiter: str | None) -> list[str]:
 
 def _explain(path, lines, first_line, *, delimiter, usecols, ncols, dtype, comments, err) -> FormatError:
     """Find the first line of a chunk that np.loadtxt rejected and say what is wrong with it."""
-    conv = int if np.issubdtype(dtype, np.integer) else float
-    kind = "an integer" if conv is int else "a number"
-    info = np.iinfo(dtype) if conv is int else None
+    is_int = np.issubdtype(dtype, np.integer)
+    kind = "an integer" if is_int else "a number"
+    info = np.iinfo(dtype) if is_int else None
+
+    def conv(s: str):
+        # as strict as np.loadtxt: Python's int() / float() also take '1_000' and non-ASCII digits ('٣')
+        if "_" in s or not s.isascii():
+            raise ValueError(s)
+        return int(s) if is_int else float(s)
     need = max(usecols) + 1 if usecols is not None else ncols
     for i, line in enumerate(lines):
         text = _strip(line, comments)
