@@ -397,6 +397,18 @@ def test_ogb_unsupported_layouts(tmp_path, out_dir):
     fails(out_dir, "ogb", papers.parent, path=papers / "data.npz", words=["binary layout", "not supported"])
 
 
+def test_ogb_edge_count_checked(tmp_path, out_dir):
+    """An uncompressed edge.csv cut short at a line end (an interrupted copy) was imported with the edges it had,
+    although num-edge-list.csv gives the count."""
+    root = make_ogb(tmp_path / "d")
+    (root / "raw" / "num-edge-list.csv").write_text("3\n")
+    (root / "raw" / "edge.csv").write_text("0,1\n1,2\n")
+    fails(out_dir, "ogb", root, path=root / "raw" / "edge.csv",
+          words=["2 edges but num-edge-list.csv says 3"])
+    (root / "raw" / "num-edge-list.csv").write_text("3\n4\n")
+    fails(out_dir, "ogb", root, path=root / "raw" / "num-edge-list.csv", words=["one graph's edge count"])
+
+
 def test_ogb_truncated_gz(tmp_path, out_dir):
     root = make_ogb(tmp_path / "d")
     (root / "raw" / "edge.csv").unlink()

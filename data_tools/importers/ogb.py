@@ -3,6 +3,7 @@
 ```
 DATASET/raw/edge.csv.gz            "u,v" per line: edge u -> v
 DATASET/raw/num-node-list.csv.gz   N (optional: default the lines of node-label)
+DATASET/raw/num-edge-list.csv.gz   E (optional: if present, edge.csv.gz must have E lines)
 DATASET/raw/node-feat.csv.gz       N lines of F comma-separated floats
 DATASET/raw/node-label.csv.gz      N lines, one class each ("nan" or -1 = unlabelled)
 DATASET/split/<scheme>/{train,valid,test}.csv.gz   one node index per line
@@ -50,6 +51,14 @@ def unsupported(raw_dir: Path) -> None:
                                    "only homogeneous graphs")
 
 
+def read_count(path: Path, what: str) -> int:
+    """The one non-negative integer of num-node-list / num-edge-list (a single graph)."""
+    a = _concat(read_table(path, delimiter=",", dtype=np.int64, comments=None), 1, np.int64).reshape(-1)
+    if len(a) != 1 or a[0] < 0:
+        raise FormatError(path, f"expected one graph's {what} count, found {a.tolist()[:3]}")
+    return int(a[0])
+
+
 def first_fields(path: Path) -> list[str]:
     """The comma-separated fields of the first non-blank line of ``path`` ([] if none)."""
     with open_text(path) as f:
@@ -86,12 +95,9 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     feat_f = find(raw_dir, "node-feat")
     nn_f = find(raw_dir, "num-node-list", required=False)
 
-    n = None
-    if nn_f is not None:
-        nn = _concat(read_table(nn_f, delimiter=",", dtype=np.int64, comments=None), 1, np.int64).reshape(-1)
-        if len(nn) != 1 or nn[0] < 0:
-            raise FormatError(nn_f, f"expected one graph's node count, found {nn.tolist()[:3]}")
-        n = int(nn[0])
+    n = None if nn_f is None else read_count(nn_f, "node")
+    ne_f = find(raw_dir, "num-edge-list", required=False)
+    num_edges = None if ne_f is None else read_count(ne_f, "edge")
     feature_dim = len(first_fields(feat_f))        # the features are streamed into graph.h5 once the CSR is written
 
     y = _concat(read_table(label_f, delimiter=",", dtype=np.float64, comments=None), 1, np.float64)
@@ -122,6 +128,8 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     e = _concat(read_table(edge_f, delimiter=",", dtype=np.int64, usecols=(0, 1), comments=None, bar=bar), 2,
                 np.int64)
     bar.close()
+    if num_edges is not None and len(e) != num_edges:       # an uncompressed edge.csv cut short, or two appended
+        raise FormatError(edge_f, f"{len(e)} edges but {ne_f.name} says {num_edges} (truncated or extended file?)")
     bad = (e < 0) | (e >= n)
     if bad.any():
         r, col = np.argwhere(bad)[0]
