@@ -206,3 +206,15 @@ def test_edgelist_gzip_without_suffix(tmp_path):
     s = prepare("edgelist", f, "--out", tmp_path / "g.h5")
     g = load_graph(tmp_path / "g.h5")
     assert s["num_edges"] == 3 and edge_set(g, g.orig_ids) == [(1, 2), (2, 3), (3, 1)]
+
+
+@pytest.mark.parametrize("text", ["from\tto\n1 2\n2 3\n", "source target\n1,2\n2,3\n",
+                                  "# comment\nsource,target,weight\n\n1\t2\t0.5\n2\t3\t1.5\n"])
+def test_edgelist_header_with_another_delimiter(tmp_path, text):
+    """--delimiter auto is documented as taken from the first data line; it came from the header line, so a
+    header 'from<TAB>to' over space-separated data failed with 'line 2: expected at least 2 columns'."""
+    f = tmp_path / "e.txt"
+    f.write_text(text)
+    s = prepare("edgelist", f, "--out", tmp_path / "g.h5")
+    g = load_graph(tmp_path / "g.h5")
+    assert s["num_edges"] == 2 and edge_set(g, g.orig_ids) == [(1, 2), (2, 3)]

@@ -43,10 +43,12 @@ def _is_int(s: str) -> bool:
 
 
 def sniff(path: Path, delimiter: str, header: bool | None) -> tuple[str | None, int]:
-    """(delimiter, number of lines to skip before the data) from the first non-comment line."""
+    """(delimiter, number of lines to skip before the data): the header is the first non-comment line (if any),
+    the ``auto`` delimiter is that of the first data line after it."""
     if delimiter not in DELIMITERS:
         raise ValueError(f"--delimiter must be one of ',', 'tab', 'space', 'auto' (got {delimiter!r})")
     delim = DELIMITERS[delimiter]
+    skip = None
     with open_text(path) as f:
         for i, line in enumerate(_lines(path, f), start=1):
             if i == 1 and line.lower().startswith("%%matrixmarket"):
@@ -59,13 +61,16 @@ def sniff(path: Path, delimiter: str, header: bool | None) -> tuple[str | None, 
             text = _strip(line, COMMENTS)
             if not text:
                 continue
-            if delim == "auto":
-                delim = "," if "," in text else "\t" if "\t" in text else None
-            fields = split_fields(text, delim)
+            guess = "," if "," in text else "\t" if "\t" in text else None
+            if skip is not None:                   # the first data line after a header: its delimiter
+                return (guess if delim == "auto" else delim), skip
+            fields = split_fields(text, guess if delim == "auto" else delim)
             if header is None:
                 header = not (len(fields) >= 2 and _is_int(fields[0]) and _is_int(fields[1]))
-            return delim, (i if header else i - 1)
-    return (None if delim == "auto" else delim), 0
+            if not header:
+                return (guess if delim == "auto" else delim), i - 1
+            skip = i                               # a header may be written with another delimiter than the data
+    return (None if delim == "auto" else delim), (skip or 0)
 
 
 def load_npy(path: Path, what: str, mmap: bool = False) -> np.ndarray:
