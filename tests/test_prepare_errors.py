@@ -409,6 +409,14 @@ def test_ogb_edge_count_checked(tmp_path, out_dir):
     fails(out_dir, "ogb", root, path=root / "raw" / "num-edge-list.csv", words=["one graph's edge count"])
 
 
+def test_ogb_label_beyond_int64(tmp_path, out_dir):
+    """A label 1e30 wrapped in the cast to int64: a RuntimeWarning (2 more stderr lines) and 'label
+    -9223372036854775808 out of range'."""
+    root = make_ogb(tmp_path / "d")
+    (root / "raw" / "node-label.csv").write_text("0\n1\n1e30\n0\n")
+    fails(out_dir, "ogb", root, path=root / "raw" / "node-label.csv", words=["line 3: label 1e+30 out of range"])
+
+
 def test_ogb_truncated_gz(tmp_path, out_dir):
     root = make_ogb(tmp_path / "d")
     (root / "raw" / "edge.csv").unlink()

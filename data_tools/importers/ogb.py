@@ -115,13 +115,14 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     if np.isinf(y).any():
         i = int(np.argmax(np.isinf(y)))
         raise FormatError(label_f, f"line {line_of(label_f, i)}: label {y[i]} is not an integer")
-    labels = np.where(np.isnan(y), -1, y).astype(np.int64)
-    del y
-    bad = (labels < -1) | ((labels >= num_classes) if num_classes is not None else False)
+    # range-checked as floats: a label beyond int64 (1e30) must not reach the cast, which wraps it
+    bad = ~np.isnan(y) & ((y < -1) | (y >= (num_classes if num_classes is not None else 2.0 ** 62)))
     if bad.any():
         i = int(np.argmax(bad))
         hi = "" if num_classes is None else f", {num_classes}"
-        raise FormatError(label_f, f"line {line_of(label_f, i)}: label {labels[i]} out of range [-1{hi})")
+        raise FormatError(label_f, f"line {line_of(label_f, i)}: label {y[i]:g} out of range [-1{hi})")
+    labels = np.where(np.isnan(y), -1, y).astype(np.int64)
+    del y
     c = check_labels(label_f, labels, n, num_classes)
 
     bar = progress(desc="read edges", unit="lines", disable=True if quiet else None)
