@@ -325,6 +325,17 @@ def test_edgelist_not_text(tmp_path, out_dir):
         fails(out_dir, "edgelist", f, path=f, words=words)
 
 
+def test_float_label_beyond_int64(tmp_path, out_dir):
+    """Integer-valued float labels are accepted; one of 1e30 wrapped in the cast to int64 (a RuntimeWarning and an
+    error naming the output file with 'found -9223372036854775808..1')."""
+    f = cora_like(tmp_path / "g.npz", y=np.array([0.0, 1.0, 1e30, 0.0, 1.0, 2.0]))
+    fails(out_dir, "npz", f, path=f, words=["label 1e+30 (entry 2) out of range"])
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n")
+    y = tmp_path / "y.npy"
+    np.save(y, np.array([0.0, -1e20, 1.0]))
+    fails(out_dir, "edgelist", tmp_path / "e.txt", "--labels", y, path=y, words=["label -1e+20 (entry 1)"])
+
+
 # ---------------------------------------------------------------------------------------------- ogb
 
 def make_ogb(root):

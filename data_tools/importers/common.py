@@ -129,7 +129,10 @@ def check_labels(path, y: np.ndarray, num_nodes: int, num_classes: int | None) -
         raise FormatError(path, f"labels have {len(y)} entries but the graph has {num_nodes} nodes")
     if not np.issubdtype(y.dtype, np.integer):
         if np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
-            pass
+            big = np.abs(y) >= 2.0 ** 62               # the importers cast to int64, which would wrap it
+            if big.any():
+                i = int(np.argmax(big))
+                raise FormatError(path, f"label {y[i]:g} (entry {i}) out of range: does not fit in int64")
         else:
             raise FormatError(path, f"labels must be integers, got dtype {y.dtype}")
     lo = int(y.min()) if len(y) else 0
