@@ -18,7 +18,7 @@ from pathlib import Path
 from g3mpi.format import FormatError, check_output
 
 from .importers.common import PrepareOptions, RawGraph, write_raw_graph
-from .termination import interruption, terminate_as_interrupt
+from .termination import interruption, lost_terminations_deferred, terminate_as_interrupt
 
 PROG = "g3-prepare"
 log = logging.getLogger("g3-prepare")
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format=f"{PROG}: %(message)s",
                         stream=sys.stderr)
     try:
-        with terminate_as_interrupt():
+        with terminate_as_interrupt(), lost_terminations_deferred():   # write_raw_graph re-raises a lost one
             summary = prepare(args)
     except FormatError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 from typing import Iterator
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: the signals received inside terminate_as_interrupt: its exception can be lost (see raise_if_terminated)
+_received: list[int] = []
 
 
 class Terminated(KeyboardInterrupt):
@@ -37,14 +40,44 @@ def terminate_as_interrupt(signals=SIGNALS) -> Iterator[None]:
     def handler(signum, frame):
         for s in signals:
             signal.signal(s, signal.SIG_IGN)
+        _received.append(signum)
         raise Terminated(signum)
 
+    _received.clear()
     previous = {s: signal.signal(s, handler) for s in signals}
     try:
         yield
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        _received.clear()
+
+
+def raise_if_terminated() -> None:
+    """Raise ``Terminated`` again if a signal arrived whose exception was lost.
+
+    A signal handled while Python runs a ``__del__`` or a weakref callback (h5py and tqdm have them) raises there,
+    where Python prints "Exception ignored in ..." and carries on; the handler then ignores further signals, so
+    the command would finish and exit 0. A writer calls this before it commits its output."""
+    if _received:
+        raise Terminated(_received[0])
+
+
+@contextlib.contextmanager
+def lost_terminations_deferred() -> Iterator[None]:
+    """Within the block, a ``Terminated`` lost in a ``__del__`` or weakref callback is not printed as "Exception
+    ignored": the code inside promises to call ``raise_if_terminated`` before it commits its output."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if not isinstance(unraisable.exc_value, Terminated):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def interruption(e: KeyboardInterrupt) -> str:

@@ -19,6 +19,8 @@ import numpy as np
 from g3mpi.format import FormatError, GraphWriter, index_dtype
 from g3mpi.format.graph import MASKS, check_node_data
 
+from ..termination import raise_if_terminated
+
 #: edges handled at once when counting / filling the CSR
 EDGE_CHUNK = 1 << 22
 #: edges per block of rows when sorting and deduplicating columns
@@ -337,8 +339,10 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions) -> dict:
                 blk = normalize_rows(blk)
             w.write_features(start, blk)
             bar.update(len(blk))
+            raise_if_terminated()
         bar.close()
         w.write_nodes(labels, masks["train_mask"], masks["val_mask"], masks["test_mask"], raw.orig_ids)
+        raise_if_terminated()          # a SIGTERM whose exception was lost in a callback: do not commit the file
     return dict(num_nodes=n, num_edges=int(indptr[-1]), feature_dim=raw.feature_dim,
                 num_classes=raw.num_classes, symmetric=symmetric, self_loops=opts.self_loops,
                 train=int(masks["train_mask"].sum()), val=int(masks["val_mask"].sum()),
