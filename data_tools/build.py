@@ -16,6 +16,8 @@ from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, Graph, 
 from g3mpi.format.common import failure_reason
 from g3mpi.format.partition import NODE_MAP_NAME, PartFeatures
 
+from .termination import raise_if_terminated
+
 
 def relabel(assignment: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """New IDs grouped by part (stable within a part). Returns (new_to_orig, orig_to_new, offsets[P+1])."""
@@ -301,4 +303,5 @@ def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, ext
                     parts=stats, build_seconds=round(time.time() - t0, 3))
         meta.update(extra_meta or {})
         write_meta(tmp, meta)
+        raise_if_terminated()   # a SIGTERM whose exception was lost in a callback: do not commit the directory
     return meta

@@ -24,7 +24,7 @@ from g3mpi.format import FormatError, graph_fingerprint, load_graph
 from g3mpi.format.common import check_output
 
 from .build import OutputWriteError, write_partition
-from .termination import interruption, terminate_as_interrupt
+from .termination import interruption, lost_terminations_deferred, terminate_as_interrupt
 from g3mpi.units import parse_bandwidth
 
 from .partitioners import BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, random_partition
@@ -246,7 +246,7 @@ def main(argv=None) -> int:
     cfg = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(message)s", stream=sys.stderr)
     try:
-        with terminate_as_interrupt():
+        with terminate_as_interrupt(), lost_terminations_deferred():   # write_partition re-raises a lost one
             run(cfg)
     except OutputWriteError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

@@ -1020,3 +1020,32 @@ def test_stale_temporaries_only_of_dead_processes_of_this_host(tmp_path):
     assert sorted(p.name for p in removed) == sorted(gone + [old.name])
     assert sorted(f.name for f in tmp_path.iterdir()) == sorted(keep + ["out"])
     assert [f.name for f in (tmp_path / "out").iterdir()] == ["meta.json"]
+
+
+def test_partition_sigterm_lost_in_a_callback_still_stops(cora_h5, tmp_path):
+    """A SIGTERM handled inside a weakref callback or __del__ raises where Python only prints 'Exception ignored'
+    and carries on; the directory must still not be committed (write_partition re-raises it, as g3-prepare's
+    writer does). The signal is sent from inside a finalizer while a part file is written."""
+    import subprocess
+    import sys
+    from conftest import tool_env
+    code = ("import os, signal, sys, weakref\n"
+            "from data_tools import build\n"
+            "orig = build.write_part\n"
+            "class Obj: pass\n"
+            "def write_part(*a, **k):\n"
+            "    o = Obj()\n"
+            "    weakref.finalize(o, lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
+            "    del o\n"
+            "    return orig(*a, **k)\n"
+            "build.write_part = write_part\n"
+            "from data_tools.partition import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    _, path = cora_h5
+    out = tmp_path / "parts"
+    p = subprocess.run([sys.executable, "-c", code, str(path), "--parts", "3", "--method", "random", "--out",
+                        str(out), "--no-progress"], capture_output=True, text=True, env=tool_env(), timeout=120)
+    assert p.returncode == 143, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == f"g3-partition: error: {out}: terminated by SIGTERM (no output written)"
+    assert "Exception ignored" not in p.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == []
