@@ -191,6 +191,12 @@ def main(argv=None) -> int:
         # h5py's write errors (disk full, quota) carry the errno and a multi-line HDF5 report: keep one line
         what = os.strerror(e.errno) if isinstance(e.errno, int) else " ".join(str(e.strerror or e).split())
         print(f"{PROG}: error: {where}: {what}", file=sys.stderr)
+        if argv is None:
+            # the command itself: h5py/HDF5 crash tearing down a file whose final flush failed (exit 139 after
+            # the line); the temporary file is gone already, so end here, as g3-partition does
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
         return 1
     except KeyboardInterrupt as e:
         print(f"{PROG}: error: {args.out}: {interruption(e)} (no output written)", file=sys.stderr)

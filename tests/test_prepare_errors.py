@@ -517,17 +517,19 @@ def test_terminated_by_sigterm_leaves_nothing(tmp_path, out_dir):
     assert os.listdir(out_dir) == []
 
 
-def test_disk_full_while_writing(tmp_path):
+@pytest.mark.parametrize("limit_bytes,dim", [(100_000, 8), (2_048_000, 64), (3_072_000, 64)])
+def test_disk_full_while_writing(tmp_path, limit_bytes, dim):
     """A write that fails (here the file-size limit, EFBIG; a full disk or quota is ENOSPC / EDQUOT) gave two
     tracebacks: GraphWriter closed the failed HDF5 file a second time, which raised RuntimeError over the OSError.
-    Now: one line with the system's message, exit 1, the temporary file removed."""
+    Now: one line with the system's message, exit 1, the temporary file removed. With the larger limits the
+    write fails in HDF5's final flush, after which h5py crashed at exit (status 139 after the line)."""
     import resource
     d = tmp_path / "o"
     d.mkdir()
 
     def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))
-    p = subprocess.run([sys.executable, "-m", "data_tools.prepare", "rmat", "--scale", "14", "--feature-dim", "8",
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, resource.RLIM_INFINITY))
+    p = subprocess.run([sys.executable, "-m", "data_tools.prepare", "rmat", "--scale", "14", "--feature-dim", str(dim),
                         "--out", str(d / "g.h5"), "--quiet"], capture_output=True, text=True, env=tool_env(),
                        preexec_fn=limit)
     assert p.returncode == 1, p.stderr
