@@ -40,7 +40,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--val", type=float, default=0.2,
                    help="fraction for validation when the input has no split (default 0.2); the rest is test")
     g.add_argument("--seed", type=int, default=0, help="seed of generators and random splits, >= 0 (default 0)")
-    g.add_argument("--quiet", "-q", action="store_true", help="no progress bars or summary")
+    g.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary line on stderr (the JSON summary on stdout stays)")
 
 
 def build_parser() -> argparse.ArgumentParser:
