@@ -65,3 +65,24 @@ def test_head_spmm_rejects_mismatched_shapes():
         head_spmm(pat, torch.rand(len(col), 3), torch.rand(6, 2, 4))
     with pytest.raises(ValueError, match="do not match the pattern"):
         head_spmm(pat, torch.rand(len(col), 2), torch.rand(7, 2, 4))
+
+
+@pytest.mark.parametrize("H", [1, 2])
+def test_head_spmm_duplicate_edges_filling_a_small_block(H):
+    """A block with more edges than cells (a repeated edge between one boundary row and one halo row, as a
+    multigraph's partition can give): torch's sampled_addmm refuses such a pattern, so the weights' gradient
+    is computed otherwise, and equals message passing."""
+    for crow, col, c in [(np.array([0, 2]), np.array([0, 0]), 1), (np.array([0, 3, 5]), np.array([0, 0, 1, 1, 1]), 2)]:
+        pat = HeadPattern(crow, col, c, H)
+        g = torch.Generator().manual_seed(4)
+        w = torch.rand(len(col), H, generator=g, requires_grad=True)
+        x = torch.randn(c, H, 3, generator=g, requires_grad=True)
+        w_ref = w.detach().clone().requires_grad_(True)
+        x_ref = x.detach().clone().requires_grad_(True)
+        out, ref = head_spmm(pat, w, x), _reference(crow, col, w_ref, x_ref)
+        torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+        grad = torch.randn(out.shape, generator=g)
+        out.backward(grad)
+        ref.backward(grad)
+        torch.testing.assert_close(w.grad, w_ref.grad, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-5, atol=1e-6)

@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from tests.conftest import run_module, run_mpi
-from tests.graphs import cora_graph, partition, random_graph
+from data_tools.build import write_partition
+from g3mpi.format import Graph
+from tests.graphs import cora_graph, csr_from_edges, partition, random_graph
 
 MOD = "g3mpi.cli.train"
 
@@ -50,6 +52,26 @@ def test_same_model_for_any_P(model, small_parts, tmp_path):
     s1 = json.loads((tmp_path / "r1" / "summary.json").read_text())
     s4 = json.loads((tmp_path / "r4" / "summary.json").read_text())
     assert s1["best_epoch"] == s4["best_epoch"] and s1["test_acc"] == s4["test_acc"]
+
+
+def test_gat_with_a_repeated_edge_as_a_whole_neighbour_block(tmp_path):
+    """Node 3's only in-edges are two copies of 2 -> 3, and node 2 is on the other rank: its block for that
+    neighbour is 1 x 1 with 2 entries, which torch's sampled_addmm refused (the backward crashed on P = 2)."""
+    src, dst = np.array([0, 1, 2, 2, 3, 4]), np.array([1, 0, 3, 3, 2, 0])
+    indptr, indices = csr_from_edges(src, dst, 5)
+    x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    g = Graph(indptr, indices, x, np.array([0, 1, 0, 1, 0]), np.array([1, 1, 0, 1, 0], bool),
+              np.array([0, 0, 1, 0, 0], bool), np.array([0, 0, 0, 0, 1], bool), dict(num_classes=2, source="dup"))
+    write_partition(g, np.zeros(5, np.int64), 1, tmp_path / "p1", method="random", seed=0, force=True)
+    write_partition(g, np.array([0, 0, 0, 1, 0]), 2, tmp_path / "p2", method="random", seed=0, force=True)
+    args = ["--model", "gat", "--epochs", "3", "--hidden", "4", "--heads", "2", "--dropout", "0.2",
+            "--attn-dropout", "0.3", "--no-plots"]
+    train(1, tmp_path / "p1", tmp_path / "r1", *args)
+    train(2, tmp_path / "p2", tmp_path / "r2", *args)
+    a = torch.load(tmp_path / "r1" / "model.pt", weights_only=True)
+    b = torch.load(tmp_path / "r2" / "model.pt", weights_only=True)
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
 
 
 def test_run_directory(small_parts, tmp_path):

@@ -93,8 +93,16 @@ class HeadPattern:
 
     def sddmm(self, g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """[e, H]: <g[dst_k, h], x[col[k], h]> for every edge k and head h (g [r*H, C], x [c*H, C])."""
-        zero = torch_csr(self.crow, self.col, torch.zeros(self.nnz * self.H, dtype=g.dtype), self.shape)
-        vals = torch.sparse.sampled_addmm(zero, g, x.t(), beta=0.0).values()
+        if self.nnz * self.H > self.shape[0] * self.shape[1]:
+            # more entries than the block has cells (duplicate edges in a small block, e.g. one boundary row
+            # and one halo row joined by a repeated edge): torch's sampled_addmm fails on such a pattern
+            # ("torch.copy_: only sparse compressed tensors with the same number of specified elements"), and
+            # the dense product is the smaller one anyway
+            rows = torch.repeat_interleave(torch.arange(self.shape[0]), torch.diff(self.crow.long()))
+            vals = (g @ x.t())[rows, self.col.long()]
+        else:
+            zero = torch_csr(self.crow, self.col, torch.zeros(self.nnz * self.H, dtype=g.dtype), self.shape)
+            vals = torch.sparse.sampled_addmm(zero, g, x.t(), beta=0.0).values()
         if self.perm is None:
             return vals.view(self.nnz, self.H)
         return torch.empty_like(vals).index_copy_(0, self.perm.long(), vals).view(self.nnz, self.H)
