@@ -123,6 +123,10 @@ def test_saved_config_never_forces_and_on_off_settings_undo_both_ways(small_part
     train(1, root / "p1", first, "--epochs", "1", "--no-plots", "--force")
     saved = tomllib.loads((first / "config.toml").read_text())
     assert saved["force"] is False and saved["plots"] is False
+    # nor is the run itself replaced by a rerun of its own config.toml (whose out is the run)
+    model = (first / "model.pt").read_bytes()
+    p = run_mpi(1, MOD, "--config", first / "config.toml", "--epochs", "2", "--no-progress", check=False)
+    assert p.returncode != 0 and "exists" in p.stderr and (first / "model.pt").read_bytes() == model
     train(1, root / "p1", other, "--config", first / "config.toml", "--epochs", "1", "--plots")
     assert sorted(x.name for x in other.glob("*.png")) == ["ranks.png", "training.png"]
     p = train(1, root / "p1", other, "--config", first / "config.toml", check=False)
