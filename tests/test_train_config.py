@@ -17,6 +17,16 @@ def test_toml_overrides_and_round_trip(tmp_path):
     assert tomllib.loads(to_toml(cfg))["heads"] == 2
 
 
+def test_round_trip_of_paths_with_any_character(tmp_path):
+    """A path with a carriage return, tab, quote, backslash or non-ASCII letter comes back from config.toml as it
+    was (only \\n was escaped: a \\r made the saved file invalid TOML)."""
+    odd = 'runs/a\rb\tc"d\\e\x7fé\x01'
+    cfg = config_from(None, dict(parts=odd, out=odd + "2"))
+    assert tomllib.loads(to_toml(cfg))["parts"] == odd
+    (tmp_path / "back.toml").write_text(to_toml(cfg), encoding="utf-8")
+    assert config_from(tmp_path / "back.toml") == cfg
+
+
 @pytest.mark.parametrize("text,word", [("bogus = 1", "bogus"), ('epochs = "many"', "epochs"),
                                        ("dropout = 1.0", "dropout"), ('model = "mlp"', "model"),
                                        ('schedule = "fast"', "schedule"), ('sim_net = "fast"', "BANDWIDTH"),

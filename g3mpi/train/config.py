@@ -147,7 +147,9 @@ def _toml_value(v) -> str:
         return str(v)
     if isinstance(v, float):
         return repr(v) if math.isfinite(v) else ("nan" if v != v else ("inf" if v > 0 else "-inf"))
-    s = str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    # a TOML basic string: backslash, quote and every control character escaped (\uXXXX), the rest as is
+    s = "".join(f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7f else "\\" + c if c in '\\"' else c
+                for c in str(v))
     return f'"{s}"'
 
 

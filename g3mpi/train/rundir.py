@@ -49,7 +49,7 @@ def writing(path, *errors):
 
 def write_text_atomic(path, text: str) -> None:
     with writing(path), atomic_file(path, force=True) as tmp:
-        Path(tmp).write_text(text)
+        Path(tmp).write_text(text, encoding="utf-8")
 
 
 def write_json_atomic(path, obj) -> None:
