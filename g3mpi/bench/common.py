@@ -163,12 +163,14 @@ def _prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
 
 def _prepare_parts(graph: Path, P: int, work: Path, method: str = "metis", balance: str = "nodes",
                    start: str = "auto") -> Path:
-    """Partition directory of ``graph`` into P parts with g3-partition (cached); ``balance``: METIS weights;
-    ``start``: g3's METIS start (``--start``)."""
+    """Partition directory of ``graph`` into P parts with g3-partition (cached); ``balance``: METIS weights
+    (``--balance``, metis only: g3-partition refuses it with another method); ``start``: g3's METIS start
+    (``--start``)."""
     out = work / (f"{graph.stem}.{method}{P}" + ("" if balance == "nodes" else f".{balance}")
                   + ("" if start == "auto" else f".{start}"))
     if not (out / "meta.json").exists():
-        _tool("data_tools.partition", graph, "--parts", P, "--method", method, "--balance", balance,
+        _tool("data_tools.partition", graph, "--parts", P, "--method", method,
+              *(("--balance", balance) if method == "metis" else ()),
               *(("--start", start) if start != "auto" else ()), "--no-progress", "--force", "--out", out)
     return out
 
