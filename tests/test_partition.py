@@ -369,7 +369,7 @@ def test_g3_library_constraints_and_gain(dense, monkeypatch):
     from data_tools.partitioners import CostModel
     from data_tools.partitioners import g3 as g3mod
     if not dense:
-        monkeypatch.setattr(g3mod, "DENSE_LIMIT", 0)
+        monkeypatch.setattr("data_tools.partitioners.g3_state.DENSE_LIMIT", 0)   # the sparse replica counts
     g = random_graph(n=500, m=4000, seed=9, isolated=40)
     indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
     P = 6
@@ -421,7 +421,7 @@ def test_g3_caps_with_hubs(dense, monkeypatch):
     from data_tools.partitioners import CostModel
     from data_tools.partitioners import g3 as g3mod
     if not dense:
-        monkeypatch.setattr(g3mod, "DENSE_LIMIT", 0)
+        monkeypatch.setattr("data_tools.partitioners.g3_state.DENSE_LIMIT", 0)   # the sparse replica counts
     g = random_graph(n=600, m=2500, seed=4, isolated=0, self_loops=0)
     rng = np.random.default_rng(0)
     hubs = np.array([7, 100, 450])
@@ -463,7 +463,7 @@ def test_g3_caps_from_unbalanced_starts(start_kind, dense, monkeypatch):
     from data_tools.partitioners import CostModel
     from data_tools.partitioners import g3 as g3mod
     if not dense:
-        monkeypatch.setattr(g3mod, "DENSE_LIMIT", 0)
+        monkeypatch.setattr("data_tools.partitioners.g3_state.DENSE_LIMIT", 0)   # the sparse replica counts
     (indptr, indices), _ = rmat(10, edge_factor=8, a=0.57, b=0.43 / 3, c=0.43 / 3)
     in_deg = np.diff(indptr)
     n = len(in_deg)
@@ -576,7 +576,7 @@ def test_g3_descent_never_raises_max_rows(dense, seed, monkeypatch):
     from data_tools.partitioners import CostModel
     from data_tools.partitioners import g3 as g3mod
     if not dense:
-        monkeypatch.setattr(g3mod, "DENSE_LIMIT", 0)
+        monkeypatch.setattr("data_tools.partitioners.g3_state.DENSE_LIMIT", 0)   # the sparse replica counts
     g = random_graph(n=400, m=3000, seed=seed)
     indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
     P, model = 5, CostModel(width=16)
