@@ -623,7 +623,7 @@ def test_g3_descent_stops_when_rows_stall(monkeypatch):
     s = g3mod._State(ref, start)
     full, _ = ref._descend(s, bound, 40, 0, None)
     assert full > g3mod.DESCENT_WINDOW
-    monkeypatch.setattr(g3mod, "DESCENT_TOL", 1.0)
+    monkeypatch.setattr("data_tools.partitioners.g3_descent.DESCENT_TOL", 1.0)
     runs = []
     for _ in range(2):
         s = g3mod._State(ref, start)

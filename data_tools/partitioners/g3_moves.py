@@ -25,6 +25,9 @@ from . import g3_state
 from .cost import CostModel
 from .g3_state import PENALTY, _sorted_unique, _State
 
+#: a step (phases 1-3) stops once its batch fraction, halved at each rejected batch, falls below this
+MIN_STEP = 1 / 256
+
 
 class _Moves:
     """The graph, the caps and the batch machinery the refinement steps share (see the module docstring)."""
