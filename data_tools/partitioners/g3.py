@@ -64,13 +64,12 @@ import numpy as np
 
 from .caps import fill_isolated, repair_edges, repair_nodes
 from .cost import CostModel
-from .g3_descent import (DESCENT_BAND, DESCENT_K, DESCENT_MIN_IMBALANCE, DESCENT_PATIENCE,  # noqa: F401
-                         DESCENT_PLATEAU, DESCENT_TOL, DESCENT_WINDOW, _Descent)
-from .g3_moves import MIN_STEP, _Moves, _fits, _grouping, _row_max, _run_starts  # noqa: F401
-from .g3_start import (RECURSIVE_MAX_PARTS, SKEW, SWITCH_CUT, VOLUME_MAX_PARTS,  # noqa: F401
-                       _switch_to_edges, start_plan)
-from .g3_state import DENSE_LIMIT, PENALTY, UNDO_LIMIT, _better, _sorted_unique, _State  # noqa: F401
-from .g3_steps import COMM_BAND, PHASE1, PHASE1_WINDOW, PHASE2, TOL, WINDOW, _Steps  # noqa: F401
+# also imported from here by data_tools.bench_partition (start_plan) and the tests (SKEW, SWITCH_CUT, VOLUME_MAX_PARTS,
+# DESCENT_WINDOW, start_plan, _State)
+from .g3_descent import DESCENT_MIN_IMBALANCE, DESCENT_WINDOW, _Descent  # noqa: F401
+from .g3_start import SKEW, SWITCH_CUT, VOLUME_MAX_PARTS, _switch_to_edges, start_plan  # noqa: F401
+from .g3_state import _State
+from .g3_steps import PHASE1, PHASE1_WINDOW, PHASE2, _Steps
 from .metis import fill_empty_parts, metis_partition, symmetrize
 
 
