@@ -2,7 +2,8 @@
 
 :class:`_State` keeps the replica counts C[u, r] = #edges from u into part r, and from them every per-part
 figure the refinement ranks partitions by: owned nodes n_p, local in-edges e_p, halo_p (the nodes of other
-parts with an edge into p) and send_p (p's nodes with an edge into another part), the caps, and the load
+parts with an edge into p) and send_p (per node of p, the other parts it has an out-edge into), the caps, and
+the load
 
     load_p = compute_p + comm_p + PENALTY * mean_cost * (excess_nodes_p / node_cap + excess_edges_p / edge_cap)
 
@@ -23,7 +24,7 @@ from .cost import replica_matrix
 
 #: weight of the cap penalty in a part's load, in mean part costs per cap's worth of excess
 PENALTY = 10.0
-#: largest N x P for which the replica counts are kept dense (int32: 1 GiB)
+#: largest N x P for which the replica counts are kept dense (int32: 1 GiB); :mod:`.g3_moves` reads it from here
 DENSE_LIMIT = 1 << 28
 #: most entries of C an undo record keeps (int32: 64 MiB); larger moves are undone by moving back
 UNDO_LIMIT = 1 << 24
