@@ -320,7 +320,8 @@ def test_srun_command_in_an_allocation(tmp_path):
     assert p.returncode == 0, p.stderr
     cmd = shlex.split(p.stdout.strip().splitlines()[-1])
     assert cmd[:4] == ["timeout", "--signal=USR1", "--kill-after=60", "10m"]
-    assert cmd[4] == "srun" and "--cpus-per-task=1" in cmd and cmd[-2:] == ["--threads", "2"]
+    # G3_TIMEOUT is g3-train's own time limit too (srun drops a stop signal that arrives before the tasks run)
+    assert cmd[4] == "srun" and "--cpus-per-task=1" in cmd and cmd[-4:] == ["--threads", "2", "--time-limit", "600"]
     assert "warning: G3_THREADS=2 threads per rank on 1 CPU(s) per task" in p.stderr
     # a job that declared no --cpus-per-task (whole --exclusive nodes): srun asks for G3_THREADS, no warning
     p = launcher("train", "-n", 2, "--dry-run", "--", "--parts", parts, SLURM_JOB_ID=1, G3_THREADS=2)
@@ -328,3 +329,6 @@ def test_srun_command_in_an_allocation(tmp_path):
     assert "--cpus-per-task=2" in shlex.split(p.stdout.strip().splitlines()[-1]) and "warning" not in p.stderr
     p = launcher("train", "-n", 2, "--dry-run", "--", "--parts", parts, G3_TIMEOUT="10m")   # mpiexec: SIGTERM
     assert shlex.split(p.stdout.strip().splitlines()[-1])[:2] == ["timeout", "--signal=TERM"]
+    p = launcher("train", "-n", 2, "--dry-run", "--", "--parts", parts, "--time-limit=30", G3_TIMEOUT="1.5h")
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])
+    assert cmd[cmd.index("1.5h") + 1:].count("--time-limit=30") == 1 and "--time-limit" not in cmd   # the caller's

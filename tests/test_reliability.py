@@ -473,6 +473,18 @@ def test_stop_signal_during_start_up_stops_after_the_first_epoch(parts, tmp_path
     assert "g3-train: stopped by a stop signal on 1 rank(s) after epoch 1 of 5" in err, err
 
 
+def test_time_limit_stops_with_a_checkpoint(parts, tmp_path):
+    """--time-limit S: the run stops at the first epoch end after S seconds as on a stop signal (checkpoint, exit
+    75 on every rank, the line naming the limit), and the limit is not saved for a resumed run."""
+    run = tmp_path / "run"
+    p = train(2, parts / "p2", run, "--epochs", "100000", "--time-limit", "2", check=False, timeout=120)
+    assert p.returncode == 75, p.stderr
+    e = torch.load(run / "checkpoint.pt", weights_only=True)["epoch"]
+    assert f"g3-train: stopped by the time limit (--time-limit 2) after epoch {e} of 100000" in p.stderr, p.stderr
+    assert "time_limit = 0.0" in (run / "config.toml").read_text()
+    train(2, None, None, "--resume", run, "--epochs", e + 1)
+
+
 # -- faults during training -------------------------------------------------------------------------------------
 def test_watchdog_names_stalled_neighbour(parts, tmp_path):
     run = tmp_path / "run"

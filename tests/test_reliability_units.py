@@ -260,6 +260,17 @@ with StopSignals() as stop:             # the default window
 """
 
 
+def test_time_limit_is_a_stop_request_without_a_signal():
+    stop = StopSignals()
+    stop.stop_after(0.3)
+    assert stop.received is None
+    time.sleep(0.35)
+    assert stop.received == "the time limit (--time-limit 0.3)"
+    never = StopSignals()
+    never.stop_after(0)
+    assert never.received is None
+
+
 def test_stop_signals_record_then_restore():
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
     with StopSignals() as stop:

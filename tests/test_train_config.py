@@ -31,6 +31,7 @@ def test_round_trip_of_paths_with_any_character(tmp_path):
                                        ("dropout = 1.0", "dropout"), ('model = "mlp"', "model"),
                                        ('schedule = "fast"', "schedule"), ('sim_net = "fast"', "BANDWIDTH"),
                                        ("epochs = 0", "epochs"), ("lr = nan", "lr"), ("verify = 1", "verify"),
+                                       ("time_limit = -1", "time_limit"), ("time-limit = nan", "time_limit"),
                                        ("= broken", "TOML")])
 def test_bad_values_are_named(tmp_path, text, word):
     (tmp_path / "bad.toml").write_text(text + "\n")

@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("reliability")
     g.add_argument("--checkpoint-every", type=int, metavar="K",
                    help="write RUN/checkpoint.pt every K epochs (always at the end)")
+    g.add_argument("--time-limit", type=float, metavar="S",
+                   help="stop after the first epoch that ends S seconds after the start, with RUN/checkpoint.pt "
+                        "and exit status 75, as on SIGTERM (0: none; the job launchers set it from G3_TIMEOUT)")
     g.add_argument("--comm-timeout", type=float, metavar="S",
                    help="abort the job when a rank waits more than S seconds for another rank: start-up checks, "
                         "training, writing the predictions (0: off)")
@@ -153,6 +156,7 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
         _error(comm, str(e))
         return 2
     log = setup_logging(comm, cfg.log_level)
+    stop.stop_after(cfg.time_limit)
     # every wait from here on has the --comm-timeout deadline (none with 0: the plain blocking calls)
     watchdog = Watchdog(comm, cfg.comm_timeout, prog=PROG)
 

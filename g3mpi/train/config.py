@@ -56,6 +56,8 @@ class TrainConfig:
     force: bool = False             # replace an existing run directory
     checkpoint_every: int = 0       # write RUN/checkpoint.pt every k epochs (0: only at the end)
     comm_timeout: float = 0.0       # abort when a rank waits longer than this on another rank, seconds (0: off)
+    time_limit: float = 0.0         # stop, with a checkpoint, at the first epoch end this many seconds after the
+                                    # start (as on a stop signal; 0: none); never saved in RUN/config.toml
 
     def __post_init__(self):
         def bad(key, msg):
@@ -72,6 +74,8 @@ class TrainConfig:
                 bad(k, f"{k} must not be negative (got {getattr(self, k)})")
         if not 0 <= self.seed < 2**63:
             bad("seed", f"seed must be in [0, 2**63) (got {self.seed})")
+        if not (math.isfinite(self.time_limit) and self.time_limit >= 0):
+            bad("time_limit", f"time_limit must be a finite non-negative number of seconds (got {self.time_limit})")
         if not (math.isfinite(self.comm_timeout) and self.comm_timeout >= 0):
             bad("comm_timeout",
                 f"comm_timeout must be a finite non-negative number of seconds (got {self.comm_timeout})")

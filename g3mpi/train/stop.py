@@ -9,6 +9,9 @@ checkpoint would be lost.
 While a :class:`StopSignals` is active such a signal only records its name. The trainer agrees on it across ranks
 at the next epoch's loss allreduce (one more number in a message that is sent anyway), finishes that epoch,
 writes the checkpoint and returns; ``g3-train`` then exits with :data:`EXIT_STOPPED` on every rank.
+``--time-limit S`` (:meth:`StopSignals.stop_after`) asks for the same stop S seconds after the start, without a
+signal: the job launchers set it from ``G3_TIMEOUT`` beside timeout(1)'s SIGUSR1, which srun drops when it
+arrives before the tasks are running.
 
 One stop request often arrives twice: at a time limit or on ``scancel`` SLURM sends SIGTERM to every process of
 the job, so under ``mpiexec`` inside an allocation a rank gets it from slurmstepd and again from Hydra, which
@@ -48,21 +51,39 @@ class StopSignals:
     def __init__(self, signals=STOP_SIGNALS, repeat_window: float = REPEAT_WINDOW):
         self.signals = tuple(signals)
         self.repeat_window = float(repeat_window)
-        self.received: str | None = None
+        self._received: str | None = None
+        self._started = time.monotonic()
+        self._deadline: float | None = None
+        self._limit = 0.0
         self._first_at: float | None = None
         self._previous: dict = {}
         self._ignoring = False
 
+    @property
+    def received(self) -> str | None:
+        """What asked for the stop: the first signal's name (``"SIGTERM"``), or ``"the time limit (--time-limit
+        S)"`` once :meth:`stop_after`'s seconds have passed; None while nothing did."""
+        if self._received is None and self._deadline is not None and time.monotonic() >= self._deadline:
+            self._received = f"the time limit (--time-limit {self._limit:g})"
+        return self._received
+
+    def stop_after(self, seconds: float) -> None:
+        """Ask for a stop ``seconds`` after this object was made (the start of g3-train); 0: never. Unlike a
+        signal it cannot be lost: a time limit's SIGUSR1 that reaches srun before the tasks exist is."""
+        self._limit = float(seconds)
+        self._deadline = self._started + self._limit if seconds > 0 else None
+
     def _handle(self, signum, frame):
         now = time.monotonic()
-        if self.received is not None:
+        if self._first_at is not None:
             if now - self._first_at <= self.repeat_window:   # a copy of the first request: nothing new
                 return
             signal.signal(signum, signal.SIG_DFL)            # a deliberate second signal: the default action, now
             os.kill(os.getpid(), signum)
             return
-        self.received = signal.Signals(signum).name
         self._first_at = now
+        if self._received is None:
+            self._received = signal.Signals(signum).name
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():

@@ -289,6 +289,13 @@ except Exception as e:
 print(n)' "$dir/meta.json" || g3_die "$dir/meta.json: unreadable partition metadata"
 }
 
+# g3_seconds DURATION: a timeout(1) duration (a number with an optional unit s, m, h or d) in seconds
+g3_seconds() {
+    awk -v d="$1" 'BEGIN { u = substr(d, length(d)); n = d; f = 1
+        if (u == "s" || u == "m" || u == "h" || u == "d") { n = substr(d, 1, length(d) - 1); f = (u == "m") ? 60 : (u == "h") ? 3600 : (u == "d") ? 86400 : 1 }
+        printf "%g\n", n * f }'
+}
+
 # g3_run CMD...: run (or print, with G3_DRY_RUN=1) a command, report and return its exit status.
 # G3_TIMEOUT (a duration for timeout(1), e.g. 90m) bounds it: a stop signal, then SIGKILL a minute later; status
 # 124. The stop signal is SIGTERM, except for srun: srun takes SIGTERM as "abort the step" and SIGKILLs the tasks
@@ -354,7 +361,8 @@ g3_args_partition() {
     G3_ARGS=("${args[@]}")
 }
 
-# train: g3-train --parts $G3_PARTS --out $G3_OUT [--config $G3_CONFIG] --threads $G3_THREADS $G3_TRAIN_ARGS ARGS;
+# train: g3-train --parts $G3_PARTS --out $G3_OUT [--config $G3_CONFIG] --threads $G3_THREADS
+#        [--time-limit <G3_TIMEOUT in seconds>] $G3_TRAIN_ARGS ARGS;
 # with --resume RUN in the arguments: g3-train --parts <RUN's partition> --threads $G3_THREADS ... --resume RUN
 g3_args_train() {
     local args=() run parts
@@ -381,6 +389,11 @@ print(tomllib.load(open(sys.argv[1], "rb"))["parts"])' "$run/config.toml") ||
     fi
     # torch threads per rank, explicitly (OMP_NUM_THREADS is exported too)
     g3_has_opt --threads "${args[@]}" || args+=(--threads "$G3_THREADS")
+    # G3_TIMEOUT also as g3-train's own time limit: timeout(1)'s stop signal, sent to srun before the tasks run
+    # (a slow start), is dropped by srun; the time limit is not
+    if [[ -n ${G3_TIMEOUT:-} ]] && ! g3_has_opt --time-limit "${args[@]}"; then
+        args+=(--time-limit "$(g3_seconds "$G3_TIMEOUT")")
+    fi
     G3_ARGS=("${args[@]}")
 }
 
