@@ -27,14 +27,18 @@ def _reference(crow, col, w, x):
                                              (1, 5, 1.0, 2, 4)])
 def test_head_spmm_equals_message_passing(r, c, density, H, C):
     crow, col = _block(r, c, density, seed=r + H)
-    pat = HeadPattern(torch.from_numpy(crow), torch.from_numpy(col), c, H)
-    g = torch.Generator().manual_seed(1)
+    _matches_message_passing(HeadPattern(torch.from_numpy(crow), torch.from_numpy(col), c, H), crow, col, c, H, C,
+                             seed=1)
+
+
+def _matches_message_passing(pat, crow, col, c, H, C, seed):
+    """head_spmm on ``pat`` equals the per-edge reference, forward and both gradients."""
+    g = torch.Generator().manual_seed(seed)
     w = torch.rand(len(col), H, generator=g, requires_grad=True)
     x = torch.randn(c, H, C, generator=g, requires_grad=True)
     w_ref = w.detach().clone().requires_grad_(True)
     x_ref = x.detach().clone().requires_grad_(True)
-    out = head_spmm(pat, w, x)
-    ref = _reference(crow, col, w_ref, x_ref)
+    out, ref = head_spmm(pat, w, x), _reference(crow, col, w_ref, x_ref)
     torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
     grad = torch.randn(out.shape, generator=g)
     out.backward(grad)
@@ -73,16 +77,4 @@ def test_head_spmm_duplicate_edges_filling_a_small_block(H):
     multigraph's partition can give): torch's sampled_addmm refuses such a pattern, so the weights' gradient
     is computed otherwise, and equals message passing."""
     for crow, col, c in [(np.array([0, 2]), np.array([0, 0]), 1), (np.array([0, 3, 5]), np.array([0, 0, 1, 1, 1]), 2)]:
-        pat = HeadPattern(crow, col, c, H)
-        g = torch.Generator().manual_seed(4)
-        w = torch.rand(len(col), H, generator=g, requires_grad=True)
-        x = torch.randn(c, H, 3, generator=g, requires_grad=True)
-        w_ref = w.detach().clone().requires_grad_(True)
-        x_ref = x.detach().clone().requires_grad_(True)
-        out, ref = head_spmm(pat, w, x), _reference(crow, col, w_ref, x_ref)
-        torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
-        grad = torch.randn(out.shape, generator=g)
-        out.backward(grad)
-        ref.backward(grad)
-        torch.testing.assert_close(w.grad, w_ref.grad, rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-5, atol=1e-6)
+        _matches_message_passing(HeadPattern(crow, col, c, H), crow, col, c, H, 3, seed=4)

@@ -394,6 +394,25 @@ def test_resume_on_another_partition_of_the_same_graph(tmp_path):
 
 
 # -- a stop signal (time limit, scancel, kill) -------------------------------------------------------------------
+def _signalled(cmd, env: dict, send, ready) -> tuple[subprocess.Popen, str]:
+    """Start ``cmd``; once ``ready()`` (polled for up to 120 s) call ``send(proc)``; wait for the end (killing it
+    if it outlives 120 s more). Returns the process and its stderr."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**tool_env(), **env})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ready():
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.02)
+        send(proc)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc, err
+
+
 @pytest.mark.parametrize("target", ["mpiexec", "one rank"])
 def test_stop_signal_checkpoints_at_an_epoch_boundary_and_resume_is_exact(target, parts, tmp_path):
     """SIGTERM to mpiexec (forwarded to every rank, as at a batch job's time limit) or SIGUSR1 to one rank only:
@@ -404,23 +423,14 @@ def test_stop_signal_checkpoints_at_an_epoch_boundary_and_resume_is_exact(target
     pids.mkdir()
     cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-m", MOD, "--parts", str(parts / "p2"),
            "--out", str(run), "--epochs", "100000", *args, *FAST]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**tool_env(), "G3_TEST_PIDFILE": str(pids)})
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (
-                (run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= 2):
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
+
+    def send(proc):
         if target == "mpiexec":
             proc.send_signal(signal.SIGTERM)
         else:
             os.kill(int((pids / "rank-1.pid").read_text()), signal.SIGUSR1)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    proc, err = _signalled(cmd, {"G3_TEST_PIDFILE": str(pids)}, send, ready=lambda: (run / "metrics.jsonl").exists()
+                           and len((run / "metrics.jsonl").read_text().splitlines()) >= 2)
     assert proc.returncode == 75, err
     e = torch.load(run / "checkpoint.pt", weights_only=True)["epoch"]
     assert e >= 2
@@ -454,20 +464,12 @@ def test_stop_signal_during_start_up_stops_after_the_first_epoch(parts, tmp_path
     pids.mkdir()
     cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-m", MOD, "--parts", str(parts / "p2"),
            "--out", str(run), "--epochs", "5", *FAST]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**tool_env(), "G3_TEST_PIDFILE": str(pids), "G3_TEST_STALL": "1:startup:4"})
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (pids / "rank-1.pid").exists():
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.02)
-        time.sleep(0.2)
+
+    def send(proc):
+        time.sleep(0.2)   # rank 1 is loading its part or stalled after it: still starting up
         os.kill(int((pids / "rank-1.pid").read_text()), signal.SIGUSR1)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    proc, err = _signalled(cmd, {"G3_TEST_PIDFILE": str(pids), "G3_TEST_STALL": "1:startup:4"}, send,
+                           ready=(pids / "rank-1.pid").exists)
     assert proc.returncode == 75, err
     assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == 1
     assert "g3-train: stopped by a stop signal on 1 rank(s) after epoch 1 of 5" in err, err
