@@ -23,13 +23,13 @@ import numpy as np
 from g3mpi.format import FormatError, graph_fingerprint, load_graph
 from g3mpi.format.common import check_output
 
-from .build import OutputWriteError, write_partition
-from .termination import interruption, lost_terminations_deferred, terminate_as_interrupt
 from g3mpi.units import parse_bandwidth
 
+from .build import OutputWriteError, write_partition
 from .partitioners import BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, random_partition
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
 from .partitioners.metis import strip_self_loops
+from .termination import exit_after_failed_write, interruption, terminate_as_interrupt
 
 PROG = "g3-partition"
 MAX_PARTS = 1024
@@ -246,16 +246,12 @@ def main(argv=None) -> int:
     cfg = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(message)s", stream=sys.stderr)
     try:
-        with terminate_as_interrupt(), lost_terminations_deferred():   # write_partition re-raises a lost one
+        with terminate_as_interrupt():
             run(cfg)
     except OutputWriteError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
-        if argv is None:
-            # the command itself: h5py crashes tearing down files whose write failed (exit 139 after the line);
-            # the temporary directory is gone already, so end here
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1)
+        if argv is None:   # the command itself (in-process callers get the status)
+            exit_after_failed_write()
         return 1
     except FormatError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

@@ -18,7 +18,7 @@ from pathlib import Path
 from g3mpi.format import FormatError, check_output
 
 from .importers.common import PrepareOptions, RawGraph, write_raw_graph
-from .termination import interruption, lost_terminations_deferred, terminate_as_interrupt
+from .termination import exit_after_failed_write, interruption, terminate_as_interrupt
 
 PROG = "g3-prepare"
 log = logging.getLogger("g3-prepare")
@@ -40,7 +40,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--val", type=float, default=0.2,
                    help="fraction for validation when the input has no split (default 0.2); the rest is test")
     g.add_argument("--seed", type=int, default=0, help="seed of generators and random splits, >= 0 (default 0)")
-    g.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary line on stderr (the JSON summary on stdout stays)")
+    g.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress bars and no summary line on stderr (the JSON summary on stdout stays)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,7 +176,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format=f"{PROG}: %(message)s",
                         stream=sys.stderr)
     try:
-        with terminate_as_interrupt(), lost_terminations_deferred():   # write_raw_graph re-raises a lost one
+        with terminate_as_interrupt():
             summary = prepare(args)
     except FormatError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
@@ -191,12 +192,8 @@ def main(argv=None) -> int:
         # h5py's write errors (disk full, quota) carry the errno and a multi-line HDF5 report: keep one line
         what = os.strerror(e.errno) if isinstance(e.errno, int) else " ".join(str(e.strerror or e).split())
         print(f"{PROG}: error: {where}: {what}", file=sys.stderr)
-        if argv is None:
-            # the command itself: h5py/HDF5 crash tearing down a file whose final flush failed (exit 139 after
-            # the line); the temporary file is gone already, so end here, as g3-partition does
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1)
+        if argv is None:   # the command itself (in-process callers get the status)
+            exit_after_failed_write()
         return 1
     except KeyboardInterrupt as e:
         print(f"{PROG}: error: {args.out}: {interruption(e)} (no output written)", file=sys.stderr)

@@ -11,6 +11,7 @@ next write of the same output (``g3mpi.format.common.remove_stale_temporaries``)
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 from typing import Iterator
@@ -36,20 +37,27 @@ class Terminated(KeyboardInterrupt):
 @contextlib.contextmanager
 def terminate_as_interrupt(signals=SIGNALS) -> Iterator[None]:
     """Within the block, the first of ``signals`` raises ``Terminated`` and later ones are ignored; the previous
-    handlers come back on exit."""
+    handlers come back on exit. A ``Terminated`` lost in a ``__del__`` or weakref callback is not printed as
+    "Exception ignored": the writers inside call ``raise_if_terminated`` before they commit their output."""
     def handler(signum, frame):
         for s in signals:
             signal.signal(s, signal.SIG_IGN)
         _received.append(signum)
         raise Terminated(signum)
 
+    def unraisable(u):
+        if not isinstance(u.exc_value, Terminated):
+            previous_hook(u)
+
     _received.clear()
     previous = {s: signal.signal(s, handler) for s in signals}
+    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        sys.unraisablehook = previous_hook
         _received.clear()
 
 
@@ -63,21 +71,12 @@ def raise_if_terminated() -> None:
         raise Terminated(_received[0])
 
 
-@contextlib.contextmanager
-def lost_terminations_deferred() -> Iterator[None]:
-    """Within the block, a ``Terminated`` lost in a ``__del__`` or weakref callback is not printed as "Exception
-    ignored": the code inside promises to call ``raise_if_terminated`` before it commits its output."""
-    previous = sys.unraisablehook
-
-    def hook(unraisable):
-        if not isinstance(unraisable.exc_value, Terminated):
-            previous(unraisable)
-
-    sys.unraisablehook = hook
-    try:
-        yield
-    finally:
-        sys.unraisablehook = previous
+def exit_after_failed_write(status: int = 1) -> None:
+    """End the command now, its error line already printed: h5py/HDF5 crash tearing down a file whose write
+    failed (a full disk: exit 139 after the line), and the temporary output is gone already."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def interruption(e: KeyboardInterrupt) -> str:
