@@ -303,6 +303,12 @@ def attr_kind(value) -> str | None:
     return None
 
 
+def supported_version(v) -> bool:
+    """``v`` (an HDF5 attribute or a JSON value) is the integer :data:`FORMAT_VERSION` (not a string, a float,
+    an array or ``true``, which Python compares equal to 1)."""
+    return attr_kind(v) == "int" and v == FORMAT_VERSION
+
+
 def is_int(x) -> bool:
     """A JSON/Python integer, not a bool (``True`` is an ``int`` to Python)."""
     return isinstance(x, int) and not isinstance(x, bool)

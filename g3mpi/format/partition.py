@@ -17,7 +17,8 @@ import h5py
 import numpy as np
 
 from .common import (FORMAT_VERSION, PART_FORMAT, PARTITION_FORMAT, FormatError, IncrementalSha256, array_sha256,
-                     atomic_file, attr_kind, file_sha256, h5_attr_str, is_int, row_chunks)
+                     atomic_file, attr_kind, file_sha256, h5_attr_str, is_int, row_chunks,
+                     supported_version)
 from .graph import check_csr
 
 META_NAME = "meta.json"
@@ -169,7 +170,7 @@ def read_meta(dirpath) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != PARTITION_FORMAT:
         raise FormatError(path, f"format is {meta.get('format') if isinstance(meta, dict) else None!r}, "
                                 f"expected {PARTITION_FORMAT!r}")
-    if attr_kind(meta.get("version")) != "int" or meta["version"] != FORMAT_VERSION:
+    if not supported_version(meta.get("version")):
         raise FormatError(path, f"format version {meta.get('version')!r:.40} is not supported "
                                 f"(this g3mpi reads version {FORMAT_VERSION})")
     for k in ("num_parts", "offsets", "files", "partition_id", "num_nodes"):
@@ -228,7 +229,7 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
             if fmt != PART_FORMAT:
                 raise FormatError(path, f"format is {fmt!r}, expected {PART_FORMAT!r}")
             ver = f.attrs.get("version", -1)
-            if attr_kind(ver) != "int" or ver != FORMAT_VERSION:
+            if not supported_version(ver):
                 raise FormatError(path, f"format version {ver!r:.40} is not supported "
                                         f"(reads version {FORMAT_VERSION})")
             kw = {}
@@ -358,7 +359,7 @@ def read_node_map(dirpath, meta: dict | None = None) -> np.ndarray:
             raise FormatError(path, "checksum mismatch with meta.json")
         with h5py.File(path, "r") as f:
             fmt, ver = h5_attr_str(f.attrs.get("format", "")), f.attrs.get("version")
-            if fmt != NODE_MAP_FORMAT or attr_kind(ver) != "int" or ver != FORMAT_VERSION:
+            if fmt != NODE_MAP_FORMAT or not supported_version(ver):
                 raise FormatError(path, f"format {fmt!r} version {ver}, expected {NODE_MAP_FORMAT!r} version "
                                         f"{FORMAT_VERSION}")
             if "new_to_orig" not in f or not isinstance(f["new_to_orig"], h5py.Dataset):
