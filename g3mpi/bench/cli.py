@@ -88,10 +88,11 @@ def parse_dims(text: str) -> tuple:
 
 
 def _models(text: str) -> tuple:
+    from g3mpi.nn import MODELS as KNOWN   # the models' one home (imports torch: only when --models is given)
     models = tuple(m for m in text.split(",") if m)
-    bad = [m for m in models if m not in ("gcn", "sage", "gat")]
+    bad = [m for m in models if m not in KNOWN]
     if not models or bad:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated gcn, sage, gat")
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated {', '.join(KNOWN)}")
     return models
 
 

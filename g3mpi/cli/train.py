@@ -215,7 +215,6 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
         return 1
     log.info("part %d: %d owned, %d halo, %d local edges; model %s", part.part_id, part.num_owned,
              part.num_halo, int(part.indptr[-1]), cfg.model)
-    trainer = None
     try:
         trainer = Trainer(cfg, comm, part, meta, stop=stop, watchdog=watchdog, hooks=hooks)
         if ckpt is not None:
