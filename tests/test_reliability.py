@@ -487,6 +487,17 @@ def test_time_limit_stops_with_a_checkpoint(parts, tmp_path):
     train(2, None, None, "--resume", run, "--epochs", e + 1)
 
 
+def test_time_limit_passed_on_one_rank_only(parts, tmp_path):
+    """The limit is timed by each rank's own clock: when it has passed on one rank only at an epoch end, every
+    rank stops there, and the line still names the time limit (it said "a stop signal on 1 rank(s)")."""
+    run = tmp_path / "run"
+    p = run_mpi(2, "tests.mpi_time_limit", *FAST, "--parts", parts / "p2", "--out", run, "--epochs", "50",
+                "--time-limit", "1000", check=False, timeout=120)
+    assert p.returncode == 75, p.stderr
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == 1
+    assert "g3-train: stopped by the time limit (--time-limit 1000) after epoch 1 of 50" in p.stderr, p.stderr
+
+
 # -- faults during training -------------------------------------------------------------------------------------
 def test_watchdog_names_stalled_neighbour(parts, tmp_path):
     run = tmp_path / "run"

@@ -239,8 +239,7 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
         return 1
     if summary.get("stopped"):
         if comm.rank == 0:
-            why = summary["signal"] or f"a stop signal on {summary['stop_ranks']} rank(s)"
-            write_line(f"g3-train: stopped by {why} after epoch {summary['epoch']} of {cfg.epochs}: "
+            write_line(f"g3-train: stopped by {summary['reason']} after epoch {summary['epoch']} of {cfg.epochs}: "
                        f"{run_dir / CHECKPOINT_NAME} is written; continue with: mpiexec -n {comm.size} "
                        f"g3-train --resume {run_dir}")
         watchdog.barrier("exit after a stop signal (the checkpoint and the line are out before the job ends)")

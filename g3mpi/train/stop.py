@@ -11,7 +11,8 @@ at the next epoch's loss allreduce (one more number in a message that is sent an
 writes the checkpoint and returns; ``g3-train`` then exits with :data:`EXIT_STOPPED` on every rank.
 ``--time-limit S`` (:meth:`StopSignals.stop_after`) asks for the same stop S seconds after the start, without a
 signal: the job launchers set it from ``G3_TIMEOUT`` beside timeout(1)'s SIGUSR1, which srun drops when it
-arrives before the tasks are running.
+arrives before the tasks are running. Each rank times it by its own clock and the ranks start a few milliseconds
+apart, so it is agreed on like a signal (a second number in the same allreduce): passed on one rank, all stop.
 
 One stop request often arrives twice: at a time limit or on ``scancel`` SLURM sends SIGTERM to every process of
 the job, so under ``mpiexec`` inside an allocation a rank gets it from slurmstepd and again from Hydra, which
@@ -51,7 +52,7 @@ class StopSignals:
     def __init__(self, signals=STOP_SIGNALS, repeat_window: float = REPEAT_WINDOW):
         self.signals = tuple(signals)
         self.repeat_window = float(repeat_window)
-        self._received: str | None = None
+        self._signal: str | None = None
         self._started = time.monotonic()
         self._deadline: float | None = None
         self._limit = 0.0
@@ -60,12 +61,27 @@ class StopSignals:
         self._ignoring = False
 
     @property
+    def signal_name(self) -> str | None:
+        """The first stop signal's name (``"SIGTERM"``); None while none came."""
+        return self._signal
+
+    @property
+    def time_up(self) -> bool:
+        """True once :meth:`stop_after`'s seconds have passed."""
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    @property
+    def limit_text(self) -> str:
+        """The time limit as the stop line names it: ``"the time limit (--time-limit S)"``."""
+        return f"the time limit (--time-limit {self._limit:g})"
+
+    @property
     def received(self) -> str | None:
-        """What asked for the stop: the first signal's name (``"SIGTERM"``), or ``"the time limit (--time-limit
-        S)"`` once :meth:`stop_after`'s seconds have passed; None while nothing did."""
-        if self._received is None and self._deadline is not None and time.monotonic() >= self._deadline:
-            self._received = f"the time limit (--time-limit {self._limit:g})"
-        return self._received
+        """What asked for the stop: the first signal's name (``"SIGTERM"``), or :attr:`limit_text` once
+        :meth:`stop_after`'s seconds have passed; None while nothing did."""
+        if self._signal is not None:
+            return self._signal
+        return self.limit_text if self.time_up else None
 
     def stop_after(self, seconds: float) -> None:
         """Ask for a stop ``seconds`` after this object was made (the start of g3-train); 0: never. Unlike a
@@ -82,8 +98,7 @@ class StopSignals:
             os.kill(os.getpid(), signum)
             return
         self._first_at = now
-        if self._received is None:
-            self._received = signal.Signals(signum).name
+        self._signal = signal.Signals(signum).name
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():

@@ -123,7 +123,7 @@ class Trainer:
         # gradients summed over ranks layer by layer during backward (last layer first), overlapped with it
         self.gradsync = GradSync(comm, [list(c.parameters()) for c in reversed(self.model.convs)], self.watchdog)
         # the loss, the numbers of ranks with a non-finite loss / gradient, and of ranks asked to stop (a signal)
-        self._flags = np.zeros(4, dtype=np.float64)
+        self._flags = np.zeros(5, dtype=np.float64)
         self.start_epoch = 1
         self.resumed = None   # the checkpoint this trainer continues from, if any
 
@@ -174,8 +174,10 @@ class Trainer:
         # this rank's gradients as computed (the buckets in flight hold copies of them)
         bad = first_nonfinite(loss.detach(), self.named_params)
         flags = self._flags
-        signalled = self.stop is not None and self.stop.received is not None
-        flags[:] = (float(loss.detach()), 1.0 if bad == "loss" else 0.0, 1.0 if bad else 0.0, float(signalled))
+        signalled = self.stop is not None and self.stop.signal_name is not None
+        time_up = self.stop is not None and self.stop.time_up
+        flags[:] = (float(loss.detach()), 1.0 if bad == "loss" else 0.0, 1.0 if bad else 0.0, float(signalled),
+                    float(time_up))
         self.watchdog.allreduce(flags)
         sync.wait()
         if flags[2] > 0 or not np.isfinite(flags[0]) or not bool(torch.isfinite(sync.buf).all()):
@@ -185,8 +187,8 @@ class Trainer:
         self.opt.step()
         dt = time.perf_counter() - t0
         s = stats.as_dict()
-        return dict(loss=float(flags[0]), stop_ranks=int(flags[3]), epoch_time_s=dt,
-                    compute_s=dt - s["blocked_s"] - allreduce_s, blocked_s=s["blocked_s"], comm_s=s["comm_s"],
+        return dict(loss=float(flags[0]), stop_ranks=int(flags[3]), time_up_ranks=int(flags[4]),
+                    epoch_time_s=dt, compute_s=dt - s["blocked_s"] - allreduce_s, blocked_s=s["blocked_s"], comm_s=s["comm_s"],
                     overlap=s["overlap"], allreduce_s=allreduce_s, bytes_sent=s["bytes_sent"],
                     bytes_recv=s["bytes_recv"], messages=s["messages_sent"])
 
@@ -242,12 +244,21 @@ class Trainer:
         self.watchdog.allreduce(c, what="evaluation")
         return {f"{s}_acc": (c[2 * i] / c[2 * i + 1]) if c[2 * i + 1] else float("nan") for i, s in enumerate(SPLITS)}
 
+    def _stop_reason(self, stop_ranks: int) -> str:
+        """What stopped the run, as every rank's stop line names it: this rank's signal (``"SIGTERM"``), else
+        ``"a stop signal on N rank(s)"``, else the time limit. A signal wins over the time limit, and the time limit
+        counts wherever some rank's clock passed it (the ranks' clocks start a few milliseconds apart)."""
+        if stop_ranks:
+            own = self.stop.signal_name if self.stop is not None else None
+            return own or f"a stop signal on {stop_ranks} rank(s)"
+        return self.stop.limit_text if self.stop is not None else "the time limit"
+
     # -- the whole run ------------------------------------------------------------------------------------------
     def fit(self, run_dir: Path) -> dict:
         """Train from ``start_epoch`` to ``cfg.epochs`` (or early stopping), writing metrics.jsonl and checkpoints,
         then the best model's predictions, model.pt and summary.json. Returns the summary on rank 0, {} on the
-        others. Stopped by a signal (``stop``), it returns ``dict(stopped=True, epoch=E, signal=..., stop_ranks=n)``
-        on every rank after writing the checkpoint of epoch E, and writes nothing else."""
+        others. Stopped by a signal or the time limit (``stop``), it returns ``dict(stopped=True, epoch=E,
+        reason=...)`` on every rank after writing the checkpoint of epoch E, and writes nothing else."""
         cfg, comm, rank = self.cfg, self.comm, self.comm.rank
         metrics = MetricsLog(run_dir / "metrics.jsonl") if rank == 0 else None
         bar = None
@@ -317,13 +328,13 @@ class Trainer:
                         bar.set_postfix(post, refresh=False)
                         bar.update(1)
                 stop = bool(cfg.patience and since_best >= cfg.patience)
-                if rec["stop_ranks"] and epoch < cfg.epochs and not stop:   # a signal on some rank: all stop here
-                    # (an early stop in this epoch wins: the run ends with its outputs, as an unsignalled one does)
+                if (rec["stop_ranks"] or rec["time_up_ranks"]) and epoch < cfg.epochs and not stop:
+                    # a signal or the time limit on some rank: all stop here (an early stop in this epoch wins: the
+                    # run ends with its outputs, as an unsignalled one does)
                     self.checkpoint(run_dir, epoch, best, since_best, last_loss)
-                    signal_name = self.stop.received if self.stop is not None else None
-                    log.info("stopping after epoch %d: %s on %d of %d rank(s); checkpoint written", epoch,
-                             signal_name or "a stop signal", rec["stop_ranks"], comm.size)
-                    return dict(stopped=True, epoch=epoch, signal=signal_name, stop_ranks=rec["stop_ranks"])
+                    reason = self._stop_reason(rec["stop_ranks"])
+                    log.info("stopping after epoch %d: %s; checkpoint written", epoch, reason)
+                    return dict(stopped=True, epoch=epoch, reason=reason)
                 if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0 and epoch != cfg.epochs and not stop:
                     self.checkpoint(run_dir, epoch, best, since_best, last_loss)
                 if stop:
