@@ -40,6 +40,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from g3mpi.format import write_json
+
 from .partitioners.cost import CostModel, DEFAULT_EDGE_SECONDS, calibrate, out_edges, partition_stats, quality
 from .partitioners.g3 import g3_partition, start_plan
 from .partitioners.metis import metis_partition, symmetrize
@@ -260,7 +262,6 @@ def environment(argv) -> dict:
     import os
     import platform
 
-    import pymetis
     from importlib.metadata import version
     return dict(date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), command="python -m data_tools.bench_partition "
                 + " ".join(argv), cpus=os.cpu_count(), load_average=[round(x, 2) for x in os.getloadavg()],
@@ -292,9 +293,8 @@ def main(argv=None) -> int:
             raise SystemExit("bench_partition: error: the files were measured with different cost models")
         rows = [r for d in docs for r in d["rows"]]
         checks = check_targets(rows)
-        a.out.write_text(json.dumps(dict(cost_model=docs[0]["cost_model"], runs=[d.get("run") for d in docs],
-                                         merged_from=[str(f) for f in a.merge], rows=rows, checks=checks),
-                                    indent=1) + "\n")
+        write_json(a.out, dict(cost_model=docs[0]["cost_model"], runs=[d.get("run") for d in docs],
+                               merged_from=[str(f) for f in a.merge], rows=rows, checks=checks), sort_keys=False)
         print_table(rows, checks)
         print(f"\nwritten {a.out}")
         return 0
@@ -311,8 +311,9 @@ def main(argv=None) -> int:
 
     def flush():  # after every (graph, P): an interrupted run keeps what it measured
         run["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        a.out.write_text(json.dumps(dict(cost_model=model.to_dict(), run=run, rows=rows, checks=check_targets(rows)),
-                                    indent=1) + "\n")
+        # atomically: an interrupt during this write must not cost the file every earlier (graph, P)
+        write_json(a.out, dict(cost_model=model.to_dict(), run=run, rows=rows, checks=check_targets(rows)),
+                   sort_keys=False)
     for name in a.graphs.split(","):
         (indptr, indices), train = load(name, a.cora)
         run_graph(name, indptr, indices, train, parts, model, a.seed, a.max_iters, log, repeats=a.repeats, rows=rows,

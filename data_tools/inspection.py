@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from g3mpi.format import (FormatError, atomic_file, graph_summary, load_graph, part_name, read_meta, read_node_map,
-                          read_part)
+from g3mpi.format import (FormatError, atomic_file, graph_summary, json_text, load_graph, part_name, read_meta,
+                          read_node_map, read_part)
 from g3mpi.format.common import is_int
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME
 from g3mpi.plotting import figure
@@ -261,7 +260,7 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
     if a.json:
-        print(json.dumps(r, indent=1))
+        print(json_text(r, sort_keys=False))
     else:
         print_report(r)
     if a.plot:

@@ -8,14 +8,13 @@ split fractions used when the input has no split, ``--seed`` and ``--force``. Er
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path
 
-from g3mpi.format import FormatError, check_output
+from g3mpi.format import FormatError, check_output, json_text
 
 from .importers.common import PrepareOptions, RawGraph, write_raw_graph
 from .termination import exit_after_failed_write, interruption, terminate_as_interrupt
@@ -206,7 +205,7 @@ def main(argv=None) -> int:
                  summary["num_nodes"], summary["num_edges"], summary["feature_dim"], summary["num_classes"],
                  summary["train"], summary["val"], summary["test"], summary["seconds"])
     try:
-        print(json.dumps(summary), flush=True)
+        print(json_text(summary, indent=None, sort_keys=False), flush=True)
     except BrokenPipeError:                # `g3-prepare ... | head -0`: graph.h5 is complete, the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit's flush
     return 0

@@ -317,3 +317,27 @@ def test_run_directory_write_failures_name_the_file(tmp_path, monkeypatch):
     with pytest.raises(OutputError, match="model.pt: cannot be written: basic_ios::clear"):
         save_state_dict(tmp_path / "model.pt", {"w": torch.ones(2)})
     assert not list(tmp_path.iterdir())               # nothing half-written left behind
+
+
+def test_json_outputs_are_strict_and_atomic(tmp_path, monkeypatch):
+    """Every JSON file (summary.json, g3-bench's results, bench_partition's tables) is written by one function:
+    non-finite floats become null instead of ``NaN`` (not JSON) or a ValueError after a whole benchmark (g3-bench
+    refused them), and a write that fails leaves the previous file as it was (bench_partition rewrote its file in
+    place after every graph, so an interrupt there lost every earlier row)."""
+    import json as jsonlib
+
+    from g3mpi.bench.common import write_json as bench_write_json
+    from g3mpi.format import json_text, write_json
+    doc = {"b": [1.5, float("nan"), {"x": float("inf")}], "a": (float("-inf"), "é")}
+    assert jsonlib.loads(json_text(doc)) == {"a": [None, "é"], "b": [1.5, None, {"x": None}]}
+    assert json_text({"b": 1, "a": 2}, indent=None, sort_keys=False) == '{"b": 1, "a": 2}'
+    path = tmp_path / "out.json"
+    bench_write_json(path, doc)
+    assert jsonlib.loads(path.read_text(encoding="utf-8"))["b"][1] is None
+    before = path.read_bytes()
+
+    class Unwritable:
+        pass
+    with pytest.raises(TypeError):
+        write_json(path, {"rows": [1, 2], "z": Unwritable()})
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]

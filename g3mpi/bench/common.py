@@ -70,17 +70,14 @@ def median(xs):
 
 
 def write_json(path: Path, obj) -> None:
-    """JSON written with :func:`g3mpi.format.atomic_file` (a temporary file beside the target, fsync'ed, then
-    renamed over it; removed on an error). NaN and infinities are refused (``allow_nan=False``)."""
-    from g3mpi.format import FormatError, atomic_file
+    """:func:`g3mpi.format.write_json` (strict JSON, written atomically), its failures as :class:`BenchError`."""
+    from g3mpi.format import FormatError
+    from g3mpi.format import write_json as write
     path = Path(path)
     if path.is_dir():
         raise BenchError(f"{path}: is a directory, not a JSON file")
     try:
-        with atomic_file(path, force=True) as tmp:
-            with open(tmp, "w") as f:
-                json.dump(obj, f, indent=1, sort_keys=True, allow_nan=False)
-                f.write("\n")
+        write(path, obj)
     except FormatError as e:
         raise BenchError(str(e)) from None
 

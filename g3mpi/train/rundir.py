@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from g3mpi.comm.watchdog import Watchdog
-from g3mpi.format import FormatError, atomic_file
+from g3mpi.format import FormatError, atomic_file, json_text, write_json
 from g3mpi.format.common import failure_reason
 
 PREDICTIONS_FORMAT = "g3mpi-predictions"
@@ -53,18 +53,8 @@ def write_text_atomic(path, text: str) -> None:
 
 
 def write_json_atomic(path, obj) -> None:
-    write_text_atomic(path, json.dumps(json_safe(obj), indent=1, sort_keys=True, allow_nan=False) + "\n")
-
-
-def json_safe(obj):
-    """``obj`` with every non-finite float (an accuracy over an empty split is NaN) as None: strict JSON."""
-    if isinstance(obj, float):
-        return obj if np.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
+    with writing(path):
+        write_json(path, obj)
 
 
 def save_state_dict(path, state: dict) -> None:
@@ -102,7 +92,7 @@ def rewind_metrics(path, last_epoch: int, eval_every: int = 1) -> None:
         except ValueError:  # a line cut short by a crash
             continue
         if rec.get("epoch", 0) == last_epoch and last_epoch % eval_every and "val_acc" in rec:
-            line = json.dumps({k: v for k, v in rec.items() if k not in ACCURACY_KEYS}, sort_keys=True)
+            line = json_text({k: v for k, v in rec.items() if k not in ACCURACY_KEYS}, indent=None)
         if rec.get("epoch", 0) <= last_epoch:
             keep.append(line)
     write_text_atomic(path, "".join(line + "\n" for line in keep))
@@ -118,7 +108,7 @@ class MetricsLog:
 
     def write(self, record: dict) -> None:
         with writing(self.path):   # a resume skips the partial line this may leave (rewind_metrics)
-            self._f.write(json.dumps(json_safe(record), sort_keys=True, allow_nan=False) + "\n")
+            self._f.write(json_text(record, indent=None) + "\n")
             self._f.flush()
 
     def close(self) -> None:
