@@ -475,6 +475,20 @@ def test_stop_signal_during_start_up_stops_after_the_first_epoch(parts, tmp_path
     assert "g3-train: stopped by a stop signal on 1 rank(s) after epoch 1 of 5" in err, err
 
 
+def test_stop_signal_while_importing_torch(parts, tmp_path):
+    """SIGUSR1 to every rank while it imports torch (most of a rank's start-up, seconds under load; here each rank
+    sends it to itself as the import begins) stops the run after epoch 1 with its checkpoint, status 75, the line
+    naming the signal. Before, g3-train installed its handlers after that import: MPICH's SIGUSR1 handler swallowed
+    the request and the run went on (a rank that had its handlers already and one that had not yet made the line
+    say "a stop signal on 1 rank(s)", which test_slurm's G3_TIMEOUT test does not expect)."""
+    run = tmp_path / "run"
+    p = run_mpi(2, "tests.mpi_stop_at_import", *FAST, "--parts", parts / "p2", "--out", run, "--epochs", "5",
+                check=False, timeout=120)
+    assert p.returncode == 75, p.stderr
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == 1
+    assert "g3-train: stopped by SIGUSR1 after epoch 1 of 5" in p.stderr, p.stderr
+
+
 def test_time_limit_stops_with_a_checkpoint(parts, tmp_path):
     """--time-limit S: the run stops at the first epoch end after S seconds as on a stop signal (checkpoint, exit
     75 on every rank, the line naming the limit), and the limit is not saved for a resumed run."""

@@ -113,14 +113,15 @@ def main(argv=None, comm=None) -> int:
     2 (bad configuration) or 75 (stopped by a signal after writing the checkpoint)."""
     own_world = comm is None
     comm = comm or MPI.COMM_WORLD
-    args = vars(build_parser().parse_args(argv))
-    from g3mpi.train.stop import StopSignals
+    from g3mpi.train.stop import StopSignals   # no torch (g3mpi.train imports its modules on first use)
 
     # SIGTERM / SIGUSR1 (a batch job's time limit, scancel, kill) stop the run after an epoch with a checkpoint.
     # Active from here, not only around training: MPICH's MPI_Init installs a SIGUSR1 handler of its own, which
     # would swallow a stop request that arrives during start-up (the job then ran on until SIGKILL); a request
-    # recorded before training stops it after its first epoch.
+    # recorded before training stops it after its first epoch. Before the parser too, which imports torch: that
+    # import is most of a rank's start-up (seconds, far more on a busy node), and a signal there was swallowed.
     with StopSignals() as stop:
+        args = vars(build_parser().parse_args(argv))
         return _run(comm, args, own_world, stop)
 
 

@@ -1,5 +1,17 @@
-"""Training: configuration, the distributed trainer, the run directory."""
-from .config import ConfigError, TrainConfig, config_from, to_toml
-from .trainer import Trainer, prepare_run_dir
+"""Training: configuration, the distributed trainer, the run directory.
+
+The names below are imported on first use (PEP 562), not with the package: g3-train installs its stop-signal
+handlers (:mod:`.stop`, which needs no torch) before it imports torch, which takes seconds of its start-up."""
+from importlib import import_module
+
+#: the module of each name
+_HOMES = {"ConfigError": "config", "TrainConfig": "config", "config_from": "config", "to_toml": "config",
+          "Trainer": "trainer", "prepare_run_dir": "trainer"}
 
 __all__ = ["ConfigError", "TrainConfig", "config_from", "to_toml", "Trainer", "prepare_run_dir"]
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(import_module(f".{_HOMES[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
