@@ -27,6 +27,10 @@ from tests.graphs import partition, random_graph
 
 MOD = "g3mpi.cli.train"
 FAST = ["--no-progress", "--log-level", "WARNING", "--hidden", "8"]
+#: --comm-timeout of the watchdog tests: well above every legitimate wait of one rank for another before the fault under
+#: test. On 2 busy cores the ranks took 12-16 s to start and reached the first start-up check up to 2.0 s apart (torch's
+#: import alone differs by that much), and building the Trainer differed by up to 1.7 s: 2 s fired there at times
+COMM_TIMEOUT = 6
 
 
 @pytest.fixture(scope="module")
@@ -515,7 +519,7 @@ def test_time_limit_passed_on_one_rank_only(parts, tmp_path):
 # -- faults during training -------------------------------------------------------------------------------------
 def test_watchdog_names_stalled_neighbour(parts, tmp_path):
     run = tmp_path / "run"
-    p = train(3, parts / "p3", run, "--epochs", "8", "--comm-timeout", "2", check=False, timeout=150,
+    p = train(3, parts / "p3", run, "--epochs", "8", "--comm-timeout", COMM_TIMEOUT, check=False, timeout=150,
               env={"G3_TEST_STALL": "1:3:120"})
     t_end = time.time()
     assert p.returncode != 0
@@ -534,14 +538,14 @@ def test_watchdog_covers_startup_checks(parts, tmp_path):
     one line per waiting rank naming the check; the other ranks once blocked in its Alltoall until it woke up."""
     run, pids = tmp_path / "run", tmp_path / "pids"
     pids.mkdir()
-    p = train(3, parts / "p3", run, "--epochs", "4", "--comm-timeout", "2", check=False, timeout=120,
+    p = train(3, parts / "p3", run, "--epochs", "4", "--comm-timeout", COMM_TIMEOUT, check=False, timeout=120,
               env={"G3_TEST_STALL": "1:startup:300", "G3_TEST_PIDFILE": str(pids)})
     t_end = time.time()
     assert p.returncode != 0
     lines = [x for r, v in error_lines(p.stderr).items() if r != 1 for x in v]
     assert lines, p.stderr
     for msg in lines:
-        assert "communication timeout: blocked" in msg and "--comm-timeout 2" in msg, msg
+        assert "communication timeout: blocked" in msg and f"--comm-timeout {COMM_TIMEOUT}" in msg, msg
         assert "in the start-up check 'halo lists'" in msg, msg
     assert not run.exists()   # it ended before the run directory was made
     # within the timeout plus a few seconds of the ranks' start (each wrote its pid when it began loading)
@@ -553,7 +557,7 @@ def test_watchdog_covers_predictions_turns(parts, tmp_path):
     names it, rank 0 (waiting for the file back from the last rank) names the last rank; of the outputs only the
     checkpoint of the finished training is written."""
     run = tmp_path / "run"
-    p = train(3, parts / "p3", run, "--epochs", "2", "--comm-timeout", "2", check=False, timeout=120,
+    p = train(3, parts / "p3", run, "--epochs", "2", "--comm-timeout", COMM_TIMEOUT, check=False, timeout=120,
               env={"G3_TEST_STALL": "1:predictions:300"})
     t_end = time.time()
     assert p.returncode != 0
@@ -571,12 +575,13 @@ def test_watchdog_covers_predictions_turns(parts, tmp_path):
 
 
 def test_watchdog_allows_slow_turns_writing_predictions(parts, tmp_path):
-    """Every rank's turn writing predictions.h5 takes 1.2 s, under --comm-timeout 2: the run succeeds. A rank's
-    wait spans the turns before its own (rank 2: 2.4 s here), so the deadline is the timeout per turn waited for
-    (the reviewer's finding: the whole wait was held to 2 s and every such run ended without its outputs)."""
+    """Every rank's turn writing predictions.h5 takes 0.6 x --comm-timeout (3.6 s under 6): the run succeeds. A
+    rank's wait spans the turns before its own (rank 2: 7.2 s here), so the deadline is the timeout per turn waited
+    for (the reviewer's finding: the whole wait was held to one timeout and every such run ended without its
+    outputs)."""
     run = tmp_path / "run"
-    train(3, parts / "p3", run, "--epochs", "2", "--comm-timeout", "2", timeout=120,
-          env={"G3_TEST_STALL": "*:predictions:1.2"})
+    train(3, parts / "p3", run, "--epochs", "2", "--comm-timeout", COMM_TIMEOUT, timeout=120,
+          env={"G3_TEST_STALL": f"*:predictions:{0.6 * COMM_TIMEOUT:g}"})
     assert (run / "summary.json").exists() and (run / "predictions.h5").exists()
 
 
