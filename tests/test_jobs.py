@@ -296,6 +296,10 @@ def test_bad_launcher_and_timeout_fail_once_before_anything_runs(tmp_path):
     assert p.returncode == 1 and "MPI world check" not in p.stderr   # refused before the probe, not timeout's 125
     assert p.stderr.strip().splitlines() == ["g3-train launcher: error: G3_TIMEOUT must be a duration for timeout(1) "
                                              "(a number with an optional unit s, m, h or d, e.g. 90m), got 'abc'"]
+    p = launcher("train", "-n", 2, "--", "--parts", parts, G3_TIMEOUT="1h", G3_KILL_AFTER="-5")
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        "g3-train launcher: error: G3_KILL_AFTER must be a duration for timeout(1) (a number with an optional unit "
+        "s, m, h or d, e.g. 90m), got '-5'"]
     for good in ("90m", "1.5h", "30", "2d"):
         p = launcher("prepare", "--dry-run", G3_TIMEOUT=good)
         assert p.returncode == 0, (good, p.stderr)
@@ -319,7 +323,7 @@ def test_srun_command_in_an_allocation(tmp_path):
                  G3_THREADS=2, G3_TIMEOUT="10m")
     assert p.returncode == 0, p.stderr
     cmd = shlex.split(p.stdout.strip().splitlines()[-1])
-    assert cmd[:4] == ["timeout", "--signal=USR1", "--kill-after=60", "10m"]
+    assert cmd[:4] == ["timeout", "--signal=USR1", "--kill-after=60s", "10m"]
     # G3_TIMEOUT is g3-train's own time limit too (srun drops a stop signal that arrives before the tasks run)
     assert cmd[4] == "srun" and "--cpus-per-task=1" in cmd and cmd[-4:] == ["--threads", "2", "--time-limit", "600"]
     assert "warning: G3_THREADS=2 threads per rank on 1 CPU(s) per task" in p.stderr
@@ -329,6 +333,9 @@ def test_srun_command_in_an_allocation(tmp_path):
     assert "--cpus-per-task=2" in shlex.split(p.stdout.strip().splitlines()[-1]) and "warning" not in p.stderr
     p = launcher("train", "-n", 2, "--dry-run", "--", "--parts", parts, G3_TIMEOUT="10m")   # mpiexec: SIGTERM
     assert shlex.split(p.stdout.strip().splitlines()[-1])[:2] == ["timeout", "--signal=TERM"]
+    # G3_KILL_AFTER: the grace before SIGKILL, for runs whose epoch (and checkpoint) takes longer than a minute
+    p = launcher("train", "-n", 2, "--dry-run", "--", "--parts", parts, G3_TIMEOUT="10m", G3_KILL_AFTER="5m")
+    assert shlex.split(p.stdout.strip().splitlines()[-1])[:4] == ["timeout", "--signal=TERM", "--kill-after=5m", "10m"]
     p = launcher("train", "-n", 2, "--dry-run", "--", "--parts", parts, "--time-limit=30", G3_TIMEOUT="1.5h")
     cmd = shlex.split(p.stdout.strip().splitlines()[-1])
     assert cmd[cmd.index("1.5h") + 1:].count("--time-limit=30") == 1 and "--time-limit" not in cmd   # the caller's

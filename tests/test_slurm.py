@@ -347,14 +347,16 @@ def _submit_endless_train(cluster, tmp_path, **env) -> tuple[str, Path]:
 
 def test_g3_timeout_under_srun_stops_with_a_checkpoint(cluster, tmp_path):
     """G3_TIMEOUT with the srun launcher: srun takes SIGTERM as 'abort the step' (tasks SIGKILLed, no checkpoint),
-    so the time limit reaches the ranks as SIGUSR1: checkpoint.pt is written, the job's status is timeout's 124."""
-    jobid, run = _submit_endless_train(cluster, tmp_path, G3_TIMEOUT="6s")
-    _wait_done(cluster, jobid)
+    so the time limit reaches the ranks as SIGUSR1: checkpoint.pt is written, the job's status is timeout's 124.
+    G3_KILL_AFTER gives the stopped ranks 240 s before SIGKILL instead of 60 (under heavy load in CI the start-up,
+    the first epoch and the exit took 66 s: SIGKILL, status 137, though the checkpoint and stop line were out)."""
+    jobid, run = _submit_endless_train(cluster, tmp_path, G3_TIMEOUT="6s", G3_KILL_AFTER="240s")
+    _wait_done(cluster, jobid, timeout=360)
     job = cluster.job(jobid, tmp_path, name="g3-train")
     assert job.exit_code == "124:0", job.log
     # timeout's SIGUSR1, or g3-train's own --time-limit (set from G3_TIMEOUT) where srun dropped the signal because
     # the tasks were not running yet (seen in CI under heavy load: the job ran on until the SIGKILL, status 137)
-    assert "timeout --signal=USR1" in job.log and "--time-limit 6" in job.log, job.log
+    assert "timeout --signal=USR1 --kill-after=240s" in job.log and "--time-limit 6" in job.log, job.log
     assert "g3-train: stopped by SIGUSR1 after epoch" in job.log or \
         "g3-train: stopped by the time limit (--time-limit 6) after epoch" in job.log, job.log
     assert (run / "checkpoint.pt").exists() and not (run / "summary.json").exists()

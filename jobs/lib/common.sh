@@ -26,6 +26,9 @@
 # anything else is an error naming the variable.
 #   G3_TIMEOUT      a time limit for the stage's command (timeout(1) syntax, e.g. 90m); SLURM jobs have --time.
 #                   g3-train stops with a checkpoint (SIGTERM; SIGUSR1 through srun); status 124
+#   G3_KILL_AFTER   with G3_TIMEOUT: how long the stopped command may take to finish its epoch, write its
+#                   checkpoint and exit before SIGKILL (timeout(1) syntax; default 60s). Raise it when one epoch
+#                   takes longer than that: a kill before the checkpoint loses every epoch since the last one.
 
 G3_TAG=${G3_TAG:-g3-jobs}
 
@@ -114,9 +117,12 @@ g3_check_settings() {
         g3_die "G3_LAUNCHER must be srun or mpiexec, got '$G3_LAUNCHER'"
     fi
     # timeout(1)'s syntax: a number (decimals allowed) with an optional unit s, m, h or d
-    if [[ -n ${G3_TIMEOUT:-} ]] && ! [[ $G3_TIMEOUT =~ ^([0-9]+(\.[0-9]*)?|\.[0-9]+)[smhd]?$ ]]; then
-        g3_die "G3_TIMEOUT must be a duration for timeout(1) (a number with an optional unit s, m, h or d, e.g. 90m), got '$G3_TIMEOUT'"
-    fi
+    local v
+    for v in G3_TIMEOUT G3_KILL_AFTER; do
+        if [[ -n ${!v:-} ]] && ! [[ ${!v} =~ ^([0-9]+(\.[0-9]*)?|\.[0-9]+)[smhd]?$ ]]; then
+            g3_die "$v must be a duration for timeout(1) (a number with an optional unit s, m, h or d, e.g. 90m), got '${!v}'"
+        fi
+    done
 }
 
 # g3_positive NAME VALUE: VALUE is a positive integer, or die naming NAME
@@ -297,14 +303,14 @@ g3_seconds() {
 }
 
 # g3_run CMD...: run (or print, with G3_DRY_RUN=1) a command, report and return its exit status.
-# G3_TIMEOUT (a duration for timeout(1), e.g. 90m) bounds it: a stop signal, then SIGKILL a minute later; status
-# 124. The stop signal is SIGTERM, except for srun: srun takes SIGTERM as "abort the step" and SIGKILLs the tasks
+# G3_TIMEOUT (a duration for timeout(1), e.g. 90m) bounds it: a stop signal, then SIGKILL G3_KILL_AFTER (default
+# 60s) later; status 124. The stop signal is SIGTERM, except for srun: srun takes SIGTERM as "abort the step" and SIGKILLs the tasks
 # (no checkpoint), but forwards SIGUSR1 to them, which g3-train handles like SIGTERM (checkpoint, status 75).
 g3_run() {
     local rc=0 sig=TERM
     if [[ -n ${G3_TIMEOUT:-} ]]; then
         [[ $(basename -- "$1") == srun ]] && sig=USR1
-        set -- timeout --signal="$sig" --kill-after=60 "$G3_TIMEOUT" "$@"
+        set -- timeout --signal="$sig" --kill-after="${G3_KILL_AFTER:-60s}" "$G3_TIMEOUT" "$@"
     fi
     g3_log "running: $(g3_quote "$@")"
     if g3_flag G3_DRY_RUN 0; then
