@@ -8,6 +8,7 @@ says why (under G3_NO_SKIP=1, as in .ci/run, it fails instead).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -312,7 +313,8 @@ def test_train_job_stops_on_a_signal_then_resumes(cluster, cora_chain):
     assert job.exit_code == "75:0", job.log
     assert not Path("/dev/shm", mpich_segment(jobid, 1)).exists()   # a clean exit (MPI_Finalize), no abort
     e = len(metrics.read_text().splitlines())
-    assert f"g3-train: stopped by SIGUSR1 after epoch {e} of 100000" in job.log, job.log
+    # scancel signals the ranks one by one: at an epoch end only one may have it, and the line says so
+    assert re.search(f"g3-train: stopped by SIGUSR1( on 1 of 2 ranks)? after epoch {e} of 100000", job.log), job.log
     assert not (run / "summary.json").exists()
     resumed = cluster.sbatch_wait(JOBS / "slurm" / "train.sbatch", "--resume", run, "--epochs", e + 3,
                                   opts=("--ntasks-per-node=2", "--cpus-per-task=1"), cwd=work, env=env, timeout=600,
@@ -357,8 +359,9 @@ def test_g3_timeout_under_srun_stops_with_a_checkpoint(cluster, tmp_path):
     # timeout's SIGUSR1, or g3-train's own --time-limit (set from G3_TIMEOUT) where srun dropped the signal because
     # the tasks were not running yet (seen in CI under heavy load: the job ran on until the SIGKILL, status 137)
     assert "timeout --signal=USR1 --kill-after=240s" in job.log and "--time-limit 6" in job.log, job.log
-    assert "g3-train: stopped by SIGUSR1 after epoch" in job.log or \
-        "g3-train: stopped by the time limit (--time-limit 6) after epoch" in job.log, job.log
+    # srun signals the ranks one by one: at an epoch end only some may have it, and the line says so
+    assert re.search(r"g3-train: stopped by (SIGUSR1( on 1 of 2 ranks)?|the time limit \(--time-limit 6\)) after "
+                     "epoch", job.log), job.log
     assert (run / "checkpoint.pt").exists() and not (run / "summary.json").exists()
 
 
@@ -377,7 +380,7 @@ def test_scancel_with_mpiexec_launcher_stops_with_a_checkpoint(cluster, tmp_path
     assert cluster.run("scancel", jobid).returncode == 0
     _wait_done(cluster, jobid)
     job = cluster.job(jobid, tmp_path, name="g3-train")
-    assert "g3-train: stopped by SIGTERM after epoch" in job.log, job.log
+    assert re.search(r"g3-train: stopped by SIGTERM( on 1 of 2 ranks)? after epoch", job.log), job.log
     assert (run / "checkpoint.pt").exists()
 
 

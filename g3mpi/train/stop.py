@@ -7,12 +7,13 @@ MPICH's ``mpiexec`` forwards SIGTERM and SIGUSR1 to every rank. Without a handle
 checkpoint would be lost.
 
 While a :class:`StopSignals` is active such a signal only records its name. The trainer agrees on it across ranks
-at the next epoch's loss allreduce (one more number in a message that is sent anyway), finishes that epoch,
+at the next epoch's loss allreduce (a few more numbers in a message that is sent anyway: how many ranks got
+each signal, so the stop line names it even when it reached some ranks an epoch later), finishes that epoch,
 writes the checkpoint and returns; ``g3-train`` then exits with :data:`EXIT_STOPPED` on every rank.
 ``--time-limit S`` (:meth:`StopSignals.stop_after`) asks for the same stop S seconds after the start, without a
 signal: the job launchers set it from ``G3_TIMEOUT`` beside timeout(1)'s SIGUSR1, which srun drops when it
 arrives before the tasks are running. Each rank times it by its own clock and the ranks start a few milliseconds
-apart, so it is agreed on like a signal (a second number in the same allreduce): passed on one rank, all stop.
+apart, so it is agreed on like a signal (its own number in the same allreduce): passed on one rank, all stop.
 
 One stop request often arrives twice: at a time limit or on ``scancel`` SLURM sends SIGTERM to every process of
 the job, so under ``mpiexec`` inside an allocation a rank gets it from slurmstepd and again from Hydra, which
@@ -34,6 +35,9 @@ import time
 EXIT_STOPPED = 75
 #: the signals that ask for a stop at the next epoch boundary
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+#: what the epoch allreduce counts, one number each: the ranks that got each stop signal, and (last) any other
+#: signal a :class:`StopSignals` was given
+STOP_SLOTS = (*(s.name for s in STOP_SIGNALS), "a stop signal")
 #: seconds after the first stop signal during which another one counts as the same request (a copy delivered by a
 #: second path, e.g. slurmstepd and mpiexec's forwarding); a later one ends the process
 REPEAT_WINDOW = 2.0

@@ -34,6 +34,7 @@ from .gradsync import GradSync
 from .plots import PLOTS, plot_run
 from .rundir import (SPLITS, MetricsLog, OutputError, rewind_metrics, save_state_dict, write_json_atomic,
                      write_predictions, write_text_atomic)
+from .stop import STOP_SLOTS
 
 log = logging.getLogger("g3mpi.train")
 #: what each rank reports to rank 0 after every epoch (metrics.jsonl's rank_* lists), integers in INT_FIGURES
@@ -123,7 +124,7 @@ class Trainer:
         # gradients summed over ranks layer by layer during backward (last layer first), overlapped with it
         self.gradsync = GradSync(comm, [list(c.parameters()) for c in reversed(self.model.convs)], self.watchdog)
         # the loss, the numbers of ranks with a non-finite loss / gradient, and of ranks asked to stop (a signal)
-        self._flags = np.zeros(5, dtype=np.float64)
+        self._flags = np.zeros(4 + len(STOP_SLOTS), dtype=np.float64)
         self.start_epoch = 1
         self.resumed = None   # the checkpoint this trainer continues from, if any
 
@@ -174,10 +175,11 @@ class Trainer:
         # this rank's gradients as computed (the buckets in flight hold copies of them)
         bad = first_nonfinite(loss.detach(), self.named_params)
         flags = self._flags
-        signalled = self.stop is not None and self.stop.signal_name is not None
-        time_up = self.stop is not None and self.stop.time_up
-        flags[:] = (float(loss.detach()), 1.0 if bad == "loss" else 0.0, 1.0 if bad else 0.0, float(signalled),
-                    float(time_up))
+        got = self.stop.signal_name if self.stop is not None else None
+        flags[:4] = (float(loss.detach()), 1.0 if bad == "loss" else 0.0, 1.0 if bad else 0.0,
+                     float(self.stop is not None and self.stop.time_up))
+        flags[4:] = [got == name for name in STOP_SLOTS]   # the last slot: any other signal
+        flags[-1] = got is not None and got not in STOP_SLOTS[:-1]
         self.watchdog.allreduce(flags)
         sync.wait()
         if flags[2] > 0 or not np.isfinite(flags[0]) or not bool(torch.isfinite(sync.buf).all()):
@@ -187,7 +189,7 @@ class Trainer:
         self.opt.step()
         dt = time.perf_counter() - t0
         s = stats.as_dict()
-        return dict(loss=float(flags[0]), stop_ranks=int(flags[3]), time_up_ranks=int(flags[4]),
+        return dict(loss=float(flags[0]), time_up_ranks=int(flags[3]), signal_ranks=flags[4:].astype(int).tolist(),
                     epoch_time_s=dt, compute_s=dt - s["blocked_s"] - allreduce_s, blocked_s=s["blocked_s"], comm_s=s["comm_s"],
                     overlap=s["overlap"], allreduce_s=allreduce_s, bytes_sent=s["bytes_sent"],
                     bytes_recv=s["bytes_recv"], messages=s["messages_sent"])
@@ -244,13 +246,17 @@ class Trainer:
         self.watchdog.allreduce(c, what="evaluation")
         return {f"{s}_acc": (c[2 * i] / c[2 * i + 1]) if c[2 * i + 1] else float("nan") for i, s in enumerate(SPLITS)}
 
-    def _stop_reason(self, stop_ranks: int) -> str:
-        """What stopped the run, as every rank's stop line names it: this rank's signal (``"SIGTERM"``), else
-        ``"a stop signal on N rank(s)"``, else the time limit. A signal wins over the time limit, and the time limit
-        counts wherever some rank's clock passed it (the ranks' clocks start a few milliseconds apart)."""
-        if stop_ranks:
-            own = self.stop.signal_name if self.stop is not None else None
-            return own or f"a stop signal on {stop_ranks} rank(s)"
+    def _stop_reason(self, signal_ranks: list) -> str:
+        """What stopped the run, as the stop line names it: each stop signal that arrived, with the number of ranks
+        it reached unless it reached all (``"SIGTERM"``, ``"SIGUSR1 on 1 of 4 ranks"``: signals reach the ranks
+        at different moments, and this epoch's allreduce saw those that had arrived), else the time limit (each
+        rank times it from its own start, a few milliseconds apart: it counts wherever some rank's clock passed
+        it)."""
+        size = self.comm.size
+        said = [name if k == size else f"{name} on {k} of {size} ranks"
+                for name, k in zip(STOP_SLOTS, signal_ranks) if k]
+        if said:
+            return " and ".join(said)
         return self.stop.limit_text if self.stop is not None else "the time limit"
 
     # -- the whole run ------------------------------------------------------------------------------------------
@@ -328,11 +334,11 @@ class Trainer:
                         bar.set_postfix(post, refresh=False)
                         bar.update(1)
                 stop = bool(cfg.patience and since_best >= cfg.patience)
-                if (rec["stop_ranks"] or rec["time_up_ranks"]) and epoch < cfg.epochs and not stop:
+                if (any(rec["signal_ranks"]) or rec["time_up_ranks"]) and epoch < cfg.epochs and not stop:
                     # a signal or the time limit on some rank: all stop here (an early stop in this epoch wins: the
                     # run ends with its outputs, as an unsignalled one does)
                     self.checkpoint(run_dir, epoch, best, since_best, last_loss)
-                    reason = self._stop_reason(rec["stop_ranks"])
+                    reason = self._stop_reason(rec["signal_ranks"])
                     log.info("stopping after epoch %d: %s; checkpoint written", epoch, reason)
                     return dict(stopped=True, epoch=epoch, reason=reason)
                 if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0 and epoch != cfg.epochs and not stop:
