@@ -11,21 +11,31 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from g3mpi.comm import abort as abort_mod
+from g3mpi.comm.watchdog import decode_text, encode_text
 from g3mpi.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from g3mpi.train.faults import TestHooks, first_nonfinite
 from g3mpi.train.soak import rss_growth
 from g3mpi.train.stop import StopSignals
 from tests.conftest import tool_env
 
-#: the start of both watchdog scripts: a Watchdog on COMM_SELF whose abort raises Fired
+#: the start of both watchdog scripts: a Watchdog on COMM_SELF whose abort raises Fired, and pickle refused (the
+#: control messages travel as text: a pickle anywhere in them, mpi4py's lowercase calls included, fails the test)
 WATCHDOG_PRELUDE = r"""
+import pickle
 import numpy as np
 from mpi4py import MPI
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.comm.watchdog import Watchdog, decode_text, encode_text
+
+def no_pickle(*args, **kw):
+    raise AssertionError("pickle used")
+
+MPI.pickle.__init__(no_pickle, no_pickle)
+pickle.dumps = pickle.loads = no_pickle
 
 class Fired(Exception):
     pass
@@ -70,38 +80,62 @@ def test_watchdog_fires_with_names():
 
 
 WATCHDOG_CALLS = WATCHDOG_PRELUDE + r"""
+TEXTS = [None, "", "é", "→", "é→x" * 20000]     # None apart from "", non-ASCII, 120 kB
 for timeout in (0.0, 5.0):                      # blocking calls, then the deadline-polled ones: same results
     wd = Watchdog(comm, timeout, prog="t", abort=boom)
     wd.barrier("b")
     got = np.zeros((1, 2), dtype=np.int64)
     wd.alltoall(np.array([[3, 4]], dtype=np.int64), got, "a")
-    rreq = comm.irecv(bytearray(1 << 12), source=0, tag=9)      # a send to oneself needs its receive posted
-    wd.send({"k": "é"}, 0, 9, "s")
-    sreq = comm.isend(("z", 2), dest=0, tag=10)
-    print("CALLS", got.tolist(), wd.allgather(("x", None), "g"), wd.bcast([1, "y"], 0, "c"), rreq.wait(),
-          wd.recv(0, 10, "r"))
-    sreq.wait()
+    print("CALLS", timeout, got.tolist())
+    for i, text in enumerate(TEXTS):
+        buf, status = np.empty(1 << 20, dtype=np.uint8), MPI.Status()
+        rreq = comm.Irecv([buf, MPI.BYTE], source=0, tag=9)     # a send to oneself needs its receive posted
+        wd.send_text(text, 0, 9, "s")
+        rreq.Wait(status)
+        sent = decode_text(buf[:status.Get_count(MPI.BYTE)])
+        data = encode_text(text)
+        sreq = comm.Isend([data, MPI.BYTE], dest=0, tag=10)
+        same = [wd.allgather_text(text, "g") == [text], wd.bcast_text(text, 0, "c") == text, sent == text,
+                wd.recv_text(0, 10, "r") == text]
+        sreq.Wait()
+        print("TEXT", timeout, i, same)
 wd = Watchdog(comm, 0.3, prog="t", abort=boom)
 wd.context = "after epoch 2"
 try:
-    wd.recv(0, 11, "ranks' turns writing predictions.h5")   # nobody sends
+    wd.recv_text(0, 11, "ranks' turns writing predictions.h5")   # nobody sends
 except Fired:
     print("FIRED")
 """
 
 
 def test_watchdog_collectives_and_point_to_point():
-    """The start-up's and the outputs' waits: with a deadline they return what the blocking calls return, and
-    a receive that never comes fires naming the sender and the wait."""
+    """The start-up's and the outputs' waits: with a deadline they return what the blocking calls return, text
+    (None, empty, non-ASCII, long) arrives as sent without pickle, and a receive that never comes fires naming
+    the sender and the wait."""
     p = subprocess.run([sys.executable, "-c", WATCHDOG_CALLS], capture_output=True, text=True, env=tool_env(),
                        timeout=120)
     assert p.returncode == 0, p.stderr
     calls = [x for x in p.stdout.splitlines() if x.startswith("CALLS")]
-    assert calls == ["CALLS [[3, 4]] [('x', None)] [1, 'y'] {'k': 'é'} ('z', 2)"] * 2, p.stdout
+    assert calls == ["CALLS 0.0 [[3, 4]]", "CALLS 5.0 [[3, 4]]"], p.stdout
+    texts = [x for x in p.stdout.splitlines() if x.startswith("TEXT ")]
+    assert texts == [f"TEXT {t} {i} [True, True, True, True]" for t in (0.0, 5.0) for i in range(5)], p.stdout
     assert "FIRED" in p.stdout
     line = p.stderr.strip().splitlines()[-1]
     assert line.startswith("t: error: [rank 0] communication timeout: blocked")
     assert "waiting for rank 0 in the ranks' turns writing predictions.h5, after epoch 2; aborting the job" in line
+
+
+def test_watchdog_text_encoding():
+    """One encoding for every text message: None and "" stay apart, UTF-8 round-trips, a foreign buffer is
+    refused instead of read as text."""
+    for text in (None, "", "é", "→", "x" * 100_000):
+        data = encode_text(text)
+        assert data.dtype == np.uint8 and data.flags.writeable
+        assert decode_text(data) == text and type(decode_text(data)) is type(text)
+    assert encode_text(None).tobytes() != encode_text("").tobytes()
+    assert encode_text("→").size == 4                       # the flag byte and 3 bytes of UTF-8
+    with pytest.raises(ValueError, match="not a watchdog text message"):
+        decode_text(np.frombuffer(b"\x80\x04N.", dtype=np.uint8))   # a pickle of None
 
 
 def test_abort_waits_until_stderr_is_read(tmp_path, monkeypatch):

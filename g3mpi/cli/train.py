@@ -96,7 +96,7 @@ def _agree(watchdog, err: str | None, what: str, check: str) -> bool:
     """Every rank learns whether any rank failed; each prints one line. True if all succeeded. The waits are the
     ``watchdog``'s (with ``--comm-timeout``, a rank that never arrives ends the job naming the start-up ``check``)."""
     comm = watchdog.comm
-    errs = watchdog.allgather(err, f"start-up check {check!r}")
+    errs = watchdog.allgather_text(err, f"start-up check {check!r}")
     if not any(errs):
         return True
     if err:

@@ -8,10 +8,14 @@ longer than ``timeout`` seconds, the rank prints one line naming itself, the nei
 exchange (layer) and the direction, and aborts the communicator (which ends every rank of the job).
 
 The start-up checks and the writing of the outputs use the watchdog's collectives and point-to-point calls
-(:meth:`Watchdog.barrier`, :meth:`~Watchdog.alltoall`, :meth:`~Watchdog.allgather`, :meth:`~Watchdog.bcast`,
-:meth:`~Watchdog.send`, :meth:`~Watchdog.recv`): with a deadline they are the non-blocking calls polled to
-completion (objects travel pickled, their size first), so one rank stopped anywhere before, during or after
-training ends the job too. A collective cannot tell which rank never arrived; a point-to-point wait names it.
+(:meth:`Watchdog.barrier`, :meth:`~Watchdog.alltoall`, :meth:`~Watchdog.allgather_text`,
+:meth:`~Watchdog.bcast_text`, :meth:`~Watchdog.send_text`, :meth:`~Watchdog.recv_text`): with a deadline they are
+the non-blocking calls polled to completion, so one rank stopped anywhere before, during or after training ends
+the job too. A collective cannot tell which rank never arrived; a point-to-point wait names it.
+
+Those control messages are an error message or nothing: they travel as text (:func:`encode_text`: a flag byte,
+then UTF-8), in byte buffers whose length goes first or is probed, never pickled, so no rank unpickles what
+another sent (the project's rule for anything read, as for checkpoints).
 
 ``timeout <= 0`` disables it: the plain blocking calls are used and nothing changes.
 """
@@ -28,6 +32,24 @@ from .abort import abort_job
 MAX_SLEEP_S = 200e-6
 #: polls before the first sleep
 SPIN = 50
+
+
+def encode_text(msg: str | None) -> np.ndarray:
+    """``msg`` (text or None) as the uint8 buffer :func:`decode_text` reads back: a flag byte (1: text follows,
+    0: None, so that None stays apart from ``""``), then the text's UTF-8 bytes. The one encoding of the control
+    messages. Writable, since a ``Bcast`` root's buffer is also a receive buffer."""
+    raw = b"\0" if msg is None else b"\1" + msg.encode("utf-8")
+    return np.frombuffer(bytearray(raw), dtype=np.uint8)
+
+
+def decode_text(buf: np.ndarray) -> str | None:
+    """The text (or None) of a buffer written by :func:`encode_text`."""
+    raw = bytes(buf)
+    if raw == b"\0":
+        return None
+    if raw[:1] != b"\1":   # not ours: a message matched on the wrong tag would otherwise read as garbage text
+        raise ValueError(f"not a watchdog text message ({len(raw)} bytes, flag {raw[:1]!r})")
+    return raw[1:].decode("utf-8")
 
 
 class Watchdog:
@@ -121,52 +143,62 @@ class Watchdog:
             return
         self.wait_collective([self.comm.Ialltoall(sendbuf, recvbuf)], what)
 
-    def allgather(self, obj, what: str) -> list:
-        """``comm.allgather(obj)`` (any picklable object); with a deadline, ``Iallgather`` of the pickles' sizes
-        then ``Iallgatherv`` of their bytes, each polled to completion."""
+    def _collective(self, call: str, *args, what: str, turns: int = 1, **kw) -> None:
+        """``comm.<call>(*args, **kw)`` (a buffer collective, e.g. ``"Bcast"``); with a deadline (``turns`` x the
+        timeout), its non-blocking twin (``Ibcast``) polled to completion."""
         if not self.active:
-            return self.comm.allgather(obj)
-        data = np.frombuffer(MPI.pickle.dumps(obj), dtype=np.uint8)
+            getattr(self.comm, call)(*args, **kw)
+            return
+        self.wait_collective([getattr(self.comm, "I" + call.lower())(*args, **kw)], what, turns)
+
+    def allgather_text(self, msg: str | None, what: str) -> list[str | None]:
+        """Every rank's ``msg`` (text or None), in rank order: ``Allgather`` of the encoded sizes, then
+        ``Allgatherv`` of the bytes (with a deadline, ``Iallgather`` and ``Iallgatherv`` polled to completion)."""
+        data = encode_text(msg)
         sizes = np.zeros(self.comm.size, dtype=np.int64)
-        self.wait_collective([self.comm.Iallgather(np.array([data.size], dtype=np.int64), sizes)], what)
+        self._collective("Allgather", np.array([data.size], dtype=np.int64), sizes, what=what)
         displs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         buf = np.empty(int(sizes.sum()), dtype=np.uint8)
-        self.wait_collective([self.comm.Iallgatherv(data, [buf, (sizes, displs), MPI.BYTE])], what)
-        return [MPI.pickle.loads(buf[d:d + n].tobytes()) for d, n in zip(displs.tolist(), sizes.tolist())]
+        self._collective("Allgatherv", [data, MPI.BYTE], [buf, (sizes, displs), MPI.BYTE], what=what)
+        return [decode_text(buf[d:d + n]) for d, n in zip(displs.tolist(), sizes.tolist())]
 
-    def bcast(self, obj, root: int, what: str, turns: int = 1):
-        """``comm.bcast(obj, root)``; with a deadline (``turns`` x the timeout), ``Ibcast`` of the pickle's size
-        then of its bytes, each polled to completion. Like every collective it cannot name the rank that never
-        arrived (a broadcast may pass through other ranks than ``root``): say in ``what`` what ``root`` does
-        before it."""
-        if not self.active:
-            return self.comm.bcast(obj, root=root)
+    def bcast_text(self, msg: str | None, root: int, what: str, turns: int = 1) -> str | None:
+        """``root``'s ``msg`` (text or None) on every rank: ``Bcast`` of the encoded size, then of the bytes (with
+        a deadline of ``turns`` x the timeout, ``Ibcast`` polled to completion). Like every collective it cannot
+        name the rank that never arrived (a broadcast may pass through other ranks than ``root``): say in
+        ``what`` what ``root`` does before it."""
         mine = self.comm.rank == root
-        data = np.frombuffer(MPI.pickle.dumps(obj), dtype=np.uint8) if mine else None
+        data = encode_text(msg) if mine else None
         n = np.array([data.size if mine else 0], dtype=np.int64)
-        self.wait_collective([self.comm.Ibcast(n, root=root)], what, turns)
-        buf = data.copy() if mine else np.empty(int(n[0]), dtype=np.uint8)
-        self.wait_collective([self.comm.Ibcast([buf, MPI.BYTE], root=root)], what, turns)
-        return obj if mine else MPI.pickle.loads(buf.tobytes())
+        self._collective("Bcast", n, root=root, what=what, turns=turns)
+        buf = data if mine else np.empty(int(n[0]), dtype=np.uint8)
+        self._collective("Bcast", [buf, MPI.BYTE], root=root, what=what, turns=turns)
+        return msg if mine else decode_text(buf)
 
-    def send(self, obj, dest: int, tag: int, what: str) -> None:
-        """``comm.send(obj, dest, tag)``; with a deadline, ``isend`` waited for with :meth:`waitall`."""
+    def send_text(self, msg: str | None, dest: int, tag: int, what: str) -> None:
+        """``Send`` of ``msg`` (text or None) to ``dest``; with a deadline, ``Isend`` waited for with
+        :meth:`waitall` (which names ``dest``)."""
+        data = encode_text(msg)
         if not self.active:
-            self.comm.send(obj, dest=dest, tag=tag)
+            self.comm.Send([data, MPI.BYTE], dest=dest, tag=tag)
             return
-        self.waitall([self.comm.isend(obj, dest=dest, tag=tag)], [dest], what)
+        self.waitall([self.comm.Isend([data, MPI.BYTE], dest=dest, tag=tag)], [dest], what)
 
-    def recv(self, source: int, tag: int, what: str, turns: int = 1):
-        """``comm.recv(source=source, tag=tag)``; with a deadline (``turns`` x the timeout: e.g. the turns of the
-        ranks before this one), ``improbe`` polled until the message is there, then received. A rank that waits
-        too long names ``source``."""
+    def recv_text(self, source: int, tag: int, what: str, turns: int = 1) -> str | None:
+        """The text (or None) that ``source`` sent with :meth:`send_text`: ``Mprobe`` for its length, then the
+        matched ``Recv``. With a deadline (``turns`` x the timeout: e.g. the turns of the ranks before this one),
+        ``Improbe`` polled until the message is there; a rank that waits too long names ``source``."""
+        status = MPI.Status()
         if not self.active:
-            return self.comm.recv(source=source, tag=tag)
-
-        def test():
-            msg = self.comm.improbe(source=source, tag=tag)
-            return msg is not None, msg
-        return self._poll(test, lambda waited: self._message(waited, [source], what, turns), turns).recv()
+            matched = self.comm.Mprobe(source=source, tag=tag, status=status)
+        else:
+            def test():
+                m = self.comm.Improbe(source=source, tag=tag, status=status)
+                return m is not None, m
+            matched = self._poll(test, lambda waited: self._message(waited, [source], what, turns), turns)
+        buf = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
+        matched.Recv([buf, MPI.BYTE])
+        return decode_text(buf)
 
     # -- firing ---------------------------------------------------------------------------------------------
     def _message(self, waited: float, peers, what: str, turns: int = 1) -> str:

@@ -162,7 +162,7 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
     pred = lg.argmax(axis=1).astype(np.int64) if lg.shape[1] else np.zeros(len(ids), np.int64)
     err = None
     if rank > 0:
-        err = wd.recv(rank - 1, _TOKEN_TAG, f"{what} (rank {rank - 1} writes before rank {rank})", turns=rank)
+        err = wd.recv_text(rank - 1, _TOKEN_TAG, f"{what} (rank {rank - 1} writes before rank {rank})", turns=rank)
     if on_turn is not None:
         on_turn()
     if err is None:
@@ -184,9 +184,9 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
         except Exception as e:  # noqa: BLE001 - reported on every rank below
             err = f"{failure_reason(e)} (on rank {rank})"
     if size > 1:
-        wd.send(err, (rank + 1) % size, _TOKEN_TAG, f"{what} (handing the turn on)")
+        wd.send_text(err, (rank + 1) % size, _TOKEN_TAG, f"{what} (handing the turn on)")
         if rank == 0:
-            err = wd.recv(size - 1, _TOKEN_TAG, f"{what} (rank {size - 1} writes last and hands the file back to "
+            err = wd.recv_text(size - 1, _TOKEN_TAG, f"{what} (rank {size - 1} writes last and hands the file back to "
                                                 "rank 0)", turns=size - 1)
     if rank == 0:
         if err is None:
@@ -195,6 +195,6 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
             os.replace(tmp, path)
         else:
             Path(tmp).unlink(missing_ok=True)
-    err = wd.bcast(err, 0, f"{what} (rank 0 puts the file in place once every rank has written)", turns=size)
+    err = wd.bcast_text(err, 0, f"{what} (rank 0 puts the file in place once every rank has written)", turns=size)
     if err is not None:
         raise OutputError(path, err)

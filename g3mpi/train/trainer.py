@@ -412,7 +412,7 @@ def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None, res
                 _create_run_dir(cfg, out)
         except (OSError, ValueError, OutputError) as e:
             err = str(e)
-    err = (watchdog or Watchdog(comm, 0)).bcast(err, 0, "start-up step 'run directory' (rank 0 prepares it)")
+    err = (watchdog or Watchdog(comm, 0)).bcast_text(err, 0, "start-up step 'run directory' (rank 0 prepares it)")
     return (None if err else out), err
 
 
