@@ -201,7 +201,7 @@ LOAD_FAULTS = {
     "recv_parts_2d": (_recv_parts_2d, []),
     "unlabelled_train_node": (_unlabelled_train_node, []),
     "no_train_nodes": (_no_train_nodes, []),
-    # the same start-up checks with the watchdog's deadline-polled collectives (pickles of unequal sizes)
+    # the same start-up checks with the watchdog's deadline-polled collectives (error texts of unequal sizes)
     "byte_flipped_watchdog": (_flip_byte, ["--comm-timeout", "30"]),
     "neighbour_mismatch_watchdog": (_neighbour_mismatch, ["--comm-timeout", "30"]),
     "no_train_nodes_watchdog": (_no_train_nodes, ["--comm-timeout", "30"]),
@@ -519,6 +519,14 @@ def test_time_limit_passed_on_one_rank_only(parts, tmp_path):
 
 
 # -- faults during training -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("P", [1, 2, 3])
+def test_watchdog_text_messages_between_ranks(P):
+    """The start-up's and the outputs' control messages (an error text or None) arrive as sent on every rank,
+    with and without a deadline, and never through pickle (tests/mpi_watchdog.py refuses it)."""
+    p = run_mpi(P, "tests.mpi_watchdog", timeout=120)
+    assert f"WATCHDOG TEXT OK {P}" in p.stdout, p.stdout + p.stderr
+
+
 def test_watchdog_names_stalled_neighbour(parts, tmp_path):
     run = tmp_path / "run"
     p = train(3, parts / "p3", run, "--epochs", "8", "--comm-timeout", COMM_TIMEOUT, check=False, timeout=150,
