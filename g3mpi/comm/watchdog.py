@@ -115,34 +115,6 @@ class Watchdog:
         self._poll(lambda: (MPI.Request.Testall(reqs), None),
                    lambda waited: self._message(waited, None, what, turns), turns)
 
-    def allreduce(self, buf, op=MPI.SUM, what: str = "gradient allreduce") -> None:
-        """In-place ``Allreduce`` of a numpy buffer; with a deadline, a non-blocking one polled to completion."""
-        if not self.active:
-            self.comm.Allreduce(MPI.IN_PLACE, buf, op=op)
-            return
-        self.wait_collective([self.comm.Iallreduce(MPI.IN_PLACE, buf, op=op)], what)
-
-    def gather(self, sendbuf, recvbuf, root: int, what: str) -> None:
-        """``Gather`` of numpy buffers to ``root``; with a deadline, ``Igather`` polled to completion."""
-        if not self.active:
-            self.comm.Gather(sendbuf, recvbuf, root=root)
-            return
-        self.wait_collective([self.comm.Igather(sendbuf, recvbuf, root=root)], what)
-
-    def barrier(self, what: str) -> None:
-        """``Barrier``; with a deadline, ``Ibarrier`` polled to completion."""
-        if not self.active:
-            self.comm.Barrier()
-            return
-        self.wait_collective([self.comm.Ibarrier()], what)
-
-    def alltoall(self, sendbuf, recvbuf, what: str) -> None:
-        """``Alltoall`` of numpy buffers; with a deadline, ``Ialltoall`` polled to completion."""
-        if not self.active:
-            self.comm.Alltoall(sendbuf, recvbuf)
-            return
-        self.wait_collective([self.comm.Ialltoall(sendbuf, recvbuf)], what)
-
     def _collective(self, call: str, *args, what: str, turns: int = 1, **kw) -> None:
         """``comm.<call>(*args, **kw)`` (a buffer collective, e.g. ``"Bcast"``); with a deadline (``turns`` x the
         timeout), its non-blocking twin (``Ibcast``) polled to completion."""
@@ -150,6 +122,22 @@ class Watchdog:
             getattr(self.comm, call)(*args, **kw)
             return
         self.wait_collective([getattr(self.comm, "I" + call.lower())(*args, **kw)], what, turns)
+
+    def allreduce(self, buf, op=MPI.SUM, what: str = "gradient allreduce") -> None:
+        """In-place ``Allreduce`` of a numpy buffer; with a deadline, a non-blocking one polled to completion."""
+        self._collective("Allreduce", MPI.IN_PLACE, buf, op=op, what=what)
+
+    def gather(self, sendbuf, recvbuf, root: int, what: str) -> None:
+        """``Gather`` of numpy buffers to ``root``; with a deadline, ``Igather`` polled to completion."""
+        self._collective("Gather", sendbuf, recvbuf, root=root, what=what)
+
+    def barrier(self, what: str) -> None:
+        """``Barrier``; with a deadline, ``Ibarrier`` polled to completion."""
+        self._collective("Barrier", what=what)
+
+    def alltoall(self, sendbuf, recvbuf, what: str) -> None:
+        """``Alltoall`` of numpy buffers; with a deadline, ``Ialltoall`` polled to completion."""
+        self._collective("Alltoall", sendbuf, recvbuf, what=what)
 
     def allgather_text(self, msg: str | None, what: str) -> list[str | None]:
         """Every rank's ``msg`` (text or None), in rank order: ``Allgather`` of the encoded sizes, then
