@@ -207,3 +207,34 @@ def test_rmat_round_trip(tmp_path):
     keys = {k for k in keys if k // 1024 != k % 1024}
     assert set((s2 * 1024 + d2).tolist()) == keys and g2.num_edges == len(keys)
     np.testing.assert_array_equal(g2.features, g.features)                     # features depend on the seed only
+
+
+def test_config_from_the_command_line():
+    # one frozen PrepareConfig, built right after parsing: options not given take the dataclasses' defaults, and
+    # no function below main sees the argparse namespace
+    import dataclasses
+    from pathlib import Path
+
+    from data_tools.prepare import EdgelistSource, PrepareConfig, RmatSource, SbmSource, build_parser, config_from
+
+    def config(*argv):
+        return config_from(build_parser().parse_args([*map(str, argv), "--out", "g.h5"]))
+    cfg = config("sbm", "--nodes", 300, "--homophily", 0.9, "--symmetrize", "--seed", 4, "--val", 0.1, "-q")
+    assert cfg.source == SbmSource(nodes=300, homophily=0.9) and cfg.out == Path("g.h5")
+    assert cfg.options == common.PrepareOptions(symmetrize=True, val=0.1, seed=4, quiet=True)
+    assert (cfg.source.homophily, cfg.source.noise, cfg.source.feature_dim) == (0.9, 0.5, 64)
+    assert config("rmat", "--scale", 5).source == RmatSource(scale=5, edge_factor=16, feature_dim=32, classes=16,
+                                                             noise=1.0)
+    cfg = config("edgelist", "e.txt", "--no-header", "--node-ids", "ids.npy", "--self-loops", "drop")
+    assert cfg.source == EdgelistSource(input=Path("e.txt"), header=False, node_ids=Path("ids.npy"))
+    assert (cfg.source.delimiter, cfg.source.feature_dim, cfg.options.self_loops) == ("auto", 0, "drop")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.out = Path("other.h5")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.source.input = Path("other.txt")
+    # the checks of the options together: the same messages as g3-prepare prints (exit 2)
+    with pytest.raises(ValueError, match=r"^--train and --val must be fractions with train \+ val <= 1 "
+                                         r"\(got 0\.9, 0\.5\)$"):
+        config("sbm", "--train", 0.9, "--val", 0.5)
+    with pytest.raises(ValueError, match=r"^--seed must be >= 0"):
+        PrepareConfig(source=SbmSource(), out=Path("g.h5"), options=common.PrepareOptions(seed=-1))
