@@ -153,15 +153,45 @@ def test_options_checked_together(args, msg, capsys):
 
 
 def test_zero_is_a_value_not_the_default(tmp_path):
-    from g3mpi.bench.cli import build_parser, parse_args, sizes_for
-    a = parse_args(["scaling", "--threads", "3", "--nodes", "2", "--smoke", "--out", "o"])
-    sz = sizes_for("scaling", a)
+    from g3mpi.bench.cli import build_parser, parse_args
+    sz = parse_args(["scaling", "--threads", "3", "--nodes", "2", "--smoke", "--out", "o"]).sizes_for("scaling")
     assert (sz.threads, sz.nodes) == (3, 2)
     assert "partitions (4)" in build_parser().format_help()   # --ranks names every suite it applies to
     p = run_module("g3mpi.bench.cli", "vs-pyg", "--smoke", "--epochs", "0", "--out", tmp_path / "o", check=False,
                    timeout=120)
     assert p.returncode == 2 and "argument --epochs: 0: must be at least 1" in p.stderr
     assert "Traceback" not in p.stderr and not (tmp_path / "o").exists()
+
+
+def test_config_from_the_command_line(capsys):
+    # one frozen BenchConfig, built and checked right after parsing; None: the suite's default
+    import dataclasses
+
+    from g3mpi.bench.cli import BenchConfig, parse_args
+    from g3mpi.bench.common import SYSTEMS, Sizes
+    cfg = parse_args(["schedules", "--dims", "8,12,3", "--heads", "4", "--models", "gat", "--ranks", "3",
+                      "--no-plots", "--out", "o"])
+    assert cfg == BenchConfig(suite="schedules", out=Path("o"), dims=(8, 12, 3), heads=4, models=("gat",), ranks=3,
+                              plots=False)
+    assert (cfg.sim_net, cfg.repeats, cfg.max_ranks, cfg.systems, cfg.smoke) == ("10Gbit,20us", 2, 8, SYSTEMS, False)
+    assert cfg.sizes_for("schedules") == Sizes(nodes=65_536, edges=2_097_152, dims=(8, 12, 3), epochs=5, heads=4,
+                                               graph="rmat")
+    assert (cfg.models_for("schedules"), cfg.ranks_for("schedules"), cfg.suites()) == (("gat",), 3, ("schedules",))
+    cfg = parse_args(["all", "--smoke", "--systems", "pyg-csr,g3mpi", "--out", "o"])
+    assert cfg.systems == ("g3mpi", "pyg-csr") and cfg.plots and cfg.suites()[0] == "vs-pyg"
+    assert (cfg.models_for("kernels"), cfg.ranks_for("bytes"), cfg.sizes_for("scaling").threads) == \
+        (("gcn", "sage"), 2, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.heads = 2
+    # the checks together are the dataclass's: the same message from BenchConfig and from the command line
+    msg = "vs-pyg: --heads 3 must divide the hidden width 256 of GAT (hidden width = heads x channels)"
+    with pytest.raises(ValueError) as e:
+        BenchConfig(suite="vs-pyg", out=Path("o"), heads=3)
+    assert str(e.value) == msg
+    with pytest.raises(SystemExit) as e:
+        parse_args(["vs-pyg", "--heads", "3", "--out", "o"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == f"g3-bench: error: {msg} (g3-bench --help lists the options)\n"
 
 
 @pytest.fixture

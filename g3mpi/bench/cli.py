@@ -25,7 +25,10 @@ import argparse
 import sys
 import time
 import traceback
+from dataclasses import dataclass, fields
 from pathlib import Path
+
+from .common import SYSTEMS, Sizes
 
 PROG = "g3-bench"
 SUITES = ("vs-pyg", "kernels", "bytes", "schedules", "scaling", "memory", "partitions")
@@ -52,6 +55,67 @@ SMOKE = {
 MODELS = {"vs-pyg": "gcn,sage,gat", "kernels": "gcn,sage", "bytes": "gcn,sage", "schedules": "gcn,gat",
           "scaling": "gcn", "memory": "gcn,sage", "partitions": "gcn"}
 RANKS = {"bytes": 4, "schedules": 4, "memory": 2, "partitions": 4}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One g3-bench run. ValueError on options that do not go together for a suite to run (exit 2 from
+    :func:`parse_args`). The parser leaves an option not given as None: the defaults are here, and where a field
+    is None, the suite's own (DEFAULTS or SMOKE, MODELS, RANKS)."""
+
+    # what to run, and where
+    suite: str                          # one of SUITES, or "all"
+    out: Path                           # output directory (DIR/<suite>.json and plots)
+    work: Path | None = None            # generated graphs and partitions (None: OUT/work)
+    # graph and model sizes (None: the suite's)
+    nodes: int | None = None
+    edges: int | None = None
+    dims: tuple | None = None           # in, hidden..., out
+    epochs: int | None = None           # measured epochs per system (a warm-up epoch comes first)
+    gat_epochs: int | None = None       # of GAT in vs-pyg (None: epochs)
+    threads: int | None = None          # torch threads per rank (None: 1; scaling: 2)
+    heads: int = 8                      # GAT heads of hidden layers (they must divide the hidden width)
+    models: tuple | None = None
+    graph: str | None = None            # generator of the multi-rank suites: sbm | rmat
+    # how the suites measure
+    ranks: int | None = None            # of the multi-rank suites (None: RANKS; smoke: 2)
+    sim_net: str = "10Gbit,20us"        # schedules, partitions: simulated network BANDWIDTH,LATENCY
+    balance: str | None = None          # schedules: METIS vertex weights (None: edges)
+    repeats: int = 2                    # scaling, partitions: alternating launches per configuration (smoke: 1)
+    max_ranks: int = 8                  # scaling: largest oversubscribed rank count (smoke: 2)
+    systems: tuple = SYSTEMS            # vs-pyg: the systems compared
+    smoke: bool = False                 # tiny sizes: checks that a suite runs, measures nothing
+    plots: bool = True
+
+    def __post_init__(self):
+        for suite in self.suites():
+            models = self.models_for(suite)
+            if suite == "kernels" and "gat" in models:
+                raise ValueError(f"kernels: --models {','.join(models)}: the kernels suite times GCN and SAGE only")
+            dims = self.sizes_for(suite).dims
+            if "gat" in models and len(dims) > 2 and dims[1] % self.heads:
+                raise ValueError(f"{suite}: --heads {self.heads} must divide the hidden width {dims[1]} of GAT "
+                                 f"(hidden width = heads x channels)")
+            if suite == "scaling" and self.threads is not None and self.threads < 2:
+                raise ValueError(f"scaling: --threads {self.threads}: it compares 1 rank x T threads with T ranks "
+                                 f"x 1 thread, so T must be at least 2")
+
+    def suites(self) -> tuple:
+        return SUITES if self.suite == "all" else (self.suite,)
+
+    def models_for(self, suite: str) -> tuple:
+        return self.models or tuple(MODELS[suite].split(","))
+
+    def ranks_for(self, suite: str) -> int | None:
+        return self.ranks if self.ranks is not None else (2 if self.smoke else RANKS.get(suite))
+
+    def sizes_for(self, suite: str) -> Sizes:
+        n, e, dims, ep, gen = (SMOKE if self.smoke else DEFAULTS)[suite]
+        default = lambda v, d: d if v is None else v  # noqa: E731 - 0 is a value, not "not given"
+        threads = default(self.threads, 2 if suite == "scaling" else 1)
+        return Sizes(nodes=default(self.nodes, n), edges=default(self.edges, e),
+                     dims=default(self.dims, parse_dims(dims)), epochs=default(self.epochs, ep), threads=threads,
+                     heads=self.heads, graph=gen if gen == "random" else (self.graph or gen))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -132,18 +196,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="ranks of bytes (4), schedules (4), memory (2), partitions (4); --smoke: 2")
     ap.add_argument("--models", type=_models, help="comma-separated models: gcn, sage, gat (default per suite; "
                                                    "kernels: gcn and sage only)")
-    ap.add_argument("--heads", type=_int(1), default=8,
+    ap.add_argument("--heads", type=_int(1),
                     help="GAT heads of hidden layers (hidden width = heads x channels: they must divide it)")
     ap.add_argument("--graph", choices=("sbm", "rmat"), help="generator of the multi-rank suites")
-    ap.add_argument("--sim-net", default="10Gbit,20us", type=_sim_net,
+    ap.add_argument("--sim-net", type=_sim_net,
                     help="schedules, partitions: simulated network BANDWIDTH,LATENCY")
     ap.add_argument("--balance", choices=("nodes", "edges", "both", "train"),
                     help="schedules: METIS vertex weights of the partition (default edges)")
-    ap.add_argument("--repeats", type=_int(1), default=2,
+    ap.add_argument("--repeats", type=_int(1),
                     help="scaling, partitions: alternating launches per configuration (--smoke: 1)")
-    ap.add_argument("--max-ranks", type=_int(1), default=8,
+    ap.add_argument("--max-ranks", type=_int(1),
                     help="scaling: largest oversubscribed rank count (--smoke: 2)")
-    ap.add_argument("--systems", default="g3mpi,g3mpi-nocache,pyg-csr,pyg-edge_index", type=_systems,
+    ap.add_argument("--systems", type=_systems,
                     help="vs-pyg: systems compared (g3mpi and pyg-csr always; pyg-edge_index needs several GiB "
                          "at the default size)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks that a suite runs, measures nothing")
@@ -151,46 +215,31 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def parse_args(argv) -> argparse.Namespace:
-    """The options, checked alone and together for every suite to run (exit 2 with one line otherwise)."""
+def parse_args(argv) -> BenchConfig:
+    """The options as a BenchConfig, checked alone and together for every suite to run (exit 2 with one line
+    otherwise)."""
     ap = build_parser()
     a = ap.parse_args(argv)
-    for suite in (SUITES if a.suite == "all" else (a.suite,)):
-        models = a.models or tuple(MODELS[suite].split(","))
-        if suite == "kernels" and "gat" in models:
-            ap.error(f"kernels: --models {','.join(models)}: the kernels suite times GCN and SAGE only")
-        dims = sizes_for(suite, a).dims
-        if "gat" in models and len(dims) > 2 and dims[1] % a.heads:
-            ap.error(f"{suite}: --heads {a.heads} must divide the hidden width {dims[1]} of GAT "
-                     f"(hidden width = heads x channels)")
-        if suite == "scaling" and a.threads is not None and a.threads < 2:
-            ap.error(f"scaling: --threads {a.threads}: it compares 1 rank x T threads with T ranks x 1 thread, "
-                     f"so T must be at least 2")
-    return a
+    given = {k: v for k, v in vars(a).items() if v is not None}
+    try:
+        return BenchConfig(**{f.name: given[f.name] for f in fields(BenchConfig) if f.name in given},
+                           plots=not a.no_plots)
+    except ValueError as e:
+        ap.error(str(e))
 
 
-def sizes_for(suite: str, a):
-    from .common import Sizes
-    n, e, dims, ep, gen = (SMOKE if a.smoke else DEFAULTS)[suite]
-    default = lambda v, d: d if v is None else v  # noqa: E731 - 0 is a value, not "not given"
-    threads = default(a.threads, 2 if suite == "scaling" else 1)
-    return Sizes(nodes=default(a.nodes, n), edges=default(a.edges, e), dims=default(a.dims, parse_dims(dims)),
-                 epochs=default(a.epochs, ep), threads=threads, heads=a.heads,
-                 graph=gen if gen == "random" else (a.graph or gen))
-
-
-def run_suite(suite: str, a, argv) -> dict:
+def run_suite(suite: str, cfg: BenchConfig, argv) -> dict:
     from . import common
-    sz = sizes_for(suite, a)
-    models = a.models or tuple(MODELS[suite].split(","))
-    work = a.work or a.out / "work"
+    sz = cfg.sizes_for(suite)
+    models = cfg.models_for(suite)
+    work = cfg.work or cfg.out / "work"
     work.mkdir(parents=True, exist_ok=True)
-    ranks = a.ranks if a.ranks is not None else (2 if a.smoke else RANKS.get(suite))
+    ranks = cfg.ranks_for(suite)
     comm = common.world()
     t0 = time.time()
     if suite == "vs-pyg":
         from .pyg import run
-        res = common.on_root(lambda: run(sz, models=models, gat_epochs=a.gat_epochs, systems=a.systems))
+        res = common.on_root(lambda: run(sz, models=models, gat_epochs=cfg.gat_epochs, systems=cfg.systems))
     elif suite == "kernels":
         from .kernels import run
         res = common.on_root(lambda: run(sz, models=models))
@@ -199,27 +248,28 @@ def run_suite(suite: str, a, argv) -> dict:
         res = run(sz, work, ranks=ranks, models=models)
     elif suite == "schedules":
         from .overlap import run
-        res = run(sz, work, ranks=ranks, sim_net=a.sim_net, models=models, balance=a.balance or "edges")
+        res = run(sz, work, ranks=ranks, sim_net=cfg.sim_net, models=models, balance=cfg.balance or "edges")
     elif suite == "scaling":
         from .scaling import run
-        over = tuple(p for p in (1, 2, 4, 8, 16, 32) if p <= (2 if a.smoke else a.max_ranks))
-        res = run(sz, work, model=models[0], repeats=1 if a.smoke else a.repeats, oversub=over)
+        over = tuple(p for p in (1, 2, 4, 8, 16, 32) if p <= (2 if cfg.smoke else cfg.max_ranks))
+        res = run(sz, work, model=models[0], repeats=1 if cfg.smoke else cfg.repeats, oversub=over)
     elif suite == "partitions":
         from .partitions import run
-        res = run(sz, work, ranks=ranks, sim_net=a.sim_net, model=models[0], repeats=1 if a.smoke else a.repeats)
+        res = run(sz, work, ranks=ranks, sim_net=cfg.sim_net, model=models[0],
+                  repeats=1 if cfg.smoke else cfg.repeats)
     else:
         from .memory import run
         res = run(sz, work, ranks=ranks, models=models)
     doc = dict(suite=suite, command="g3-bench " + " ".join(argv), sizes=sz.as_dict(), models=list(models),
-               smoke=bool(a.smoke), machine=common.machine_info(), elapsed_s=round(time.time() - t0, 1),
+               smoke=cfg.smoke, machine=common.machine_info(), elapsed_s=round(time.time() - t0, 1),
                result=res, plots=[])
 
     def output():
-        if not a.no_plots:
+        if cfg.plots:
             from .plots import PLOTS
-            doc["plots"] = [Path(f).name for f in PLOTS[suite](res, a.out)]
-        common.write_json(a.out / f"{suite}.json", doc)
-        common.progress(f"{suite}: wrote {a.out / (suite + '.json')}" +
+            doc["plots"] = [Path(f).name for f in PLOTS[suite](res, cfg.out)]
+        common.write_json(cfg.out / f"{suite}.json", doc)
+        common.progress(f"{suite}: wrote {cfg.out / (suite + '.json')}" +
                         (f" and {', '.join(doc['plots'])}" if doc["plots"] else ""))
     common.on_root(output)   # a failure on rank 0 reaches every rank (the next suite would wait for it)
     return doc
@@ -248,15 +298,15 @@ def fail(comm, e: BaseException) -> int:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    a = parse_args(argv)   # bad options: exit 2 on every rank, before any communication
+    cfg = parse_args(argv)   # bad options: exit 2 on every rank, before any communication
     from .common import on_root, world
     comm = world()
     try:
-        if a.out.exists() and not a.out.is_dir():
-            raise ValueError(f"{a.out}: exists and is not a directory")
-        on_root(lambda: a.out.mkdir(parents=True, exist_ok=True))
-        for suite in (SUITES if a.suite == "all" else (a.suite,)):
-            run_suite(suite, a, argv)
+        if cfg.out.exists() and not cfg.out.is_dir():
+            raise ValueError(f"{cfg.out}: exists and is not a directory")
+        on_root(lambda: cfg.out.mkdir(parents=True, exist_ok=True))
+        for suite in cfg.suites():
+            run_suite(suite, cfg, argv)
     except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
         return fail(comm, e)
     return 0
