@@ -194,6 +194,23 @@ def test_config_from_the_command_line(capsys):
     assert capsys.readouterr().err == f"g3-bench: error: {msg} (g3-bench --help lists the options)\n"
 
 
+def test_worker_config_from_its_command_line():
+    # what the suites put on the worker's command line (common.run_worker) comes back as a frozen WorkerConfig
+    import dataclasses
+
+    from g3mpi.bench import worker
+    cfg = worker.parse_args(["--parts", "p", "--designs", "g3,replicate-all", "--schedules", "pipelined,nocomm",
+                             "--no-input-cache", "--epochs", "2", "--json", "w.json"])
+    assert cfg == worker.WorkerConfig(parts="p", json="w.json", designs=("g3", "replicate-all"),
+                                      schedules=("pipelined", "nocomm"), epochs=2, input_cache=False)
+    assert (cfg.model, cfg.hidden, cfg.layers, cfg.heads, cfg.sim_net, cfg.threads) == ("gcn", 256, 2, 8, "", 1)
+    assert worker.parse_args(["--parts", "p", "--json", "w.json"]).designs == ("g3",)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.epochs = 3
+    with pytest.raises(ValueError, match=r"^unknown design 'g4' \(g3, g3-original, replicate-all\)$"):
+        worker.parse_args(["--parts", "p", "--designs", "g3,g4", "--json", "w.json"])
+
+
 @pytest.fixture
 def live_contexts(monkeypatch):
     """The CommContexts made and not freed since the fixture started."""
@@ -231,10 +248,9 @@ def test_worker_closes_its_trainers(tmp_path, live_contexts):
     from g3mpi.bench.common import Sizes, prepare_graph, prepare_parts
     graph = prepare_graph(Sizes(nodes=300, edges=2400, dims=(8, 16, 3), epochs=1), tmp_path)
     parts = prepare_parts(graph, 1, tmp_path)
-    a = worker.build_parser().parse_args(["--parts", str(parts), "--hidden", "16", "--epochs", "1",
-                                          "--designs", "g3,g3-original,replicate-all",
-                                          "--json", str(tmp_path / "w.json")])
-    res = worker.run(a, MPI.COMM_SELF)   # not worker.main: an error there would abort the test process
+    cfg = worker.parse_args(["--parts", str(parts), "--hidden", "16", "--epochs", "1",
+                             "--designs", "g3,g3-original,replicate-all", "--json", str(tmp_path / "w.json")])
+    res = worker.run(cfg, MPI.COMM_SELF)   # not worker.main: an error there would abort the test process
     # replicate-all on one part (no halo) once failed with an IndexError on the empty halo list
     assert set(res["variants"]) == {"g3", "g3-original", "replicate-all"}
     assert not live_contexts

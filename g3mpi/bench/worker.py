@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -129,20 +130,51 @@ class Variant:
         return self._step(epoch)
 
 
+@dataclass(frozen=True)
+class WorkerConfig:
+    """One worker run. The suites pass it on the worker's command line (``common.run_worker``), which
+    :func:`parse_args` reads back; the parser leaves an option not given as None, and the defaults are here."""
+
+    # input and output
+    parts: str                          # partition directory
+    json: str                           # written by rank 0
+    # the model
+    model: str = "gcn"                  # gcn | sage | gat
+    hidden: int = 256                   # hidden width (GAT: per head)
+    layers: int = 2
+    heads: int = 8
+    # what is measured: every (design, schedule) pair, epoch by epoch in turn
+    designs: tuple = ("g3",)            # of DESIGNS
+    schedules: tuple = ("pipelined",)
+    sim_net: str = ""                   # simulated network BANDWIDTH,LATENCY ("": off)
+    chunk_rows: int = 0
+    epochs: int = 5                     # measured epochs (after a warm-up epoch)
+    threads: int = 1                    # torch threads per rank
+    release_memory: bool = False        # as g3-train --release-memory
+    input_cache: bool = True            # off: every layer exchanges every epoch
+    memory: bool = False                # account the theoretical size of each rank's data
+    check: bool = False                 # compare every variant's initial logits with g3mpi's
+
+    def __post_init__(self):
+        for d in self.designs:
+            if d not in DESIGNS:
+                raise ValueError(f"unknown design {d!r} ({', '.join(DESIGNS)})")
+
+
 def build_parser():
     ap = argparse.ArgumentParser(prog="g3mpi.bench.worker", description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", required=True)
     ap.add_argument("--json", required=True)
-    ap.add_argument("--model", default="gcn", choices=("gcn", "sage", "gat"))
-    ap.add_argument("--hidden", type=int, default=256, help="hidden width (GAT: per head)")
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--designs", default="g3")
-    ap.add_argument("--schedules", default="pipelined")
-    ap.add_argument("--sim-net", default="")
-    ap.add_argument("--chunk-rows", type=int, default=0)
-    ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model", choices=("gcn", "sage", "gat"))
+    ap.add_argument("--hidden", type=int, help="hidden width (GAT: per head)")
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--designs")
+    ap.add_argument("--schedules")
+    ap.add_argument("--sim-net")
+    ap.add_argument("--chunk-rows", type=int)
+    ap.add_argument("--epochs", type=int)
+    ap.add_argument("--threads", type=int)
     ap.add_argument("--release-memory", action="store_true", help="as g3-train --release-memory")
     ap.add_argument("--no-input-cache", action="store_true",
                     help="recompute the first layer's aggregation every epoch (every layer exchanges every epoch)")
@@ -151,53 +183,60 @@ def build_parser():
     return ap
 
 
-def run(a, comm) -> dict | None:
+def parse_args(argv) -> WorkerConfig:
+    """The command line as a WorkerConfig; ValueError on an unknown design."""
+    a = build_parser().parse_args(argv)
+    given = {k: v for k, v in vars(a).items() if v is not None}
+    for k in ("designs", "schedules"):   # comma-separated on the command line
+        if k in given:
+            given[k] = tuple(x for x in given[k].split(",") if x)
+    return WorkerConfig(**{f.name: given[f.name] for f in fields(WorkerConfig) if f.name in given},
+                        input_cache=not a.no_input_cache)
+
+
+def run(cfg: WorkerConfig, comm) -> dict | None:
     from g3mpi.format import read_meta, read_part
     from g3mpi.train import TrainConfig, Trainer
 
     from .naive import ReplicateAllRunner, as_g3_original
-    torch.set_num_threads(a.threads)
+    torch.set_num_threads(cfg.threads)
     warm_libraries(comm)
     rss_base = peak_rss_bytes()
     rss_base_now = current_rss_bytes()
-    if a.release_memory:
+    if cfg.release_memory:
         from g3mpi.train.trainer import return_freed_memory
         return_freed_memory()   # as g3-train --release-memory does before loading the part
-    meta = read_meta(a.parts)
+    meta = read_meta(cfg.parts)
     if meta["num_parts"] != comm.size:
-        raise ValueError(f"{a.parts}: {meta['num_parts']} parts but {comm.size} ranks")
-    part = read_part(a.parts, comm.rank, meta, verify=False)
-    designs = [d for d in a.designs.split(",") if d]
-    schedules = [s for s in a.schedules.split(",") if s]
-    for d in designs:
-        if d not in DESIGNS:
-            raise ValueError(f"unknown design {d!r} ({', '.join(DESIGNS)})")
-    cfg = TrainConfig(parts=a.parts, out="", model=a.model, layers=a.layers, hidden=a.hidden, heads=a.heads,
-                      dropout=0.0, weight_decay=0.0, lr=0.01, threads=a.threads, schedule=schedules[0],
-                      chunk_rows=a.chunk_rows, sim_net=a.sim_net, verify=False, progress=False,
-                      input_cache=not a.no_input_cache, release_memory=a.release_memory)
+        raise ValueError(f"{cfg.parts}: {meta['num_parts']} parts but {comm.size} ranks")
+    part = read_part(cfg.parts, comm.rank, meta, verify=False)
+    train_cfg = TrainConfig(parts=cfg.parts, out="", model=cfg.model, layers=cfg.layers, hidden=cfg.hidden,
+                            heads=cfg.heads, dropout=0.0, weight_decay=0.0, lr=0.01, threads=cfg.threads,
+                            schedule=cfg.schedules[0], chunk_rows=cfg.chunk_rows, sim_net=cfg.sim_net, verify=False,
+                            progress=False, input_cache=cfg.input_cache, release_memory=cfg.release_memory)
     variants = []
     ref = None
     trainers = []   # closed at the end (exchanges and communicators freed); on an error the caller aborts the job
-    for d in designs:
+    for d in cfg.designs:
         if d in ("g3", "g3-original"):
-            tr = Trainer(cfg, comm, part, meta)
+            tr = Trainer(train_cfg, comm, part, meta)
             trainers.append(tr)
             if d == "g3-original":
                 as_g3_original(tr.model)
             if ref is None:
                 ref = tr
-            for s in schedules:
-                variants.append(Variant(d if len(schedules) == 1 else f"{d}:{s}", d, s, tr.train_step, tr.logits, tr))
+            for s in cfg.schedules:
+                name = d if len(cfg.schedules) == 1 else f"{d}:{s}"
+                variants.append(Variant(name, d, s, tr.train_step, tr.logits, tr))
         else:
             if ref is None:
-                ref = Trainer(cfg, comm, part, meta)
+                ref = Trainer(train_cfg, comm, part, meta)
                 trainers.append(ref)
-            dims = [part.feature_dim] + [a.hidden] * (a.layers - 1) + [part.num_classes]
-            rr = ReplicateAllRunner(part, comm, a.model, dims, ref.model.state_dict(), ref.split_sizes["train"])
+            dims = [part.feature_dim] + [cfg.hidden] * (cfg.layers - 1) + [part.num_classes]
+            rr = ReplicateAllRunner(part, comm, cfg.model, dims, ref.model.state_dict(), ref.split_sizes["train"])
             variants.append(Variant(d, d, "blocking", rr.step, rr.logits))
     check = {}
-    if a.check:
+    if cfg.check:
         base = ref.logits()
         for v in variants:
             out = v.logits() if v.trainer is None else v.trainer.logits()
@@ -205,17 +244,17 @@ def run(a, comm) -> dict | None:
             den = comm.allreduce(float((base ** 2).sum()))
             check[v.name] = (num / den) ** 0.5 if den > 0 else 0.0
     acts = None
-    if a.memory:
+    if cfg.memory:
         acts = saved_activation_bytes(ref, 0)
     rss_setup = peak_rss_bytes()
-    for ep in range(a.epochs + 1):
+    for ep in range(cfg.epochs + 1):
         for v in variants:
             comm.Barrier()  # variants must not overlap each other; not inside the timed step
             rec = v.step(ep + 1)
             per_rank = comm.gather(rec, root=0)
             if comm.rank == 0 and ep > 0:
                 v.epochs.append(per_rank)
-    theo = theoretical_bytes(ref, part, acts) if a.memory else None
+    theo = theoretical_bytes(ref, part, acts) if cfg.memory else None
     rank_info = dict(rank=comm.rank, owned=part.num_owned, halo=part.num_halo, send=int(len(part.send_rows)),
                      local_edges=int(part.indptr[-1]), neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
                      rss_base=rss_base, rss_base_current=rss_base_now, rss_after_setup=rss_setup,
@@ -228,8 +267,8 @@ def run(a, comm) -> dict | None:
         tr.close()
     if comm.rank != 0:
         return None
-    out = dict(world_size=comm.size, parts=a.parts, model=a.model, hidden=a.hidden, layers=a.layers,
-               threads=a.threads, sim_net=a.sim_net or None, num_nodes=part.num_nodes, num_edges=part.num_edges,
+    out = dict(world_size=comm.size, parts=cfg.parts, model=cfg.model, hidden=cfg.hidden, layers=cfg.layers,
+               threads=cfg.threads, sim_net=cfg.sim_net or None, num_nodes=part.num_nodes, num_edges=part.num_edges,
                feature_dim=part.feature_dim, num_classes=part.num_classes, ranks=ranks, check_rel_diff=check,
                variants={})
     for v in variants:
@@ -253,9 +292,11 @@ def run(a, comm) -> dict | None:
 
 def main(argv=None, comm=None) -> int:
     comm = comm or MPI.COMM_WORLD
-    a = build_parser().parse_args(argv)
     try:
-        out = run(a, comm)
+        # argparse's errors exit 2 on every rank (a SystemExit passes this except); a bad setting (an unknown
+        # design) aborts the job as any error of the run does
+        cfg = parse_args(argv)
+        out = run(cfg, comm)
     except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
         import traceback
         abort_job(comm, f"g3mpi.bench.worker: error: [rank {comm.rank}] {type(e).__name__}: {e}\n"
@@ -263,7 +304,7 @@ def main(argv=None, comm=None) -> int:
         return 1
     if out is not None:
         from .common import write_json
-        write_json(Path(a.json), out)
+        write_json(Path(cfg.json), out)
     return 0
 
 
