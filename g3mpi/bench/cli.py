@@ -235,7 +235,6 @@ def run_suite(suite: str, cfg: BenchConfig, argv) -> dict:
     work = cfg.work or cfg.out / "work"
     work.mkdir(parents=True, exist_ok=True)
     ranks = cfg.ranks_for(suite)
-    comm = common.world()
     t0 = time.time()
     if suite == "vs-pyg":
         from .pyg import run

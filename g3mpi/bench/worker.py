@@ -17,9 +17,6 @@ peak RSS, the RSS before any data was loaded, and (``--memory``) the theoretical
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
