@@ -273,10 +273,10 @@ window = float(sys.argv[2])
 with StopSignals(repeat_window=window) as stop:
     os.kill(os.getpid(), signal.SIGUSR1)
     time.sleep(0.1)
-    print(stop.received, flush=True)
+    print(stop.signal_name, flush=True)
     os.kill(os.getpid(), second)        # within the window: the same request (e.g. slurmstepd + mpiexec)
     time.sleep(0.1)
-    print("still", stop.received, flush=True)
+    print("still", stop.signal_name, flush=True)
     time.sleep(window)
     os.kill(os.getpid(), second)        # later: a deliberate second signal ends the process
     time.sleep(5)
@@ -290,35 +290,35 @@ with StopSignals() as stop:             # the default window
     os.kill(os.getpid(), signal.SIGTERM)
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(0.2)
-    print(stop.received, flush=True)
+    print(stop.signal_name, flush=True)
 """
 
 
 def test_time_limit_is_a_stop_request_without_a_signal():
     stop = StopSignals()
     stop.stop_after(0.3)
-    assert stop.received is None
+    assert not stop.time_up and stop.signal_name is None
     time.sleep(0.35)
-    assert stop.received == "the time limit (--time-limit 0.3)"
+    assert stop.time_up and stop.signal_name is None and stop.limit_text == "the time limit (--time-limit 0.3)"
     never = StopSignals()
     never.stop_after(0)
-    assert never.received is None
+    assert not never.time_up
 
 
 def test_stop_signals_record_then_restore():
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
     with StopSignals() as stop:
-        assert stop.received is None
+        assert stop.signal_name is None
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)   # the handler runs between bytecodes of the main thread
-        assert stop.received == "SIGTERM"
+        assert stop.signal_name == "SIGTERM"
     assert {s: signal.getsignal(s) for s in before} == before
     # off the main thread nothing is installed (Python allows handlers only there)
     out = {}
     t = threading.Thread(target=lambda: out.setdefault("s", StopSignals().__enter__()))
     t.start()
     t.join()
-    assert out["s"].received is None and not out["s"]._previous
+    assert out["s"].signal_name is None and not out["s"]._previous
 
 
 def test_two_signals_together_are_one_stop_request():

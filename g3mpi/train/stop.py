@@ -44,14 +44,14 @@ REPEAT_WINDOW = 2.0
 
 
 class StopSignals:
-    """Context manager: while active, :data:`STOP_SIGNALS` set :attr:`received` (the first signal's name, e.g.
+    """Context manager: while active, :data:`STOP_SIGNALS` set :attr:`signal_name` (the first signal's name, e.g.
     ``"SIGTERM"``) instead of ending the process; on exit the previous handlers come back.
 
     A stop signal within ``repeat_window`` seconds of the first is ignored (the same request, delivered twice); a
     later one ends the process with the signal's default action.
 
     Only the main thread can install signal handlers (Python's rule); elsewhere this does nothing and
-    :attr:`received` stays None."""
+    :attr:`signal_name` stays None."""
 
     def __init__(self, signals=STOP_SIGNALS, repeat_window: float = REPEAT_WINDOW):
         self.signals = tuple(signals)
@@ -78,14 +78,6 @@ class StopSignals:
     def limit_text(self) -> str:
         """The time limit as the stop line names it: ``"the time limit (--time-limit S)"``."""
         return f"the time limit (--time-limit {self._limit:g})"
-
-    @property
-    def received(self) -> str | None:
-        """What asked for the stop: the first signal's name (``"SIGTERM"``), or :attr:`limit_text` once
-        :meth:`stop_after`'s seconds have passed; None while nothing did."""
-        if self._signal is not None:
-            return self._signal
-        return self.limit_text if self.time_up else None
 
     def stop_after(self, seconds: float) -> None:
         """Ask for a stop ``seconds`` after this object was made (the start of g3-train); 0: never. Unlike a

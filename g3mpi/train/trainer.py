@@ -123,7 +123,8 @@ class Trainer:
                         ", and --patience is ignored" if cfg.patience else "")
         # gradients summed over ranks layer by layer during backward (last layer first), overlapped with it
         self.gradsync = GradSync(comm, [list(c.parameters()) for c in reversed(self.model.convs)], self.watchdog)
-        # the loss, the numbers of ranks with a non-finite loss / gradient, and of ranks asked to stop (a signal)
+        # the loss, the numbers of ranks with a non-finite loss / gradient, past the time limit, and with each stop
+        # signal (STOP_SLOTS)
         self._flags = np.zeros(4 + len(STOP_SLOTS), dtype=np.float64)
         self.start_epoch = 1
         self.resumed = None   # the checkpoint this trainer continues from, if any
@@ -190,8 +191,8 @@ class Trainer:
         dt = time.perf_counter() - t0
         s = stats.as_dict()
         return dict(loss=float(flags[0]), time_up_ranks=int(flags[3]), signal_ranks=flags[4:].astype(int).tolist(),
-                    epoch_time_s=dt, compute_s=dt - s["blocked_s"] - allreduce_s, blocked_s=s["blocked_s"], comm_s=s["comm_s"],
-                    overlap=s["overlap"], allreduce_s=allreduce_s, bytes_sent=s["bytes_sent"],
+                    epoch_time_s=dt, compute_s=dt - s["blocked_s"] - allreduce_s, blocked_s=s["blocked_s"],
+                    comm_s=s["comm_s"], overlap=s["overlap"], allreduce_s=allreduce_s, bytes_sent=s["bytes_sent"],
                     bytes_recv=s["bytes_recv"], messages=s["messages_sent"])
 
     @staticmethod
