@@ -12,9 +12,10 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from g3mpi.cli.options import from_options
 from g3mpi.format import FormatError, check_output, json_text
 
 from .importers.common import PrepareOptions, RawGraph, write_raw_graph
@@ -221,11 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from(args: argparse.Namespace) -> PrepareConfig:
     """The parsed command line as a PrepareConfig: options not given (None) take the dataclasses' defaults."""
-    given = {k: v for k, v in vars(args).items() if v is not None}
-
-    def build(cls):
-        return cls(**{f.name: given[f.name] for f in fields(cls) if f.name in given})
-    return PrepareConfig(source=build(SOURCES[args.kind]), out=args.out, options=build(PrepareOptions))
+    return PrepareConfig(source=from_options(SOURCES[args.kind], args), out=args.out,
+                         options=from_options(PrepareOptions, args))
 
 
 #: the settings that name input files (besides the positional input)

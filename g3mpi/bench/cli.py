@@ -25,8 +25,10 @@ import argparse
 import sys
 import time
 import traceback
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
+
+from g3mpi.cli.options import from_options
 
 from .common import SYSTEMS, Sizes
 
@@ -220,10 +222,8 @@ def parse_args(argv) -> BenchConfig:
     otherwise)."""
     ap = build_parser()
     a = ap.parse_args(argv)
-    given = {k: v for k, v in vars(a).items() if v is not None}
     try:
-        return BenchConfig(**{f.name: given[f.name] for f in fields(BenchConfig) if f.name in given},
-                           plots=not a.no_plots)
+        return from_options(BenchConfig, a, plots=not a.no_plots)
     except ValueError as e:
         ap.error(str(e))
 

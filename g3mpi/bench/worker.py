@@ -17,13 +17,14 @@ peak RSS, the RSS before any data was loaded, and (``--memory``) the theoretical
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from mpi4py import MPI
 
+from g3mpi.cli.options import from_options
 from g3mpi.comm.abort import abort_job
 from g3mpi.train.trainer import current_rss_bytes, peak_rss_bytes
 
@@ -183,12 +184,11 @@ def build_parser():
 def parse_args(argv) -> WorkerConfig:
     """The command line as a WorkerConfig; ValueError on an unknown design."""
     a = build_parser().parse_args(argv)
-    given = {k: v for k, v in vars(a).items() if v is not None}
+    given = dict(vars(a))
     for k in ("designs", "schedules"):   # comma-separated on the command line
-        if k in given:
+        if given[k] is not None:
             given[k] = tuple(x for x in given[k].split(",") if x)
-    return WorkerConfig(**{f.name: given[f.name] for f in fields(WorkerConfig) if f.name in given},
-                        input_cache=not a.no_input_cache)
+    return from_options(WorkerConfig, given, input_cache=not a.no_input_cache)
 
 
 def run(cfg: WorkerConfig, comm) -> dict | None:
