@@ -22,9 +22,15 @@ def no_pickle(*args, **kw):
     raise AssertionError("pickle used for a control message")
 
 
-def main() -> None:
+def refuse_pickle() -> None:
+    """From now on every pickle in this process fails: mpi4py's (``MPI.pickle``, its lowercase calls) and the
+    pickle module's. Also the start of tests/test_reliability_units.py's one-process watchdog scripts."""
     MPI.pickle.__init__(no_pickle, no_pickle)
     pickle.dumps = pickle.loads = no_pickle
+
+
+def main() -> None:
+    refuse_pickle()
     comm = MPI.COMM_WORLD
     rank, size = comm.rank, comm.size
     for timeout in (0.0, 30.0):

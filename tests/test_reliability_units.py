@@ -26,16 +26,12 @@ from tests.conftest import tool_env
 #: the start of both watchdog scripts: a Watchdog on COMM_SELF whose abort raises Fired, and pickle refused (the
 #: control messages travel as text: a pickle anywhere in them, mpi4py's lowercase calls included, fails the test)
 WATCHDOG_PRELUDE = r"""
-import pickle
 import numpy as np
 from mpi4py import MPI
 from g3mpi.comm.watchdog import Watchdog, decode_text, encode_text
+from tests.mpi_watchdog import refuse_pickle
 
-def no_pickle(*args, **kw):
-    raise AssertionError("pickle used")
-
-MPI.pickle.__init__(no_pickle, no_pickle)
-pickle.dumps = pickle.loads = no_pickle
+refuse_pickle()
 
 class Fired(Exception):
     pass

@@ -186,8 +186,8 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
     if size > 1:
         wd.send_text(err, (rank + 1) % size, _TOKEN_TAG, f"{what} (handing the turn on)")
         if rank == 0:
-            err = wd.recv_text(size - 1, _TOKEN_TAG, f"{what} (rank {size - 1} writes last and hands the file back to "
-                                                "rank 0)", turns=size - 1)
+            err = wd.recv_text(size - 1, _TOKEN_TAG, f"{what} (rank {size - 1} writes last and hands the file back "
+                                                     "to rank 0)", turns=size - 1)
     if rank == 0:
         if err is None:
             with open(tmp, "rb+") as fh:

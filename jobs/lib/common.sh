@@ -304,8 +304,9 @@ g3_seconds() {
 
 # g3_run CMD...: run (or print, with G3_DRY_RUN=1) a command, report and return its exit status.
 # G3_TIMEOUT (a duration for timeout(1), e.g. 90m) bounds it: a stop signal, then SIGKILL G3_KILL_AFTER (default
-# 60s) later; status 124. The stop signal is SIGTERM, except for srun: srun takes SIGTERM as "abort the step" and SIGKILLs the tasks
-# (no checkpoint), but forwards SIGUSR1 to them, which g3-train handles like SIGTERM (checkpoint, status 75).
+# 60s) later; status 124. The stop signal is SIGTERM, except for srun: srun takes SIGTERM as "abort the step" and
+# SIGKILLs the tasks (no checkpoint), but forwards SIGUSR1 to them, which g3-train handles like SIGTERM
+# (checkpoint, status 75).
 g3_run() {
     local rc=0 sig=TERM
     if [[ -n ${G3_TIMEOUT:-} ]]; then
