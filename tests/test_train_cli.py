@@ -182,6 +182,96 @@ def test_bad_config(small_parts, tmp_path):
     assert p.returncode != 0 and "dropout" in p.stderr
 
 
+def test_init_from_evaluates_and_fine_tunes_on_any_partition(small_parts, tmp_path):
+    """--init-from RUN/model.pt: with --epochs 0 the same logits as RUN's own predictions on another partition
+    and number of ranks; fine-tuning from it is the same whatever P, and the same as resuming the evaluation-only
+    run to more epochs."""
+    _, root = small_parts
+    model = ["--model", "sage", "--hidden", "8", "--seed", "5", "--dropout", "0.3"]
+    train(2, root / "p2", tmp_path / "r2", *model, "--epochs", "6", "--no-plots")
+    init = tmp_path / "r2" / "model.pt"
+    train(4, root / "p4", tmp_path / "e4", *model, "--epochs", "0", "--init-from", init)
+    e4 = tmp_path / "e4"
+    with h5py.File(tmp_path / "r2" / "predictions.h5") as a, h5py.File(e4 / "predictions.h5") as b:
+        np.testing.assert_allclose(b["logits"][:], a["logits"][:], rtol=1e-5, atol=1e-6)
+        assert np.array_equal(a["pred"][:], b["pred"][:]) and b.attrs["best_epoch"] == 0
+    r2s, e4s = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "r2", e4))
+    assert e4s["epochs"] == e4s["best_epoch"] == 0 and e4s["final_loss"] is None
+    assert [e4s[k] for k in ("train_acc", "val_acc", "test_acc")] == [r2s[k] for k in ("train_acc", "val_acc", "test_acc")]
+    lines = [json.loads(x) for x in (e4 / "metrics.jsonl").read_text().splitlines()]
+    assert [sorted(x) for x in lines] == [["epoch", "test_acc", "train_acc", "val_acc"]] and lines[0]["epoch"] == 0
+    assert not list(e4.glob("*.png"))   # nothing trained, nothing to draw
+    assert tomllib.loads((e4 / "config.toml").read_text())["init_from"] == str(init.resolve())
+    a, b = torch.load(init, weights_only=True), torch.load(e4 / "model.pt", weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # fine-tuning: P = 1 directly, and P = 4 by resuming the evaluation-only run
+    train(1, root / "p1", tmp_path / "f1", *model, "--epochs", "3", "--init-from", init, "--no-plots")
+    run_mpi(4, MOD, "--resume", e4, "--epochs", "3", "--no-progress")
+    for name in ("model.pt", "checkpoint.pt"):   # the best parameters, and the last (epoch 3: trained)
+        f1, f4 = (torch.load(d / name, weights_only=True) for d in (tmp_path / "f1", e4))
+        if name == "checkpoint.pt":
+            assert f1["epoch"] == f4["epoch"] == 3
+            f1, f4 = f1["model"], f4["model"]
+            assert not torch.equal(f1["convs.0.lin_l.weight"], a["convs.0.lin_l.weight"])
+        for k in f1:
+            torch.testing.assert_close(f4[k], f1[k], rtol=1e-5, atol=1e-6)
+    f1s, f4s = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "f1", e4))
+    assert f1s["best_epoch"] == f4s["best_epoch"] and f1s["val_acc"] == f4s["val_acc"] >= e4s["val_acc"]
+    f1m = [json.loads(x) for x in (tmp_path / "f1" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in f1m] == [0, 1, 2, 3] and f1m[0]["val_acc"] == e4s["val_acc"]
+
+
+def test_init_from_refuses_what_does_not_fit(small_parts, tmp_path):
+    """Parameters of another model or a checkpoint: every rank names the file and stops, before any run directory
+    is made; --epochs 0 needs --init-from, --resume refuses it."""
+    _, root = small_parts
+    train(1, root / "p1", tmp_path / "r", "--hidden", "8", "--epochs", "1", "--no-plots")
+    model = tmp_path / "r" / "model.pt"
+    cases = [(model, ["--hidden", "4"], "do not fit this model (--model gcn --layers 2 --hidden 4, 8 features, 4 "
+                                        "classes): convs.0.bias is (8,), the model's (4,); convs.0.lin.weight is "
+                                        "(8, 8), the model's (4, 8)"),
+             (model, ["--model", "sage", "--hidden", "8"], "missing convs.0.lin_l.weight"),
+             (tmp_path / "r" / "checkpoint.pt", ["--hidden", "8"], "is a g3mpi checkpoint: continue its run with "
+                                                                  "--resume RUN")]
+    for path, extra, what in cases:
+        p = run_mpi(2, MOD, "--parts", root / "p2", "--out", tmp_path / "run", "--epochs", "0", "--init-from", path,
+                    *extra, check=False, timeout=120)
+        assert p.returncode != 0, path
+        for r in (0, 1):
+            assert f"[rank {r}] {path}: " in p.stderr and what in p.stderr, p.stderr
+        assert not (tmp_path / "run").exists()
+    p = run_mpi(1, MOD, "--parts", root / "p1", "--out", tmp_path / "run", "--epochs", "0", check=False)
+    assert p.returncode == 2 and "epochs must be at least 1 (got 0); 0 only with init_from" in p.stderr
+    p = run_mpi(1, MOD, "--resume", tmp_path / "r", "--init-from", model, check=False)
+    assert p.returncode == 2 and "--init-from starts a new run" in p.stderr
+
+
+def test_load_model_state_refuses_what_is_not_parameters(tmp_path):
+    from g3mpi.train.checkpoint import CheckpointError, load_model_state, state_mismatch
+    good = {"convs.0.lin.weight": torch.ones(2, 3), "convs.0.bias": torch.zeros(2)}
+    torch.save(good, tmp_path / "good.pt")
+    assert load_model_state(tmp_path / "good.pt").keys() == good.keys()
+    torch.save({**good, "convs.0.bias": torch.tensor([0.0, float("nan")])}, tmp_path / "nan.pt")
+    torch.save({**good, "convs.0.bias": torch.tensor([0, 1])}, tmp_path / "int.pt")
+    torch.save([torch.ones(2)], tmp_path / "list.pt")
+    torch.save({}, tmp_path / "empty.pt")
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "good.pt").read_bytes()[:60])
+
+    class Evil:   # pickled as a class reference: weights_only refuses it without running anything
+        def __reduce__(self):
+            return (print, ("unpickled!",))
+    torch.save({"convs.0.bias": Evil()}, tmp_path / "evil.pt")
+    for name, what in [("nan.pt", "'convs.0.bias' has non-finite values"), ("int.pt", "is a torch.int64 tensor"),
+                       ("list.pt", "not a model state_dict"), ("empty.pt", "not a model state_dict"),
+                       ("cut.pt", "not a readable model file"), ("evil.pt", "not a readable model file"),
+                       ("none.pt", "no such model file")]:
+        with pytest.raises(CheckpointError, match=f"^{tmp_path / name}: .*{what}"):
+            load_model_state(tmp_path / name)
+    assert state_mismatch(good, good) is None
+    assert state_mismatch({"convs.0.bias": torch.zeros(3), "x": torch.zeros(1)}, good) == (
+        "missing convs.0.lin.weight; not in the model x; convs.0.bias is (3,), the model's (2,)")
+
+
 def test_cora_end_to_end(cora_npz, tmp_path):
     partition(cora_graph(cora_npz), 2, tmp_path / "parts")
     train(2, tmp_path / "parts", tmp_path / "run", "--epochs", "100", "--eval-every", "5")

@@ -21,8 +21,11 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: {metrics}: no such file (not a g3-train run directory?)", file=sys.stderr)
         return 1
     try:
-        for p in plot_run(a.run):
+        drawn = plot_run(a.run)
+        for p in drawn:
             print(p)
+        if not drawn:
+            print(f"{PROG}: {metrics} has no trained epoch: nothing to draw", file=sys.stderr)
     except (OutputError, OSError) as e:   # a plot not written, or metrics.jsonl not read
         why = e if isinstance(e, OutputError) else f"{metrics}: cannot be read: {failure_reason(e)}"
         print(f"{PROG}: error: {why}", file=sys.stderr)

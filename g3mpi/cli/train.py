@@ -42,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dropout", type=float, help="dropout on every layer's input")
     g.add_argument("--attn-dropout", type=float, help="GAT attention dropout")
     g.add_argument("--activation")
+    g.add_argument("--init-from", metavar="MODEL_PT",
+                   help="start from these parameters (a run's model.pt; same model, features and classes) instead "
+                        "of the seeded initialisation; with --epochs 0 only evaluate them (accuracies, "
+                        "predictions.h5), on any partition of any graph")
     g = ap.add_argument_group("optimisation")
     g.add_argument("--optimizer", choices=OPTIMIZERS)
     g.add_argument("--lr", type=float)
@@ -82,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="abort the job when a rank waits more than S seconds for another rank: start-up checks, "
                         "training, writing the predictions (0: off)")
     return ap
+
+
+def _heads(cfg) -> str:
+    return f" --heads {cfg.heads} --out-heads {cfg.out_heads}" if cfg.model == "gat" else ""
 
 
 def _line(comm, msg: str) -> str:
@@ -134,7 +142,8 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
     from g3mpi.format import FormatError, part_name, read_meta, read_part
     from g3mpi.log import setup_logging
     from g3mpi.train import ConfigError, Trainer, config_from, prepare_run_dir
-    from g3mpi.train.checkpoint import CHECKPOINT_NAME, CheckpointError, check_compatible, load_checkpoint
+    from g3mpi.train.checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, load_checkpoint,
+                                        load_model_state, state_mismatch)
     from g3mpi.train.faults import TestHooks, TrainingFault
     from g3mpi.train.rundir import OutputError
     from g3mpi.train.stop import EXIT_STOPPED
@@ -147,6 +156,8 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
                 raise ConfigError("--resume takes its settings from RUN/config.toml: give either --config or --resume")
             if args.get("out") and args["out"] != resume:
                 raise ConfigError("--resume continues in RUN itself: --out must be omitted")
+            if args.get("init_from"):
+                raise ConfigError("--resume continues from RUN/checkpoint.pt: --init-from starts a new run")
             toml, args["out"] = f"{resume}/config.toml", resume
         cfg = config_from(toml, args)
         if not cfg.parts:
@@ -208,16 +219,40 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
             err = str(e)
         if not _agree(watchdog, err, "could not resume from the checkpoint", "checkpoint"):
             return 1
+    init = None
+    if cfg.init_from and not resume:   # (a resumed run's parameters come from its checkpoint)
+        err = None
+        try:
+            init = load_model_state(cfg.init_from)
+        except CheckpointError as e:
+            err = str(e)
+        if not _agree(watchdog, err, "could not read the initial model", "initial model"):
+            return 1
+    log.info("part %d: %d owned, %d halo, %d local edges; model %s", part.part_id, part.num_owned,
+             part.num_halo, int(part.indptr[-1]), cfg.model)
+    # the model is built before the run directory is made, so that parameters that do not fit it leave no run
+    try:
+        trainer = Trainer(cfg, comm, part, meta, stop=stop, watchdog=watchdog, hooks=hooks)
+    except Exception:  # noqa: BLE001 - one failing rank must not leave the others waiting
+        abort_job(comm, _line(comm, "setting up training failed:\n" + traceback.format_exc()))
+        return 1
+    if init is not None:
+        why = state_mismatch(init, trainer.model.state_dict())
+        err = why and (f"{cfg.init_from}: its parameters do not fit this model (--model {cfg.model} --layers "
+                       f"{cfg.layers} --hidden {cfg.hidden}{_heads(cfg)}, {part.feature_dim} features, "
+                       f"{part.num_classes} classes): {why}")
+        if not _agree(watchdog, err, "could not start from the initial model", "initial model"):
+            trainer.close()
+            return 1
+        trainer.start_from(init)
     run_dir, err = prepare_run_dir(comm, cfg, resume_epoch=ckpt["epoch"] if ckpt else None,
                                    resume_eval_every=ckpt["config"].get("eval_every") if ckpt else None,
                                    watchdog=watchdog)
     if err:
         _error(comm, err)
+        trainer.close()
         return 1
-    log.info("part %d: %d owned, %d halo, %d local edges; model %s", part.part_id, part.num_owned,
-             part.num_halo, int(part.indptr[-1]), cfg.model)
     try:
-        trainer = Trainer(cfg, comm, part, meta, stop=stop, watchdog=watchdog, hooks=hooks)
         if ckpt is not None:
             trainer.restore(ckpt)
             log.info("resuming from %s at epoch %d", run_dir / CHECKPOINT_NAME, ckpt["epoch"])
@@ -226,6 +261,8 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
                 log.info("the checkpoint was trained on another partition of the same graph (%s, %d parts); "
                          "continuing on %s (%s, %d parts)", was["method"], was["num_parts"], cfg.parts,
                          meta.get("method", "?"), meta["num_parts"])
+        elif init is not None:
+            log.info("starting from the parameters in %s", cfg.init_from)
         summary = trainer.fit(run_dir)
         trainer.close()
     except TrainingFault as e:  # raised on every rank together: a clean, coordinated exit
@@ -254,9 +291,14 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
         hooks.stall_at("exit")
         return EXIT_STOPPED
     if comm.rank == 0:
-        log.info("done: best epoch %s, val %.4f, test %.4f, median epoch %.4fs -> %s", summary["best_epoch"],
-                 summary["val_acc"] or float("nan"), summary["test_acc"] or float("nan"),
-                 summary["epoch_time_median_s"] or float("nan"), run_dir)
+        def num(key):   # None (no such split, no trained epoch) as nan; 0.0 as itself
+            return float("nan") if summary[key] is None else summary[key]
+        if summary["epochs"] == 0:
+            log.info("done: evaluated the parameters of %s: val %.4f, test %.4f -> %s", cfg.init_from, num("val_acc"),
+                     num("test_acc"), run_dir)
+        else:
+            log.info("done: best epoch %s, val %.4f, test %.4f, median epoch %.4fs -> %s", summary["best_epoch"],
+                     num("val_acc"), num("test_acc"), num("epoch_time_median_s"), run_dir)
     return 0
 
 

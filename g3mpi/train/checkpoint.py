@@ -119,6 +119,50 @@ def load_checkpoint(path) -> dict:
     return ckpt
 
 
+def load_model_state(path) -> dict:
+    """The parameters a run starts from (``--init-from``): a plain state_dict such as a run's ``model.pt``, read
+    with ``weights_only=True``; every value a finite floating-point tensor. CheckpointError (naming the file)
+    otherwise; a g3mpi checkpoint is refused with a pointer to ``--resume`` or its run's model.pt."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(path, "no such model file (--init-from takes a run's model.pt)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
+        raise CheckpointError(path, f"not a readable model file (truncated or corrupt?): {type(e).__name__}: "
+                                    f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    if isinstance(state, dict) and state.get("format") == CHECKPOINT_FORMAT:
+        raise CheckpointError(path, "is a g3mpi checkpoint: continue its run with --resume RUN, or start from the "
+                                    "run's model.pt")
+    if not isinstance(state, dict) or not state or not all(isinstance(k, str) and torch.is_tensor(v)
+                                                          for k, v in state.items()):
+        raise CheckpointError(path, "not a model state_dict (expected parameter names mapped to tensors, as in a "
+                                    "run's model.pt)")
+    for k, v in state.items():
+        if not v.is_floating_point():
+            raise CheckpointError(path, f"parameter {k!r} is a {v.dtype} tensor, not floating point")
+        if not bool(torch.isfinite(v).all()):
+            raise CheckpointError(path, f"parameter {k!r} has non-finite values (NaN or infinity)")
+    return state
+
+
+def state_mismatch(given: dict, expected: dict) -> str | None:
+    """Why the parameters ``given`` cannot be loaded into a model whose state_dict is ``expected`` (names and
+    shapes), or None if they can."""
+    missing = [k for k in expected if k not in given]
+    extra = [k for k in given if k not in expected]
+    shapes = [f"{k} is {tuple(given[k].shape)}, the model's {tuple(expected[k].shape)}"
+              for k in expected if k in given and given[k].shape != expected[k].shape]
+    why = []
+    if missing:
+        why.append(f"missing {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
+    if extra:
+        why.append(f"not in the model {', '.join(extra[:4])}{' ...' if len(extra) > 4 else ''}")
+    if shapes:
+        why.append("; ".join(shapes[:4]) + (" ..." if len(shapes) > 4 else ""))
+    return "; ".join(why) or None
+
+
 def _check_layout(path, ckpt: dict) -> None:
     """The types :func:`check_compatible` and ``Trainer.restore`` rely on (a file that loads with
     ``weights_only=True`` may still hold anything of the allowed types)."""

@@ -58,6 +58,8 @@ class TrainConfig:
     comm_timeout: float = 0.0       # abort when a rank waits longer than this on another rank, seconds (0: off)
     time_limit: float = 0.0         # stop, with a checkpoint, at the first epoch end this many seconds after the
                                     # start (as on a stop signal; 0: none); never saved in RUN/config.toml
+    init_from: str = ""             # start from these parameters (a run's model.pt) instead of the seeded
+                                    # initialisation ("" = none); with epochs = 0 the run only evaluates them
 
     def __post_init__(self):
         def bad(key, msg):
@@ -67,8 +69,9 @@ class TrainConfig:
             if (getattr(self, k).upper() if k == "log_level" else getattr(self, k)) not in allowed:
                 bad(k, f"{k} {getattr(self, k)!r}: expected one of {', '.join(allowed)}")
         for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads"):
-            if getattr(self, k) < 1:
-                bad(k, f"{k} must be at least 1 (got {getattr(self, k)})")
+            if getattr(self, k) < 1 and not (k == "epochs" and self.epochs == 0 and self.init_from):
+                bad(k, f"{k} must be at least 1 (got {getattr(self, k)})"
+                       + ("; 0 only with init_from (--init-from), to evaluate a trained model" if k == "epochs" else ""))
         for k in ("patience", "checkpoint_every"):
             if getattr(self, k) < 0:
                 bad(k, f"{k} must not be negative (got {getattr(self, k)})")

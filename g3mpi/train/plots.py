@@ -117,9 +117,12 @@ def _save(fig, path: Path) -> Path:
 
 def plot_run(run_dir, best_epoch: int | None = None) -> list[Path]:
     """Draw :data:`PLOTS` into ``run_dir`` from its metrics.jsonl; ``best_epoch`` defaults to summary.json's.
-    A plot that cannot be written raises :class:`~g3mpi.train.rundir.OutputError` naming it."""
+    A plot that cannot be written raises :class:`~g3mpi.train.rundir.OutputError` naming it. Nothing is drawn
+    (an empty list) for a run without a trained epoch (``--init-from --epochs 0``: one evaluation)."""
     run_dir = Path(run_dir)
     records = read_metrics(run_dir / "metrics.jsonl")
+    if not any(r.get("loss") is not None for r in records):
+        return []
     if best_epoch is None and (run_dir / "summary.json").is_file():
         try:
             best_epoch = json.loads((run_dir / "summary.json").read_text()).get("best_epoch")

@@ -128,6 +128,7 @@ class Trainer:
         self._flags = np.zeros(4 + len(STOP_SLOTS), dtype=np.float64)
         self.start_epoch = 1
         self.resumed = None   # the checkpoint this trainer continues from, if any
+        self.given = False    # started from given parameters (start_from)
 
     # -- checkpoints --------------------------------------------------------------------------------------------
     def restore(self, ckpt: dict) -> None:
@@ -137,6 +138,12 @@ class Trainer:
         torch.set_rng_state(ckpt["rng"])
         self.start_epoch = int(ckpt["epoch"]) + 1
         self.resumed = ckpt
+
+    def start_from(self, state: dict) -> None:
+        """Start from the parameters ``state`` (``--init-from``; names and shapes already checked with
+        ``checkpoint.state_mismatch``) instead of the seeded initialisation."""
+        self.model.load_state_dict(state)
+        self.given = True
 
     def checkpoint(self, run_dir: Path, epoch: int, best: dict, since_best: int, last_loss) -> None:
         """Rank 0 writes RUN/checkpoint.pt atomically; a failure stops every rank (TrainingFault)."""
@@ -265,7 +272,9 @@ class Trainer:
         """Train from ``start_epoch`` to ``cfg.epochs`` (or early stopping), writing metrics.jsonl and checkpoints,
         then the best model's predictions, model.pt and summary.json. Returns the summary on rank 0, {} on the
         others. Stopped by a signal or the time limit (``stop``), it returns ``dict(stopped=True, epoch=E,
-        reason=...)`` on every rank after writing the checkpoint of epoch E, and writes nothing else."""
+        reason=...)`` on every rank after writing the checkpoint of epoch E, and writes nothing else. Started from
+        given parameters (:meth:`start_from`), it first evaluates them as epoch 0 (a metrics.jsonl line of
+        accuracies); with ``cfg.epochs`` 0 that is the whole run, and its outputs come from them."""
         cfg, comm, rank = self.cfg, self.comm, self.comm.rank
         metrics = MetricsLog(run_dir / "metrics.jsonl") if rank == 0 else None
         bar = None
@@ -289,6 +298,13 @@ class Trainer:
         done = self.resumed is not None and (epoch >= cfg.epochs or bool(cfg.patience and since_best >= cfg.patience))
         if done and epoch == cfg.epochs and epoch % cfg.eval_every:   # the off-grid last evaluation, as it was
             last = self._if_better(self.evaluate(), best, epoch)
+        if self.given and self.resumed is None:
+            # given parameters (--init-from) are evaluated as epoch 0 and compete for the best model: a fine-tuning
+            # that only lowers the validation accuracy keeps them (and with --epochs 0 that is all the run does)
+            accs = self.evaluate()
+            best = self._if_better(accs, best, 0) or best
+            if rank == 0:
+                metrics.write(dict(epoch=0, **accs))
         try:
             for epoch in range(self.start_epoch, epoch + 1 if done else cfg.epochs + 1):
                 rec = self.train_step(epoch)
@@ -440,9 +456,10 @@ def _remove_interrupted_writes(out: Path) -> None:
 
 
 def _saved_config(cfg: TrainConfig) -> str:
-    """RUN/config.toml: the resolved settings, the partition directory as an absolute path, so that ``--resume
+    """RUN/config.toml: the resolved settings, the partition directory (and ``init_from``) as an absolute path, so that ``--resume
     RUN`` (and ``--config RUN/config.toml``) work from any working directory, e.g. a batch job's. ``force`` is
     saved off: it was this command's permission to replace a directory, and a rerun with ``--config
     RUN/config.toml --out OTHER`` must not replace OTHER unless it says so. ``time_limit`` is saved off too: it
     was this job's allocation (a resumed run gets its own from its launcher, G3_TIMEOUT, or ``--time-limit``)."""
-    return to_toml(cfg.replace(parts=str(Path(cfg.parts).resolve()), force=False, time_limit=0.0))
+    return to_toml(cfg.replace(parts=str(Path(cfg.parts).resolve()), force=False, time_limit=0.0,
+                               init_from=str(Path(cfg.init_from).resolve()) if cfg.init_from else ""))
