@@ -100,9 +100,11 @@ def parse_args(argv) -> PartitionConfig:
                         "switching to edges when the node-balanced start is over the edge cap and cuts more than "
                         "40 %% of the edges (g3; default auto)")
     g.add_argument("--bandwidth", default="10Gbit",
-                   help="network bandwidth per rank, positive, e.g. 10Gbit, 1.25GB (g3)")
+                   help="network bandwidth per rank, positive, e.g. 10Gbit, 1.25GB (every method: the estimates "
+                        "in meta.json; default 10Gbit)")
     g.add_argument("--edge-seconds", type=float, default=DEFAULT_EDGE_SECONDS,
-                   help="compute coefficient: seconds per edge per feature, finite and > 0 (g3)")
+                   help="compute coefficient: seconds per edge per feature, finite and > 0 (every method; "
+                        "default 2e-9)")
     g.add_argument("--width", type=int, default=None,
                    help=f"row width of the cost model, 1 .. {MAX_WIDTH} (default: feature_dim)")
     g.add_argument("--calibrate", action="store_true", help="measure --edge-seconds on this machine (SpMM)")
