@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "draws them)")
     g.add_argument("--log-level")
     g.add_argument("--force", action=onoff,
-                   help="replace an existing run directory (default off; never saved in RUN/config.toml)")
+                   help="replace an existing run directory (default off; saved as off in RUN/config.toml)")
     g = ap.add_argument_group("reliability")
     g.add_argument("--checkpoint-every", type=int, metavar="K",
                    help="write RUN/checkpoint.pt every K epochs (always at the end)")

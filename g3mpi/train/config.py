@@ -57,7 +57,7 @@ class TrainConfig:
     checkpoint_every: int = 0       # write RUN/checkpoint.pt every k epochs (0: only at the end)
     comm_timeout: float = 0.0       # abort when a rank waits longer than this on another rank, seconds (0: off)
     time_limit: float = 0.0         # stop, with a checkpoint, at the first epoch end this many seconds after the
-                                    # start (as on a stop signal; 0: none); never saved in RUN/config.toml
+                                    # start (as on a stop signal; 0: none); saved as 0 in RUN/config.toml
     init_from: str = ""             # start from these parameters (a run's model.pt) instead of the seeded
                                     # initialisation ("" = none); with epochs = 0 the run only evaluates them
 
