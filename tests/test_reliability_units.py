@@ -349,6 +349,31 @@ def test_run_directory_write_failures_name_the_file(tmp_path, monkeypatch):
     assert not list(tmp_path.iterdir())               # nothing half-written left behind
 
 
+def test_resume_rewinds_metrics_past_lines_that_are_not_records(tmp_path, monkeypatch):
+    """A metrics.jsonl line that is valid JSON but not a record (``[1, 2]``, a string) stopped --resume with an
+    AttributeError traceback on rank 0 while preparing the run directory, and the other ranks, waiting for rank 0's
+    word, hung unless started with ``python -m mpi4py`` (audit). Such lines are skipped like a line cut short,
+    and any other failure there is rank 0's one-line error, which every rank reports."""
+    from mpi4py import MPI
+
+    from g3mpi.train import TrainConfig, prepare_run_dir
+    from g3mpi.train import trainer as trainer_mod
+    from g3mpi.train.rundir import read_metrics, rewind_metrics
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps(dict(epoch=e, loss=1.0 / e)) for e in (1, 2, 3)]
+    path.write_text("\n".join([lines[0], "[1, 2]", '"x"', lines[1], '{"epoch": "3"}', lines[2]]) + "\n")
+    rewind_metrics(path, 2)
+    assert path.read_text().splitlines() == lines[:2]
+    assert [r["epoch"] for r in read_metrics(path)] == [1, 2]
+
+    def broken(*a, **k):
+        raise TypeError("unexpected")
+    monkeypatch.setattr(trainer_mod, "rewind_metrics", broken)
+    cfg = TrainConfig(parts=str(tmp_path), out=str(tmp_path), epochs=4)
+    assert prepare_run_dir(MPI.COMM_SELF, cfg, resume_epoch=2) == (
+        None, f"{tmp_path}: preparing the run directory failed: TypeError: unexpected")
+
+
 def test_json_outputs_are_strict_and_atomic(tmp_path, monkeypatch):
     """Every JSON file (summary.json, g3-bench's results, bench_partition's tables) is written by one function:
     non-finite floats become null instead of ``NaN`` (not JSON) or a ValueError after a whole benchmark (g3-bench

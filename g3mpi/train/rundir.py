@@ -64,17 +64,20 @@ def save_state_dict(path, state: dict) -> None:
         torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp)
 
 
+def _record(line: str) -> dict | None:
+    """One metrics.jsonl line as its record, or None for a line that is not one (cut short by a crash, or any
+    other JSON value than an object with an integer ``epoch``)."""
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("epoch"), int) else None
+
+
 def read_metrics(path) -> list[dict]:
-    """The records of a metrics.jsonl in epoch order; a line cut short by a crash is skipped."""
-    out = []
+    """The records of a metrics.jsonl in epoch order; a line that is not a record is skipped."""
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("epoch"), int):
-                out.append(rec)
+        out = [rec for rec in map(_record, f) if rec is not None]
     return sorted(out, key=lambda r: r["epoch"])
 
 
@@ -87,13 +90,12 @@ def rewind_metrics(path, last_epoch: int, eval_every: int = 1) -> None:
         return
     keep = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:  # a line cut short by a crash
+        rec = _record(line)
+        if rec is None:  # a line cut short by a crash, or not a record at all
             continue
-        if rec.get("epoch", 0) == last_epoch and last_epoch % eval_every and "val_acc" in rec:
+        if rec["epoch"] == last_epoch and last_epoch % eval_every and "val_acc" in rec:
             line = json_text({k: v for k, v in rec.items() if k not in ACCURACY_KEYS}, indent=None)
-        if rec.get("epoch", 0) <= last_epoch:
+        if rec["epoch"] <= last_epoch:
             keep.append(line)
     write_text_atomic(path, "".join(line + "\n" for line in keep))
 

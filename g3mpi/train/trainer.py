@@ -429,6 +429,8 @@ def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None, res
                 _create_run_dir(cfg, out)
         except (OSError, ValueError, OutputError) as e:
             err = str(e)
+        except Exception as e:  # noqa: BLE001 - the other ranks wait for rank 0's word below: never leave them waiting
+            err = f"{out}: preparing the run directory failed: {type(e).__name__}: {e}"
     err = (watchdog or Watchdog(comm, 0)).bcast_text(err, 0, "start-up step 'run directory' (rank 0 prepares it)")
     return (None if err else out), err
 
