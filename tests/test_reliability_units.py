@@ -209,6 +209,12 @@ def test_checkpoint_atomic_and_weights_only(tmp_path, monkeypatch):
     (tmp_path / "cut.pt").write_bytes(before[: len(before) // 2])
     with pytest.raises(CheckpointError, match="cut.pt: not a readable checkpoint"):
         load_checkpoint(tmp_path / "cut.pt")
+    # a flipped byte inside a tensor loaded silently (torch.load does not check the archive's CRC-32s; audit)
+    flipped = bytearray(before)
+    flipped[before.index(torch.ones(3).numpy().tobytes())] ^= 0xFF
+    (tmp_path / "flip.pt").write_bytes(flipped)
+    with pytest.raises(CheckpointError, match=r"flip.pt: checksum mismatch in record '.*/data/\d+' \(file corrupt\)"):
+        load_checkpoint(tmp_path / "flip.pt")
     torch.save({"format": "g3mpi-checkpoint", "evil": Path("/")}, tmp_path / "pickle.pt")
     with pytest.raises(CheckpointError, match="pickle.pt: not a readable checkpoint"):
         load_checkpoint(tmp_path / "pickle.pt")

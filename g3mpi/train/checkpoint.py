@@ -14,6 +14,8 @@ one copy on rank 0 is the whole training state. A checkpoint holds (all plain te
   ``partition``           partition_id, num_parts, method, the SHA-256 of every part file and of the graph
                           (from meta.json)
 
+Reading checks the CRC-32 of every record of torch.save's zip archive first (torch.load does not).
+
 Writing: a temporary file beside the target, flushed and fsync'ed, renamed over ``checkpoint.pt``, then the
 directory fsync'ed: a crash at any moment leaves either the previous checkpoint or the new one, never a mix.
 ``--resume RUN`` reads it and refuses a checkpoint of a configuration that would train a different model (the
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import zipfile
 from pathlib import Path
 
 import torch
@@ -103,10 +106,16 @@ def load_checkpoint(path) -> dict:
     if not path.is_file():
         raise CheckpointError(path, "no such checkpoint (was the run started with this g3mpi?)")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        # torch.save's zip archive has a CRC-32 per record, which torch.load does not check: a flipped byte in a
+        # tensor loaded silently, and the resumed run went on from a corrupt state
+        with zipfile.ZipFile(path) as z:
+            damaged = z.testzip()
+        ckpt = None if damaged else torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
         raise CheckpointError(path, f"not a readable checkpoint (truncated or corrupt?): {type(e).__name__}: "
                                     f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    if damaged:
+        raise CheckpointError(path, f"checksum mismatch in record {damaged!r} (file corrupt)")
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(path, f"not a g3mpi checkpoint (format {ckpt.get('format') if isinstance(ckpt, dict) else None!r})")
     if not is_int(ckpt.get("version")) or ckpt["version"] != CHECKPOINT_VERSION:
