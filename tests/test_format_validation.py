@@ -70,6 +70,27 @@ def test_unlabelled_training_node(copy):
         read_part(copy, 1)
 
 
+def test_labels_beyond_zero_classes(copy):
+    """num_classes = 0 in every file with labelled training nodes: the label check was skipped for 0 classes, and
+    the first epoch's cross_entropy failed on every rank with a bare IndexError traceback."""
+    edit_part(copy, 0, lambda f: f.attrs.__setitem__("num_classes", 0))
+    edit_meta(copy, num_classes=0)
+    with pytest.raises(FormatError, match=r"part-00000.h5: labels out of range \[-1, 0\): found"):
+        read_part(copy, 0)
+
+
+def test_original_id_listed_twice(copy):
+    """An original node ID owned twice in a part passed, and predictions.h5 silently lost a node's row (written
+    rank by rank by original ID: its logits stayed NaN, its pred -1)."""
+    def edit(f):
+        ids = f["orig_ids"][()]
+        ids[1] = ids[0]
+        replace_ds(f, "orig_ids", ids)
+    edit_part(copy, 1, edit)
+    with pytest.raises(FormatError, match="part-00001.h5: original node IDs are not strictly increasing"):
+        read_part(copy, 1)
+
+
 def test_group_instead_of_dataset_and_bad_attribute(copy):
     def group(f):
         del f["labels"]

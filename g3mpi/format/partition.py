@@ -322,14 +322,16 @@ def check_part(path, part: PartData, meta: dict) -> None:
             bad("halo slices do not match the owners of their IDs")
     if len(part.send_rows) and (part.send_rows.min() < 0 or part.send_rows.max() >= n):
         bad(f"send row out of range [0, {n})")
-    if part.num_classes and len(part.labels) and (part.labels.min() < -1 or part.labels.max() >= part.num_classes):
-        bad("labels out of range")
+    if len(part.labels) and (part.labels.min() < -1 or part.labels.max() >= part.num_classes):
+        bad(f"labels out of range [-1, {part.num_classes}): found {int(part.labels.min())}..{int(part.labels.max())}")
     for k in ("train_mask", "val_mask", "test_mask"):
         unlabelled = np.count_nonzero(getattr(part, k) & (part.labels < 0))
         if unlabelled:
             bad(f"{k} contains {unlabelled} unlabelled nodes")
     if n and (part.orig_ids.min() < 0 or part.orig_ids.max() >= N):
         bad(f"original node ID out of range [0, {N})")
+    if np.any(np.diff(part.orig_ids) <= 0):   # new IDs follow the original order: each original ID is owned once
+        bad("original node IDs are not strictly increasing (a node listed twice?)")
     if not np.all(np.isfinite(part.features)):
         bad("features contain NaN or Inf")
     if np.any(part.in_degree < 0) or np.any(part.out_degree < 0) or np.any(part.self_loops < 0):
