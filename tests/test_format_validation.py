@@ -117,6 +117,18 @@ def test_meta_types(copy, changes, what):
         read_meta(copy)
 
 
+@pytest.mark.parametrize("damage,what", [
+    (lambda p: p.write_text("[" * 10**5 + "]" * 10**5), "not valid JSON: maximum recursion depth"),
+    (lambda p: (p.unlink(), p.mkdir()), "cannot be read: Is a directory"),
+], ids=["nested", "directory"])
+def test_meta_unreadable(copy, damage, what):
+    """Arrays nested too deep (a RecursionError) and a meta.json that is a directory (IsADirectoryError) escaped
+    read_meta: g3-train's line then lacked the file's name, or g3-inspect showed a traceback."""
+    damage(copy / META_NAME)
+    with pytest.raises(FormatError, match="meta.json: " + what):
+        read_meta(copy)
+
+
 def test_node_map_damaged(copy):
     path = copy / NODE_MAP_NAME
     with h5py.File(path, "r+") as f:

@@ -32,7 +32,7 @@ def test_round_trip_of_paths_with_any_character(tmp_path):
                                        ('schedule = "fast"', "schedule"), ('sim_net = "fast"', "BANDWIDTH"),
                                        ("epochs = 0", "epochs"), ("lr = nan", "lr"), ("verify = 1", "verify"),
                                        ("time_limit = -1", "time_limit"), ("time-limit = nan", "time_limit"),
-                                       ("= broken", "TOML")])
+                                       ("= broken", "TOML"), ("a = " + "[" * 10**5 + "]" * 10**5, "TOML")])
 def test_bad_values_are_named(tmp_path, text, word):
     (tmp_path / "bad.toml").write_text(text + "\n")
     with pytest.raises(ConfigError, match=word) as e:

@@ -164,8 +164,12 @@ def read_meta(dirpath) -> dict:
     if not path.exists():
         raise FormatError(path, "no such file (not a partition directory?)")
     try:
-        meta = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
+        text = path.read_text()
+    except OSError as e:   # a directory, unreadable
+        raise FormatError(path, f"cannot be read: {e.strerror or e}") from None
+    try:
+        meta = json.loads(text)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:   # (arrays nested too deep)
         raise FormatError(path, f"not valid JSON: {e}") from None
     if not isinstance(meta, dict) or meta.get("format") != PARTITION_FORMAT:
         raise FormatError(path, f"format is {meta.get('format') if isinstance(meta, dict) else None!r}, "

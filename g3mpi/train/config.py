@@ -124,7 +124,7 @@ def config_from(toml_path: str | None = None, overrides: dict | None = None) -> 
             raise ConfigError(f"{p}: no such config file")
         try:
             data = tomllib.loads(p.read_text(encoding="utf-8-sig"))   # a BOM (some editors) is fine
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as e:   # (arrays nested too deep)
             raise ConfigError(f"{p}: not valid TOML: {e}") from None
         for k, v in data.items():
             key = k.replace("-", "_")
