@@ -129,6 +129,16 @@ def test_meta_unreadable(copy, damage, what):
         read_meta(copy)
 
 
+def test_part_file_that_is_a_directory(copy):
+    """Its checksum (read before the HDF5 checks) raised a bare IsADirectoryError: g3-inspect showed a traceback."""
+    (copy / part_name(1)).unlink()
+    (copy / part_name(1)).mkdir()
+    with pytest.raises(FormatError, match="part-00001.h5: cannot be read: Is a directory"):
+        read_part(copy, 1)
+    with pytest.raises(FormatError, match="part-00001.h5: not a readable HDF5 file"):
+        read_part(copy, 1, verify=False)
+
+
 def test_node_map_damaged(copy):
     path = copy / NODE_MAP_NAME
     with h5py.File(path, "r+") as f:

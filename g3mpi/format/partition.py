@@ -225,7 +225,11 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
         want = meta["files"].get(path.name)
         if want is None:
             raise FormatError(dirpath / META_NAME, f"no checksum recorded for {path.name}")
-        if file_sha256(path) != want:
+        try:
+            got = file_sha256(path)
+        except OSError as e:   # a directory, unreadable
+            raise FormatError(path, f"cannot be read: {e.strerror or e}") from None
+        if got != want:
             raise FormatError(path, "checksum mismatch with meta.json (file corrupt, truncated or replaced)")
     try:
         with h5py.File(path, "r") as f:
