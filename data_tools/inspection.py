@@ -4,7 +4,8 @@
     g3-inspect parts/ --json
     g3-inspect parts/ --plot parts.png
 
-For a graph: checksums, shapes, dtypes, CSR bounds, labels and masks (``g3mpi.format.load_graph``).
+For a graph: checksums, shapes, dtypes, CSR bounds, labels and masks (``g3mpi.format.load_graph``), finite
+features.
 For a partition: meta.json, node_map.h5 and every part file (checksums, shapes, dtypes, indices, via
 ``g3mpi.format.read_part``), then what no single part can show: the node map is a permutation and each
 node is owned exactly once, for EVERY pair of parts (p, q) the halo slice of q inside p is exactly
@@ -22,8 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from g3mpi.format import (FormatError, atomic_file, graph_summary, json_text, load_graph, part_name, read_meta,
-                          read_node_map, read_part)
+from g3mpi.format import (FormatError, atomic_file, graph_summary, json_text, load_graph, open_graph, part_name,
+                          read_meta, read_node_map, read_part)
+from g3mpi.format.graph import check_features
 from g3mpi.format.common import is_int
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME
 from g3mpi.plotting import figure
@@ -56,6 +58,8 @@ def cost_model_of(meta: dict, meta_path: Path) -> CostModel:
 
 def inspect_graph(path: Path) -> dict:
     g = load_graph(path, features=False)   # checked by their checksum; the report needs only the structure
+    with open_graph(path) as f:   # and finite, which no checksum shows (g3-partition refuses such a graph)
+        check_features(path, f["features"])
     s = graph_summary(g)
     deg = np.diff(g.indptr)
     s.update(kind="graph", path=str(path), max_in_degree=int(deg.max()) if len(deg) else 0,

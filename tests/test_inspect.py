@@ -190,7 +190,8 @@ def rewrite_dataset(f, name, data):
     ("num_classes=seven", "attribute 'num_classes' must be an int"), ("num_nodes=-3", "must be >= 0"),
     ("self_loops=maybe", "'maybe'"), ("version=one", "version 'one'"),
     ("float32 indices", "'indices' must be integers"), ("int64 train_mask", "'train_mask' must be boolean"),
-    ("group train_mask", "'train_mask' is a group, expected a dataset")])
+    ("group train_mask", "'train_mask' is a group, expected a dataset"),
+    ("nan features", "features of node 7 are not finite as float32")])
 def test_graph_schema(parts, tmp_path, change, what):
     """A graph.h5 whose attributes or dataset dtypes break docs/FORMAT.md is named by g3-inspect and g3-partition:
     missing or mistyped attributes were KeyError / ValueError tracebacks, float indices were accepted and an integer
@@ -208,6 +209,10 @@ def test_graph_schema(parts, tmp_path, change, what):
             f.attrs[key] = int(value) if value.lstrip("-").isdigit() else value
         elif change == "float32 indices":
             rewrite_dataset(f, "indices", f["indices"][()].astype(np.float32))
+        elif change == "nan features":   # g3-inspect said OK (the checksum matches), g3-partition refused it
+            x = f["features"][()]
+            x[7, 0] = np.nan
+            rewrite_dataset(f, "features", x)
         elif change == "group train_mask":
             del f["train_mask"]
             f.create_group("train_mask")

@@ -8,7 +8,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .common import (FORMAT_VERSION, GRAPH_FORMAT, FormatError, IncrementalSha256, array_sha256,
+from .common import (FORMAT_VERSION, GRAPH_FORMAT, STREAM_BYTES, FormatError, IncrementalSha256, array_sha256,
                      atomic_file, attr_kind, dataset_sha256, h5_attr_str, index_dtype, row_chunks,
                      supported_version)
 
@@ -56,6 +56,18 @@ def check_csr(path, indptr: np.ndarray, indices: np.ndarray, num_cols: int, what
         if lo < 0 or hi >= num_cols:
             bad = lo if lo < 0 else hi
             raise FormatError(path, f"{what}: column index {bad} out of range [0, {num_cols})")
+
+
+def check_features(path, ds) -> None:
+    """Raise FormatError naming the first node whose features are not finite as float32 (NaN, Inf, or float64
+    beyond float32's range). ``ds`` (the h5py dataset) is read in row blocks, never whole."""
+    step = max(1, STREAM_BYTES // max(1, ds.dtype.itemsize * (ds.shape[1] if ds.ndim == 2 else 1)))
+    for lo in range(0, ds.shape[0] if ds.ndim else 0, step):
+        with np.errstate(over="ignore"):
+            bad = ~np.isfinite(np.asarray(ds[lo:lo + step], dtype=np.float32))
+        if bad.any():
+            raise FormatError(path, f"features of node {lo + int(np.argwhere(bad)[0, 0])} are not finite as "
+                                    "float32 (NaN, Inf or beyond float32's range)")
 
 
 def check_node_data(path, num_nodes: int, labels, num_classes: int, masks: dict) -> None:
