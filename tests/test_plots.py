@@ -78,3 +78,14 @@ def test_force_replaces_the_plots(tmp_path):
         (out / name).write_text("old run")
     _create_run_dir(TrainConfig(parts=str(tmp_path), out=str(out), force=True, plots=False), out)
     assert sorted(p.name for p in out.iterdir()) == ["config.toml"]
+
+
+def test_records_with_values_of_other_types_are_skipped(tmp_path):
+    """A metrics.jsonl line whose values are not numbers (a string loss, a dict in a per-rank list) stopped the
+    plots with a TypeError traceback: from python -m g3mpi.cli.plots, and at the end of every --resume of that run,
+    after model.pt and before summary.json. Such lines are skipped, like a line cut short."""
+    recs = [record(e, 2) for e in (1, 2, 3)]
+    bad = [dict(record(4, 2), loss="1.5"), dict(record(5, 2), rank_compute_s=[{"s": 1}, 0.1])]
+    write(tmp_path / "metrics.jsonl", recs + bad)
+    assert [r["epoch"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+    assert len(plot_run(tmp_path, best_epoch=None)) == 2

@@ -64,14 +64,22 @@ def save_state_dict(path, state: dict) -> None:
         torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp)
 
 
+def _number(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
 def _record(line: str) -> dict | None:
     """One metrics.jsonl line as its record, or None for a line that is not one (cut short by a crash, or any
-    other JSON value than an object with an integer ``epoch``)."""
+    other JSON value than an object with an integer ``epoch`` whose values are numbers, nulls or lists of them,
+    as g3-train writes them)."""
     try:
         rec = json.loads(line)
     except ValueError:
         return None
-    return rec if isinstance(rec, dict) and isinstance(rec.get("epoch"), int) else None
+    if not (isinstance(rec, dict) and isinstance(rec.get("epoch"), int)):
+        return None
+    ok = all(_number(v) or (isinstance(v, list) and all(map(_number, v))) for v in rec.values())
+    return rec if ok else None
 
 
 def read_metrics(path) -> list[dict]:
