@@ -256,6 +256,10 @@ def test_load_model_state_refuses_what_is_not_parameters(tmp_path):
     torch.save([torch.ones(2)], tmp_path / "list.pt")
     torch.save({}, tmp_path / "empty.pt")
     (tmp_path / "cut.pt").write_bytes((tmp_path / "good.pt").read_bytes()[:60])
+    raw = bytearray((tmp_path / "good.pt").read_bytes())
+    at = raw.index(np.float32(1).tobytes() * 6)   # the weight's data: a flipped bit still loads with torch.load
+    raw[at + 1] ^= 0x10
+    (tmp_path / "flip.pt").write_bytes(bytes(raw))
 
     class Evil:   # pickled as a class reference: weights_only refuses it without running anything
         def __reduce__(self):
@@ -264,6 +268,7 @@ def test_load_model_state_refuses_what_is_not_parameters(tmp_path):
     for name, what in [("nan.pt", "'convs.0.bias' has non-finite values"), ("int.pt", "is a torch.int64 tensor"),
                        ("list.pt", "not a model state_dict"), ("empty.pt", "not a model state_dict"),
                        ("cut.pt", "not a readable model file"), ("evil.pt", "not a readable model file"),
+                       ("flip.pt", "checksum mismatch in record '.*' \\(file corrupt\\)"),
                        ("none.pt", "no such model file")]:
         with pytest.raises(CheckpointError, match=f"^{tmp_path / name}: .*{what}"):
             load_model_state(tmp_path / name)

@@ -100,22 +100,29 @@ def save_checkpoint(path, ckpt: dict) -> None:
     fsync_path(path.parent)
 
 
-def load_checkpoint(path) -> dict:
-    """Read a checkpoint without unpickling arbitrary objects (``weights_only=True``) and check its layout."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(path, "no such checkpoint (was the run started with this g3mpi?)")
+def _load_verified(path: Path, what: str):
+    """``torch.load(path, weights_only=True)`` (no unpickling of arbitrary objects) after checking the CRC-32 of
+    every record of torch.save's zip archive, which torch.load does not: a flipped byte in a tensor (a parameter,
+    an Adam state) would load silently. CheckpointError naming the file if either fails (``what``: "checkpoint",
+    "model file")."""
     try:
-        # torch.save's zip archive has a CRC-32 per record, which torch.load does not check: a flipped byte in a
-        # tensor loaded silently, and the resumed run went on from a corrupt state
         with zipfile.ZipFile(path) as z:
             damaged = z.testzip()
-        ckpt = None if damaged else torch.load(path, map_location="cpu", weights_only=True)
+        obj = None if damaged else torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
-        raise CheckpointError(path, f"not a readable checkpoint (truncated or corrupt?): {type(e).__name__}: "
+        raise CheckpointError(path, f"not a readable {what} (truncated or corrupt?): {type(e).__name__}: "
                                     f"{str(e).splitlines()[0] if str(e) else ''}") from None
     if damaged:
         raise CheckpointError(path, f"checksum mismatch in record {damaged!r} (file corrupt)")
+    return obj
+
+
+def load_checkpoint(path) -> dict:
+    """Read a checkpoint (:func:`_load_verified`) and check its layout."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(path, "no such checkpoint (was the run started with this g3mpi?)")
+    ckpt = _load_verified(path, "checkpoint")
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(path, f"not a g3mpi checkpoint (format {ckpt.get('format') if isinstance(ckpt, dict) else None!r})")
     if not is_int(ckpt.get("version")) or ckpt["version"] != CHECKPOINT_VERSION:
@@ -130,16 +137,12 @@ def load_checkpoint(path) -> dict:
 
 def load_model_state(path) -> dict:
     """The parameters a run starts from (``--init-from``): a plain state_dict such as a run's ``model.pt``, read
-    with ``weights_only=True``; every value a finite floating-point tensor. CheckpointError (naming the file)
+    by :func:`_load_verified`; every value a finite floating-point tensor. CheckpointError (naming the file)
     otherwise; a g3mpi checkpoint is refused with a pointer to ``--resume`` or its run's model.pt."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(path, "no such model file (--init-from takes a run's model.pt)")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
-        raise CheckpointError(path, f"not a readable model file (truncated or corrupt?): {type(e).__name__}: "
-                                    f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    state = _load_verified(path, "model file")
     if isinstance(state, dict) and state.get("format") == CHECKPOINT_FORMAT:
         raise CheckpointError(path, "is a g3mpi checkpoint: continue its run with --resume RUN, or start from the "
                                     "run's model.pt")
