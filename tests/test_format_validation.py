@@ -189,6 +189,13 @@ def test_node_map_that_is_a_directory(copy):
         read_node_map(copy)
 
 
+def test_unsupported_version_is_shown_as_a_number(copy):
+    """An HDF5 attribute comes back as a numpy scalar: the message shows 2, not np.int64(2)."""
+    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 2))
+    with pytest.raises(FormatError, match=r"part-00001.h5: format version 2 is not supported \(reads version 1\)"):
+        read_part(copy, 1)
+
+
 @pytest.mark.parametrize("value", ["one", 1.0, np.array([1, 1]), True])
 def test_version_not_an_integer(copy, value):
     """A version attribute that is not an integer is refused naming the file (a string once raised a bare

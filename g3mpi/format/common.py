@@ -335,6 +335,14 @@ def supported_version(v) -> bool:
     return attr_kind(v) == "int" and v == FORMAT_VERSION
 
 
+def shown(value, width: int = 40) -> str:
+    """``value`` as an error message shows it: repr cut to ``width`` characters, a numpy scalar (an HDF5
+    attribute) as the Python number it holds (``2``, not ``np.int64(2)``)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    return f"{value!r:.{width}}"
+
+
 def is_int(x) -> bool:
     """A JSON/Python integer, not a bool (``True`` is an ``int`` to Python)."""
     return isinstance(x, int) and not isinstance(x, bool)

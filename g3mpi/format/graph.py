@@ -10,7 +10,7 @@ import numpy as np
 
 from .common import (FORMAT_VERSION, GRAPH_FORMAT, STREAM_BYTES, FormatError, IncrementalSha256, array_sha256,
                      atomic_file, attr_kind, dataset_sha256, h5_attr_str, index_dtype, row_chunks,
-                     supported_version)
+                     shown, supported_version)
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 SELF_LOOP_POLICIES = ("keep", "drop", "add")
@@ -251,7 +251,7 @@ def open_graph(path) -> h5py.File:
             raise FormatError(path, f"format is {fmt!r}, expected {GRAPH_FORMAT!r}")
         ver = f.attrs.get("version", -1)
         if not supported_version(ver):
-            raise FormatError(path, f"format version {ver!r:.40} is not supported "
+            raise FormatError(path, f"format version {shown(ver)} is not supported "
                                     f"(this g3mpi reads version {FORMAT_VERSION})")
         check_graph_attrs(path, f.attrs)
         for name in ("indptr", "indices", "features", "labels", *MASKS):

@@ -18,7 +18,7 @@ import numpy as np
 
 from .common import (FORMAT_VERSION, PART_FORMAT, PARTITION_FORMAT, FormatError, IncrementalSha256, array_sha256,
                      atomic_file, attr_kind, file_sha256, h5_attr_str, is_int, row_chunks,
-                     supported_version)
+                     shown, supported_version)
 from .graph import check_csr
 
 META_NAME = "meta.json"
@@ -175,7 +175,7 @@ def read_meta(dirpath) -> dict:
         raise FormatError(path, f"format is {meta.get('format') if isinstance(meta, dict) else None!r}, "
                                 f"expected {PARTITION_FORMAT!r}")
     if not supported_version(meta.get("version")):
-        raise FormatError(path, f"format version {meta.get('version')!r:.40} is not supported "
+        raise FormatError(path, f"format version {shown(meta.get('version'))} is not supported "
                                 f"(this g3mpi reads version {FORMAT_VERSION})")
     for k in ("num_parts", "offsets", "files", "partition_id", "num_nodes"):
         if k not in meta:
@@ -238,7 +238,7 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
                 raise FormatError(path, f"format is {fmt!r}, expected {PART_FORMAT!r}")
             ver = f.attrs.get("version", -1)
             if not supported_version(ver):
-                raise FormatError(path, f"format version {ver!r:.40} is not supported "
+                raise FormatError(path, f"format version {shown(ver)} is not supported "
                                         f"(reads version {FORMAT_VERSION})")
             kw = {}
             for k in SCALARS:
