@@ -41,7 +41,8 @@ def test_bad_values_are_named(tmp_path, text, word):
 
 
 @pytest.mark.parametrize("key,value,word", [("seed", 2**64, "seed must be in"), ("seed", -1, "seed must be in"),
-                                            ("log_level", "bogus", "log_level"), ("lr", float("inf"), "lr")])
+                                            ("log_level", "bogus", "log_level"), ("lr", float("inf"), "lr"),
+                                            ("threads", 10**9, "threads must be at most 1024 per rank")])
 def test_bad_overrides_name_the_option(key, value, word):
     with pytest.raises(ConfigError, match=word) as e:
         config_from(None, {key: value})

@@ -12,6 +12,8 @@ from g3mpi.nn import ACTIVATIONS, MODELS
 from g3mpi.sched import MODES
 
 OPTIMIZERS = ("adam", "sgd")
+#: torch threads per rank at most (a larger count is a typo: OpenMP would abort allocating the pool)
+MAX_THREADS = 1024
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -72,6 +74,8 @@ class TrainConfig:
             if getattr(self, k) < 1 and not (k == "epochs" and self.epochs == 0 and self.init_from):
                 bad(k, f"{k} must be at least 1 (got {getattr(self, k)})"
                        + ("; 0 only with init_from (--init-from), to evaluate a trained model" if k == "epochs" else ""))
+        if self.threads > MAX_THREADS:
+            bad("threads", f"threads must be at most {MAX_THREADS} per rank (got {self.threads})")
         for k in ("patience", "checkpoint_every"):
             if getattr(self, k) < 0:
                 bad(k, f"{k} must not be negative (got {getattr(self, k)})")
