@@ -62,6 +62,28 @@ def test_head_spmm_gradcheck_and_strided_input():
     torch.testing.assert_close(head_spmm(pat, w32, xs), _reference(crow, col, w32, xs.contiguous()))
 
 
+def test_head_spmm_with_a_product_computed_before():
+    """``scaled=(num, scale)``: the product of ``w / scale[dst]`` computed earlier, scaled per row, is returned as
+    the product of ``w``, with head_spmm's gradients (GAT's numerators, made before the denominators are known)."""
+    crow, col = _block(20, 15, 0.2, seed=5)
+    pat = HeadPattern(crow, col, 15, 3)
+    g = torch.Generator().manual_seed(5)
+    w0 = torch.rand(len(col), 3, generator=g)
+    scale = torch.rand(20, 3, generator=g) + 0.5
+    x = torch.randn(15, 3, 4, generator=g)
+    dst = torch.from_numpy(np.repeat(np.arange(20), np.diff(crow)))
+    num = head_spmm(pat, w0, x)
+    w, xs = (w0 * scale[dst]).requires_grad_(True), x.clone().requires_grad_(True)
+    w_ref, x_ref = w.detach().clone().requires_grad_(True), x.clone().requires_grad_(True)
+    out, ref = head_spmm(pat, w, xs, scaled=(num, scale)), head_spmm(pat, w_ref, x_ref)
+    assert torch.equal(out, num * scale.unsqueeze(-1))
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+    grad = torch.randn(out.shape, generator=g)
+    out.backward(grad)
+    ref.backward(grad)
+    assert torch.equal(w.grad, w_ref.grad) and torch.equal(xs.grad, x_ref.grad)
+
+
 def test_head_spmm_rejects_mismatched_shapes():
     crow, col = _block(5, 6, 0.5, seed=4)
     pat = HeadPattern(crow, col, 6, 2)

@@ -10,6 +10,14 @@ block yields a partial (row max m_b, numerator, denominator); partials are merge
 rule ``num = sum_b num_b exp(m_b - M)``, ``den = sum_b den_b exp(m_b - M)``, ``M = max_b m_b`` in a fixed
 order, so arrival order does not change the result. Autograd differentiates the whole computation; the
 exchange Functions route halo gradients back to their owners.
+
+The numerators are computed without autograd while messages travel; autograd sees each block's product with
+the normalised weights ``alpha_ij = p_ij exp(m_b - M) / den_i`` (``head_spmm``'s ``scaled``), as PyG's
+``GATConv`` differentiates it. So the gradient of the denominator sums the same per-edge products
+<grad out_i, x_j> that the weights' gradients are made of, and their difference (the softmax gradient, which
+cancels to zero over a row) stays as exact as PyG's. Differentiating ``num / den`` instead takes the
+denominator's share from <grad out_i, out_i>, rounded differently: gradients of ``att_src``/``att_dst`` came
+out 10-20x less accurate than PyG's (up to 2e-5 relative on 150-node graphs).
 """
 from __future__ import annotations
 
@@ -25,8 +33,9 @@ NEGATIVE_SLOPE = 0.2
 
 
 def _partial(dst, src, pat: HeadPattern, x_src, a_src, a_dst_rows, n_rows: int, keep):
-    """(max [r,H], numerator [r,H,C], denominator [r,H]) of one block's edges (dst in [0,r), src into x_src;
-    ``pat``: the block's head-expanded pattern, for the numerator's weighted sum)."""
+    """One block's edges (dst in [0,r), src into x_src; ``pat``: the block's head-expanded pattern): its row max
+    m [r,H], its denominator [r,H], and what ``_normalised`` needs: the unnormalised weights p [e,H] and, without
+    autograd, the numerator [r,H,C] of the weights p * keep (a sparse product: no [edges, H, C] tensor)."""
     H = a_src.shape[1]
     s = F.leaky_relu(a_src.index_select(0, src) + a_dst_rows.index_select(0, dst), NEGATIVE_SLOPE)
     with torch.no_grad():
@@ -34,9 +43,19 @@ def _partial(dst, src, pat: HeadPattern, x_src, a_src, a_dst_rows, n_rows: int, 
                                                                    "amax", include_self=True)
     p = torch.exp(s - m.index_select(0, dst))
     den = torch.zeros(n_rows, H).index_add(0, dst, p)
-    w = p if keep is None else p * keep
-    num = head_spmm(pat, w, x_src)   # sum_j w_ij x_j as sparse products: no [edges, H, C] tensor
-    return m, num, den
+    with torch.no_grad():
+        num = head_spmm(pat, p if keep is None else p * keep, x_src)
+    return m, den, (dst, pat, x_src, p, keep, num)
+
+
+def _normalised(block, scale):
+    """A block's share of the output [r,H,C] with the row scale [r,H] (exp(m_b - M) / den): its numerator
+    scaled, differentiable as the product of the normalised weights (see the module docstring)."""
+    dst, pat, x_src, p, keep, num = block
+    w = p * scale.index_select(0, dst)
+    if keep is not None:
+        w = w * keep
+    return head_spmm(pat, w, x_src, scaled=(num, scale.detach()))
 
 
 class GATAggregation:
@@ -76,20 +95,19 @@ class GATAggregation:
         keep = None
         if drop:
             keep = edge_keep_mask(key, layer, g.orig_ids[blk.local_dst], g.orig_ids[blk.local_src], H, attn_dropout)
-        m, num, den = _partial(blk.local_dst, blk.local_src, self.patterns[0], x, a_src, a_dst, n, keep)
+        m, den, local = _partial(blk.local_dst, blk.local_src, self.patterns[0], x, a_src, a_dst, n, keep)
         compute(sched.poll(ex.forward))
         compute(sched.rest(ex.forward))
         with torch.no_grad():
             M = m.clone()
             for i, nb in enumerate(blk.neighbours):
                 M[nb.rows] = torch.maximum(M[nb.rows], parts[i][0])
-        sc = torch.exp(m - M)
-        num = num * sc.unsqueeze(-1)
-        den = den * sc
+            scales = [torch.exp(m - M)] + [torch.exp(parts[i][0] - M[nb.rows]) for i, nb in enumerate(blk.neighbours)]
+        den = den * scales[0]
         for i, nb in enumerate(blk.neighbours):
-            mb, nu, de = parts[i]
-            sc = torch.exp(mb - M[nb.rows])
-            num = num.index_add(0, nb.rows, nu * sc.unsqueeze(-1))
-            den = den.index_add(0, nb.rows, de * sc)
-        out = num / (den + 1e-16).unsqueeze(-1)
+            den = den.index_add(0, nb.rows, parts[i][1] * scales[i + 1])
+        inv = 1.0 / (den + 1e-16)
+        out = _normalised(local, scales[0] * inv)
+        for i, nb in enumerate(blk.neighbours):
+            out = out.index_add(0, nb.rows, _normalised(parts[i][2], scales[i + 1] * inv.index_select(0, nb.rows)))
         return halo_join(out, dummy)

@@ -110,12 +110,15 @@ class HeadPattern:
 
 class _HeadSpMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, w, x, pat: HeadPattern):
+    def forward(ctx, w, x, pat: HeadPattern, scaled):
         C = x.shape[-1]
         x2 = x.detach().reshape(pat.cols * pat.H, C).contiguous()
         w = w.detach().contiguous()
         ctx.pat = pat
         ctx.save_for_backward(w, x2)
+        if scaled is not None:
+            num, scale = scaled
+            return num * scale.unsqueeze(-1)
         return (pat.matrix(w) @ x2).view(pat.rows, pat.H, C)
 
     @staticmethod
@@ -126,15 +129,20 @@ class _HeadSpMM(torch.autograd.Function):
         g2 = g.reshape(pat.rows * pat.H, C).contiguous()
         gw = pat.sddmm(g2, x2) if ctx.needs_input_grad[0] else None
         gx = (pat.matrix_t(w) @ g2).view(pat.cols, pat.H, C) if ctx.needs_input_grad[1] else None
-        return gw, gx, None
+        return gw, gx, None, None
 
 
-def head_spmm(pat: HeadPattern, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def head_spmm(pat: HeadPattern, w: torch.Tensor, x: torch.Tensor, scaled=None) -> torch.Tensor:
     """out [r, H, C] with out[i, h] = sum over the edges k into row i of w[k, h] x[col[k], h] (differentiable in
-    w [e, H] and x [c, H, C], float32)."""
+    w [e, H] and x [c, H, C], float32).
+
+    ``scaled = (num [r, H, C], scale [r, H])``: the product was computed before, as ``num`` with the weights
+    ``w[k, h] / scale[dst_k, h]`` (GAT's numerators, made while messages travel, before the softmax's
+    denominators are known): the result is ``num * scale`` (no sparse product runs), and autograd sees the
+    product of ``w`` and ``x``."""
     if w.shape != (pat.nnz, pat.H) or x.dim() != 3 or x.shape[:2] != (pat.cols, pat.H):
         raise ValueError(f"head_spmm: w {tuple(w.shape)} and x {tuple(x.shape)} do not match the pattern "
                          f"({pat.nnz} edges, {pat.H} heads, {pat.cols} source rows)")
     if pat.nnz == 0:
         return x.new_zeros(pat.rows, pat.H, x.shape[2])
-    return _HeadSpMM.apply(w, x, pat)
+    return _HeadSpMM.apply(w, x, pat, scaled)
