@@ -68,7 +68,8 @@ def main(argv=None):
                 loss.backward()
             pre = f"{variant}/{model}"
             for k, p in net.named_parameters():
-                g = p.grad.numpy().copy()
+                # a rank that owns no nodes reaches no parameter in backward: it adds zeros (as GradSync does)
+                g = p.grad.numpy().copy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32)
                 comm.Allreduce(MPI.IN_PLACE, g)
                 res[f"{pre}/grad/{k}"] = g
             for k, v in init.items():

@@ -57,6 +57,36 @@ def test_multigraph_equal_pyg(P, tmp_path):
         check_against_pyg(res, g, f"pipelined:0:0/{model}", model)
 
 
+def test_awkward_parts_equal_pyg(tmp_path):
+    """Parts a partitioner can leave on a small or split graph: one owns nothing, one is a component of its own
+    (no halo at all) without training nodes, one is a single node whose in-edges all come from other ranks."""
+    from data_tools.build import write_partition
+    from g3mpi.format import Graph
+    from tests.graphs import csr_from_edges
+    base = random_graph(n=60, seed=6)
+    src, dst = edge_index_of(base.indptr, base.indices).numpy()
+    rng = np.random.default_rng(6)
+    comp_s, comp_d = rng.integers(60, 70, 25), rng.integers(60, 70, 25)   # nodes 60..69: their own component
+    keep = comp_s != comp_d
+    indptr, indices = csr_from_edges(np.concatenate([src, comp_s[keep]]), np.concatenate([dst, comp_d[keep]]), 70)
+    x = np.concatenate([base.features, rng.standard_normal((10, base.features.shape[1])).astype(np.float32)])
+    y = np.concatenate([base.labels, rng.integers(0, 3, 10)])
+    no = np.zeros(10, bool)
+    g = Graph(indptr, indices, x, y, np.concatenate([base.train_mask, no]), np.concatenate([base.val_mask, ~no]),
+              np.concatenate([base.test_mask, no]), dict(num_classes=3, source="awkward"))
+    lone = int(np.argmax(np.diff(base.indptr) >= 3))        # a node with in-edges, alone on its part
+    asg = np.zeros(70, np.int64)
+    asg[60:] = 2
+    asg[lone] = 3
+    write_partition(g, asg, 4, tmp_path / "parts", method="random", seed=0, force=True)
+    run_mpi(4, "tests.mpi_exact", tmp_path / "parts", tmp_path / "out.npz", "--models", ",".join(MODELS),
+            "--variants", "pipelined:0:0,blocking:2:0")
+    res = np.load(tmp_path / "out.npz")
+    for variant in ("pipelined:0:0", "blocking:2:0"):
+        for model in MODELS:
+            check_against_pyg(res, g, f"{variant}/{model}", model)
+
+
 @pytest.mark.parametrize("P", [1, 2, 3, 4])
 def test_forward_backward_equal_pyg(P, graph, tmp_path):
     partition(graph, P, tmp_path / "parts")
