@@ -283,7 +283,7 @@ def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, ext
     with atomic_dir(out_dir, force) as tmp:
         it = build_parts(g, assignment, num_parts, partition_id)
         for part, new_to_orig, offsets in (progress(it, total=num_parts) if progress else it):
-            files[part_name(part.part_id)] = write_part(tmp / part_name(part.part_id), part)
+            files[part_name(part.part_id)] = write_part(tmp / part_name(part.part_id), part, atomic=False)
             st = part_stats(part)
             st["cut_edges"] = cut_edges(part)
             stats.append(st)

@@ -188,6 +188,25 @@ def test_streamed_features_equal_in_memory(monkeypatch, tmp_path):
         write_partition(lean, a, 5, tmp_path / "nofeatures", method="random", seed=0)
 
 
+def test_write_part_in_place(tmp_path, monkeypatch):
+    """atomic=False (a part inside atomic_dir's temporary directory): the file itself, the same content as the
+    atomic write; an existing file is refused, and a failed write removes what it began."""
+    g = random_graph(n=40, m=100, seed=2)
+    part = next(build.build_parts(g, np.arange(g.num_nodes) % 2, 2, "id"))[0]
+    a = write_part(tmp_path / "a.h5", part)
+    b = write_part(tmp_path / "b.h5", part, atomic=False)
+    assert a == b and sorted(x.name for x in tmp_path.iterdir()) == ["a.h5", "b.h5"]
+    with pytest.raises(FormatError, match="b.h5: output already exists"):
+        write_part(tmp_path / "b.h5", part, atomic=False)
+
+    def fail(*args, **kw):
+        raise OSError("disk full")
+    monkeypatch.setattr("g3mpi.format.partition.array_sha256", fail)
+    with pytest.raises(OSError, match="disk full"):
+        write_part(tmp_path / "c.h5", part, atomic=False)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["a.h5", "b.h5"]
+
+
 def test_part_features_must_be_complete(tmp_path):
     g = random_graph(n=40, m=100, seed=2)
     a = np.arange(g.num_nodes) % 2

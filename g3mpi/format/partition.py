@@ -9,7 +9,9 @@ the order of that neighbour's halo slice.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -85,13 +87,16 @@ ARRAYS = tuple(f.name for f in fields(PartData) if f.name not in SCALARS)
 OPTIONAL = ("self_loops",)
 
 
-def write_part(path, part: PartData, force: bool = False) -> str | None:
+def write_part(path, part: PartData, force: bool = False, atomic: bool = True) -> str | None:
     """Write one part file atomically; returns the file's sha256.
 
     ``part.features`` may be None: the ``features`` dataset is then created empty (its shape and chunks as
     usual, no checksum yet), to be filled in row order with :class:`PartFeatures`; None is returned, and the
-    file's checksum is taken once it is filled."""
-    with atomic_file(path, force) as tmp:
+    file's checksum is taken once it is filled. ``atomic=False``: written in place, for a file inside a
+    directory that is itself written atomically (``atomic_dir`` fsyncs its files and renames it whole), which
+    saves a temporary file, an fsync and a scan of the directory per part: at 1024 parts a scan of up to 1024
+    entries for each."""
+    with (atomic_file(path, force) if atomic else _fresh(path)) as tmp:
         with h5py.File(tmp, "w") as f:
             f.attrs["format"] = PART_FORMAT
             f.attrs["version"] = FORMAT_VERSION
@@ -105,6 +110,19 @@ def write_part(path, part: PartData, force: bool = False) -> str | None:
                 ds = f.create_dataset(k, data=a)
                 ds.attrs["sha256"] = array_sha256(a)
     return None if part.features is None else file_sha256(path)
+
+
+@contextlib.contextmanager
+def _fresh(path):
+    """``path`` itself, which must not exist yet; removed again if the block fails."""
+    path = Path(path)
+    if os.path.lexists(path):
+        raise FormatError(path, "output already exists")
+    try:
+        yield path
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
 
 
 def _create_features(f: h5py.File, part: PartData) -> None:
