@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -169,6 +170,18 @@ def test_corrupt_part_on_one_rank(small_parts, tmp_path):
     assert p.returncode != 0
     assert "[rank 1]" in p.stderr and "part-00001.h5" in p.stderr and "checksum" in p.stderr
     assert "[rank 0]" in p.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_too_big_for_memory(small_parts, tmp_path):
+    """One line per rank naming the model and the allocation, not a traceback, and no run directory."""
+    _, root = small_parts
+    p = run_mpi(2, MOD, "--parts", root / "p2", "--out", tmp_path / "run", "--hidden", str(10**11), check=False,
+                timeout=120)
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert re.search(r"\[rank \d\] setting up training ran out of memory \(--model gcn --layers 2 --hidden "
+                     r"100000000000, 4 classes, \d+ owned and \d+ halo nodes of 8 features on this rank\): "
+                     r"RuntimeError: .*can't allocate memory", p.stderr), p.stderr
     assert not (tmp_path / "run").exists()
 
 

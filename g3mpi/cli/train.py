@@ -92,6 +92,17 @@ def _heads(cfg) -> str:
     return f" --heads {cfg.heads} --out-heads {cfg.out_heads}" if cfg.model == "gat" else ""
 
 
+def _failure(what: str, e: BaseException, cfg, part) -> str:
+    """The line for an unexpected failure while ``what`` ran: for memory that could not be allocated (torch says
+    so in a RuntimeError) what was asked for and of which model, else the traceback."""
+    text = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+    if isinstance(e, MemoryError) or "can't allocate memory" in text:
+        return (f"{what} ran out of memory (--model {cfg.model} --layers {cfg.layers} --hidden {cfg.hidden}{_heads(cfg)}, "
+                f"{part.num_classes} classes, {part.num_owned} owned and {part.num_halo} halo nodes of "
+                f"{part.feature_dim} features on this rank): {type(e).__name__}: {text}")
+    return f"{what} failed:\n{traceback.format_exc()}"
+
+
 def _line(comm, msg: str) -> str:
     return f"{PROG}: error: [rank {comm.rank}] {msg}"
 
@@ -233,8 +244,8 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
     # the model is built before the run directory is made, so that parameters that do not fit it leave no run
     try:
         trainer = Trainer(cfg, comm, part, meta, stop=stop, watchdog=watchdog, hooks=hooks)
-    except Exception:  # noqa: BLE001 - one failing rank must not leave the others waiting
-        abort_job(comm, _line(comm, "setting up training failed:\n" + traceback.format_exc()))
+    except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
+        abort_job(comm, _line(comm, _failure("setting up training", e, cfg, part)))
         return 1
     if init is not None:
         why = state_mismatch(init, trainer.model.state_dict())
@@ -272,8 +283,8 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
     except OutputError as e:  # a file of the run directory (often on rank 0 alone): one line, end the job
         abort_job(comm, _line(comm, str(e)))
         return 1
-    except Exception:  # noqa: BLE001 - one failing rank must not leave the others waiting
-        abort_job(comm, _line(comm, "training failed:\n" + traceback.format_exc()))
+    except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
+        abort_job(comm, _line(comm, _failure("training", e, cfg, part)))
         return 1
     if summary.get("stopped"):
         if comm.rank == 0:
