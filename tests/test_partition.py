@@ -970,6 +970,20 @@ def test_atomic_dir_replaces_in_one_step_or_restores(monkeypatch, tmp_path):
     assert [f.name for f in out.iterdir()] == ["newest.txt"] and [f.name for f in tmp_path.iterdir()] == ["out"]
 
 
+@pytest.mark.parametrize("swap", [True, False])
+def test_atomic_dir_replaces_a_file_leaving_nothing_beside(monkeypatch, tmp_path, swap):
+    """--force with a file at the output path: the file is replaced by the directory, and nothing is left beside
+    it (the one-step swap left the old file behind as .NAME.HOST-PID.*.tmp)."""
+    from g3mpi.format import common
+    if not swap:
+        monkeypatch.setattr(common, "exchange", lambda a, b: False)
+    out = tmp_path / "out"
+    out.write_text("a file")
+    with common.atomic_dir(out, force=True) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert [f.name for f in out.iterdir()] == ["new.txt"] and [f.name for f in tmp_path.iterdir()] == ["out"]
+
+
 def _partition_killed_by(signum, graph_path, out):
     """g3-partition, its own code, sending itself ``signum`` while the part files are being filled (after
     every other dataset is written), as a batch system's time limit or scancel would."""

@@ -204,7 +204,7 @@ def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
         if not path.exists():
             os.replace(tmp, path)
         elif exchange(tmp, path):
-            shutil.rmtree(tmp, ignore_errors=True)   # now the old directory
+            _remove(tmp)   # now the old directory, or the file that --force replaced
         else:
             old = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".old", dir=path.parent))
             os.replace(path, old / "x")
@@ -219,6 +219,14 @@ def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _remove(path: Path) -> None:
+    """Remove a directory tree or a file (whatever ``atomic_dir`` swapped out)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _temp_prefix(path: Path) -> str:
