@@ -210,7 +210,8 @@ def test_init_from_evaluates_and_fine_tunes_on_any_partition(small_parts, tmp_pa
         assert np.array_equal(a["pred"][:], b["pred"][:]) and b.attrs["best_epoch"] == 0
     r2s, e4s = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "r2", e4))
     assert e4s["epochs"] == e4s["best_epoch"] == 0 and e4s["final_loss"] is None
-    assert [e4s[k] for k in ("train_acc", "val_acc", "test_acc")] == [r2s[k] for k in ("train_acc", "val_acc", "test_acc")]
+    accs = ("train_acc", "val_acc", "test_acc")
+    assert [e4s[k] for k in accs] == [r2s[k] for k in accs]
     lines = [json.loads(x) for x in (e4 / "metrics.jsonl").read_text().splitlines()]
     assert [sorted(x) for x in lines] == [["epoch", "test_acc", "train_acc", "val_acc"]] and lines[0]["epoch"] == 0
     assert not list(e4.glob("*.png"))   # nothing trained, nothing to draw

@@ -97,8 +97,8 @@ def _failure(what: str, e: BaseException, cfg, part) -> str:
     so in a RuntimeError) what was asked for and of which model, else the traceback."""
     text = str(e).strip().splitlines()[-1] if str(e).strip() else ""
     if isinstance(e, MemoryError) or "can't allocate memory" in text:
-        return (f"{what} ran out of memory (--model {cfg.model} --layers {cfg.layers} --hidden {cfg.hidden}{_heads(cfg)}, "
-                f"{part.num_classes} classes, {part.num_owned} owned and {part.num_halo} halo nodes of "
+        return (f"{what} ran out of memory (--model {cfg.model} --layers {cfg.layers} --hidden {cfg.hidden}"
+                f"{_heads(cfg)}, {part.num_classes} classes, {part.num_owned} owned and {part.num_halo} halo nodes of "
                 f"{part.feature_dim} features on this rank): {type(e).__name__}: {text}")
     return f"{what} failed:\n{traceback.format_exc()}"
 

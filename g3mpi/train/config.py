@@ -72,8 +72,8 @@ class TrainConfig:
                 bad(k, f"{k} {getattr(self, k)!r}: expected one of {', '.join(allowed)}")
         for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads"):
             if getattr(self, k) < 1 and not (k == "epochs" and self.epochs == 0 and self.init_from):
-                bad(k, f"{k} must be at least 1 (got {getattr(self, k)})"
-                       + ("; 0 only with init_from (--init-from), to evaluate a trained model" if k == "epochs" else ""))
+                only = "; 0 only with init_from (--init-from), to evaluate a trained model" if k == "epochs" else ""
+                bad(k, f"{k} must be at least 1 (got {getattr(self, k)}){only}")
         if self.threads > MAX_THREADS:
             bad("threads", f"threads must be at most {MAX_THREADS} per rank (got {self.threads})")
         for k in ("patience", "checkpoint_every"):

@@ -458,9 +458,9 @@ def _remove_interrupted_writes(out: Path) -> None:
 
 
 def _saved_config(cfg: TrainConfig) -> str:
-    """RUN/config.toml: the resolved settings, the partition directory (and ``init_from``) as an absolute path, so that ``--resume
-    RUN`` (and ``--config RUN/config.toml``) work from any working directory, e.g. a batch job's. ``force`` is
-    saved off: it was this command's permission to replace a directory, and a rerun with ``--config
+    """RUN/config.toml: the resolved settings, the partition directory (and ``init_from``) as an absolute path, so
+    that ``--resume RUN`` (and ``--config RUN/config.toml``) work from any working directory, e.g. a batch job's.
+    ``force`` is saved off: it was this command's permission to replace a directory, and a rerun with ``--config
     RUN/config.toml --out OTHER`` must not replace OTHER unless it says so. ``time_limit`` is saved off too: it
     was this job's allocation (a resumed run gets its own from its launcher, G3_TIMEOUT, or ``--time-limit``)."""
     return to_toml(cfg.replace(parts=str(Path(cfg.parts).resolve()), force=False, time_limit=0.0,
