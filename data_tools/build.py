@@ -14,6 +14,7 @@ import numpy as np
 from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, Graph, PartData, atomic_dir, index_dtype,
                           open_graph, part_name, write_meta, write_node_map, write_part)
 from g3mpi.format.common import failure_reason
+from g3mpi.format.graph import check_finite_rows
 from g3mpi.format.partition import NODE_MAP_NAME, PartFeatures
 
 from .termination import raise_if_terminated
@@ -209,10 +210,8 @@ def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offse
                             block = np.asarray(ds[lo:hi], dtype=np.float32)
                     except OSError as e:   # the file changed since it was validated
                         raise FormatError(graph_path, f"features rows {lo}..{hi - 1} cannot be read: {e}") from None
-                    if g0 == 0 and not np.isfinite(block).all():   # (float64 beyond float32's range: Inf)
-                        r = lo + int(np.argwhere(~np.isfinite(block))[0, 0])
-                        raise FormatError(graph_path, f"features of node {r} are not finite as float32 (NaN, Inf "
-                                                      "or beyond float32's range): the runtime would refuse the parts")
+                    if g0 == 0:   # (float64 beyond float32's range is Inf)
+                        check_finite_rows(graph_path, block, lo, ": the runtime would refuse the parts")
                     for p in group:
                         a, b = np.searchsorted(rows[p], (lo, hi))
                         if b > a:

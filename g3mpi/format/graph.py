@@ -58,16 +58,21 @@ def check_csr(path, indptr: np.ndarray, indices: np.ndarray, num_cols: int, what
             raise FormatError(path, f"{what}: column index {bad} out of range [0, {num_cols})")
 
 
+def check_finite_rows(path, block: np.ndarray, start: int, note: str = "") -> None:
+    """Raise FormatError naming the first node (``start`` + its row) of a float32 feature ``block`` that is not
+    finite (NaN, Inf, or float64 beyond float32's range once converted); ``note`` ends the message."""
+    bad = ~np.isfinite(block)
+    if bad.any():
+        raise FormatError(path, f"features of node {start + int(np.argwhere(bad)[0, 0])} are not finite as "
+                                f"float32 (NaN, Inf or beyond float32's range){note}")
+
+
 def check_features(path, ds) -> None:
-    """Raise FormatError naming the first node whose features are not finite as float32 (NaN, Inf, or float64
-    beyond float32's range). ``ds`` (the h5py dataset) is read in row blocks, never whole."""
+    """:func:`check_finite_rows` over a whole features dataset ``ds`` (h5py), read in row blocks, never whole."""
     step = max(1, STREAM_BYTES // max(1, ds.dtype.itemsize * (ds.shape[1] if ds.ndim == 2 else 1)))
     for lo in range(0, ds.shape[0] if ds.ndim else 0, step):
         with np.errstate(over="ignore"):
-            bad = ~np.isfinite(np.asarray(ds[lo:lo + step], dtype=np.float32))
-        if bad.any():
-            raise FormatError(path, f"features of node {lo + int(np.argwhere(bad)[0, 0])} are not finite as "
-                                    "float32 (NaN, Inf or beyond float32's range)")
+            check_finite_rows(path, np.asarray(ds[lo:lo + step], dtype=np.float32), lo)
 
 
 def check_node_data(path, num_nodes: int, labels, num_classes: int, masks: dict) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import h5py
 import numpy as np
 
 from .common import (FORMAT_VERSION, PART_FORMAT, PARTITION_FORMAT, FormatError, IncrementalSha256, array_sha256,
-                     atomic_file, attr_kind, file_sha256, h5_attr_str, is_int, row_chunks,
+                     atomic_file, attr_kind, check_output, file_sha256, h5_attr_str, is_int, row_chunks,
                      shown, supported_version)
 from .graph import check_csr
 
@@ -115,9 +114,7 @@ def write_part(path, part: PartData, force: bool = False, atomic: bool = True) -
 @contextlib.contextmanager
 def _fresh(path):
     """``path`` itself, which must not exist yet; removed again if the block fails."""
-    path = Path(path)
-    if os.path.lexists(path):
-        raise FormatError(path, "output already exists")
+    path = check_output(path, force=False)
     try:
         yield path
     except BaseException:
