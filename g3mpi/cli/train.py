@@ -88,8 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _heads(cfg) -> str:
-    return f" --heads {cfg.heads} --out-heads {cfg.out_heads}" if cfg.model == "gat" else ""
+def _model_args(cfg) -> str:
+    """The settings that shape the model's parameters, as options (for messages)."""
+    heads = f" --heads {cfg.heads} --out-heads {cfg.out_heads}" if cfg.model == "gat" else ""
+    return f"--model {cfg.model} --layers {cfg.layers} --hidden {cfg.hidden}{heads}"
 
 
 def _failure(what: str, e: BaseException, cfg, part) -> str:
@@ -97,9 +99,9 @@ def _failure(what: str, e: BaseException, cfg, part) -> str:
     so in a RuntimeError) what was asked for and of which model, else the traceback."""
     text = str(e).strip().splitlines()[-1] if str(e).strip() else ""
     if isinstance(e, MemoryError) or "can't allocate memory" in text:
-        return (f"{what} ran out of memory (--model {cfg.model} --layers {cfg.layers} --hidden {cfg.hidden}"
-                f"{_heads(cfg)}, {part.num_classes} classes, {part.num_owned} owned and {part.num_halo} halo nodes of "
-                f"{part.feature_dim} features on this rank): {type(e).__name__}: {text}")
+        return (f"{what} ran out of memory ({_model_args(cfg)}, {part.num_classes} classes, {part.num_owned} "
+                f"owned and {part.num_halo} halo nodes of {part.feature_dim} features on this rank): "
+                f"{type(e).__name__}: {text}")
     return f"{what} failed:\n{traceback.format_exc()}"
 
 
@@ -249,9 +251,8 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
         return 1
     if init is not None:
         why = state_mismatch(init, trainer.model.state_dict())
-        err = why and (f"{cfg.init_from}: its parameters do not fit this model (--model {cfg.model} --layers "
-                       f"{cfg.layers} --hidden {cfg.hidden}{_heads(cfg)}, {part.feature_dim} features, "
-                       f"{part.num_classes} classes): {why}")
+        err = why and (f"{cfg.init_from}: its parameters do not fit this model ({_model_args(cfg)}, "
+                       f"{part.feature_dim} features, {part.num_classes} classes): {why}")
         if not _agree(watchdog, err, "could not start from the initial model", "initial model"):
             trainer.close()
             return 1
