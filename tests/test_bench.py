@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import mpiexec, run_module, tool_env
@@ -348,3 +349,43 @@ def test_one_rank_error_aborts_the_job(capfd):
     assert fail(comm, ValueError("bad thing")) == 1
     assert comm.aborted == 1
     assert "g3-bench: error: [rank 1] bad thing" in capfd.readouterr().err
+
+
+def test_ranks_of_a_multi_rank_bench_share_results_as_json(tmp_path):
+    # g3-bench started on 2 ranks: the graph path from rank 0 and the per-rank epoch figures of the in-process
+    # worker go between the ranks as JSON text (never pickled), and the suite's JSON has both ranks' figures
+    rc, err, _ = bench_mpi(2, "bytes", "--smoke", "--models", "gcn", "--no-plots", "--out", tmp_path / "o",
+                           "--work", tmp_path / "w", timeout=180)
+    assert rc == 0, err
+    doc = json.loads((tmp_path / "o" / "bytes.json").read_text())
+    g3 = doc["result"]["models"]["gcn"]["designs"]["g3"]
+    assert g3["rank_bytes_sent"] == doc["result"]["lower_bound"]["per_rank"]
+    assert g3["rank_bytes_recv"] == g3["rank_bytes_sent"][::-1] and min(g3["rank_bytes_sent"]) > 0
+
+
+def test_to_json_keeps_what_the_results_hold():
+    from g3mpi.bench.common import to_json
+    obj = dict(a=np.float32(1.5), b=np.arange(3), c=float("nan"), d=(1, 2), p=Path("/x/y"), i=np.int64(7))
+    back = json.loads(to_json(obj))
+    assert back["a"] == 1.5 and back["b"] == [0, 1, 2] and np.isnan(back["c"]) and back["d"] == [1, 2]
+    assert back["p"] == "/x/y" and back["i"] == 7
+    with pytest.raises(TypeError, match="object cannot go to another rank"):
+        to_json(object())
+
+
+def test_no_pickled_mpi_calls_in_the_tools():
+    """g3mpi and data_tools talk between ranks with buffer calls (``Allreduce``, ``Isend``) or text; mpi4py's
+    lowercase calls pickle what they send and unpickle what they receive."""
+    import ast
+    lower = {"send", "recv", "isend", "irecv", "bcast", "gather", "allgather", "scatter", "alltoall", "reduce",
+             "allreduce", "sendrecv", "ibcast", "igather", "iallgather", "iscatter", "ialltoall", "ireduce",
+             "iallreduce", "scan", "exscan", "mprobe", "improbe"}
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for f in sorted([*root.glob("g3mpi/**/*.py"), *root.glob("data_tools/**/*.py")]):
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in lower:
+                owner = ast.unparse(node.func.value)
+                if owner.split(".")[-1].lower().endswith("comm") or owner.endswith("COMM_WORLD"):
+                    found.append(f"{f.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "\n".join(found)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import numpy as np
 
@@ -99,23 +99,48 @@ def _tool(module: str, *args) -> None:
         raise BenchError(f"{' '.join(cmd)} failed (exit {p.returncode}):\n{p.stderr.strip()[-2000:]}")
 
 
+def to_json(obj) -> str:
+    """``obj`` as JSON text for the other ranks of the same run: numpy numbers and arrays as numbers and lists,
+    paths as strings, NaN and infinities kept (Python's JSON reads them back). Results travel between g3-bench's
+    ranks as this text, never pickled."""
+    def plain(o):
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+        if isinstance(o, PurePath):
+            return str(o)
+        raise TypeError(f"{type(o).__name__} cannot go to another rank as JSON")
+    return json.dumps(obj, default=plain)
+
+
+def gather_json(comm, obj) -> list | None:
+    """Every rank's ``obj`` (JSON-able, see :func:`to_json`) in rank order on rank 0; None on the others."""
+    from g3mpi.comm.watchdog import Watchdog
+    texts = Watchdog(comm, 0).allgather_text(to_json(obj), "g3-bench: per-rank results")
+    return [json.loads(t) for t in texts] if comm.rank == 0 else None
+
+
 def on_root(fn, *args):
-    """Run ``fn`` on rank 0 only (every rank of a multi-rank g3-bench waits and gets its result or error).
+    """Run ``fn`` on rank 0 only (every rank of a multi-rank g3-bench waits and gets its result or error). The
+    result reaches every rank, rank 0 included, as it reads back from JSON (:func:`to_json`: paths as strings,
+    tuples as lists), whatever the number of ranks.
 
     An error of ``fn`` is raised on every rank as a :class:`BenchError` with ``every_rank`` set: all ranks know
     of it, so they can end together without an abort."""
     comm = world()
-    if comm.size == 1:
-        return fn(*args)
-    res, err = None, None
+    text = None
     if comm.rank == 0:
         try:
-            res = fn(*args)
+            text = to_json([fn(*args), None])
         except (BenchError, ValueError, OSError) as e:
-            err = str(e)
+            text = to_json([None, str(e)])
         except Exception as e:  # noqa: BLE001 - reported on every rank
-            err = f"{type(e).__name__}: {e}"
-    res, err = comm.bcast((res, err), root=0)
+            text = to_json([None, f"{type(e).__name__}: {e}"])
+    if comm.size > 1:
+        from g3mpi.comm.watchdog import Watchdog
+        text = Watchdog(comm, 0).bcast_text(text, 0, "g3-bench: rank 0's result")
+    res, err = json.loads(text)
     if err:
         e = BenchError(err if comm.rank == 0 else f"stopping: rank 0 failed: {err}")
         e.every_rank = True
@@ -124,12 +149,12 @@ def on_root(fn, *args):
 
 
 def prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:
-    return on_root(_prepare_graph, sz, work, seed)
+    return Path(on_root(_prepare_graph, sz, work, seed))
 
 
 def prepare_parts(graph: Path, P: int, work: Path, method: str = "metis", balance: str = "nodes",
                   start: str = "auto") -> Path:
-    return on_root(_prepare_parts, graph, P, work, method, balance, start)
+    return Path(on_root(_prepare_parts, graph, P, work, method, balance, start))
 
 
 def _prepare_graph(sz: Sizes, work: Path, seed: int = 0) -> Path:

@@ -98,7 +98,8 @@ class ReplicateAll(nn.Module):
         self.counters = Counters()
         n, self.N = part.num_owned, part.num_nodes
         self.n_own = n
-        offsets = np.asarray(comm.allgather(int(part.owned_start)) + [part.num_nodes], dtype=np.int64)
+        offsets = np.full(comm.size + 1, part.num_nodes, dtype=np.int64)
+        comm.Allgather(np.array([part.owned_start], dtype=np.int64), offsets[:-1])
         self.counts, self.displs = np.diff(offsets), offsets[:-1]
         rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(part.indptr))
         loc = np.asarray(part.indices, dtype=np.int64)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
+from g3mpi.bench.common import gather_json
 from g3mpi.cli.options import from_options
 from g3mpi.comm.abort import abort_job
 from g3mpi.train.trainer import current_rss_bytes, peak_rss_bytes
@@ -237,8 +238,9 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
         base = ref.logits()
         for v in variants:
             out = v.logits() if v.trainer is None else v.trainer.logits()
-            num = comm.allreduce(float(((out - base) ** 2).sum()))
-            den = comm.allreduce(float((base ** 2).sum()))
+            sums = np.array([float(((out - base) ** 2).sum()), float((base ** 2).sum())])
+            comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+            num, den = sums.tolist()
             check[v.name] = (num / den) ** 0.5 if den > 0 else 0.0
     acts = None
     if cfg.memory:
@@ -248,7 +250,7 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
         for v in variants:
             comm.Barrier()  # variants must not overlap each other; not inside the timed step
             rec = v.step(ep + 1)
-            per_rank = comm.gather(rec, root=0)
+            per_rank = gather_json(comm, rec)
             if comm.rank == 0 and ep > 0:
                 v.epochs.append(per_rank)
     theo = theoretical_bytes(ref, part, acts) if cfg.memory else None
@@ -257,7 +259,7 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
                      rss_base=rss_base, rss_base_current=rss_base_now, rss_after_setup=rss_setup,
                      rss_peak=peak_rss_bytes(), rss_end_current=current_rss_bytes(), theoretical=theo,
                      exchanges={ex.name: ex.width for ex in ref.ctx._exchanges})
-    ranks = comm.gather(rank_info, root=0)
+    ranks = gather_json(comm, rank_info)
     # not in a finally: after an error on one rank, freeing waits for exchanges the other ranks never complete,
     # and main aborts the job at once instead
     for tr in trainers:
