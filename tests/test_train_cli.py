@@ -296,3 +296,26 @@ def test_cora_end_to_end(cora_npz, tmp_path):
     train(2, tmp_path / "parts", tmp_path / "run", "--epochs", "100", "--eval-every", "5")
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["test_acc"] >= 0.75, s
+
+
+def test_one_allreduce_counts_the_splits_at_start_up(small_parts, tmp_path, monkeypatch):
+    # the training, validation and test node counts are summed over the ranks once, before the model is built,
+    # and the trainer takes them from g3-train instead of summing them again
+    from mpi4py import MPI
+
+    from g3mpi.cli.train import main
+    from g3mpi.comm.watchdog import Watchdog
+    seen = []
+    allreduce = Watchdog.allreduce
+
+    def record(self, buf, *args, **kw):
+        seen.append(kw.get("what", ""))
+        return allreduce(self, buf, *args, **kw)
+    monkeypatch.setattr(Watchdog, "allreduce", record)
+    assert main(["--parts", str(small_parts[1] / "p1"), "--out", str(tmp_path / "r"), "--epochs", "1",
+                 "--no-progress", "--no-plots"], comm=MPI.COMM_WORLD) == 0
+    assert [w for w in seen if w.startswith("start-up")] == ["start-up check 'split sizes'"]
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    g = small_parts[0]
+    assert summary["split_sizes"] == dict(train=int(g.train_mask.sum()), val=int(g.val_mask.sum()),
+                                          test=int(g.test_mask.sum()))

@@ -148,8 +148,6 @@ def main(argv=None, comm=None) -> int:
 
 def _run(comm, args: dict, own_world: bool, stop) -> int:
     """g3-train after its arguments are parsed, with ``stop`` (a StopSignals) active; returns the exit status."""
-    import numpy as np
-
     from g3mpi.comm.consistency import check_neighbours
     from g3mpi.comm.watchdog import Watchdog
     from g3mpi.format import FormatError, part_name, read_meta, read_part
@@ -160,6 +158,7 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
     from g3mpi.train.faults import TestHooks, TrainingFault
     from g3mpi.train.rundir import OutputError
     from g3mpi.train.stop import EXIT_STOPPED
+    from g3mpi.train.trainer import global_split_sizes
 
     resume = args.pop("resume")
     try:
@@ -215,12 +214,11 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
         return 1
     if not _agree(watchdog, err, "found their halo inconsistent with a neighbour", "halo lists"):
         return 1
-    train_nodes = np.array([int(part.train_mask.sum())], dtype=np.int64)
-    watchdog.allreduce(train_nodes, what="start-up check 'training nodes'")
-    if not train_nodes[0]:  # before the run directory is made: nothing to train on
+    split_sizes = global_split_sizes(part, watchdog)
+    if not split_sizes["train"]:  # before the run directory is made: nothing to train on
         _error(comm, f"{cfg.parts}: the graph has no training nodes (no labels, or an empty train mask; "
                      "g3-prepare edgelist takes them with --labels and --masks)")
-        watchdog.barrier("start-up check 'training nodes' (every rank's line is out before the job ends)")
+        watchdog.barrier("start-up check 'split sizes' (every rank's line is out before the job ends)")
         return 1
     ckpt = None
     if resume:
@@ -245,7 +243,7 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
              part.num_halo, int(part.indptr[-1]), cfg.model)
     # the model is built before the run directory is made, so that parameters that do not fit it leave no run
     try:
-        trainer = Trainer(cfg, comm, part, meta, stop=stop, watchdog=watchdog, hooks=hooks)
+        trainer = Trainer(cfg, comm, part, meta, stop=stop, watchdog=watchdog, hooks=hooks, split_sizes=split_sizes)
     except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
         abort_job(comm, _line(comm, _failure("setting up training", e, cfg, part)))
         return 1

@@ -81,15 +81,24 @@ def current_rss_bytes() -> int:
         return peak_rss_bytes()
 
 
+def global_split_sizes(part, watchdog: Watchdog) -> dict:
+    """The number of training, validation and test nodes of the whole graph (``{"train": ..., "val": ...,
+    "test": ...}``): the part's mask counts summed over ranks in one ``Allreduce``; every rank calls it."""
+    counts = np.array([int(getattr(part, f"{s}_mask").sum()) for s in SPLITS], dtype=np.int64)
+    watchdog.allreduce(counts, what="start-up check 'split sizes'")
+    return dict(zip(SPLITS, counts.tolist()))
+
+
 class Trainer:
     """Owns one rank's graph view, model and optimiser. ``comm`` is injected; every rank calls the same methods."""
 
     def __init__(self, cfg: TrainConfig, comm, part, meta: dict, stop=None, watchdog: Watchdog | None = None,
-                 hooks: TestHooks | None = None):
+                 hooks: TestHooks | None = None, split_sizes: dict | None = None):
         """``stop``: a :class:`~g3mpi.train.stop.StopSignals` (or anything with a ``received`` attribute): when
         set on any rank, :meth:`fit` stops after the current epoch with a checkpoint. ``watchdog`` (on ``comm``,
         with ``cfg.comm_timeout``) and ``hooks`` are the caller's when it has them (g3-train's start-up uses
-        them too), else made here."""
+        them too), else made here. ``split_sizes``: :func:`global_split_sizes` of ``part`` when the caller has
+        them already (g3-train checks them before building the model), else counted here."""
         self.cfg, self.comm, self.part, self.meta = cfg, comm, part, meta
         self.stop = stop
         if cfg.release_memory:
@@ -113,9 +122,7 @@ class Trainer:
         self.x = torch.from_numpy(part.features)
         self.y = torch.from_numpy(part.labels)
         self.masks = {s: torch.from_numpy(getattr(part, f"{s}_mask")) for s in SPLITS}
-        counts = np.array([int(self.masks[s].sum()) for s in SPLITS], dtype=np.int64)
-        self.watchdog.allreduce(counts, what="start-up check 'split sizes'")
-        self.split_sizes = dict(zip(SPLITS, counts.tolist()))
+        self.split_sizes = dict(split_sizes or global_split_sizes(part, self.watchdog))
         if self.split_sizes["train"] == 0:
             raise ValueError(f"{cfg.parts}: the graph has no training nodes")
         if self.split_sizes["val"] == 0 and comm.rank == 0:
