@@ -230,3 +230,19 @@ def test_checkpoint_version_not_an_integer(tmp_path, value):
     torch.save(_checkpoint(version=value), tmp_path / "c.pt")
     with pytest.raises(CheckpointError, match="c.pt: checkpoint version .* is not supported"):
         load_checkpoint(tmp_path / "c.pt")
+
+
+def test_id_checksum_tells_a_partition_of_the_ids_from_one_that_owns_an_id_twice():
+    from g3mpi.format.partition import id_checksum, range_checksum
+    N = 1000
+    perm = np.random.default_rng(0).permutation(N)
+    whole = range_checksum(0, N)
+    assert whole == id_checksum(np.arange(N)) == range_checksum(0, N, block=7)
+    for cuts in ([0, N], [0, 1, 500, N], [0, 0, 333, 999, N]):    # any split of any order, empty parts too
+        parts = [np.sort(perm[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+        assert sum(id_checksum(p) for p in parts) % 2**64 == whole
+        shares = [range_checksum(r * N // (len(cuts) - 1), (r + 1) * N // (len(cuts) - 1)) for r in range(len(cuts) - 1)]
+        assert sum(shares) % 2**64 == whole
+    twice = np.concatenate([np.arange(N - 1), [0]])                # 0 owned twice, N - 1 by nobody
+    assert id_checksum(twice) != whole
+    assert 0 <= whole < 2**64 and id_checksum([]) == 0

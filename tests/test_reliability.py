@@ -187,6 +187,18 @@ def _no_train_nodes(d, root):
     return [0, 1], d.name, "the graph has no training nodes"
 
 
+def _orig_id_owned_twice(d, root):
+    # part 1 owns one of part 0's original IDs instead of its own: each part file passes its checks (IDs in
+    # range, strictly increasing, checksums right), the partition does not
+    mine, theirs = read_ds(d, 1, "orig_ids"), read_ds(d, 0, "orig_ids")
+    lo = np.concatenate([[-1], mine[:-1]])
+    hi = np.concatenate([mine[1:], [theirs.max() + 1]])
+    i, v = next((i, v) for i in range(len(mine)) for v in theirs if lo[i] < v < hi[i])
+    mine[i] = v
+    rewrite_part(d, 1, orig_ids=mine)
+    return [0, 1], d.name, "the parts do not own every original node ID exactly once"
+
+
 LOAD_FAULTS = {
     "byte_flipped": (_flip_byte, []),
     "truncated": (_truncate, []),
@@ -201,6 +213,7 @@ LOAD_FAULTS = {
     "recv_parts_2d": (_recv_parts_2d, []),
     "unlabelled_train_node": (_unlabelled_train_node, []),
     "no_train_nodes": (_no_train_nodes, []),
+    "orig_id_owned_twice": (_orig_id_owned_twice, []),
     # the same start-up checks with the watchdog's deadline-polled collectives (error texts of unequal sizes)
     "byte_flipped_watchdog": (_flip_byte, ["--comm-timeout", "30"]),
     "neighbour_mismatch_watchdog": (_neighbour_mismatch, ["--comm-timeout", "30"]),

@@ -158,7 +158,7 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
     from g3mpi.train.faults import TestHooks, TrainingFault
     from g3mpi.train.rundir import OutputError
     from g3mpi.train.stop import EXIT_STOPPED
-    from g3mpi.train.trainer import global_split_sizes
+    from g3mpi.train.trainer import IDS_NOT_ONCE, start_up_sums
 
     resume = args.pop("resume")
     try:
@@ -214,10 +214,14 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
         return 1
     if not _agree(watchdog, err, "found their halo inconsistent with a neighbour", "halo lists"):
         return 1
-    split_sizes = global_split_sizes(part, watchdog)
+    split_sizes, ids_once = start_up_sums(part, watchdog)
+    # (every rank has the same sums, so every rank says the same line and none waits for another)
+    err = None if ids_once else f"{cfg.parts}: {IDS_NOT_ONCE}"
     if not split_sizes["train"]:  # before the run directory is made: nothing to train on
-        _error(comm, f"{cfg.parts}: the graph has no training nodes (no labels, or an empty train mask; "
-                     "g3-prepare edgelist takes them with --labels and --masks)")
+        err = err or (f"{cfg.parts}: the graph has no training nodes (no labels, or an empty train mask; "
+                      "g3-prepare edgelist takes them with --labels and --masks)")
+    if err:
+        _error(comm, err)
         watchdog.barrier("start-up check 'split sizes' (every rank's line is out before the job ends)")
         return 1
     ckpt = None

@@ -223,6 +223,24 @@ def owner_of(offsets: np.ndarray, gids: np.ndarray) -> np.ndarray:
     return np.searchsorted(np.asarray(offsets), gids, side="right") - 1
 
 
+def id_checksum(ids) -> int:
+    """The sum over ``ids`` of splitmix64(id), modulo 2^64: a checksum of a set of node IDs that does not depend on
+    how the set is split. The parts of a partition own every original ID exactly once if the sum of their
+    checksums equals :func:`range_checksum` of ``(0, N)`` (modulo 2^64); a part list that owns one ID twice (and
+    so misses another) gives a different sum but with a chance of 2^-64."""
+    x = np.asarray(ids, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)   # numpy's uint64 arrays wrap
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return int(x.sum(dtype=np.uint64))
+
+
+def range_checksum(lo: int, hi: int, block: int = 1 << 20) -> int:
+    """:func:`id_checksum` of ``range(lo, hi)``, ``block`` IDs at a time."""
+    return sum(id_checksum(np.arange(a, min(a + block, hi), dtype=np.uint64))
+               for a in range(lo, hi, block)) % (1 << 64)
+
+
 def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = True) -> PartData:
     """Read and validate one part file. Raises FormatError naming the file on any problem.
 

@@ -23,6 +23,7 @@ from mpi4py import MPI
 
 from g3mpi.comm import CommContext, SimNet
 from g3mpi.comm.watchdog import Watchdog
+from g3mpi.format.partition import id_checksum, range_checksum
 from g3mpi.nn import GNN
 from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.sched import Schedule
@@ -81,12 +82,23 @@ def current_rss_bytes() -> int:
         return peak_rss_bytes()
 
 
-def global_split_sizes(part, watchdog: Watchdog) -> dict:
-    """The number of training, validation and test nodes of the whole graph (``{"train": ..., "val": ...,
-    "test": ...}``): the part's mask counts summed over ranks in one ``Allreduce``; every rank calls it."""
-    counts = np.array([int(getattr(part, f"{s}_mask").sum()) for s in SPLITS], dtype=np.int64)
-    watchdog.allreduce(counts, what="start-up check 'split sizes'")
-    return dict(zip(SPLITS, counts.tolist()))
+#: what the start-up sums found when two parts own the same original node ID
+IDS_NOT_ONCE = ("the parts do not own every original node ID exactly once (two parts own the same node; "
+                "g3-inspect names the part whose IDs disagree with node_map.h5)")
+
+
+def start_up_sums(part, watchdog: Watchdog) -> tuple[dict, bool]:
+    """What the ranks learn together at start-up, in one ``Allreduce`` (every rank calls it): the number of
+    training, validation and test nodes of the whole graph (``{"train": ..., "val": ..., "test": ...}``), and
+    whether the parts own every original node ID exactly once. Each part checks its own IDs on load (in range,
+    strictly increasing); that no two parts own the same ID is the sum of the parts' :func:`id_checksum` against
+    that of ``range(N)``, whose share each rank computes."""
+    comm = watchdog.comm
+    N, r, P = part.num_nodes, comm.rank, comm.size
+    ids = (id_checksum(part.orig_ids) - range_checksum(r * N // P, (r + 1) * N // P)) % (1 << 64)
+    sums = np.array([int(getattr(part, f"{s}_mask").sum()) for s in SPLITS] + [ids], dtype=np.uint64)
+    watchdog.allreduce(sums, what="start-up check 'split sizes'")   # (uint64 sums wrap: the checksum's modulus)
+    return dict(zip(SPLITS, map(int, sums[:len(SPLITS)]))), int(sums[-1]) == 0
 
 
 class Trainer:
@@ -97,8 +109,8 @@ class Trainer:
         """``stop``: a :class:`~g3mpi.train.stop.StopSignals` (or anything with a ``received`` attribute): when
         set on any rank, :meth:`fit` stops after the current epoch with a checkpoint. ``watchdog`` (on ``comm``,
         with ``cfg.comm_timeout``) and ``hooks`` are the caller's when it has them (g3-train's start-up uses
-        them too), else made here. ``split_sizes``: :func:`global_split_sizes` of ``part`` when the caller has
-        them already (g3-train checks them before building the model), else counted here."""
+        them too), else made here. ``split_sizes``: from :func:`start_up_sums` when the caller has them already
+        (g3-train checks them before building the model), else counted (and the ID ownership checked) here."""
         self.cfg, self.comm, self.part, self.meta = cfg, comm, part, meta
         self.stop = stop
         if cfg.release_memory:
@@ -122,7 +134,11 @@ class Trainer:
         self.x = torch.from_numpy(part.features)
         self.y = torch.from_numpy(part.labels)
         self.masks = {s: torch.from_numpy(getattr(part, f"{s}_mask")) for s in SPLITS}
-        self.split_sizes = dict(split_sizes or global_split_sizes(part, self.watchdog))
+        if split_sizes is None:
+            split_sizes, ids_once = start_up_sums(part, self.watchdog)
+            if not ids_once:
+                raise ValueError(f"{cfg.parts}: {IDS_NOT_ONCE}")
+        self.split_sizes = dict(split_sizes)
         if self.split_sizes["train"] == 0:
             raise ValueError(f"{cfg.parts}: the graph has no training nodes")
         if self.split_sizes["val"] == 0 and comm.rank == 0:
