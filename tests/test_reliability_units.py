@@ -402,3 +402,29 @@ def test_json_outputs_are_strict_and_atomic(tmp_path, monkeypatch):
     with pytest.raises(TypeError):
         write_json(path, {"rows": [1, 2], "z": Unwritable()})
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_a_full_disk_writing_model_or_checkpoint_says_so(tmp_path):
+    """torch.save writing straight to a file that cannot grow (here the file-size limit, EFBIG, as a full disk is
+    ENOSPC) failed with its own words, "[enforce fail at inline_container.cc:672] . unexpected pos 832 vs 726",
+    for model.pt and checkpoint.pt. The archive is now made in memory and written as bytes: the system's words,
+    and no file or temporary left behind."""
+    code = ("import resource, sys, torch\n"
+            "from g3mpi.train.rundir import OutputError, save_state_dict\n"
+            "from g3mpi.train.checkpoint import save_checkpoint\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (10000, resource.RLIM_INFINITY))\n"
+            "d = sys.argv[1]\n"
+            "try:\n"
+            "    save_state_dict(d + '/model.pt', {'w': torch.ones(100000)})\n"
+            "except OutputError as e:\n"
+            "    print(e)\n"
+            "try:\n"
+            "    save_checkpoint(d + '/checkpoint.pt', {'w': torch.ones(100000)})\n"
+            "except OSError as e:\n"
+            "    from g3mpi.format.common import failure_reason\n"
+            "    print(failure_reason(e))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=tool_env(),
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [f"{tmp_path / 'model.pt'}: cannot be written: File too large", "File too large"]
+    assert list(tmp_path.iterdir()) == []

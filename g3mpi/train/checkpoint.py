@@ -26,6 +26,7 @@ and dropout is keyed by original node ID, so the state carries over to any numbe
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import zipfile
 from pathlib import Path
@@ -89,15 +90,25 @@ def make_checkpoint(*, epoch: int, model: dict, optimizer: dict, best: dict, sin
                 config=dataclasses.asdict(cfg), partition=partition_fingerprint(meta))
 
 
-def save_checkpoint(path, ckpt: dict) -> None:
-    """Atomically replace ``path`` with ``ckpt`` (temporary file, fsync, rename, fsync of the directory)."""
+def write_torch(path, obj) -> None:
+    """Atomically replace ``path`` with torch.save's archive of ``obj`` (temporary file, fsync, rename, fsync of
+    the directory). The archive is made in memory and written with a plain file write, so a write that fails (a
+    full disk) raises the system's OSError ("No space left on device") instead of torch's RuntimeError about its
+    stream ("unexpected pos 704 vs 598")."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
     path = Path(path)
     with atomic_file(path, force=True) as tmp:
         with open(tmp, "wb") as f:
-            torch.save(ckpt, f)
+            f.write(buf.getbuffer())
             f.flush()
             os.fsync(f.fileno())
     fsync_path(path.parent)
+
+
+def save_checkpoint(path, ckpt: dict) -> None:
+    """Atomically replace ``path`` with ``ckpt`` (:func:`write_torch`)."""
+    write_torch(path, ckpt)
 
 
 def _load_verified(path: Path, what: str):

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-import torch
 
 from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format import FormatError, atomic_file, json_text, write_json
 from g3mpi.format.common import failure_reason
+
+from .checkpoint import write_torch
 
 PREDICTIONS_FORMAT = "g3mpi-predictions"
 #: the node splits, and the keys of their accuracies in metrics.jsonl and summary.json
@@ -58,10 +59,10 @@ def write_json_atomic(path, obj) -> None:
 
 
 def save_state_dict(path, state: dict) -> None:
-    """A plain state_dict of tensors (loadable with ``torch.load(path, weights_only=True)``); torch.save reports a
-    full disk as a RuntimeError."""
-    with writing(path, RuntimeError), atomic_file(path, force=True) as tmp:
-        torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp)
+    """A plain state_dict of tensors (loadable with ``torch.load(path, weights_only=True)``), written atomically;
+    a failed write is an :class:`OutputError` naming ``path``."""
+    with writing(path, RuntimeError):
+        write_torch(path, {k: v.detach().cpu().clone() for k, v in state.items()})
 
 
 def _number(v) -> bool:

@@ -23,6 +23,7 @@ from mpi4py import MPI
 
 from g3mpi.comm import CommContext, SimNet
 from g3mpi.comm.watchdog import Watchdog
+from g3mpi.format.common import failure_reason
 from g3mpi.format.partition import id_checksum, range_checksum
 from g3mpi.nn import GNN
 from g3mpi.ops import DistGraph, DropoutKey
@@ -177,7 +178,7 @@ class Trainer:
                     epoch=epoch, model=self.model.state_dict(), optimizer=self.opt.state_dict(), best=best,
                     since_best=since_best, last_loss=last_loss, cfg=self.cfg, meta=self.meta))
             except Exception as e:  # noqa: BLE001 - reported on every rank
-                err = f"{run_dir / CHECKPOINT_NAME}: writing the checkpoint failed: {e}"
+                err = f"{run_dir / CHECKPOINT_NAME}: writing the checkpoint failed: {failure_reason(e)}"
         failed = np.array([1.0 if err else 0.0])
         self.watchdog.allreduce(failed, what="checkpoint hand-off (rank 0 writes it)")
         if failed[0]:
