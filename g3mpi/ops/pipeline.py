@@ -36,36 +36,79 @@ class SpMM(torch.autograd.Function):
         return torch.sparse.mm(ctx.mat_t, g.contiguous()), None, None
 
 
-class _ChunkedSpMM(torch.autograd.Function):
-    """out [r, F] = group's local block @ h [n, F], by row chunks with ``progress()`` between chunks;
-    backward by row chunks of the transpose, likewise."""
+def _product(out, m_b, m_i, xb, xi):
+    """out = m_b @ xb + m_i @ xi, written into ``out`` (uninitialised; a row range of a larger tensor is fine):
+    no zero-filled result, no temporary, no copy."""
+    out.addmm_(m_b, xb, beta=0)
+    return out.addmm_(m_i, xi)
+
+
+class _LocalProduct:
+    """One layer's local-block product for both row groups: ``ob = B.local @ [xb; xi]`` first (``_LocalB``),
+    ``oi = I.local @ [xb; xi]`` later, by row chunks with ``progress()`` between them (``_LocalI``). The
+    inputs stay two tensors (never merged into one [n, F]); each group's block is stored split by columns
+    (``RowGroup``), so each output is the sum of two products.
+
+    Backward runs once, in ``_LocalB``'s backward (autograd runs it after ``_LocalI``'s, which only hands over
+    the interior rows' gradient): grad_xb = B.local_t[0] @ gb + I.local_t[0] @ gi and grad_xi likewise, each
+    accumulated in place chunk by chunk, with ``progress()`` between chunks."""
+
+    def __init__(self, B, I, rows_per_chunk: int, progress):
+        self.B, self.I, self.rpc, self.progress = B, I, rows_per_chunk, progress
+        self.x = None       # (xb, xi) until the interior rows are computed
+        self.gi = None      # the interior rows' output gradient, from _LocalI.backward to _LocalB.backward
+
+    def backward(self, gb):
+        gi, self.gi = self.gi, None
+        gb = gb.contiguous()
+        if gi is None:      # the interior output needed no gradient
+            gi = gb.new_zeros(len(self.I.rows), gb.shape[1])
+        grads = []
+        for tb, ti in zip(self.B.t_chunks(self.rpc), self.I.t_chunks(self.rpc)):
+            out = gb.new_empty(tb[-1][1], gb.shape[1])
+            for (a, b, mb), (_, _, mi) in zip(tb, ti):
+                _product(out[a:b], mb, mi, gb, gi)
+                self.progress()
+            grads.append(out)
+        return grads
+
+
+class _LocalB(torch.autograd.Function):
+    """Boundary rows' local product; returns it and a token that ``_LocalI`` takes, so that autograd runs
+    ``_LocalI``'s backward first."""
 
     @staticmethod
-    def forward(ctx, h, fwd_chunks, bwd_chunks, progress):
-        ctx.bwd, ctx.progress = bwd_chunks, progress
-        h = h.detach()
-        if len(fwd_chunks) == 1:
-            out = torch.sparse.mm(fwd_chunks[0][2], h)
-            progress()
-            return out
-        out = torch.empty(fwd_chunks[-1][1], h.shape[1], dtype=h.dtype)
-        for a, b, m in fwd_chunks:
-            out[a:b] = torch.sparse.mm(m, h)
-            progress()
+    def forward(ctx, xb, xi, op):
+        ctx.op = op
+        xb, xi = xb.detach(), xi.detach()
+        op.x = (xb, xi)
+        m_b, m_i = op.B.local
+        out = _product(xb.new_empty(m_b.shape[0], xb.shape[1]), m_b, m_i, xb, xi)
+        return out, xb.new_empty(0)
+
+    @staticmethod
+    def backward(ctx, g, _):
+        gxb, gxi = ctx.op.backward(g)
+        return gxb, gxi, None
+
+
+class _LocalI(torch.autograd.Function):
+    """Interior rows' local product, chunk by chunk; its backward hands the gradient to ``_LocalB``'s."""
+
+    @staticmethod
+    def forward(ctx, token, op):
+        ctx.op = op
+        (xb, xi), op.x = op.x, None
+        out = xb.new_empty(len(op.I.rows), xb.shape[1])
+        for a, b, m_b, m_i in op.I.chunks(op.rpc):
+            _product(out[a:b], m_b, m_i, xb, xi)
+            op.progress()
         return out
 
     @staticmethod
     def backward(ctx, g):
-        g = g.contiguous()
-        if len(ctx.bwd) == 1:
-            grad = torch.sparse.mm(ctx.bwd[0][2], g)
-            ctx.progress()
-            return grad, None, None, None
-        grad = torch.empty(ctx.bwd[-1][1], g.shape[1], dtype=g.dtype)
-        for a, b, m in ctx.bwd:
-            grad[a:b] = torch.sparse.mm(m, g)
-            ctx.progress()
-        return grad, None, None, None
+        ctx.op.gi = g.contiguous()
+        return g.new_zeros(0), None
 
 
 def _merge(n, rows_b, yb, rows_i, yi):
@@ -85,7 +128,8 @@ def input_product_groups(model, x):
     B, I = g.row_groups(conv.agg.kind)
     xb, xi = x[B.rows], x[I.rows]
     dummy = halo_start(xb, ex, sched, B.send_pos)
-    ob, oi = torch.sparse.mm(B.local, x), torch.sparse.mm(I.local, x)
+    ob = _product(x.new_empty(len(B.rows), x.shape[1]), *B.local, xb, xi)
+    oi = _product(x.new_empty(len(I.rows), x.shape[1]), *I.local, xb, xi)
     k = ex.forward.num_recvs
     halos = [None] * k
     for i in sched.poll(ex.forward) + sched.rest(ex.forward):
@@ -135,9 +179,10 @@ def forward_pipelined(model, x, key, c0=None):
     for l in range(first, last + 1):
         conv = convs[l]
         ex = conv.agg.ex
-        pay = _merge(n, B.rows, pb, I.rows, pi)
+        rpc = chunk_rows_for(pb.shape[1], sched.chunk_rows) if sched.chunk_rows >= 0 else 0
+        op = _LocalProduct(B, I, rpc, progress)
+        ob, token = _LocalB.apply(pb, pi, op)
         pb = pi = None   # dead from here on: references to dead tensors are dropped as soon as possible
-        ob = SpMM.apply(pay, B.local, B.local_t)
         k = ex.forward.num_recvs
         parts_b, parts_i = [None] * k, [None] * k
 
@@ -162,8 +207,8 @@ def forward_pipelined(model, x, key, c0=None):
             xb = node_dropout(model.activation(yb), key, l + 1, ids_b, model.dropout, training)
             yb = None
             pb, ab, dummy = start(convs[l + 1], xb)
-        fwd, bwd = I.chunks(chunk_rows_for(pay.shape[1], sched.chunk_rows) if sched.chunk_rows >= 0 else 0)
-        oi = _ChunkedSpMM.apply(pay, fwd, bwd, progress)
+        oi = _LocalI.apply(token, op)
+        token = op = None
         for i in range(k):
             if parts_i[i] is not None:
                 oi = oi.index_add_(0, I.nb[i][0], parts_i[i])

@@ -275,39 +275,59 @@ class BlockMatrix:
         return self._tchunks[rows_per_chunk]
 
 
+def _split_rows(m: torch.Tensor, rows_per_chunk: int) -> list:
+    """Row ranges of a torch CSR of about ``rows_per_chunk`` rows (0: one range): [(a, b, CSR rows a:b)],
+    sharing its indices and values."""
+    r = m.shape[0]
+    if rows_per_chunk <= 0 or rows_per_chunk >= r:
+        return [(0, r, m)]
+    return [(a, min(a + rows_per_chunk, r), _row_range(m, a, min(a + rows_per_chunk, r)))
+            for a in range(0, r, rows_per_chunk)]
+
+
 @dataclass
 class RowGroup:
     """The aggregation restricted to a sorted set of owned rows (boundary or interior rows).
 
-    ``rows`` [r]; ``local``/``local_t``: the local block's rows [r, n_owned] and its transpose; per receive
-    neighbour i, ``nb[i] = (pos, mat, mat_t)``: positions in ``rows`` of the rows with an edge from i, that
-    block [len(pos), slice_i] and its transpose (None when no row of the group has an edge from i);
-    ``send_pos``: per send neighbour, positions in ``rows`` of the rows it needs (boundary group only).
+    The inter-layer pipeline keeps a layer's owned rows as two tensors, boundary rows then interior rows
+    (each in increasing row order), never merged: so the local block of the group's rows is stored split by
+    columns, ``local = (over the boundary rows' columns [r, n_b], over the interior rows' columns [r, n_i])``,
+    and ``local_t`` holds their transposes ([n_b, r], [n_i, r]). A group's local product is
+    ``local[0] @ x_b + local[1] @ x_i``.
+
+    ``rows`` [r]; per receive neighbour i, ``nb[i] = (pos, mat, mat_t)``: positions in ``rows`` of the rows with
+    an edge from i, that block [len(pos), slice_i] and its transpose (None when no row of the group has an edge
+    from i); ``send_pos``: per send neighbour, positions in ``rows`` of the rows it needs (boundary group only).
     """
 
     rows: torch.Tensor
-    local: torch.Tensor
-    local_t: torch.Tensor
+    local: tuple
+    local_t: tuple
     nb: list
     send_pos: list | None = None
     _chunks: dict = field(default_factory=dict)
 
-    def chunks(self, rows_per_chunk: int) -> tuple[list, list]:
-        """(forward chunks [(a, b, CSR of group rows a:b)], backward chunks [(a, b, CSR of owned rows a:b of
-        the transpose)]) for ``rows_per_chunk`` (0: one chunk each). Chunks share the group's indices and
+    def chunks(self, rows_per_chunk: int) -> list:
+        """Forward chunks of the local block: [(a, b, rows a:b over the boundary columns, over the interior
+        columns)], about ``rows_per_chunk`` rows each (0: one chunk). Chunks share the group's indices and
         values."""
-        if rows_per_chunk <= 0 or len(self.rows) == 0:
-            n = self.local.shape[1]
-            return [(0, len(self.rows), self.local)], [(0, n, self.local_t)]
-        if rows_per_chunk not in self._chunks:
-            self._chunks[rows_per_chunk] = tuple(
-                [(a, min(a + rows_per_chunk, m.shape[0]), _row_range(m, a, min(a + rows_per_chunk, m.shape[0])))
-                 for a in range(0, m.shape[0], rows_per_chunk)] for m in (self.local, self.local_t))
-        return self._chunks[rows_per_chunk]
+        key = ("f", rows_per_chunk)
+        if key not in self._chunks:
+            cb, ci = (_split_rows(m, rows_per_chunk) for m in self.local)
+            self._chunks[key] = [(a, b, mb, mi) for (a, b, mb), (_, _, mi) in zip(cb, ci)]
+        return self._chunks[key]
+
+    def t_chunks(self, rows_per_chunk: int) -> tuple[list, list]:
+        """Row ranges of the two transposes, ([(a, b, CSR)] of ``local_t[0]``, same of ``local_t[1]``)."""
+        key = ("t", rows_per_chunk)
+        if key not in self._chunks:
+            self._chunks[key] = tuple(_split_rows(m, rows_per_chunk) for m in self.local_t)
+        return self._chunks[key]
 
 
 def row_groups(bm: "BlockMatrix", send_idx: list) -> tuple[RowGroup, RowGroup]:
-    """Split ``bm`` into the boundary rows (in some send list) and the interior rows. Built from the part's
+    """Split ``bm`` into the boundary rows (in some send list) and the interior rows, each group's local block
+    split by columns into the boundary and the interior rows' columns (see ``RowGroup``). Built from the part's
     arrays (``bm.local_scipy``), not from ``bm``'s torch blocks, which stay unbuilt unless something else
     needs them."""
     n = bm.num_owned
@@ -316,9 +336,16 @@ def row_groups(bm: "BlockMatrix", send_idx: list) -> tuple[RowGroup, RowGroup]:
     groups = []
     loc_all = bm.local_scipy()
     nbs = bm.neighbour_scipy()
-    for sel in (is_b, ~is_b):
-        rows = np.nonzero(sel)[0].astype(np.int64)
+    col_sets = [np.nonzero(is_b)[0], np.nonzero(~is_b)[0]]
+    for sel, rows in zip((is_b, ~is_b), col_sets):
         loc = loc_all[rows]
+        local, local_t = [], []
+        for cols in col_sets:
+            sub = loc[:, cols].tocsr()
+            local.append(to_torch_csr(sub))
+            local_t.append(_transpose(sub))
+            del sub
+        del loc
         nb = []
         for nb_rows, sp_blk in nbs:
             keep = sel[nb_rows]
@@ -329,8 +356,8 @@ def row_groups(bm: "BlockMatrix", send_idx: list) -> tuple[RowGroup, RowGroup]:
             pos = np.searchsorted(rows, nb_rows[keep])
             nb.append((torch.from_numpy(pos.astype(np.int64)), to_torch_csr(sub), _transpose(sub)))
             del sub
-        groups.append(RowGroup(rows=torch.from_numpy(rows), local=to_torch_csr(loc), local_t=_transpose(loc), nb=nb))
-        del loc
+        groups.append(RowGroup(rows=torch.from_numpy(rows.astype(np.int64)), local=tuple(local),
+                               local_t=tuple(local_t), nb=nb))
     del loc_all, nbs
     b = groups[0]
     rows_b = b.rows.numpy()
