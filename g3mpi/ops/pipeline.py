@@ -9,10 +9,13 @@ Per layer l (schedule ``pipelined``):
      travel; then I rows finished likewise.
 
 So each exchange overlaps the interior computation of the previous layer (including its dense part) and the
-boundary rows' local block of its own layer. Every operation is an autograd op (sparse products with
-precomputed transposes; the exchange Functions of ``g3mpi.ops.exchange``), so backward runs the mirror image:
-halo gradients are sent as soon as autograd has summed them from both row groups, and owners sum what they
-receive. Partial sums are added in a fixed order: results equal the blocking schedule's up to rounding.
+boundary rows' local block of its own layer. The two groups stay two tensors from the first layer to the last
+(only the logits are merged): each group's local block is stored split by columns (``RowGroup``), so its product
+takes both groups' inputs as they are, written in place into its output. Every operation is an autograd op
+(sparse products with precomputed transposes; the exchange Functions of ``g3mpi.ops.exchange``), so backward
+runs the mirror image: halo gradients are sent as soon as autograd has summed them from both row groups, both
+groups' local transposes run in one pass, and owners sum what they receive. Partial sums are added in a fixed
+order: results equal the blocking schedule's up to rounding (the local block's row sums are split in two).
 """
 from __future__ import annotations
 
