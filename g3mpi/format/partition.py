@@ -226,8 +226,8 @@ def owner_of(offsets: np.ndarray, gids: np.ndarray) -> np.ndarray:
 def id_checksum(ids) -> int:
     """The sum over ``ids`` of splitmix64(id), modulo 2^64: a checksum of a set of node IDs that does not depend on
     how the set is split. The parts of a partition own every original ID exactly once if the sum of their
-    checksums equals :func:`range_checksum` of ``(0, N)`` (modulo 2^64); a part list that owns one ID twice (and
-    so misses another) gives a different sum but with a chance of 2^-64."""
+    checksums equals :func:`range_checksum` of ``(0, N)`` (modulo 2^64); parts that own one ID twice (and so
+    miss another) give a different sum, except with a chance of about 2^-64."""
     x = np.asarray(ids, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)   # numpy's uint64 arrays wrap
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
