@@ -265,13 +265,10 @@ class BlockMatrix:
     def transpose_chunks(self, rows_per_chunk: int) -> list:
         """Contiguous row ranges of the local transpose: list of (start, stop, CSR); the chunks share the
         transpose's indices and values."""
-        n = self.num_owned
-        if rows_per_chunk <= 0 or rows_per_chunk >= n:
-            return [(0, n, self.local_t)]
+        if rows_per_chunk <= 0 or rows_per_chunk >= self.num_owned:
+            return _split_rows(self.local_t, 0)
         if rows_per_chunk not in self._tchunks:
-            lt = self.local_t
-            cuts = list(range(0, n, rows_per_chunk)) + [n]
-            self._tchunks[rows_per_chunk] = [(a, b, _row_range(lt, a, b)) for a, b in zip(cuts[:-1], cuts[1:])]
+            self._tchunks[rows_per_chunk] = _split_rows(self.local_t, rows_per_chunk)
         return self._tchunks[rows_per_chunk]
 
 
