@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from g3mpi.ops import DistGraph, DropoutKey, node_dropout
+from g3mpi.ops.activation import relu_
 from g3mpi.ops.pipeline import forward_pipelined, input_product_groups
 
 from .gat import GATLayer
@@ -104,7 +105,8 @@ class GNN(nn.Module):
 
     def activation(self, x: torch.Tensor) -> torch.Tensor:
         """The hidden activation; ReLU in place on GCN/SAGE layer outputs (their backward does not need them),
-        which saves one fresh [n, hidden] tensor per layer."""
+        which saves one fresh [n, hidden] tensor per layer, and its backward masks the incoming gradient in place
+        (``g3mpi.ops.activation``), which saves another during backward."""
         if self.act is F.relu and self.model != "gat":
-            return F.relu(x, inplace=True)
+            return relu_(x)
         return self.act(x)
