@@ -40,8 +40,8 @@ MAX_SEED = 2**63 - 1
 MAX_WIDTH = 2**24
 #: options of one method only (``PartitionConfig`` field -> method); the cost model's options (--bandwidth,
 #: --edge-seconds, --width, --calibrate) apply to every method, since meta.json's estimates use them
-METHOD_OPTIONS = dict(balance="metis", node_imbalance="g3", edge_imbalance="g3", max_iters="g3", cost_slack="g3",
-                      start="g3", start_balance="g3")
+METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3", edge_imbalance="g3", max_iters="g3",
+                      cost_slack="g3", start="g3", start_balance="g3")
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,9 @@ def parse_args(argv) -> PartitionConfig:
     ap.add_argument("--force", action="store_true", help="replace an existing output directory")
     ap.add_argument("--balance", choices=BALANCES,
                     help="METIS vertex weights (metis only, default nodes; g3 balances nodes and edges itself)")
-    ap.add_argument("--objective", choices=OBJECTIVES, default="cut",
-                    help="what METIS minimises: the edge cut, or the total communication volume (k-way; metis only)")
+    ap.add_argument("--objective", choices=OBJECTIVES,
+                    help="what METIS minimises: the edge cut, or the total communication volume (k-way; metis only, "
+                         "default cut)")
     g = ap.add_argument_group("g3 refinement and cost model")
     g.add_argument("--node-imbalance", type=float,
                    help="max owned nodes per part / mean, finite and >= 1 (g3; default 1.10)")
@@ -114,13 +115,12 @@ def parse_args(argv) -> PartitionConfig:
     for dest, method in METHOD_OPTIONS.items():
         if getattr(a, dest) is not None and a.method != method:
             opt = "--" + dest.replace("_", "-")
+            hint = {"balance": " (g3 balances nodes and edges itself)", "objective": " (g3: --start volume)"}
             ap.error(f"{opt} applies to --method {method}, not {a.method}"
-                     + (" (g3 balances nodes and edges itself)" if dest == "balance" else ""))
+                     + (hint.get(dest, "") if a.method == "g3" else ""))
         if getattr(a, dest) is None:
             setattr(a, dest, PartitionConfig.__dataclass_fields__[dest].default)
     check_values(ap, a)
-    if a.objective != "cut" and a.method != "metis":
-        ap.error("--objective applies to --method metis (g3: --start volume)")
     try:
         bw = parse_bandwidth(a.bandwidth)
     except ValueError as e:

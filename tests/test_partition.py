@@ -700,7 +700,8 @@ def test_g3_cli_options(rand_h5, tmp_path):
 @pytest.mark.parametrize("method,option,value", [
     ("g3", "--balance", "edges"), ("random", "--balance", "nodes"), ("metis", "--max-iters", "5"),
     ("random", "--node-imbalance", "1.2"), ("metis", "--start", "volume"), ("random", "--cost-slack", "0.1"),
-    ("metis", "--start-balance", "edges"), ("metis", "--edge-imbalance", "1.5")])
+    ("metis", "--start-balance", "edges"), ("metis", "--edge-imbalance", "1.5"), ("g3", "--objective", "cut"),
+    ("random", "--objective", "volume"), ("random", "--objective", "cut")])
 def test_an_option_of_another_method_is_refused(method, option, value, rand_h5, tmp_path, capsys):
     """Options that only one method reads are refused with the others (exit 2, naming the option and the method)
     instead of being silently ignored (--balance with g3 or random, g3's refinement options with metis or
