@@ -225,13 +225,14 @@ def run(cfg: PartitionConfig) -> dict:
     if cfg.method == "metis":
         extra.setdefault("balance", cfg.balance)
         extra.setdefault("metis_objective", cfg.objective)
-    progress = None
     if cfg.progress:
         from tqdm import tqdm
 
         def progress(it, total):
             # disable=None: no bar when stderr is not a terminal (batch logs)
             return tqdm(it, total=total, desc="writing parts", unit="part", file=sys.stderr, leave=False, disable=None)
+    else:
+        progress = None
     meta = write_partition(g, assignment, cfg.parts, cfg.out, method=cfg.method, seed=cfg.seed, force=cfg.force,
                            extra_meta=extra, progress=progress, graph_path=cfg.graph)
     q = meta["quality"]
