@@ -76,7 +76,7 @@ def show(prefix, d):
     for k, v in d.items():
         if isinstance(v, dict):
             show(f"{prefix}{k}.", v)
-        elif k.endswith("acc") or "time" in k or "seconds" in k or k.endswith("_s") or k in ("epochs", "num_ranks", "model"):
+        elif k.endswith("acc") or "time" in k or "seconds" in k or k.endswith("_s") or k in ("epochs", "world_size", "model"):
             print(f"   {prefix}{k}: {v:.4f}" if isinstance(v, float) else f"   {prefix}{k}: {v}")
 show("", s)
 EOF
