@@ -196,9 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("sbm", help="synthetic planted-partition graph with class-correlated features")
-    p.add_argument("--nodes", type=int)
-    p.add_argument("--classes", type=int)
-    p.add_argument("--feature-dim", type=int)
+    p.add_argument("--nodes", type=int, help=f"number of nodes (default {SbmSource.nodes})")
+    p.add_argument("--classes", type=int, help=f"number of classes, balanced at random (default {SbmSource.classes})")
+    p.add_argument("--feature-dim", type=int, help=f"features per node (default {SbmSource.feature_dim})")
     p.add_argument("--avg-degree", type=float, help="average degree (default 10)")
     p.add_argument("--homophily", type=float,
                    help=f"fraction of edges inside a class (default {SbmSource.homophily})")
@@ -211,11 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rmat", help="synthetic Graph500-style R-MAT graph (a,b,c,d = .57,.19,.19,.05)")
     p.add_argument("--scale", type=int, required=True, help="2**scale nodes")
-    p.add_argument("--edge-factor", type=int, help="edges per node")
-    p.add_argument("--feature-dim", type=int)
-    p.add_argument("--classes", type=int)
+    p.add_argument("--edge-factor", type=int, help=f"edges per node (default {RmatSource.edge_factor})")
+    p.add_argument("--feature-dim", type=int, help=f"features per node (default {RmatSource.feature_dim})")
+    p.add_argument("--classes", type=int,
+                   help=f"number of classes, uniform random labels (default {RmatSource.classes})")
     p.add_argument("--noise", type=float,
-                   help="std of each feature's Gaussian noise; class centres have unit norm")
+                   help="std of each feature's Gaussian noise; class centres have unit norm "
+                        f"(default {RmatSource.noise:g})")
     _common(p)
     return ap
 

@@ -238,3 +238,21 @@ def test_config_from_the_command_line():
         config("sbm", "--train", 0.9, "--val", 0.5)
     with pytest.raises(ValueError, match=r"^--seed must be >= 0"):
         PrepareConfig(source=SbmSource(), out=Path("g.h5"), options=common.PrepareOptions(seed=-1))
+
+
+@pytest.mark.parametrize("kind", ["sbm", "rmat", "edgelist"])
+def test_help_names_every_default(kind):
+    """Each generator option's --help says its default, the value the dataclass gives (PREPARE.md documents them;
+    the help of sbm's --nodes, --classes, --feature-dim and of rmat's options said nothing)."""
+    import dataclasses
+
+    from data_tools.prepare import SOURCES, build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "kind").choices[kind]
+    helps = {a.dest: " ".join((a.help or "").split()) for a in sub._actions}
+    for f in dataclasses.fields(SOURCES[kind]):
+        if f.name in helps and f.default not in (None, dataclasses.MISSING) and f.name not in ("delimiter", "header"):
+            words = {f"default {f.default}"} | ({f"default {f.default:g}"} if isinstance(f.default, float) else set())
+            assert any(w in helps[f.name] for w in words), (kind, f.name, helps[f.name])
+    if kind == "sbm":
+        assert "default 10" in helps["avg_degree"]
