@@ -69,3 +69,23 @@ def test_missing_config_file(tmp_path):
 def test_frozen():
     with pytest.raises(Exception):
         TrainConfig().lr = 3
+
+
+def test_help_names_every_default():
+    """g3-train --help says each setting's default (RUNTIME.md lists them: --layers 2, --hidden 16, --lr 0.01, ...);
+    it named only those of the on/off settings."""
+    import dataclasses
+
+    from g3mpi.cli.train import build_parser
+
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    helps = {a.dest: " ".join((a.help or "").split()) for a in build_parser()._actions}
+    for name, default in defaults.items():
+        if name in ("parts", "out", "init_from"):      # no default to state: paths the user gives
+            continue
+        if isinstance(default, bool):
+            shown = "on" if default else "off"
+        else:
+            shown = f"{default:g}" if isinstance(default, float) else default if default != "" else "off"
+        assert f"default {shown}" in helps[name], (name, helps[name])
+    assert "sgd" in helps["momentum"].lower()

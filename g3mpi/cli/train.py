@@ -24,7 +24,7 @@ PROG = "g3-train"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from g3mpi.train.config import MODELS, MODES, OPTIMIZERS   # the choices' one home (imports torch)
+    from g3mpi.train.config import ACTIVATIONS, LOG_LEVELS, MODELS, MODES, OPTIMIZERS   # the choices' one home
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", help="partition directory (meta.json + part-*.h5)")
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out-heads", type=int, help="GAT heads in the last layer (averaged)")
     g.add_argument("--dropout", type=float, help="dropout on every layer's input")
     g.add_argument("--attn-dropout", type=float, help="GAT attention dropout")
-    g.add_argument("--activation")
+    g.add_argument("--activation", help=f"one of {', '.join(ACTIVATIONS)}")
     g.add_argument("--init-from", metavar="MODEL_PT",
                    help="start from these parameters (a run's model.pt; same model, features and classes) instead "
                         "of the seeded initialisation; with --epochs 0 only evaluate them (accuracies, "
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--optimizer", choices=OPTIMIZERS)
     g.add_argument("--lr", type=float)
     g.add_argument("--weight-decay", type=float)
-    g.add_argument("--momentum", type=float)
+    g.add_argument("--momentum", type=float, help="SGD momentum (--optimizer sgd; adam does not use it)")
     g.add_argument("--epochs", type=int)
     g.add_argument("--eval-every", type=int)
     g.add_argument("--patience", type=int, help="early stopping: evaluations without improvement (0: off)")
@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--plots", action=onoff,
                    help="RUN/training.png and RUN/ranks.png at the end (default on; python -m g3mpi.cli.plots RUN "
                         "draws them)")
-    g.add_argument("--log-level")
+    g.add_argument("--log-level", help=f"one of {', '.join(LOG_LEVELS)} (any case)")
     g.add_argument("--force", action=onoff,
                    help="replace an existing run directory (default off; saved as off in RUN/config.toml)")
     g = ap.add_argument_group("reliability")
@@ -85,7 +85,26 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--comm-timeout", type=float, metavar="S",
                    help="abort the job when a rank waits more than S seconds for another rank: start-up checks, "
                         "training, writing the predictions (0: off)")
+    _name_defaults(ap)
     return ap
+
+
+def _name_defaults(ap: argparse.ArgumentParser) -> None:
+    """Append TrainConfig's default to the help of every setting whose help does not state it yet (the parser
+    leaves options not given as None: the defaults live in TrainConfig, and RUNTIME.md lists them)."""
+    from dataclasses import fields
+
+    from g3mpi.train.config import TrainConfig
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
+    for a in ap._actions:
+        d = defaults.get(a.dest)
+        if a.dest in ("parts", "out", "init_from") or d is None or "default" in (a.help or ""):
+            continue
+        if isinstance(d, bool):
+            shown = "on" if d else "off"
+        else:
+            shown = f"{d:g}" if isinstance(d, float) else d if d != "" else "off"
+        a.help = f"{a.help} (default {shown})" if a.help else f"default {shown}"
 
 
 def _model_args(cfg) -> str:
