@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -301,6 +302,10 @@ def test_resume_is_bit_identical(parts, tmp_path):
     sa = json.loads((tmp_path / "straight" / "summary.json").read_text())
     sb = json.loads((tmp_path / "split" / "summary.json").read_text())
     assert (sa["best_epoch"], sa["test_acc"], sa["final_loss"]) == (sb["best_epoch"], sb["test_acc"], sb["final_loss"])
+    # the timings summarise the run's 6 epochs (metrics.jsonl), not only the 3 the resumed job trained
+    assert sb["epoch_time_median_s"] == statistics.median(r["epoch_time_s"] for r in mb)
+    assert sb["compute_time_median_s"] == statistics.median(max(r["rank_compute_s"]) for r in mb)
+    assert sb["bytes_sent_per_epoch"] == sa["bytes_sent_per_epoch"] > 0
 
 
 def test_resume_after_an_off_grid_last_epoch(parts, tmp_path):
@@ -342,6 +347,10 @@ def test_resume_refuses_a_finished_run(parts, tmp_path):
         (run / name).unlink()
     train(2, None, None, "--resume", run)
     assert (run / "metrics.jsonl").read_bytes() == before["metrics.jsonl"]
+    # the summary is the one the run wrote, its timings too (they were null: no epoch trained in the resumed job)
+    sa, sb = json.loads(before["summary.json"]), json.loads((run / "summary.json").read_text())
+    assert {k: v for k, v in sb.items() if k != "peak_rss_bytes_max"} == \
+        {k: v for k, v in sa.items() if k != "peak_rss_bytes_max"}
     with h5py.File(run / "predictions.h5") as f, h5py.File(io.BytesIO(before["predictions.h5"])) as ref:
         assert f.attrs["best_epoch"] == ref.attrs["best_epoch"]   # the off-grid last evaluation competed again
         assert np.array_equal(f["logits"][:], ref["logits"][:])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 from pathlib import Path
 
 import h5py
@@ -88,6 +89,26 @@ def read_metrics(path) -> list[dict]:
     with open(path, encoding="utf-8", errors="replace") as f:
         out = [rec for rec in map(_record, f) if rec is not None]
     return sorted(out, key=lambda r: r["epoch"])
+
+
+def run_timings(records: list[dict]) -> dict:
+    """summary.json's timing figures from metrics.jsonl's records: medians over every trained epoch of the run (a
+    resumed run's epochs of every job, not only the last job's; None when no epoch was trained). Per epoch: the
+    slowest rank's epoch, compute and blocked time, the lowest rank overlap, the bytes all ranks sent."""
+    def med(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    def over_ranks(r, key, pick):
+        vals = [v for v in r.get(key) or () if v is not None]
+        return pick(vals) if vals else None
+
+    eps = [r for r in records if "epoch_time_s" in r]
+    return dict(epoch_time_median_s=med(r["epoch_time_s"] for r in eps),
+                compute_time_median_s=med(over_ranks(r, "rank_compute_s", max) for r in eps),
+                blocked_time_median_s=med(over_ranks(r, "rank_blocked_s", max) for r in eps),
+                overlap_median=med(over_ranks(r, "rank_overlap", min) for r in eps),
+                bytes_sent_per_epoch=med(r.get("bytes_sent") for r in eps))
 
 
 def rewind_metrics(path, last_epoch: int, eval_every: int = 1) -> None:

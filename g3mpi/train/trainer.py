@@ -12,7 +12,6 @@ import ctypes
 import logging
 import os
 import resource
-import statistics
 import time
 from pathlib import Path
 
@@ -34,8 +33,8 @@ from .config import TrainConfig, to_toml
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync
 from .plots import PLOTS, plot_run
-from .rundir import (SPLITS, MetricsLog, OutputError, rewind_metrics, save_state_dict, write_json_atomic,
-                     write_predictions, write_text_atomic)
+from .rundir import (SPLITS, MetricsLog, OutputError, read_metrics, rewind_metrics, run_timings, save_state_dict,
+                     write_json_atomic, write_predictions, write_text_atomic)
 from .stop import STOP_SLOTS
 
 log = logging.getLogger("g3mpi.train")
@@ -315,7 +314,6 @@ class Trainer:
             since_best, last_loss = r["since_best"], r["last_loss"]
             if bar is not None:
                 bar.update(self.start_epoch - 1)
-        times, bytes_all, overlaps, compute, blocked = [], [], [], [], []
         epoch = self.start_epoch - 1
         last = None   # the evaluation after the last epoch when it is off the --eval-every grid, if better
         # resumed with nothing left to train (its outputs were never written: a full disk, a kill): only the outputs
@@ -361,13 +359,6 @@ class Trainer:
                                 rank_messages=[r["messages"] for r in per_rank],
                                 rank_rss_bytes=[r["rss_bytes"] for r in per_rank], **accs)
                     metrics.write(line)
-                    times.append(ep_time)
-                    bytes_all.append(sent)
-                    compute.append(max(r["compute_s"] for r in per_rank))
-                    blocked.append(max(r["blocked_s"] for r in per_rank))
-                    ov = [r["overlap"] for r in per_rank if r["overlap"] is not None]
-                    if ov:
-                        overlaps.append(min(ov))
                     if bar is not None:
                         post = dict(loss=f"{rec['loss']:.4f}")
                         if accs:
@@ -410,15 +401,19 @@ class Trainer:
         save_state_dict(run_dir / "model.pt", self.model.state_dict())
         if cfg.plots:   # before summary.json: a run without its plots is not finished (--resume draws them)
             plot_run(run_dir, best_epoch=best["epoch"])
-        med = (lambda a: statistics.median(a) if a else None)  # noqa: E731
+        # the timings of every epoch of the run, also those of the jobs before a --resume (metrics.jsonl)
+        try:
+            timings = run_timings(read_metrics(run_dir / "metrics.jsonl"))
+        except OSError as e:   # written moments ago: only a vanished directory or a failing disk gets here
+            log.warning("%s: cannot be read back for the summary's timings: %s", run_dir / "metrics.jsonl",
+                        failure_reason(e))
+            timings = run_timings([])
         summary = dict(
             model=cfg.model, world_size=comm.size, num_parts=self.meta["num_parts"],
             partition_method=self.meta.get("method"), num_nodes=self.part.num_nodes, num_edges=self.part.num_edges,
             epochs=epoch, best_epoch=best["epoch"], train_acc=best["accs"].get("train_acc"),
             val_acc=best["accs"].get("val_acc"), test_acc=best["accs"].get("test_acc"),
-            final_loss=last_loss, epoch_time_median_s=med(times),
-            compute_time_median_s=med(compute), blocked_time_median_s=med(blocked),
-            overlap_median=med(overlaps), bytes_sent_per_epoch=med(bytes_all), peak_rss_bytes_max=rss,
+            final_loss=last_loss, **timings, peak_rss_bytes_max=rss,
             schedule=cfg.schedule, sim_net=cfg.sim_net or None, valid=cfg.schedule != "nocomm",
             split_sizes=self.split_sizes)
         if cfg.schedule == "nocomm":
