@@ -247,13 +247,19 @@ def check_not_an_input(cfg: PrepareConfig) -> None:
                     raise FormatError(out, f"output would overwrite the input ({f})")
 
 
-def prepare(cfg: PrepareConfig) -> dict:
+def prepare(cfg: PrepareConfig, split_options: tuple[str, ...] = ()) -> dict:
+    """Import or generate the graph and write it. ``split_options``: the split fractions given on the command line
+    (``--train``, ``--val``), which an input with its own split does not use (a warning says so)."""
     if cfg.out.is_dir():
         raise FormatError(cfg.out, "is a directory, expected a graph.h5 path")
     check_output(cfg.out, cfg.options.force)          # fail before any heavy work
     check_not_an_input(cfg)
     t0 = time.perf_counter()
     raw = cfg.source.load(cfg.options)
+    if split_options and raw.masks is not None:
+        where = getattr(cfg.source, "input", cfg.out)
+        print(f"{PROG}: warning: {where}: the input has its own split: {' and '.join(split_options)} (used only "
+              f"for an input without one) ignored", file=sys.stderr)
     summary = write_raw_graph(cfg.out, raw, cfg.options)
     summary["seconds"] = round(time.perf_counter() - t0, 3)
     summary["out"] = str(cfg.out)
@@ -261,8 +267,10 @@ def prepare(cfg: PrepareConfig) -> dict:
 
 
 def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    split_options = tuple(f"--{k}" for k in ("train", "val") if getattr(args, k) is not None)
     try:
-        cfg = config_from(build_parser().parse_args(argv))
+        cfg = config_from(args)
     except ValueError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
@@ -270,7 +278,7 @@ def main(argv=None) -> int:
                         format=f"{PROG}: %(message)s", stream=sys.stderr)
     try:
         with terminate_as_interrupt():
-            summary = prepare(cfg)
+            summary = prepare(cfg, split_options)
     except FormatError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
