@@ -263,10 +263,18 @@ def main(argv=None) -> int:
     except FormatError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
-    if a.json:
-        print(json_text(r, sort_keys=False))
-    else:
-        print_report(r)
+    status = 0
+    try:
+        if a.json:
+            print(json_text(r, sort_keys=False))
+        else:
+            print_report(r)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader closed the pipe (g3-inspect PARTS --json | head): stop writing without a traceback and exit
+        # as a tool ended by SIGPIPE does, 128 + 13; a --plot is still drawn
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 141
     if a.plot:
         if r["kind"] != "partition":
             print(f"{PROG}: error: {a.path}: --plot needs a partition directory", file=sys.stderr)
@@ -276,7 +284,7 @@ def main(argv=None) -> int:
         except FormatError as e:
             print(f"{PROG}: error: {e}", file=sys.stderr)
             return 1
-    return 0
+    return status
 
 
 if __name__ == "__main__":

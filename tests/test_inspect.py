@@ -48,6 +48,24 @@ def test_graph_report(parts):
     assert "num_nodes" in inspect(d / "g.h5").stdout
 
 
+def test_a_closed_output_pipe_ends_the_report_quietly(parts, tmp_path):
+    """``g3-inspect PARTS --json | head``: the reader goes away before the report is written. No traceback: the
+    exit status of a tool ended by SIGPIPE (141), and the --plot is still drawn."""
+    import subprocess
+    import sys
+
+    from conftest import tool_env
+    _, d = parts
+    png = tmp_path / "p.png"
+    proc = subprocess.Popen([sys.executable, "-m", "data_tools.inspection", str(d / "parts"), "--json", "--plot",
+                             str(png)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=tool_env())
+    proc.stdout.close()   # before the tool has imported its libraries, let alone written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert png.stat().st_size > 0
+
+
 def test_partition_report_and_plot(parts, tmp_path):
     g, d = parts
     p = inspect(d / "parts", "--json", "--plot", tmp_path / "q.png")
