@@ -154,7 +154,10 @@ def test_wrong_number_of_ranks(small_parts, tmp_path):
     p = run_mpi(2, MOD, "--parts", root / "p4", "--out", tmp_path / "run", check=False, timeout=120)
     assert p.returncode != 0
     for r in (0, 1):
-        assert f"[rank {r}]" in p.stderr and "4 parts but 2 ranks" in p.stderr
+        assert f"[rank {r}]" in p.stderr and "4 parts but 2 ranks were started" in p.stderr
+    assert not (tmp_path / "run").exists()
+    p = run_mpi(1, MOD, "--parts", root / "p4", "--out", tmp_path / "run", check=False, timeout=120)
+    assert p.returncode != 0 and "4 parts but 1 rank was started (run with mpiexec -n 4)" in p.stderr, p.stderr
     assert not (tmp_path / "run").exists()
 
 

@@ -214,7 +214,8 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
         meta = read_meta(cfg.parts)
         if meta["num_parts"] != comm.size:
             raise FormatError(f"{cfg.parts}/meta.json",
-                              f"the partition has {meta['num_parts']} parts but {comm.size} ranks were started "
+                              f"the partition has {meta['num_parts']} parts but {comm.size} "
+                              f"{'rank was' if comm.size == 1 else 'ranks were'} started "
                               f"(run with mpiexec -n {meta['num_parts']})")
         part = read_part(cfg.parts, comm.rank, meta, verify=cfg.verify)
     except FormatError as e:
