@@ -5,10 +5,11 @@
 #   G3_VENV           the virtual environment to create or reuse (default: <repo>/.venv; relative to the current
 #                     directory, made absolute)
 #   G3_BASE_PYTHON    the Python that creates it (default: python3 on PATH; 3.11 or newer: tomllib)
-#   G3_TORCH_SPEC     the torch requirement installed first (default torch==2.13.0). It is pinned exactly because
-#                     an open torch requirement lets pip pull a multi-GB CUDA build; to take another build (CPU
-#                     wheels from another index, a site build), set this and/or G3_PIP_ARGS, e.g.
-#                     G3_PIP_ARGS="--extra-index-url <your torch index>".
+#   G3_TORCH_SPEC     the torch requirement installed first (default torch==2.13.0), pinned so that resolving
+#                     the package never picks a torch itself. The build is the pip index's choice (PyPI alone:
+#                     the multi-GB CUDA build on Linux); for CPU wheels from another index or a site build set
+#                     this and/or G3_PIP_ARGS, e.g.
+#                     G3_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu".
 #   G3_PIP_ARGS       extra arguments for every pip install (word-split)
 
 # g3_venv_install REPO EXTRAS: create or reuse the venv, install torch, then the package (editable, with EXTRAS
