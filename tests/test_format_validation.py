@@ -246,3 +246,59 @@ def test_id_checksum_tells_a_partition_of_the_ids_from_one_that_owns_an_id_twice
     twice = np.concatenate([np.arange(N - 1), [0]])                # 0 owned twice, N - 1 by nobody
     assert id_checksum(twice) != whole
     assert 0 <= whole < 2**64 and id_checksum([]) == 0
+
+
+# Found by random corruption of part files read with verify=False (g3-train --no-verify): the structural checks
+# alone must refuse them with a FormatError naming the file, or read them as the format's types.
+
+@pytest.mark.parametrize("name", ["recv_parts", "send_parts", "halo_ids"])
+def test_scalar_list(copy, name):
+    """A list stored as a scalar dataset (one number, no dimension): len() of it raised a bare TypeError, which
+    g3-train reported without the file's name."""
+    p = next(p for p in (0, 1) if len(getattr(read_part(copy, p), name)))
+    edit_part(copy, p, lambda f: replace_ds(f, name, f[name][()][0]))
+    with pytest.raises(FormatError, match=f"{part_name(p)}: dataset '{name}' has shape \\(\\), expected one dimension"):
+        read_part(copy, p, verify=False)
+
+
+def test_unsigned_offsets_are_read_as_int64(copy):
+    """recv_offsets stored as uint64 (right values): the halo-owner check's np.repeat raised a bare TypeError
+    (uint64 cannot be cast to int64 'safely')."""
+    edit_part(copy, 0, lambda f: replace_ds(f, "recv_offsets", f["recv_offsets"][()].astype(np.uint64)))
+    part = read_part(copy, 0, verify=False)
+    assert part.recv_offsets.dtype == np.int64
+
+
+def test_unsigned_indptr_that_decreases(copy):
+    """indptr and in_degree stored as uint64 with a row whose end is before its start: np.diff wrapped around to a
+    huge positive number, so 'indptr is not non-decreasing' never fired and the file was accepted."""
+    def edit(f):
+        indptr = f["indptr"][()]
+        i = next(i for i in range(2, len(indptr) - 1) if indptr[i] > indptr[i - 1] > 0)
+        indptr[i] = indptr[i - 1] - 1
+        deg = f["in_degree"][()].astype(np.uint64)
+        deg[:len(indptr) - 1] = np.diff(indptr.astype(np.uint64))
+        replace_ds(f, "indptr", indptr.astype(np.uint64))
+        replace_ds(f, "in_degree", deg)
+    edit_part(copy, 1, edit)
+    with pytest.raises(FormatError, match="part-00001.h5: (local CSR: indptr is not non-decreasing|dataset "
+                                          "'in_degree' has a value beyond the int64 range)"):
+        read_part(copy, 1, verify=False)
+
+
+def test_uint64_beyond_int64(copy):
+    def edit(f):
+        rows = f["send_rows"][()].astype(np.uint64)
+        rows[0] = 2**64 - 1
+        replace_ds(f, "send_rows", rows)
+    edit_part(copy, 0, edit)
+    with pytest.raises(FormatError, match="part-00000.h5: dataset 'send_rows' has a value beyond the int64 range"):
+        read_part(copy, 0, verify=False)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32])
+def test_labels_of_another_integer_type_are_read_as_int64(copy, dtype):
+    """Labels stored as int16 or int32 passed every check and reached cross_entropy, which wants int64 targets:
+    the first epoch failed on every rank with a traceback."""
+    edit_part(copy, 1, lambda f: replace_ds(f, "labels", f["labels"][()].astype(dtype)))
+    assert read_part(copy, 1, verify=False).labels.dtype == np.int64

@@ -290,7 +290,7 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
                     continue
                 if not isinstance(f.get(k), h5py.Dataset):
                     raise FormatError(path, f"dataset {k!r} is missing")
-                kw[k] = f[k][()]
+                kw[k] = np.asarray(f[k][()])   # (a scalar dataset reads as a number or bytes, not an array)
     except OSError as e:
         raise FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
     part = PartData(**kw)
@@ -298,8 +298,15 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
     return part
 
 
+#: integer datasets: read as int64 whatever integer type the file stores (``indices`` also as int32)
+INT_ARRAYS = ("indptr", "indices", "halo_ids", "recv_offsets", "send_offsets", "send_rows", "in_degree",
+              "out_degree", "self_loops", "labels", "orig_ids", "recv_parts", "send_parts")
+
+
 def check_part(path, part: PartData, meta: dict) -> None:
-    """Every invariant of one part file, cheap enough to run on every load."""
+    """Every invariant of one part file, cheap enough to run on every load. Integer datasets of another integer
+    type than the format's (uint64, int8, ...) are converted in place to int64 (``indices``: int32 stays), so that
+    no check wraps around in an unsigned type and the trainer gets the types torch computes with."""
     def bad(msg):
         raise FormatError(path, msg)
 
@@ -317,6 +324,11 @@ def check_part(path, part: PartData, meta: dict) -> None:
             "(part files swapped or renamed?)")
     if (part.owned_start, part.owned_end) != (off[pid], off[pid + 1]):
         bad(f"owns [{part.owned_start}, {part.owned_end}) but meta.json assigns [{off[pid]}, {off[pid + 1]})")
+    for k in ("indices", "recv_parts", "send_parts", "send_rows"):   # lengths checked against the offsets below
+        if getattr(part, k).ndim != 1:
+            bad(f"dataset {k!r} has shape {getattr(part, k).shape}, expected one dimension")
+    if part.halo_ids.ndim != 1:
+        bad(f"dataset 'halo_ids' has shape {part.halo_ids.shape}, expected one dimension")
     n, h, N = part.num_owned, part.num_halo, part.num_nodes
     shapes = dict(indptr=(n + 1,), halo_ids=(h,), in_degree=(n + h,), out_degree=(n + h,), self_loops=(n,),
                   features=(n, part.feature_dim), labels=(n,), train_mask=(n,), val_mask=(n,), test_mask=(n,),
@@ -325,13 +337,15 @@ def check_part(path, part: PartData, meta: dict) -> None:
     for k, shp in shapes.items():
         if getattr(part, k).shape != shp:
             bad(f"dataset {k!r} has shape {getattr(part, k).shape}, expected {shp}")
-    for k in ("indices", "recv_parts", "send_parts", "send_rows"):   # lengths checked against the offsets below
-        if getattr(part, k).ndim != 1:
-            bad(f"dataset {k!r} has shape {getattr(part, k).shape}, expected one dimension")
-    for k in ("indptr", "indices", "halo_ids", "recv_offsets", "send_offsets", "send_rows", "in_degree",
-              "out_degree", "self_loops", "labels", "orig_ids", "recv_parts", "send_parts"):
-        if getattr(part, k).dtype.kind not in "iu":
-            bad(f"dataset {k!r} has dtype {getattr(part, k).dtype}, expected an integer type")
+    for k in INT_ARRAYS:
+        a = getattr(part, k)
+        if a.dtype.kind not in "iu":
+            bad(f"dataset {k!r} has dtype {a.dtype}, expected an integer type")
+        if a.dtype == np.int64 or (k == "indices" and a.dtype == np.int32):
+            continue
+        if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
+            bad(f"dataset {k!r} has a value beyond the int64 range ({int(a.max())})")
+        setattr(part, k, a.astype(np.int64))
     if part.features.dtype != np.float32:
         bad(f"features have dtype {part.features.dtype}, expected float32")
     for k in ("train_mask", "val_mask", "test_mask"):
