@@ -302,3 +302,31 @@ def test_labels_of_another_integer_type_are_read_as_int64(copy, dtype):
     the first epoch failed on every rank with a traceback."""
     edit_part(copy, 1, lambda f: replace_ds(f, "labels", f["labels"][()].astype(dtype)))
     assert read_part(copy, 1, verify=False).labels.dtype == np.int64
+
+
+def damage_attribute(path, name: bytes) -> None:
+    """Overwrite 4 bytes of the datatype message of attribute ``name`` (right after its name in the object
+    header): h5py then raises RuntimeError ("Can't synchronously determine if attribute exists by name
+    (... possibly corrupted file ...)"), not OSError, when the attribute is looked up."""
+    data = bytearray(path.read_bytes())
+    i = data.index(name + b"\0") + len(name) + 8
+    data[i:i + 4] = b"\xff" * 4
+    path.write_bytes(bytes(data))
+
+
+def test_damaged_attribute_header_in_a_part(copy):
+    """A damaged attribute message (random bytes in the file, read with --no-verify): h5py's RuntimeError escaped
+    read_part, so g3-train's line said 'RuntimeError: ...' without the file's name."""
+    damage_attribute(copy / part_name(1), b"num_classes")
+    with pytest.raises(FormatError, match="part-00001.h5: not a readable HDF5 file .*corrupt"):
+        read_part(copy, 1, verify=False)
+
+
+def test_damaged_attribute_header_in_a_graph(tmp_path):
+    """The same in graph.h5: g3-partition and g3-inspect ended with a RuntimeError traceback."""
+    from g3mpi.format import load_graph, write_graph
+    path = tmp_path / "g.h5"
+    write_graph(path, random_graph(n=40, seed=1))
+    damage_attribute(path, b"num_classes")
+    with pytest.raises(FormatError, match="g.h5: not a readable HDF5 file .*corrupt"):
+        load_graph(path)

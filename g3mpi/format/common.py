@@ -28,6 +28,10 @@ PARTITION_FORMAT = "g3mpi-partition"
 ROW_CHUNK_BYTES = 1 << 20
 #: bytes read at a time when hashing or streaming a dataset
 STREAM_BYTES = 64 << 20
+#: what h5py raises for a file it cannot read: OSError (not HDF5, truncated, a damaged chunk) or RuntimeError (a
+#: damaged object header or attribute message: "Can't synchronously determine if attribute exists by name (bad
+#: version number for datatype message)")
+H5_READ_ERRORS = (OSError, RuntimeError)
 
 log = logging.getLogger(__name__)
 

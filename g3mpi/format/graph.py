@@ -8,8 +8,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .common import (FORMAT_VERSION, GRAPH_FORMAT, STREAM_BYTES, FormatError, IncrementalSha256, array_sha256,
-                     atomic_file, attr_kind, dataset_sha256, h5_attr_str, index_dtype, row_chunks,
+from .common import (FORMAT_VERSION, GRAPH_FORMAT, H5_READ_ERRORS, STREAM_BYTES, FormatError, IncrementalSha256,
+                     array_sha256, atomic_file, attr_kind, dataset_sha256, h5_attr_str, index_dtype, row_chunks,
                      shown, supported_version)
 
 MASKS = ("train_mask", "val_mask", "test_mask")
@@ -248,7 +248,7 @@ def open_graph(path) -> h5py.File:
         raise FormatError(path, "no such file")
     try:
         f = h5py.File(path, "r")
-    except OSError as e:
+    except H5_READ_ERRORS as e:
         raise FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
     try:
         fmt = h5_attr_str(f.attrs.get("format", ""))
@@ -263,8 +263,10 @@ def open_graph(path) -> h5py.File:
             if name not in f:
                 raise FormatError(path, f"dataset {name!r} is missing")
         check_dataset_dtypes(path, f)
-    except BaseException:
+    except BaseException as e:
         f.close()
+        if isinstance(e, H5_READ_ERRORS):
+            raise FormatError(path, f"not a readable HDF5 file (corrupt?): {e}") from None
         raise
     return f
 
@@ -276,7 +278,7 @@ def verify_checksums(path, f: h5py.File) -> None:
             raise FormatError(path, f"dataset {name!r} has no sha256 attribute")
         try:
             got = dataset_sha256(ds)
-        except OSError as e:
+        except H5_READ_ERRORS as e:
             raise FormatError(path, f"dataset {name!r} cannot be read (truncated or corrupt?): {e}") from None
         if got != h5_attr_str(want):
             raise FormatError(path, f"checksum mismatch in dataset {name!r} (file corrupt)")
@@ -316,7 +318,7 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
                       labels=f["labels"][:], train_mask=f["train_mask"][:], val_mask=f["val_mask"][:],
                       test_mask=f["test_mask"][:], attrs=attrs,
                       orig_ids=f["orig_ids"][:] if "orig_ids" in f else None)
-        except OSError as e:
+        except H5_READ_ERRORS as e:
             raise FormatError(path, f"cannot read datasets (truncated or corrupt?): {e}") from None
         feature_shape = f["features"].shape
     n = int(attrs["num_nodes"])

@@ -17,9 +17,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .common import (FORMAT_VERSION, PART_FORMAT, PARTITION_FORMAT, FormatError, IncrementalSha256, array_sha256,
-                     atomic_file, attr_kind, check_output, file_sha256, h5_attr_str, is_int, row_chunks,
-                     shown, supported_version)
+from .common import (FORMAT_VERSION, H5_READ_ERRORS, PART_FORMAT, PARTITION_FORMAT, FormatError, IncrementalSha256,
+                     array_sha256, atomic_file, attr_kind, check_output, file_sha256, h5_attr_str, is_int,
+                     row_chunks, shown, supported_version)
 from .graph import check_csr
 
 META_NAME = "meta.json"
@@ -291,7 +291,7 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
                 if not isinstance(f.get(k), h5py.Dataset):
                     raise FormatError(path, f"dataset {k!r} is missing")
                 kw[k] = np.asarray(f[k][()])   # (a scalar dataset reads as a number or bytes, not an array)
-    except OSError as e:
+    except H5_READ_ERRORS as e:
         raise FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
     part = PartData(**kw)
     check_part(path, part, meta)
@@ -422,7 +422,7 @@ def read_node_map(dirpath, meta: dict | None = None) -> np.ndarray:
             if "new_to_orig" not in f or not isinstance(f["new_to_orig"], h5py.Dataset):
                 raise FormatError(path, "dataset 'new_to_orig' is missing")
             m = f["new_to_orig"][()]
-    except OSError as e:
+    except H5_READ_ERRORS as e:
         raise FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
     if m.dtype.kind not in "iu":
         raise FormatError(path, f"new_to_orig has dtype {m.dtype}, expected an integer type")
