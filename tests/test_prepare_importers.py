@@ -218,3 +218,25 @@ def test_edgelist_header_with_another_delimiter(tmp_path, text):
     s = prepare("edgelist", f, "--out", tmp_path / "g.h5")
     g = load_graph(tmp_path / "g.h5")
     assert s["num_edges"] == 2 and edge_set(g, g.orig_ids) == [(1, 2), (2, 3)]
+
+
+@pytest.mark.parametrize("text", ["1,2\n  \n2,3\n", "1\t2\n\t\n2\t3\n", "1,2\n   # a comment\n2,3\n",
+                                  "src,dst\n1,2\n \t \n2,3\n"])
+def test_edgelist_lines_of_only_spaces_or_tabs(tmp_path, text):
+    """A line of only spaces or tabs is blank (skipped) in a CSV or TSV too: np.loadtxt with a delimiter takes it
+    for a row, and the import failed with 'lines 1-3: cannot parse: could not convert string '  ' to int64'
+    (found by fuzzing edge lists)."""
+    f = tmp_path / "e.csv"
+    f.write_text(text)
+    s = prepare("edgelist", f, "--out", tmp_path / "g.h5")
+    g = load_graph(tmp_path / "g.h5")
+    assert s["num_edges"] == 2 and edge_set(g, g.orig_ids) == [(1, 2), (2, 3)]
+
+
+def test_edgelist_blank_lines_keep_line_numbers(tmp_path):
+    """With lines of spaces skipped, a bad line is still named by its own number."""
+    f = tmp_path / "e.csv"
+    f.write_text("1,2\n  \n2,3\n3,x\n")
+    p = run_module("data_tools.prepare", "edgelist", f, "--out", tmp_path / "g.h5", check=False)
+    assert p.returncode == 1 and p.stderr.strip() == (f"g3-prepare: error: {f}: line 4: column 2: cannot parse 'x' "
+                                                      f"as an integer")

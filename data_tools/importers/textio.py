@@ -117,6 +117,13 @@ def _explain(path, lines, first_line, *, delimiter, usecols, ncols, dtype, comme
     return FormatError(path, f"lines {first_line}-{last}: cannot parse: {err}")
 
 
+def _loadtxt(lines: list[str], *, dtype, delimiter, usecols, comments) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)   # "input contained no data": comment-only chunk
+        return np.loadtxt(lines, dtype=dtype, delimiter=delimiter, usecols=usecols,
+                          comments=_markers_in(lines, comments), ndmin=2)
+
+
 def read_table(path: Path, *, delimiter: str | None, dtype, usecols=None, ncols: int | None = None,
                comments=COMMENTS, skip: int = 0, chunk_lines: int = CHUNK_LINES,
                bar=None) -> Iterator[np.ndarray]:
@@ -140,13 +147,18 @@ def read_table(path: Path, *, delimiter: str | None, dtype, usecols=None, ncols:
             avg = max(1, sum(map(len, lines)) // len(lines))
             step = max(256, min(chunk_lines, CHUNK_BYTES // avg))
             try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", UserWarning)   # "input contained no data": comment-only chunk
-                    a = np.loadtxt(lines, dtype=dtype, delimiter=delimiter, usecols=usecols,
-                                   comments=_markers_in(lines, comments), ndmin=2)
+                a = _loadtxt(lines, dtype=dtype, delimiter=delimiter, usecols=usecols, comments=comments)
             except ValueError as e:
-                raise _explain(path, lines, line_no, delimiter=delimiter, usecols=usecols, ncols=ncols,
-                               dtype=dtype, comments=comments, err=e) from None
+                # np.loadtxt skips empty lines but, with a delimiter, not those of only spaces or tabs (or a
+                # comment after them): blank lines too, as this module counts them (data_line_number)
+                kept = [line for line in lines if _strip(line, comments)]
+                try:
+                    if len(kept) == len(lines):
+                        raise
+                    a = _loadtxt(kept, dtype=dtype, delimiter=delimiter, usecols=usecols, comments=comments)
+                except ValueError:
+                    raise _explain(path, lines, line_no, delimiter=delimiter, usecols=usecols, ncols=ncols,
+                                   dtype=dtype, comments=comments, err=e) from None
             if a.size or a.shape[0]:
                 if usecols is None:
                     if ncols is None:
