@@ -8,7 +8,9 @@ the other never sends) or read rows of the wrong size or nodes.
 1. ``Alltoall`` of one pair of integers per rank pair: rows I send you, rows I expect from you. Both sides
    learn both numbers, so no later message can be waited for in vain.
 2. For every pair where the sender announces rows, point-to-point: the sender sends the SHA-256 of the global
-   IDs it sends (``owned_start + send_rows``), the receiver compares it with the SHA-256 of its halo slice.
+   IDs it sends (``owned_start + send_rows``) and that of their in- and out-degrees, the receiver compares them
+   with those of its halo slice (the halo rows' degrees normalise GCN's aggregation; a part file can check its
+   owned rows' in-degrees against its CSR, not its halo rows').
 
 Every rank returns its own problem (or None); the caller agrees on the outcome with the other ranks. With an
 active watchdog (``--comm-timeout``) both steps wait with its deadline: a rank that never arrives ends the job with
@@ -26,9 +28,10 @@ _TAG = 7311
 WAIT = "start-up check 'halo lists'"
 
 
-def _digest(ids: np.ndarray) -> np.ndarray:
-    return np.frombuffer(hashlib.sha256(np.ascontiguousarray(ids, dtype=np.int64).tobytes()).digest(),
-                         dtype=np.uint8).copy()
+def _digest(*arrays: np.ndarray) -> np.ndarray:
+    """SHA-256 of each array as int64, concatenated (32 bytes each)."""
+    return np.concatenate([np.frombuffer(hashlib.sha256(np.ascontiguousarray(a, dtype=np.int64).tobytes()).digest(),
+                                         dtype=np.uint8) for a in arrays])
 
 
 def check_neighbours(comm, part, name_of=lambda p: f"part {p}", watchdog: Watchdog | None = None) -> str | None:
@@ -38,16 +41,19 @@ def check_neighbours(comm, part, name_of=lambda p: f"part {p}", watchdog: Watchd
     wd = watchdog or Watchdog(comm, 0)
     P = comm.size
     counts = np.zeros((P, 2), dtype=np.int64)   # [q] = (rows I send to q, rows I expect from q)
-    send_ids, recv_ids = {}, {}
+    send_ids, recv_ids = {}, {}   # [q] = (global IDs, their in- and out-degrees)
     try:
         for i, q in enumerate(np.asarray(part.send_parts).tolist()):
-            rows = part.send_rows[part.send_offsets[i]:part.send_offsets[i + 1]]
+            rows = np.asarray(part.send_rows[part.send_offsets[i]:part.send_offsets[i + 1]], dtype=np.int64)
             counts[q, 0] = len(rows)
-            send_ids[q] = part.owned_start + np.asarray(rows, dtype=np.int64)
+            send_ids[q] = (part.owned_start + rows,
+                           np.concatenate([part.in_degree[rows], part.out_degree[rows]]))
+        n = part.num_owned
         for i, q in enumerate(np.asarray(part.recv_parts).tolist()):
-            ids = part.halo_ids[part.recv_offsets[i]:part.recv_offsets[i + 1]]
-            counts[q, 1] = len(ids)
-            recv_ids[q] = np.asarray(ids, dtype=np.int64)
+            lo, hi = int(part.recv_offsets[i]), int(part.recv_offsets[i + 1])
+            counts[q, 1] = hi - lo
+            recv_ids[q] = (np.asarray(part.halo_ids[lo:hi], dtype=np.int64),
+                           np.concatenate([part.in_degree[n + lo:n + hi], part.out_degree[n + lo:n + hi]]))
         local = None
     except Exception as e:  # noqa: BLE001 - a malformed part must not leave the other ranks in the collective
         counts[:] = 0
@@ -58,11 +64,11 @@ def check_neighbours(comm, part, name_of=lambda p: f"part {p}", watchdog: Watchd
     reqs, peers, got = [], [], {}
     for q in range(P):
         if theirs[q, 0] > 0:
-            got[q] = np.zeros(32, dtype=np.uint8)
+            got[q] = np.zeros(64, dtype=np.uint8)
             reqs.append(comm.Irecv(got[q], source=q, tag=_TAG))
             peers.append(q)
     for q, ids in send_ids.items():
-        reqs.append(comm.Isend(_digest(ids), dest=q, tag=_TAG))
+        reqs.append(comm.Isend(_digest(*ids), dest=q, tag=_TAG))
         peers.append(q)
     wd.waitall(reqs, peers, WAIT)
     if local:
@@ -72,7 +78,13 @@ def check_neighbours(comm, part, name_of=lambda p: f"part {p}", watchdog: Watchd
         if sends != mine:
             return (f"halo from {name_of(q)} (rank {q}) has {mine} rows here but {name_of(q)} sends {sends} "
                     "(parts from different partitions or a corrupt partition)")
-        if mine and not np.array_equal(got[q], _digest(recv_ids[q])):
+        if not mine:
+            continue
+        want = _digest(*recv_ids[q])
+        if not np.array_equal(got[q][:32], want[:32]):
             return (f"the {mine} halo node IDs from {name_of(q)} (rank {q}) differ from the rows {name_of(q)} "
                     "sends (parts from different partitions or a corrupt partition)")
+        if not np.array_equal(got[q][32:], want[32:]):
+            return (f"the degrees of the {mine} halo nodes from {name_of(q)} (rank {q}) differ from those "
+                    f"{name_of(q)} gives its rows (parts from different partitions or a corrupt partition)")
     return None
