@@ -393,6 +393,57 @@ def test_resume_refuses_incompatible(parts, tmp_path):
     assert (run / "checkpoint.pt").read_bytes() == before
 
 
+def _extra_parameter(ck):
+    ck["model"]["convs.9.bias"] = torch.zeros(3)
+    return "its model does not fit the configured one: not in the model convs.9.bias"
+
+
+def _adam_state_shape(ck):
+    ck["optimizer"]["state"][0]["exp_avg"] = torch.zeros(2, 2)
+    return "its optimizer state 'exp_avg' of parameter 0 is (2, 2)"
+
+
+def _short_rng(ck):
+    ck["rng"] = ck["rng"][:10]
+    return "its rng state has 10 bytes"
+
+
+def _best_model_shape(ck):
+    k = sorted(ck["best"]["state"])[0]
+    ck["best"]["state"][k] = torch.zeros(7, 7)
+    return f"its best model does not fit the configured one: {k} is (7, 7)"
+
+
+def _nan_parameter(ck):
+    k = sorted(ck["model"])[0]
+    ck["model"][k].view(-1)[0] = float("nan")
+    return f"its model's parameter {k!r} has non-finite values"
+
+
+def test_resume_refuses_states_that_do_not_fit(parts, tmp_path):
+    """A checkpoint of the right layout and configuration whose tensors do not fit the model (found by fuzzing
+    --resume): an extra parameter made Trainer.restore's load_state_dict fail with a traceback on every rank, an
+    Adam state of another shape failed in the first step, a short RNG state in set_rng_state, a best model of
+    other shapes at the end when writing model.pt; a NaN parameter trained on to 'non-finite value in the loss'
+    (the --init-from check refuses it). Each is now refused before the run directory is touched, one line per
+    rank naming the checkpoint."""
+    run = tmp_path / "run"
+    train(2, parts / "p2", run, "--epochs", "2")
+    good = torch.load(run / "checkpoint.pt", weights_only=True)
+    for edit in (_extra_parameter, _adam_state_shape, _short_rng, _best_model_shape, _nan_parameter):
+        ck = torch.load(run / "checkpoint.pt", weights_only=True)
+        what = edit(ck)
+        torch.save(ck, run / "checkpoint.pt")
+        before = {f.name: f.read_bytes() for f in run.iterdir()}
+        p = train(2, None, None, "--resume", run, "--epochs", "4", check=False, timeout=120)
+        assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+        lines = error_lines(p.stderr)
+        assert sorted(lines) == [0, 1] and all(len(v) == 1 for v in lines.values()), p.stderr
+        assert all("checkpoint.pt: " + what in v[0] for v in lines.values()), p.stderr
+        assert {f.name: f.read_bytes() for f in run.iterdir()} == before
+        torch.save(good, run / "checkpoint.pt")
+
+
 def test_resume_on_another_partition_of_the_same_graph(tmp_path):
     """A checkpoint carries over to another partition of the same graph, with another number of ranks (a job
     restarted on a smaller or larger allocation): 3 epochs on 2 ranks, then 3 more on 3 ranks give the model of 6

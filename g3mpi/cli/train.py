@@ -172,8 +172,8 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
     from g3mpi.format import FormatError, part_name, read_meta, read_part
     from g3mpi.log import setup_logging
     from g3mpi.train import ConfigError, Trainer, config_from, prepare_run_dir
-    from g3mpi.train.checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, load_checkpoint,
-                                        load_model_state, state_mismatch)
+    from g3mpi.train.checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, check_restorable,
+                                        load_checkpoint, load_model_state, state_mismatch)
     from g3mpi.train.faults import TestHooks, TrainingFault
     from g3mpi.train.rundir import OutputError
     from g3mpi.train.stop import EXIT_STOPPED
@@ -271,6 +271,15 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
     except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
         abort_job(comm, _line(comm, _failure("setting up training", e, cfg, part)))
         return 1
+    if ckpt is not None:   # states that do not fit the model (every rank holds the same checkpoint)
+        err = None
+        try:
+            check_restorable(f"{resume}/{CHECKPOINT_NAME}", ckpt, trainer.model, trainer.opt)
+        except CheckpointError as e:
+            err = str(e)
+        if not _agree(watchdog, err, "could not resume from the checkpoint", "checkpoint"):
+            trainer.close()
+            return 1
     if init is not None:
         why = state_mismatch(init, trainer.model.state_dict())
         err = why and (f"{cfg.init_from}: its parameters do not fit this model ({_model_args(cfg)}, "

@@ -186,6 +186,59 @@ def state_mismatch(given: dict, expected: dict) -> str | None:
     return "; ".join(why) or None
 
 
+def _optimizer_mismatch(saved: dict, opt) -> str | None:
+    """Why the optimiser state ``saved`` cannot continue ``opt`` (parameter groups and the shapes of the
+    per-parameter states; ``load_state_dict`` checks the counts, not the shapes, which failed at the first step),
+    or None."""
+    groups, state = saved.get("param_groups"), saved.get("state")
+    if not isinstance(groups, list) or not isinstance(state, dict):
+        return "its optimizer state lacks param_groups or state"
+    if len(groups) != len(opt.param_groups) or not all(
+            isinstance(g, dict) and isinstance(g.get("params"), list) and len(g["params"]) == len(o["params"])
+            for g, o in zip(groups, opt.param_groups)):
+        return "its optimizer state has other parameter groups than this model"
+    params = {pid: p for g, o in zip(groups, opt.param_groups) for pid, p in zip(g["params"], o["params"])}
+    for pid, st in state.items():
+        if pid not in params or not isinstance(st, dict):
+            return f"its optimizer state holds an unknown parameter {pid!r}"
+        for k, v in st.items():
+            if k == "step":
+                if not (isinstance(v, (int, float)) or torch.is_tensor(v) and v.numel() == 1) \
+                        or not float(v) >= 0 or not float(v) < float("inf"):
+                    return f"its optimizer step of parameter {pid} is not a finite non-negative number"
+            elif torch.is_tensor(v) and v.shape != params[pid].shape:
+                return (f"its optimizer state {k!r} of parameter {pid} is {tuple(v.shape)}, the parameter's "
+                        f"{tuple(params[pid].shape)}")
+    return None
+
+
+def check_restorable(path, ckpt: dict, model, optimizer) -> None:
+    """Refuse (CheckpointError naming ``path``) a checkpoint whose states do not fit the model and optimiser
+    built from its configuration: parameter names and shapes (also of the best model; finite floating point, as
+    ``load_model_state`` wants for --init-from), the optimiser's
+    parameter groups and state shapes, torch's RNG state. A file of allowed types and layout may still hold
+    tensors of other shapes; ``Trainer.restore`` (or the first step, or writing model.pt at the end) then failed
+    with a traceback."""
+    want = model.state_dict()
+    for what, state in (("model", ckpt["model"]), ("best model", ckpt["best"].get("state"))):
+        if state is None:
+            continue
+        why = state_mismatch(state, want)
+        if why:
+            raise CheckpointError(path, f"its {what} does not fit the configured one: {why}")
+        for k, v in state.items():
+            if not v.is_floating_point():
+                raise CheckpointError(path, f"its {what}'s parameter {k!r} is a {v.dtype} tensor, not floating point")
+            if not bool(torch.isfinite(v).all()):
+                raise CheckpointError(path, f"its {what}'s parameter {k!r} has non-finite values (NaN or infinity)")
+    why = _optimizer_mismatch(ckpt["optimizer"], optimizer)
+    if why:
+        raise CheckpointError(path, why)
+    if ckpt["rng"].shape != torch.get_rng_state().shape:
+        raise CheckpointError(path, f"its rng state has {ckpt['rng'].numel()} bytes, torch's "
+                                    f"{torch.get_rng_state().numel()}")
+
+
 def _check_layout(path, ckpt: dict) -> None:
     """The types :func:`check_compatible` and ``Trainer.restore`` rely on (a file that loads with
     ``weights_only=True`` may still hold anything of the allowed types)."""
