@@ -330,3 +330,49 @@ def test_damaged_attribute_header_in_a_graph(tmp_path):
     damage_attribute(path, b"num_classes")
     with pytest.raises(FormatError, match="g.h5: not a readable HDF5 file .*corrupt"):
         load_graph(path)
+
+
+def _graph_file(tmp_path, edit):
+    """A small graph.h5 edited by ``edit(h5 file)``, every dataset re-checksummed (only the structural checks can
+    tell)."""
+    from g3mpi.format import write_graph
+    path = tmp_path / "g.h5"
+    write_graph(path, random_graph(n=40, seed=1))
+    with h5py.File(path, "r+") as f:
+        edit(f)
+        for ds in f.values():
+            ds.attrs["sha256"] = array_sha256(np.ascontiguousarray(ds[()]))
+    return path
+
+
+def test_graph_unsigned_indptr_that_decreases(tmp_path):
+    """A uint64 indptr with a row ending before it starts passed check_csr (np.diff wrapped around), and
+    g3-partition and g3-inspect ended with a TypeError traceback (found by fuzzing graph.h5)."""
+    from g3mpi.format import load_graph
+
+    def edit(f):
+        a = f["indptr"][()]
+        i = next(i for i in range(2, len(a) - 1) if a[i] > a[i - 1] > 0)
+        a[i] = a[i - 1] - 1
+        replace_ds(f, "indptr", a.astype(np.uint64))
+    with pytest.raises(FormatError, match="g.h5: graph CSR: indptr is not non-decreasing"):
+        load_graph(_graph_file(tmp_path, edit))
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.int16])
+def test_graph_indptr_of_another_integer_type_is_read_as_int64(tmp_path, dtype):
+    """A uint16/uint32 indptr passed every check, then g3-partition failed with 'IndexError: arrays used as indices
+    must be of integer (or boolean) type' (indptr + int64 offsets became float64)."""
+    from g3mpi.format import load_graph
+    path = _graph_file(tmp_path, lambda f: replace_ds(f, "indptr", f["indptr"][()].astype(dtype)))
+    g = load_graph(path)
+    assert g.indptr.dtype == np.int64
+    partition(g, 2, tmp_path / "p2")
+    read_part(tmp_path / "p2", 1)
+
+
+def test_graph_count_beyond_int64(tmp_path):
+    from g3mpi.format import load_graph
+    path = _graph_file(tmp_path, lambda f: f.attrs.__setitem__("num_classes", np.uint64(2**64 - 1)))
+    with pytest.raises(FormatError, match=r"g.h5: attribute 'num_classes' must be < 2\*\*63, got 18446744073"):
+        load_graph(path)

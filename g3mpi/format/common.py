@@ -360,5 +360,17 @@ def is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def as_int64(path, name: str, a: np.ndarray, keep_int32: bool = False) -> np.ndarray:
+    """The integer array ``a`` (dataset ``name`` of the file ``path``) as int64 (int32 kept with ``keep_int32``:
+    column indices), FormatError if a uint64 value does not fit. A file may store any integer type; converted,
+    no check wraps around in an unsigned type (np.diff of a decreasing uint64 indptr is a huge positive number)
+    and the tools get the types they compute with."""
+    if a.dtype == np.int64 or (keep_int32 and a.dtype == np.int32):
+        return a
+    if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
+        raise FormatError(path, f"dataset {name!r} has a value beyond the int64 range ({int(a.max())})")
+    return a.astype(np.int64)
+
+
 def h5_attr_str(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)

@@ -9,8 +9,8 @@ import h5py
 import numpy as np
 
 from .common import (FORMAT_VERSION, GRAPH_FORMAT, H5_READ_ERRORS, STREAM_BYTES, FormatError, IncrementalSha256,
-                     array_sha256, atomic_file, attr_kind, dataset_sha256, h5_attr_str, index_dtype, row_chunks,
-                     shown, supported_version)
+                     array_sha256, as_int64, atomic_file, attr_kind, dataset_sha256, h5_attr_str, index_dtype,
+                     row_chunks, shown, supported_version)
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 SELF_LOOP_POLICIES = ("keep", "drop", "add")
@@ -218,6 +218,8 @@ def check_graph_attrs(path, attrs) -> None:
                                         f"got {value!r:.40}")
             if kind == "int" and value < 0:
                 raise FormatError(path, f"attribute {name!r} must be >= 0, got {int(value)}")
+            if kind == "int" and value >= 2**63:   # (a uint64 attribute): beyond every int64 the tools compute with
+                raise FormatError(path, f"attribute {name!r} must be < 2**63, got {int(value)}")
     policy = h5_attr_str(attrs["self_loops"])
     if policy not in SELF_LOOP_POLICIES:
         raise FormatError(path, f"attribute 'self_loops' is {policy!r}, expected one of {SELF_LOOP_POLICIES}")
@@ -321,6 +323,11 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
         except H5_READ_ERRORS as e:
             raise FormatError(path, f"cannot read datasets (truncated or corrupt?): {e}") from None
         feature_shape = f["features"].shape
+    # any integer type as int64 (indices: int32 too); the checks below would wrap around in an unsigned type
+    g.indptr, g.labels = as_int64(path, "indptr", g.indptr), as_int64(path, "labels", g.labels)
+    g.indices = as_int64(path, "indices", g.indices, keep_int32=True)
+    if g.orig_ids is not None:
+        g.orig_ids = as_int64(path, "orig_ids", g.orig_ids)
     n = int(attrs["num_nodes"])
     if len(g.indptr) != n + 1:
         raise FormatError(path, f"indptr has {len(g.indptr)} entries, num_nodes is {n}")

@@ -18,8 +18,8 @@ import h5py
 import numpy as np
 
 from .common import (FORMAT_VERSION, H5_READ_ERRORS, PART_FORMAT, PARTITION_FORMAT, FormatError, IncrementalSha256,
-                     array_sha256, atomic_file, attr_kind, check_output, file_sha256, h5_attr_str, is_int,
-                     row_chunks, shown, supported_version)
+                     array_sha256, as_int64, atomic_file, attr_kind, check_output, file_sha256, h5_attr_str,
+                     is_int, row_chunks, shown, supported_version)
 from .graph import check_csr
 
 META_NAME = "meta.json"
@@ -341,11 +341,7 @@ def check_part(path, part: PartData, meta: dict) -> None:
         a = getattr(part, k)
         if a.dtype.kind not in "iu":
             bad(f"dataset {k!r} has dtype {a.dtype}, expected an integer type")
-        if a.dtype == np.int64 or (k == "indices" and a.dtype == np.int32):
-            continue
-        if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
-            bad(f"dataset {k!r} has a value beyond the int64 range ({int(a.max())})")
-        setattr(part, k, a.astype(np.int64))
+        setattr(part, k, as_int64(path, k, a, keep_int32=k == "indices"))
     if part.features.dtype != np.float32:
         bad(f"features have dtype {part.features.dtype}, expected float32")
     for k in ("train_mask", "val_mask", "test_mask"):
