@@ -376,3 +376,11 @@ def test_graph_count_beyond_int64(tmp_path):
     path = _graph_file(tmp_path, lambda f: f.attrs.__setitem__("num_classes", np.uint64(2**64 - 1)))
     with pytest.raises(FormatError, match=r"g.h5: attribute 'num_classes' must be < 2\*\*63, got 18446744073"):
         load_graph(path)
+
+
+def test_num_edges_against_meta(copy):
+    """A part's num_edges attribute was not compared with meta.json's (num_nodes, feature_dim and num_classes
+    were): a corrupt value passed with --no-verify and became summary.json's num_edges (found by fuzzing)."""
+    edit_part(copy, 1, lambda f: f.attrs.__setitem__("num_edges", 2**63 - 1))
+    with pytest.raises(FormatError, match="part-00001.h5: says num_edges = 9223372036854775807, meta.json says"):
+        read_part(copy, 1, verify=False)

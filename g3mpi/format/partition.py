@@ -347,7 +347,7 @@ def check_part(path, part: PartData, meta: dict) -> None:
     for k in ("train_mask", "val_mask", "test_mask"):
         if getattr(part, k).dtype != np.bool_:
             bad(f"dataset {k!r} has dtype {getattr(part, k).dtype}, expected bool")
-    for k in ("num_nodes", "feature_dim", "num_classes"):
+    for k in ("num_nodes", "num_edges", "feature_dim", "num_classes"):   # (summary.json reports num_edges)
         if k in meta and getattr(part, k) != meta[k]:
             bad(f"says {k} = {getattr(part, k)}, meta.json says {meta[k]}")
     check_csr(path, part.indptr, part.indices, n + h, "local CSR")
