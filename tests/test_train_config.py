@@ -42,7 +42,15 @@ def test_bad_values_are_named(tmp_path, text, word):
 
 @pytest.mark.parametrize("key,value,word", [("seed", 2**64, "seed must be in"), ("seed", -1, "seed must be in"),
                                             ("log_level", "bogus", "log_level"), ("lr", float("inf"), "lr"),
-                                            ("threads", 10**9, "threads must be at most 1024 per rank")])
+                                            ("threads", 10**9, "threads must be at most 1024 per rank"),
+                                            # found by fuzzing TOML configs: 10^20 hidden channels failed in the
+                                            # Trainer with a TypeError traceback (torch's sizes overflow), 10^20
+                                            # layers built layers until memory ran out
+                                            ("hidden", 10**20, "hidden must be at most 2147483647"),
+                                            ("heads", 2**40, "heads must be at most"),
+                                            ("layers", 10**20, "layers must be at most 1024"),
+                                            ("epochs", 2**63, "epochs must fit in 64 bits"),
+                                            ("chunk_rows", -2**64, "chunk_rows must fit in 64 bits")])
 def test_bad_overrides_name_the_option(key, value, word):
     with pytest.raises(ConfigError, match=word) as e:
         config_from(None, {key: value})
