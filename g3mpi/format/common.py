@@ -28,10 +28,12 @@ PARTITION_FORMAT = "g3mpi-partition"
 ROW_CHUNK_BYTES = 1 << 20
 #: bytes read at a time when hashing or streaming a dataset
 STREAM_BYTES = 64 << 20
-#: what h5py raises for a file it cannot read: OSError (not HDF5, truncated, a damaged chunk) or RuntimeError (a
+#: what h5py raises for a file it cannot read: OSError (not HDF5, truncated, a damaged chunk), RuntimeError (a
 #: damaged object header or attribute message: "Can't synchronously determine if attribute exists by name (bad
-#: version number for datatype message)")
-H5_READ_ERRORS = (OSError, RuntimeError)
+#: version number for datatype message)"), KeyError ("Unable to synchronously open object (unable to determine
+#: object type)"), ValueError ("Insufficient precision in available types to represent (31, 23, 8, 0, 23)") or
+#: TypeError ("data type '<i5' not understood", "Unknown string encoding (value 10)") for damaged type messages
+H5_READ_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError)
 
 log = logging.getLogger(__name__)
 
