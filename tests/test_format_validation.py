@@ -174,6 +174,10 @@ def test_checkpoint_good_layout_loads(tmp_path):
     (dict(model={"w": 1.0}), "model must map parameter names to tensors"),
     (dict(best=dict(val_acc="x")), "best must hold"),
     (dict(rng=torch.zeros(3)), "rng must be a uint8 tensor"),
+    # found by fuzzing checkpoints: 'preparing the run directory failed: TypeError: unsupported operand type(s)
+    # for %: 'int' and 'list'', naming the run directory, not the checkpoint
+    (dict(config=dict(model="gcn", eval_every=[16])), "config's eval_every must be a positive integer"),
+    (dict(config=dict(model="gcn", eval_every=0)), "config's eval_every must be a positive integer"),
 ])
 def test_checkpoint_layout(tmp_path, changes, what):
     """Files that torch.load(weights_only=True) reads but that would crash the resume with a bare traceback."""

@@ -257,6 +257,8 @@ def _check_layout(path, ckpt: dict) -> None:
     need(ckpt.get("last_loss") is None or isinstance(ckpt["last_loss"], float), "last_loss must be a number")
     need(isinstance(ckpt["config"], dict) and all(isinstance(k, str) for k in ckpt["config"]),
          "config must be a dict of settings")
+    every = ckpt["config"].get("eval_every")   # (the resume computes with it: metrics.jsonl is cut on its grid)
+    need(every is None or is_int(every) and every >= 1, "config's eval_every must be a positive integer")
     part = ckpt["partition"]
     need(isinstance(part, dict) and isinstance(part.get("partition_id"), str) and is_int(part.get("num_parts"))
          and isinstance(part.get("method"), str) and isinstance(part.get("files"), dict)
