@@ -46,8 +46,8 @@ def test_bad_values_are_named(tmp_path, text, word):
                                             # found by fuzzing TOML configs: 10^20 hidden channels failed in the
                                             # Trainer with a TypeError traceback (torch's sizes overflow), 10^20
                                             # layers built layers until memory ran out
-                                            ("hidden", 10**20, "hidden must be at most 2147483647"),
-                                            ("heads", 2**40, "heads must be at most"),
+                                            ("hidden", 10**20, "hidden must be at most 1099511627776"),
+                                            ("heads", 2**40, "heads must be at most 65536"),
                                             ("layers", 10**20, "layers must be at most 1024"),
                                             ("epochs", 2**63, "epochs must fit in 64 bits"),
                                             ("chunk_rows", -2**64, "chunk_rows must fit in 64 bits")])

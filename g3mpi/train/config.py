@@ -17,8 +17,9 @@ MAX_THREADS = 1024
 #: layers at most (a larger count is a typo: building 10^6 layers takes the better part of an hour)
 MAX_LAYERS = 1024
 #: hidden channels and heads at most: a layer's weight is [hidden x heads, in]; beyond 2^63 torch's sizes overflow
-#: (a TypeError traceback instead of the out-of-memory line)
-MAX_WIDTH = 2**31 - 1
+#: (a TypeError traceback instead of the out-of-memory line that a merely too large model gets)
+MAX_HIDDEN = 2**40
+MAX_HEADS = 2**16
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -83,9 +84,9 @@ class TrainConfig:
             bad("threads", f"threads must be at most {MAX_THREADS} per rank (got {self.threads})")
         if self.layers > MAX_LAYERS:
             bad("layers", f"layers must be at most {MAX_LAYERS} (got {self.layers})")
-        for k in ("hidden", "heads", "out_heads"):
-            if getattr(self, k) > MAX_WIDTH:
-                bad(k, f"{k} must be at most {MAX_WIDTH} (got {getattr(self, k)})")
+        for k, most in (("hidden", MAX_HIDDEN), ("heads", MAX_HEADS), ("out_heads", MAX_HEADS)):
+            if getattr(self, k) > most:
+                bad(k, f"{k} must be at most {most} (got {getattr(self, k)})")
         for k in ("epochs", "eval_every", "patience", "chunk_rows", "checkpoint_every"):   # TOML and argparse: any int
             if not -2**63 <= getattr(self, k) < 2**63:
                 bad(k, f"{k} must fit in 64 bits (got {getattr(self, k)})")
