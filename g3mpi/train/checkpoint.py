@@ -161,12 +161,21 @@ def load_model_state(path) -> dict:
                                                           for k, v in state.items()):
         raise CheckpointError(path, "not a model state_dict (expected parameter names mapped to tensors, as in a "
                                     "run's model.pt)")
+    why = unusable_values(state)
+    if why:
+        raise CheckpointError(path, why)
+    return state
+
+
+def unusable_values(state: dict) -> str | None:
+    """Why the tensors of the state_dict ``state`` cannot be parameters to train from (the first one not floating
+    point or not finite), or None."""
     for k, v in state.items():
         if not v.is_floating_point():
-            raise CheckpointError(path, f"parameter {k!r} is a {v.dtype} tensor, not floating point")
+            return f"parameter {k!r} is a {v.dtype} tensor, not floating point"
         if not bool(torch.isfinite(v).all()):
-            raise CheckpointError(path, f"parameter {k!r} has non-finite values (NaN or infinity)")
-    return state
+            return f"parameter {k!r} has non-finite values (NaN or infinity)"
+    return None
 
 
 def state_mismatch(given: dict, expected: dict) -> str | None:
@@ -226,11 +235,9 @@ def check_restorable(path, ckpt: dict, model, optimizer) -> None:
         why = state_mismatch(state, want)
         if why:
             raise CheckpointError(path, f"its {what} does not fit the configured one: {why}")
-        for k, v in state.items():
-            if not v.is_floating_point():
-                raise CheckpointError(path, f"its {what}'s parameter {k!r} is a {v.dtype} tensor, not floating point")
-            if not bool(torch.isfinite(v).all()):
-                raise CheckpointError(path, f"its {what}'s parameter {k!r} has non-finite values (NaN or infinity)")
+        why = unusable_values(state)
+        if why:
+            raise CheckpointError(path, f"its {what}'s {why}")
     why = _optimizer_mismatch(ckpt["optimizer"], optimizer)
     if why:
         raise CheckpointError(path, why)
