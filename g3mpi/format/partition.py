@@ -324,11 +324,10 @@ def check_part(path, part: PartData, meta: dict) -> None:
             "(part files swapped or renamed?)")
     if (part.owned_start, part.owned_end) != (off[pid], off[pid + 1]):
         bad(f"owns [{part.owned_start}, {part.owned_end}) but meta.json assigns [{off[pid]}, {off[pid + 1]})")
-    for k in ("indices", "recv_parts", "send_parts", "send_rows"):   # lengths checked against the offsets below
+    # lengths checked against the offsets below; halo_ids before num_halo (its length) is taken
+    for k in ("indices", "recv_parts", "send_parts", "send_rows", "halo_ids"):
         if getattr(part, k).ndim != 1:
             bad(f"dataset {k!r} has shape {getattr(part, k).shape}, expected one dimension")
-    if part.halo_ids.ndim != 1:
-        bad(f"dataset 'halo_ids' has shape {part.halo_ids.shape}, expected one dimension")
     n, h, N = part.num_owned, part.num_halo, part.num_nodes
     shapes = dict(indptr=(n + 1,), halo_ids=(h,), in_degree=(n + h,), out_degree=(n + h,), self_loops=(n,),
                   features=(n, part.feature_dim), labels=(n,), train_mask=(n,), val_mask=(n,), test_mask=(n,),
