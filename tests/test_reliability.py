@@ -112,6 +112,19 @@ def _truncate_noverify(d, root):
     return 1, "part-00001.h5", "not a readable HDF5 file"
 
 
+def _crash_hdf5_noverify(d, root):
+    # one byte of the datatype message of part 1's partition_id attribute (a variable-length string's class bits
+    # 0x01 -> 0x63): h5py 3.16 / HDF5 2.0.0 die with a segmentation fault reading it (found by fuzzing part files
+    # with --no-verify; the rank used to die without a message)
+    path = d / part_name(1)
+    b = bytearray(path.read_bytes())
+    i = b.find(b"partition_id\x00")
+    assert i > 0 and b.count(b"partition_id\x00") == 1 and b[i + 16:i + 18] == b"\x19\x01", "layout changed"
+    b[i + 17] = 0x63
+    path.write_bytes(bytes(b))
+    return 1, "part-00001.h5", "reading it crashed the HDF5 library (SIGSEGV"
+
+
 def _swap(d, root):
     a, b = d / part_name(0), d / part_name(1)
     tmp = d / "x.h5"
@@ -215,6 +228,7 @@ LOAD_FAULTS = {
     "byte_flipped": (_flip_byte, []),
     "truncated": (_truncate, []),
     "truncated_no_verify": (_truncate_noverify, ["--no-verify"]),
+    "hdf5_crash_no_verify": (_crash_hdf5_noverify, ["--no-verify"]),
     "swapped": (_swap, []),
     "swapped_no_verify": (_swap_noverify, ["--no-verify"]),
     "column_out_of_range": (_bad_column, []),

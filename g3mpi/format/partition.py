@@ -21,6 +21,7 @@ from .common import (FORMAT_VERSION, H5_READ_ERRORS, PART_FORMAT, PARTITION_FORM
                      array_sha256, as_int64, atomic_file, attr_kind, check_output, file_sha256, h5_attr_str,
                      is_int, row_chunks, shown, supported_version)
 from .graph import check_csr
+from .probe import probe_structure
 
 META_NAME = "meta.json"
 NODE_MAP_NAME = "node_map.h5"
@@ -244,8 +245,10 @@ def range_checksum(lo: int, hi: int, block: int = 1 << 20) -> int:
 def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = True) -> PartData:
     """Read and validate one part file. Raises FormatError naming the file on any problem.
 
-    ``verify`` checks the whole-file sha256 recorded in meta.json, then every structural invariant
-    that a sparse kernel relies on (so a corrupt index can never reach one).
+    ``verify`` checks the whole-file sha256 recorded in meta.json; without it the file's HDF5 structure is
+    first read in a child process (``probe_structure``: damage that crashes libhdf5 kills the child, not this
+    rank). Then every structural invariant that a sparse kernel relies on is checked (so a corrupt index can
+    never reach one).
     """
     dirpath = Path(dirpath)
     meta = meta if meta is not None else read_meta(dirpath)
@@ -264,6 +267,10 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
             raise FormatError(path, f"cannot be read: {e.strerror or e}") from None
         if got != want:
             raise FormatError(path, "checksum mismatch with meta.json (file corrupt, truncated or replaced)")
+    else:
+        crashed = probe_structure(path)
+        if crashed:
+            raise FormatError(path, crashed)
     try:
         with h5py.File(path, "r") as f:
             fmt = h5_attr_str(f.attrs.get("format", ""))
