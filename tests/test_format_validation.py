@@ -336,6 +336,22 @@ def test_damaged_attribute_header_in_a_graph(tmp_path):
         load_graph(path)
 
 
+def test_damaged_attribute_value_in_a_graph(tmp_path):
+    """A dataset's sha256 attribute (a variable-length string) whose global-heap address points past the end of
+    the file: h5py's OSError ("address of object past end of allocation") escaped load_graph, so g3-inspect and
+    g3-partition ended with a traceback (found by writing random bytes into a graph file)."""
+    from g3mpi.format import load_graph, write_graph
+    path = tmp_path / "g.h5"
+    write_graph(path, random_graph(n=40, seed=1))
+    data = bytearray(path.read_bytes())
+    i = data.index(b"sha256\0")
+    assert data[i + 40] == 64 and data[i + 46:i + 52] == bytes(6), "layout changed"   # length 64, 8-byte address
+    data[i + 50] = 2
+    path.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="g.h5: not a readable HDF5 file .*corrupt.*past end"):
+        load_graph(path)
+
+
 def _graph_file(tmp_path, edit):
     """A small graph.h5 edited by ``edit(h5 file)``, every dataset re-checksummed (only the structural checks can
     tell)."""

@@ -298,8 +298,11 @@ def graph_fingerprint(path) -> str:
     file first (:func:`load_graph`)."""
     path = Path(path)
     with open_graph(path) as f:
-        lines = [f"{name}={h5_attr_str(f[name].attrs.get('sha256', ''))}\n" for name in sorted(f)]
-        lines += [f"{k}={int(f.attrs[k])}\n" for k in FINGERPRINT_ATTRS]
+        try:
+            lines = [f"{name}={h5_attr_str(f[name].attrs.get('sha256', ''))}\n" for name in sorted(f)]
+            lines += [f"{k}={int(f.attrs[k])}\n" for k in FINGERPRINT_ATTRS]
+        except H5_READ_ERRORS as e:
+            raise FormatError(path, f"not a readable HDF5 file (corrupt?): {e}") from None
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
@@ -310,10 +313,14 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
     still checked): for tools that read them block by block, e.g. ``g3-partition`` writing the parts."""
     path = Path(path)
     with open_graph(path) as f:
-        if verify:
-            verify_checksums(path, f)
-        attrs = {k: (h5_attr_str(v) if isinstance(v, (bytes, str)) else v.item() if hasattr(v, "item") else v)
-                 for k, v in f.attrs.items()}
+        try:   # attribute messages (the datasets' sha256, the graph's own) can be damaged too
+            if verify:
+                verify_checksums(path, f)
+            attrs = {k: (h5_attr_str(v) if isinstance(v, (bytes, str)) else v.item() if hasattr(v, "item") else v)
+                     for k, v in f.attrs.items()}
+            feature_shape = f["features"].shape
+        except H5_READ_ERRORS as e:
+            raise FormatError(path, f"not a readable HDF5 file (corrupt?): {e}") from None
         try:
             g = Graph(indptr=f["indptr"][:], indices=f["indices"][:],
                       features=f["features"][:] if features else None,
@@ -322,7 +329,6 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
                       orig_ids=f["orig_ids"][:] if "orig_ids" in f else None)
         except H5_READ_ERRORS as e:
             raise FormatError(path, f"cannot read datasets (truncated or corrupt?): {e}") from None
-        feature_shape = f["features"].shape
     # any integer type as int64 (indices: int32 too); the checks below would wrap around in an unsigned type
     g.indptr, g.labels = as_int64(path, "indptr", g.indptr), as_int64(path, "labels", g.labels)
     g.indices = as_int64(path, "indices", g.indices, keep_int32=True)
