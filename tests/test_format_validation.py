@@ -165,6 +165,10 @@ def _checkpoint(**changes) -> dict:
 def test_checkpoint_good_layout_loads(tmp_path):
     torch.save(_checkpoint(), tmp_path / "c.pt")
     assert load_checkpoint(tmp_path / "c.pt")["epoch"] == 3
+    # the accuracies as make_checkpoint writes them (NaN: a split without nodes)
+    accs = dict(train_acc=1.0, val_acc=0.5, test_acc=float("nan"))
+    torch.save(_checkpoint(best=dict(val_acc=0.5, epoch=2, accs=accs, state=None)), tmp_path / "c.pt")
+    assert load_checkpoint(tmp_path / "c.pt")["best"]["accs"]["val_acc"] == 0.5
 
 
 @pytest.mark.parametrize("changes,what", [
@@ -178,6 +182,12 @@ def test_checkpoint_good_layout_loads(tmp_path):
     # for %: 'int' and 'list'', naming the run directory, not the checkpoint
     (dict(config=dict(model="gcn", eval_every=[16])), "config's eval_every must be a positive integer"),
     (dict(config=dict(model="gcn", eval_every=0)), "config's eval_every must be a positive integer"),
+    # left open by the fuzzing campaign: accuracies of another type resumed, then the next checkpoint failed to
+    # write ('could not convert string to float') or summary.json reported them as they were
+    (dict(best=dict(val_acc=0.5, epoch=2, accs={"val_acc": "0.9"}, state=None)), "best's accs must map"),
+    (dict(best=dict(val_acc=0.5, epoch=2, accs={"val_acc": [0.9]}, state=None)), "best's accs must map"),
+    (dict(best=dict(val_acc=0.5, epoch=2, accs={"val_acc": True}, state=None)), "best's accs must map"),
+    (dict(best=dict(val_acc=0.5, epoch=2, accs={"loss": 0.9}, state=None)), "best's accs must map"),
 ])
 def test_checkpoint_layout(tmp_path, changes, what):
     """Files that torch.load(weights_only=True) reads but that would crash the resume with a bare traceback."""

@@ -246,6 +246,10 @@ def check_restorable(path, ckpt: dict, model, optimizer) -> None:
                                     f"{torch.get_rng_state().numel()}")
 
 
+#: the keys of a checkpoint's ``best.accs`` (``Trainer.evaluate``'s accuracies; none before the first evaluation)
+ACC_KEYS = ("train_acc", "val_acc", "test_acc")
+
+
 def _check_layout(path, ckpt: dict) -> None:
     """The types :func:`check_compatible` and ``Trainer.restore`` rely on (a file that loads with
     ``weights_only=True`` may still hold anything of the allowed types)."""
@@ -275,6 +279,9 @@ def _check_layout(path, ckpt: dict) -> None:
     need(isinstance(best, dict) and isinstance(best.get("val_acc"), float) and is_int(best.get("epoch"))
          and isinstance(best.get("accs"), dict) and (best.get("state") is None or state_dict(best.get("state"))),
          "best must hold val_acc, epoch, accs and state")
+    # (the resume reports them in summary.json and writes them into its next checkpoint as floats)
+    need(all(k in ACC_KEYS and isinstance(v, float) for k, v in best["accs"].items()),
+         f"best's accs must map {', '.join(ACC_KEYS)} to numbers")
 
 
 def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False) -> None:
