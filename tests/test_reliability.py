@@ -147,6 +147,16 @@ def _bad_column(d, root):
     return 1, "part-00001.h5", f"column index {n_local + 7} out of range"
 
 
+def _row_out_of_order(d, root):
+    # a row's sources in another order than FORMAT.md's: trained as if sorted (the runtime sorts its blocks), now
+    # refused as a format violation (left open by the fuzzing campaign)
+    ip, ind = read_ds(d, 1, "indptr"), read_ds(d, 1, "indices")
+    r = next(r for r in range(len(ip) - 1) if len(np.unique(ind[ip[r]:ip[r + 1]])) > 1)
+    ind[ip[r]:ip[r + 1]] = ind[ip[r]:ip[r + 1]][::-1].copy()
+    rewrite_part(d, 1, indices=ind)
+    return 1, "part-00001.h5", f"the sources of owned row {r} "
+
+
 def _nan_feature(d, root):
     x = read_ds(d, 0, "features")
     x[3, 2] = np.nan
@@ -232,6 +242,7 @@ LOAD_FAULTS = {
     "swapped": (_swap, []),
     "swapped_no_verify": (_swap_noverify, ["--no-verify"]),
     "column_out_of_range": (_bad_column, []),
+    "row_out_of_order": (_row_out_of_order, []),
     "nan_feature": (_nan_feature, []),
     "send_row_out_of_range": (_bad_send_row, []),
     "part_of_other_partition": (_other_partition, []),
@@ -759,3 +770,4 @@ def test_nonfinite_stops_and_keeps_checkpoint(where, parts, tmp_path):
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
     assert [r["epoch"] for r in _metrics(run)] == [1, 2, 3, 4]
     assert not (run / "model.pt").exists()
+

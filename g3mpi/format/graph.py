@@ -58,6 +58,31 @@ def check_csr(path, indptr: np.ndarray, indices: np.ndarray, num_cols: int, what
             raise FormatError(path, f"{what}: column index {bad} out of range [0, {num_cols})")
 
 
+def first_unsorted_row(indptr: np.ndarray, down: np.ndarray) -> tuple[int, int] | None:
+    """(row, position of its entry) of the first CSR entry out of order after the entry before it in the same row,
+    or None. ``down[i]`` [E-1, bool, consumed]: entry i+1 is out of order after entry i (the caller's order, e.g.
+    ``indices[1:] < indices[:-1]``: equal columns, a duplicate edge's copies, are in order); the pairs that straddle
+    two rows are left out here. Vectorised, O(E), no loop over rows."""
+    starts = indptr[1:-1]
+    starts = starts[(starts > 0) & (starts <= len(down))]
+    down[starts - 1] = False               # entry i+1 begins a row: no order to keep with entry i
+    if not down.any():
+        return None
+    pos = int(np.argmax(down)) + 1
+    return int(np.searchsorted(indptr, pos, side="right")) - 1, pos
+
+
+def check_sorted_rows(path, indptr: np.ndarray, indices: np.ndarray, what: str = "graph CSR") -> None:
+    """FormatError naming the first row of a CSR whose sources (``indices``, checked in range) are not in
+    ascending order, as docs/FORMAT.md keeps them (duplicate edges, adjacent, are allowed)."""
+    bad = first_unsorted_row(indptr, indices[1:] < indices[:-1]) if len(indices) > 1 else None
+    if bad is not None:
+        r, pos = bad
+        raise FormatError(path, f"{what}: the sources of row {r} are not in ascending order (node "
+                                f"{int(indices[pos - 1])} before node {int(indices[pos])}; the format keeps every "
+                                "row sorted)")
+
+
 def check_finite_rows(path, block: np.ndarray, start: int, note: str = "") -> None:
     """Raise FormatError naming the first node (``start`` + its row) of a float32 feature ``block`` that is not
     finite (NaN, Inf, or float64 beyond float32's range once converted); ``note`` ends the message."""
@@ -163,6 +188,7 @@ class GraphWriter:
         if len(indptr) != self.n + 1:
             raise FormatError(self.path, f"indptr has {len(indptr)} entries, expected {self.n + 1}")
         check_csr(self.path, indptr, indices, self.n, "graph CSR")
+        check_sorted_rows(self.path, indptr, np.asarray(indices))
         self._put("indptr", indptr)
         self._put("indices", np.asarray(indices, dtype=index_dtype(self.n)))
         self.attrs["num_edges"] = int(indptr[-1])
@@ -338,6 +364,7 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
     if len(g.indptr) != n + 1:
         raise FormatError(path, f"indptr has {len(g.indptr)} entries, num_nodes is {n}")
     check_csr(path, g.indptr, g.indices, n, "graph CSR")
+    check_sorted_rows(path, g.indptr, g.indices)
     if int(attrs["num_edges"]) != g.num_edges:
         raise FormatError(path, f"num_edges attribute {attrs['num_edges']} != {g.num_edges} stored edges")
     if feature_shape != (n, int(attrs["feature_dim"])):

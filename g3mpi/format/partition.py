@@ -20,7 +20,7 @@ import numpy as np
 from .common import (FORMAT_VERSION, H5_READ_ERRORS, PART_FORMAT, PARTITION_FORMAT, FormatError, IncrementalSha256,
                      array_sha256, as_int64, atomic_file, attr_kind, check_output, file_sha256, h5_attr_str,
                      is_int, row_chunks, shown, supported_version)
-from .graph import check_csr
+from .graph import check_csr, first_unsorted_row
 from .probe import probe_structure
 
 META_NAME = "meta.json"
@@ -377,6 +377,7 @@ def check_part(path, part: PartData, meta: dict) -> None:
         want = np.repeat(part.recv_parts.astype(np.int64), np.diff(part.recv_offsets))
         if not np.array_equal(owners, want):
             bad("halo slices do not match the owners of their IDs")
+    _check_row_order(path, part)
     if len(part.send_rows) and (part.send_rows.min() < 0 or part.send_rows.max() >= n):
         bad(f"send row out of range [0, {n})")
     if len(part.labels) and (part.labels.min() < -1 or part.labels.max() >= part.num_classes):
@@ -395,6 +396,43 @@ def check_part(path, part: PartData, meta: dict) -> None:
         bad("negative degree")
     if not np.array_equal(part.in_degree[:n], np.diff(part.indptr)):
         bad("in_degree of owned rows does not match the local CSR")
+
+
+#: edges per block of the row-order check of a part (its temporaries stay in the cache)
+ORDER_BLOCK = 1 << 16
+
+
+def _check_row_order(path, part: PartData) -> None:
+    """FormatError naming the first owned row whose sources are not sorted by new global ID (docs/FORMAT.md;
+    duplicate edges, adjacent, are allowed). The indices and halo IDs must be checked already (in range; halo IDs
+    strictly increasing, none owned). Global order is local order, except that the halo rows of lower parts (local
+    columns ``[n, n + below)``) come before the owned ones (``[0, n)``): in a sorted row a local column decreases
+    only from such a halo row to an owned one, and never increases from an owned one to such a halo row. Checked
+    over blocks of :data:`ORDER_BLOCK` edges, a few vector operations each (O(E), no loop over rows)."""
+    n, h, ind = part.num_owned, part.num_halo, part.indices
+    E = len(ind)
+    if E < 2:
+        return
+    below = int(np.searchsorted(part.halo_ids, part.owned_start))   # halo rows with a smaller global ID
+    if ind.dtype != np.int64 and n + h >= 2**31:
+        ind = ind.astype(np.int64)
+    down = ind[1:] < ind[:-1]   # down[i]: entry i+1 out of order after entry i
+    if below:
+        u = ind.view(f"u{ind.itemsize}")   # (u - n < below, unsigned: n <= column < n + below)
+        un, ub = u.dtype.type(n), u.dtype.type(below)
+        for a in range(0, E - 1, ORDER_BLOCK):
+            b = min(E, a + ORDER_BLOCK + 1)
+            owned, lower = ind[a:b] < n, (u[a:b] - un) < ub
+            d = down[a:b - 1]
+            d &= ~(lower[:-1] & owned[1:])
+            d |= owned[:-1] & lower[1:]
+    bad = first_unsorted_row(part.indptr, down)
+    if bad is not None:
+        r, pos = bad
+        gid = np.concatenate([np.arange(part.owned_start, part.owned_end), part.halo_ids])[ind[pos - 1:pos + 1]]
+        raise FormatError(path, f"local CSR: the sources of owned row {r} (node {part.owned_start + r}) are not "
+                                f"sorted by new global ID (node {int(gid[0])} before node {int(gid[1])}; the format "
+                                "keeps every row sorted)")
 
 
 def write_node_map(path, new_to_orig: np.ndarray, force: bool = False) -> str:
