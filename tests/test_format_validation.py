@@ -537,3 +537,24 @@ def test_graph_row_out_of_order(tmp_path):
             w.write_csr(g.indptr, ind)
     assert not (tmp_path / "h.h5").exists()
 
+
+@pytest.mark.parametrize("value,warned", [(3e38, True), (-1e20, True), (1e18, False)])
+def test_features_too_large_for_float32_training(copy, caplog, value, warned):
+    """Finite features beyond 2^64 (1.8e19) pass as valid, with a warning naming the file and the node: training on
+    them overflows float32 (left open by the fuzzing campaign: 3e38 ended the run with a non-finite loss naming no
+    file; 1e25 froze parameters through infinite Adam moments and exited 0)."""
+    def edit(f):
+        x = f["features"][()]
+        x[3, 2] = value
+        replace_ds(f, "features", x)
+    edit_part(copy, 1, edit)
+    with caplog.at_level("WARNING", logger="g3mpi.format"):
+        part = read_part(copy, 1)
+    assert part.features[3, 2] == np.float32(value)
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    if warned:
+        assert len(said) == 1 and said[0].startswith(f"{copy / part_name(1)}: the features of 1 node(s) reach "
+                                                     f"{abs(np.float32(value)):.3g} in magnitude (the first: node "
+                                                     f"{part.owned_start + 3}, original ID {part.orig_ids[3]})"), said
+    else:
+        assert said == []

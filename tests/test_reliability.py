@@ -771,3 +771,28 @@ def test_nonfinite_stops_and_keeps_checkpoint(where, parts, tmp_path):
     assert [r["epoch"] for r in _metrics(run)] == [1, 2, 3, 4]
     assert not (run / "model.pt").exists()
 
+
+@pytest.mark.parametrize("value", [3e38, 1e25])
+def test_features_too_large_for_float32(value, parts, tmp_path):
+    """Finite features too large for float32 training (left open by the fuzzing campaign). 3e38 ended the run with
+    'non-finite value in the loss', naming no file; 1e25 made some of Adam's second moments infinite, which froze
+    their parameters, and the run exited 0. Now a warning on load names the file, and every rank stops at the first
+    epoch with one line naming the part file and the rank whose features are too large."""
+    d = tmp_path / "p2"
+    shutil.copytree(parts / "p2", d)
+    x = read_ds(d, 0, "features")
+    x[3, 2] = value
+    rewrite_part(d, 0, features=x)
+    run = tmp_path / "run"
+    p = train(2, d, run, "--epochs", "4", "--dropout", "0", check=False, timeout=150)   # (no dropout of the entry)
+    assert p.returncode != 0, p.stderr
+    lines = error_lines(p.stderr)
+    assert sorted(lines) == [0, 1] and all(len(v) == 1 for v in lines.values()), p.stderr
+    for r in (0, 1):
+        assert "at epoch 1" in lines[r][0], p.stderr   # (here the summed gradients, beyond 2^64; or the loss, NaN)
+        assert f"the features in {d}/part-00000.h5 (rank 0) reach {np.float32(value):.3g}, beyond 2^64" \
+            in lines[r][0], p.stderr
+    assert "part-00000.h5: the features of 1 node(s) reach" in p.stderr   # the warning on load (rank 0's)
+    assert "Traceback" not in p.stderr
+    assert not (run / "checkpoint.pt").exists() and not (run / "model.pt").exists()
+    print(f"value {value:g}: exit status {p.returncode} after {p.elapsed:.1f} s")

@@ -246,6 +246,21 @@ def test_fault_hooks(tmp_path):
     assert first_nonfinite(torch.tensor(1.0), named) == "bias"
 
 
+def test_nonfinite_message_says_where():
+    """The line about non-finite values says whether the logits were bad already, and names summed gradients beyond
+    2^64 (finite, but their squares overflow Adam's second moments, which froze parameters silently)."""
+    from g3mpi.train.trainer import Trainer
+    msg = Trainer._nonfinite_message
+    assert msg(3, "loss", 1, 1, logits=(2, 50)) == (
+        "non-finite value (NaN or Inf) in the loss at epoch 3 on this rank (already in the logits of 2 of its 50 "
+        "nodes); training stopped, the last good checkpoint is kept")
+    assert "(its logits are finite: the loss itself is not)" in msg(3, "loss", 1, 1, logits=(0, 50))
+    assert msg(4, None, 0, 0, 3e30).startswith("training stopped at epoch 4: the summed gradients reach 3e+30, "
+                                               "beyond 2^64 = 1.8e19")
+    assert msg(4, None, 0, 0, float("inf")).startswith("training stopped at epoch 4: the summed gradients are not "
+                                                       "finite (overflow)")
+
+
 def test_soak_analysis():
     flat = [dict(epoch=e, rank_rss_bytes=[100 + (e % 3), 200]) for e in range(1, 301)]
     res = rss_growth(flat, warmup=50, window=50)

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from .common import (FORMAT_VERSION, H5_READ_ERRORS, PART_FORMAT, PARTITION_FORMAT, FormatError, IncrementalSha256,
-                     array_sha256, as_int64, atomic_file, attr_kind, check_output, file_sha256, h5_attr_str,
-                     is_int, row_chunks, shown, supported_version)
+from .common import (FLOAT32_SQUARE_LIMIT, FORMAT_VERSION, H5_READ_ERRORS, PART_FORMAT, PARTITION_FORMAT, FormatError,
+                     IncrementalSha256, array_sha256, as_int64, atomic_file, attr_kind, check_output, file_sha256,
+                     h5_attr_str, is_int, row_chunks, shown, supported_version)
 from .graph import check_csr, first_unsorted_row
 from .probe import probe_structure
+
+log = logging.getLogger(__name__)
 
 META_NAME = "meta.json"
 NODE_MAP_NAME = "node_map.h5"
@@ -390,12 +393,32 @@ def check_part(path, part: PartData, meta: dict) -> None:
         bad(f"original node ID out of range [0, {N})")
     if np.any(np.diff(part.orig_ids) <= 0):   # new IDs follow the original order: each original ID is owned once
         bad("original node IDs are not strictly increasing (a node listed twice?)")
-    if not np.all(np.isfinite(part.features)):
-        bad("features contain NaN or Inf")
+    _check_feature_range(path, part)
     if np.any(part.in_degree < 0) or np.any(part.out_degree < 0) or np.any(part.self_loops < 0):
         bad("negative degree")
     if not np.array_equal(part.in_degree[:n], np.diff(part.indptr)):
         bad("in_degree of owned rows does not match the local CSR")
+
+
+def _check_feature_range(path, part: PartData) -> None:
+    """FormatError if a feature is NaN or infinite; a warning (naming the file, the first such node and its
+    original ID) if some reach :data:`FLOAT32_SQUARE_LIMIT` in magnitude: finite, so valid, but too large for
+    float32 training (g3-train stops once the gradients they scale pass the same limit). Two reductions (max and
+    min: NaN propagates through both), no temporary array unless there is something to report."""
+    x = part.features
+    if not x.size:
+        return
+    hi, lo = float(x.max()), float(x.min())
+    if not (np.isfinite(hi) and np.isfinite(lo)):
+        raise FormatError(path, "features contain NaN or Inf")
+    peak = max(hi, -lo)
+    if peak >= FLOAT32_SQUARE_LIMIT:
+        rows = np.flatnonzero((np.abs(x) >= FLOAT32_SQUARE_LIMIT).any(axis=1))
+        log.warning("%s: the features of %d node(s) reach %.3g in magnitude (the first: node %d, original ID %d), "
+                    "beyond 2^64 = 1.8e19, whose square float32 cannot hold: float32 training on them is likely to "
+                    "overflow (g3-train stops if the summed gradients pass 2^64); scale them, or replace such values "
+                    "(a fill value for missing data?)",
+                    path, len(rows), peak, part.owned_start + int(rows[0]), int(part.orig_ids[rows[0]]))
 
 
 #: edges per block of the row-order check of a part (its temporaries stay in the cache)

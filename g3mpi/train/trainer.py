@@ -22,8 +22,8 @@ from mpi4py import MPI
 
 from g3mpi.comm import CommContext, SimNet
 from g3mpi.comm.watchdog import Watchdog
-from g3mpi.format.common import failure_reason
-from g3mpi.format.partition import id_checksum, range_checksum
+from g3mpi.format.common import FLOAT32_SQUARE_LIMIT, failure_reason
+from g3mpi.format.partition import id_checksum, part_name, range_checksum
 from g3mpi.nn import GNN
 from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.sched import Schedule
@@ -213,8 +213,14 @@ class Trainer:
         flags[-1] = got is not None and got not in STOP_SLOTS[:-1]
         self.watchdog.allreduce(flags)
         sync.wait()
-        if flags[2] > 0 or not np.isfinite(flags[0]) or not bool(torch.isfinite(sync.buf).all()):
-            raise TrainingFault(self._nonfinite_message(epoch, bad, int(flags[1]), int(flags[2])))
+        # the largest summed gradient (NaN if any is NaN): beyond 2^64 its square overflows Adam's second moments,
+        # which then freeze their parameters silently (the run went on and exited 0)
+        peak = float(torch.linalg.vector_norm(sync.buf, float("inf"))) if sync.buf.numel() else 0.0
+        if flags[2] > 0 or not np.isfinite(flags[0]) or not peak < FLOAT32_SQUARE_LIMIT:
+            # every rank gets here together (the flags and the summed gradients are the same on all)
+            logits_bad = int((~torch.isfinite(logits.detach())).any(dim=1).sum()) if bad == "loss" else 0
+            raise TrainingFault(self._nonfinite_message(epoch, bad, int(flags[1]), int(flags[2]), peak,
+                                                        (logits_bad, len(logits))) + self._feature_cause())
         sync.unpack()
         allreduce_s = time.perf_counter() - t_ar
         self.opt.step()
@@ -226,19 +232,46 @@ class Trainer:
                     bytes_recv=s["bytes_recv"], messages=s["messages_sent"])
 
     @staticmethod
-    def _nonfinite_message(epoch: int, bad: str | None, n_loss: int, n_grad: int) -> str:
-        """This rank's line about a non-finite loss or gradient. A NaN loss on one rank reaches its neighbours'
-        gradients through the halo, so a rank blames its own gradients only when no rank's loss was bad."""
+    def _nonfinite_message(epoch: int, bad: str | None, n_loss: int, n_grad: int, peak: float = float("nan"),
+                           logits: tuple = (0, 0)) -> str:
+        """This rank's line about a non-finite loss or gradient, or summed gradients beyond 2^64 (``peak``, the
+        largest). A NaN loss on one rank reaches its neighbours' gradients through the halo, so a rank blames its
+        own gradients only when no rank's loss was bad. ``logits``: (rows of this rank's logits with a
+        non-finite value, rows), for a bad loss: whether the logits were bad already."""
         kept = "training stopped, the last good checkpoint is kept"
         if bad == "loss":
-            return f"non-finite value (NaN or Inf) in the loss at epoch {epoch} on this rank; {kept}"
+            where = (f"already in the logits of {logits[0]} of its {logits[1]} nodes" if logits[0] else
+                     "its logits are finite: the loss itself is not")
+            return f"non-finite value (NaN or Inf) in the loss at epoch {epoch} on this rank ({where}); {kept}"
         if n_loss:
             return f"training stopped at epoch {epoch}: non-finite loss on {n_loss} other rank(s)"
         if bad:
             return f"non-finite value (NaN or Inf) in the gradient of {bad} at epoch {epoch} on this rank; {kept}"
         if n_grad:
             return f"training stopped at epoch {epoch}: non-finite gradient on {n_grad} other rank(s)"
+        if np.isfinite(peak):
+            return (f"training stopped at epoch {epoch}: the summed gradients reach {peak:.3g}, beyond 2^64 = 1.8e19 "
+                    f"(their squares overflow float32: Adam's second moments would become infinite); {kept}")
         return f"training stopped at epoch {epoch}: the summed gradients are not finite (overflow); {kept}"
+
+    def _feature_cause(self) -> str:
+        """What every rank adds to its line about non-finite values: the part file (and rank) with the largest
+        feature magnitude if it is beyond 2^64 (too large for float32 training), else that the inputs are
+        moderate. One allreduce of a value per rank: every rank calls it together, after a fault they all saw."""
+        comm = self.comm
+        peaks = np.zeros(comm.size, dtype=np.float64)
+        if self.x.numel():
+            peaks[comm.rank] = float(torch.linalg.vector_norm(self.x, float("inf")))
+        self.watchdog.allreduce(peaks, op=MPI.MAX, what="the search for the cause of non-finite values")
+        r = int(np.argmax(peaks))
+        path = f"{str(self.cfg.parts).rstrip('/')}/{part_name(r)}"
+        if peaks[r] >= FLOAT32_SQUARE_LIMIT:
+            more = int((peaks >= FLOAT32_SQUARE_LIMIT).sum()) - 1
+            also = f", and those of {more} other rank(s) pass it too" if more else ""
+            return (f"; the features in {path} (rank {r}) reach {peaks[r]:.3g}, beyond 2^64 = 1.8e19, too large "
+                    f"for float32 training{also}: scale them")
+        return (f"; the input features are moderate (at most {peaks[r]:.3g} in magnitude, in {path}): the values "
+                "grew in training (too large a --lr?)")
 
     @torch.no_grad()
     def logits(self) -> torch.Tensor:
