@@ -255,10 +255,11 @@ def test_nonfinite_message_says_where():
         "non-finite value (NaN or Inf) in the loss at epoch 3 on this rank (already in the logits of 2 of its 50 "
         "nodes); training stopped, the last good checkpoint is kept")
     assert "(its logits are finite: the loss itself is not)" in msg(3, "loss", 1, 1, logits=(0, 50))
-    assert msg(4, None, 0, 0, 3e30).startswith("training stopped at epoch 4: the summed gradients reach 3e+30, "
-                                               "beyond 2^64 = 1.8e19")
-    assert msg(4, None, 0, 0, float("inf")).startswith("training stopped at epoch 4: the summed gradients are not "
-                                                       "finite (overflow)")
+    assert msg(4, None, 0, 0, 3e30) == (
+        "the summed gradients reach 3e+30 at epoch 4, beyond 2^64 = 1.8e19 (their squares overflow float32: Adam's "
+        "second moments would become infinite); training stopped, the last good checkpoint is kept")
+    assert msg(4, None, 0, 0, float("inf")) == (
+        "the summed gradients are not finite at epoch 4 (overflow); training stopped, the last good checkpoint is kept")
 
 
 def test_soak_analysis():

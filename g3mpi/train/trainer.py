@@ -250,9 +250,9 @@ class Trainer:
         if n_grad:
             return f"training stopped at epoch {epoch}: non-finite gradient on {n_grad} other rank(s)"
         if np.isfinite(peak):
-            return (f"training stopped at epoch {epoch}: the summed gradients reach {peak:.3g}, beyond 2^64 = 1.8e19 "
+            return (f"the summed gradients reach {peak:.3g} at epoch {epoch}, beyond 2^64 = 1.8e19 "
                     f"(their squares overflow float32: Adam's second moments would become infinite); {kept}")
-        return f"training stopped at epoch {epoch}: the summed gradients are not finite (overflow); {kept}"
+        return f"the summed gradients are not finite at epoch {epoch} (overflow); {kept}"
 
     def _feature_cause(self) -> str:
         """What every rank adds to its line about non-finite values: the part file (and rank) with the largest
