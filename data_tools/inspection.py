@@ -189,8 +189,11 @@ def print_report(r: dict, out=sys.stdout) -> None:
 
 #: the plot's widest figure (inches, at 100 dpi): 40 parts at 0.35 inch each; more parts get thinner bars
 PLOT_MAX_INCHES = 16
-#: above this many parts the halo and send rows are stacked, not side by side
-PLOT_PAIRED_PARTS = 64
+#: above this many parts each panel's bars are drawn as filled steps (``stairs``): bars one or two pixels wide
+#: leave light seams between them
+PLOT_STEP_PARTS = 64
+#: up to this many parts every part has its own tick label; above, integer ticks about an inch apart
+PLOT_TICK_EVERY_PART = 32
 
 
 def check_plot_path(path: Path) -> str:
@@ -215,34 +218,74 @@ def check_plot_path(path: Path) -> str:
     return fmt
 
 
+def _stacked(ax, lower: np.ndarray, upper: np.ndarray, labels, steps: bool) -> list:
+    """``upper`` stacked on ``lower``, one bar per part (filled steps when ``steps``); returns the two handles."""
+    P = len(lower)
+    if steps:
+        edges = np.arange(P + 1) - 0.5
+        return [ax.stairs(lower, edges, fill=True, color="C0", label=labels[0]),
+                ax.stairs(lower + upper, edges, baseline=lower, fill=True, color="C1", label=labels[1])]
+    x = np.arange(P)
+    return [ax.bar(x, lower, color="C0", label=labels[0]),
+            ax.bar(x, upper, bottom=lower, color="C1", label=labels[1])]
+
+
+def _mean_max(ax, total: np.ndarray, unit: str) -> list:
+    """Dashed lines at the mean and the max of ``total`` over the parts, the max naming its part (the slowest
+    rank sets the epoch; among 1024 thin bars it is easy to miss); returns their handles."""
+    def shown(v: float) -> str:   # 3 significant digits, but 2432 rows, not 2.43e+03
+        return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+    worst = int(np.argmax(total))
+    return [ax.axhline(float(total.mean()), color="0.25", linestyle="--", linewidth=1,
+                       label=f"mean {shown(total.mean())} {unit}"),
+            ax.axhline(float(total[worst]), color="C3", linestyle=":", linewidth=1.2,
+                       label=f"max {shown(total[worst])} {unit} (part {worst})")]
+
+
+def draw_report(r: dict):
+    """The per-part figure of a partition report: estimated compute and communication per layer above, halo
+    and send rows below, each stacked per part with its mean and max. Legends sit above their panels, outside
+    the data; the parts' axis has integer ticks (every part up to :data:`PLOT_TICK_EVERY_PART`). Returns the
+    Figure."""
+    from matplotlib.ticker import MaxNLocator
+    parts = r["parts"]
+    P = len(parts)
+    steps = P > PLOT_STEP_PARTS
+    # 0.35 inch per part up to 40 parts; beyond, the figure stays PLOT_MAX_INCHES wide and the bars get thinner
+    width = min(PLOT_MAX_INCHES, max(6, 0.35 * P + 2))
+    fig = figure(width, 6.5)
+    fig.suptitle(f"{Path(r['path']).name}: {r['method']}, {r['num_parts']} part{'' if r['num_parts'] == 1 else 's'}")
+    ax1, ax2 = fig.subplots(2, 1, sharex=True)
+    compute = np.array([1e3 * s["est_compute_seconds"] for s in parts], dtype=float)
+    comm = np.array([1e3 * s["est_comm_seconds"] for s in parts], dtype=float)
+    halo = np.array([s["halo"] for s in parts], dtype=float)
+    send = np.array([s["send"] for s in parts], dtype=float)
+    for ax, lower, upper, labels, unit, ylabel in (
+            (ax1, compute, comm, ("compute", "communication"), "ms", "est. ms per layer"),
+            (ax2, halo, send, ("halo rows (recv)", "send rows"), "rows", "halo + send rows")):
+        handles = _stacked(ax, lower, upper, labels, steps) + _mean_max(ax, lower + upper, unit)
+        ax.set_ylabel(ylabel)
+        # set, not autoscaled: a stacked bar's bottom is a sticky edge that can pin the top to the max line
+        top = float((lower + upper).max())
+        ax.set_ylim(0, 1.06 * top if top > 0 else 1)
+        # above the panel, outside its data: one row of four entries, two rows of two on the narrowest figures
+        ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.01), ncol=4 if width >= 9 else 2,
+                  frameon=False, fontsize=9, borderaxespad=0, handlelength=1.6, columnspacing=1.5)
+    ax2.set_xlabel("part")
+    ax2.set_xlim(-0.5, P - 0.5)
+    if P <= PLOT_TICK_EVERY_PART:
+        ax2.set_xticks(np.arange(P), [str(i) for i in range(P)])
+    else:
+        ax2.xaxis.set_major_locator(MaxNLocator(nbins="auto", steps=[1, 2, 5, 10], integer=True))
+    return fig
+
+
 def plot_report(r: dict, out_png: Path) -> None:
-    """Draw the per-part bars into ``out_png`` (format from its suffix), written atomically."""
+    """Draw the per-part bars (:func:`draw_report`) into ``out_png`` (format from its suffix), written
+    atomically."""
     out_png = Path(out_png)
     fmt = check_plot_path(out_png)
-
-    parts = r["parts"]
-    x = np.arange(len(parts))
-    many = len(parts) > PLOT_PAIRED_PARTS
-    # 0.35 inch per part up to 40 parts; beyond, the figure stays PLOT_MAX_INCHES wide and the bars get thinner
-    fig = figure(min(PLOT_MAX_INCHES, max(6, 0.35 * len(parts) + 2)), 6)
-    ax1, ax2 = fig.subplots(2, 1, sharex=True)
-    bar = dict(width=1.0, linewidth=0) if many else {}
-    compute = [1e3 * s["est_compute_seconds"] for s in parts]
-    ax1.bar(x, compute, label="compute", **bar)
-    ax1.bar(x, [1e3 * s["est_comm_seconds"] for s in parts], bottom=compute, label="communication", **bar)
-    ax1.set_ylabel("est. ms per layer")
-    ax1.legend()
-    ax1.set_title(f"{Path(r['path']).name}: {r['method']}, {r['num_parts']} parts")
-    halo, send = [s["halo"] for s in parts], [s["send"] for s in parts]
-    if many:   # side-by-side pairs would be under a pixel wide: stacked instead
-        ax2.bar(x, halo, label="halo rows (recv)", **bar)
-        ax2.bar(x, send, bottom=halo, label="send rows", **bar)
-    else:
-        ax2.bar(x - 0.2, halo, width=0.4, label="halo rows (recv)")
-        ax2.bar(x + 0.2, send, width=0.4, label="send rows")
-    ax2.set_ylabel("rows")
-    ax2.set_xlabel("part")
-    ax2.legend()
+    fig = draw_report(r)
     try:
         with atomic_file(out_png, force=True) as tmp:
             fig.savefig(tmp, dpi=100, format=fmt)
