@@ -188,6 +188,35 @@ def test_streamed_features_equal_in_memory(monkeypatch, tmp_path):
         write_partition(lean, a, 5, tmp_path / "nofeatures", method="random", seed=0)
 
 
+def test_write_part_same_file_as_h5py_high_level(tmp_path):
+    """write_part makes its attributes and datasets through h5py's low-level API (the high-level one cost as much
+    again in Python per object): the file is the one h5py's high-level calls write, byte for byte, with and
+    without features in memory. A change of h5py's defaults (timestamps, attribute order) or of the two helpers
+    shows here."""
+    import dataclasses
+    from g3mpi.format.common import array_sha256, row_chunks
+    g = random_graph(n=60, m=300, seed=3, feature_dim=5)
+    part = next(build.build_parts(g, np.arange(g.num_nodes) % 3, 3, "f" * 32))[0]
+    for pd in (part, dataclasses.replace(part, features=None)):
+        write_part(tmp_path / "low.h5", pd, force=True)
+        with h5py.File(tmp_path / "high.h5", "w") as f:   # write_part as it was, all high-level
+            f.attrs["format"] = "g3mpi-part"
+            f.attrs["version"] = 1
+            for k in SCALARS:
+                f.attrs[k] = getattr(pd, k)
+            for k in ARRAYS:
+                if k == "features":
+                    shape = (pd.num_owned, pd.feature_dim)
+                    chunks = (row_chunks(shape[0], 4 * shape[1]), shape[1])
+                    if pd.features is None:
+                        f.create_dataset(k, shape=shape, dtype=np.float32, chunks=chunks)
+                        continue
+                arr = np.ascontiguousarray(getattr(pd, k))
+                f.create_dataset(k, data=arr, chunks=chunks if k == "features" else None).attrs["sha256"] = \
+                    array_sha256(arr)
+        assert (tmp_path / "low.h5").read_bytes() == (tmp_path / "high.h5").read_bytes(), pd.features is None
+
+
 def test_write_part_in_place(tmp_path, monkeypatch):
     """atomic=False (a part inside atomic_dir's temporary directory): the file itself, the same content as the
     atomic write; an existing file is refused, and a failed write removes what it began."""
