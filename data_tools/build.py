@@ -5,6 +5,7 @@ All steps are vectorised numpy: no Python loop over nodes or edges.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from pathlib import Path
@@ -187,6 +188,32 @@ FEATURE_BLOCK_BYTES = 64 << 20
 FEATURE_GROUP = 64
 
 
+def feature_rows(graph_path, ds, lo: int, hi: int, check: bool = True) -> np.ndarray:
+    """Rows ``lo:hi`` of the graph file's features dataset ``ds`` as float32, checked finite when ``check``
+    (float64 beyond float32's range is Inf): FormatError naming the graph otherwise, or if they cannot be read."""
+    try:
+        with np.errstate(over="ignore"):
+            block = np.asarray(ds[lo:hi], dtype=np.float32)
+    except OSError as e:   # the file changed since it was validated
+        raise FormatError(graph_path, f"features rows {lo}..{hi - 1} cannot be read: {e}") from None
+    if check:
+        check_finite_rows(graph_path, block, lo, ": the runtime would refuse the parts")
+    return block
+
+
+def small_features(graph_path) -> np.ndarray | None:
+    """The graph file's whole features as float32 (checked as :func:`stream_features` checks them) if they take
+    at most :data:`FEATURE_BLOCK_BYTES`, the block that streaming them would read at a time anyway; else None.
+    Held in memory, each part's rows are written with the part itself: at 1024 parts of Cora, opening and
+    closing every part file a second time to fill its features was a tenth of the whole write."""
+    with open_graph(graph_path) as f:
+        ds = f["features"]
+        n, width = ds.shape
+        if n * 4 * width > FEATURE_BLOCK_BYTES:
+            return None
+        return feature_rows(graph_path, ds, 0, n)
+
+
 def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offsets: np.ndarray) -> list[str]:
     """Copy the features from ``graph_path`` into part files written without them, reading the graph's rows in
     blocks of about :data:`FEATURE_BLOCK_BYTES` (never the whole matrix): part p's rows are
@@ -205,13 +232,7 @@ def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offse
             try:
                 for lo in range(0, n, step):
                     hi = min(n, lo + step)
-                    try:
-                        with np.errstate(over="ignore"):
-                            block = np.asarray(ds[lo:hi], dtype=np.float32)
-                    except OSError as e:   # the file changed since it was validated
-                        raise FormatError(graph_path, f"features rows {lo}..{hi - 1} cannot be read: {e}") from None
-                    if g0 == 0:   # (float64 beyond float32's range is Inf)
-                        check_finite_rows(graph_path, block, lo, ": the runtime would refuse the parts")
+                    block = feature_rows(graph_path, ds, lo, hi, check=g0 == 0)
                     for p in group:
                         a, b = np.searchsorted(rows[p], (lo, hi))
                         if b > a:
@@ -278,6 +299,10 @@ class OutputWriteError(FormatError):
 def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, extra_meta, progress, graph_path):
     t0 = time.time()
     partition_id = uuid.uuid4().hex
+    if g.features is None:
+        features = small_features(graph_path)
+        if features is not None:   # written with each part; else streamed once the parts are written
+            g = dataclasses.replace(g, features=features)
     files, stats = {}, []
     with atomic_dir(out_dir, force) as tmp:
         it = build_parts(g, assignment, num_parts, partition_id)

@@ -188,6 +188,36 @@ def test_streamed_features_equal_in_memory(monkeypatch, tmp_path):
         write_partition(lean, a, 5, tmp_path / "nofeatures", method="random", seed=0)
 
 
+def test_small_features_written_with_each_part(monkeypatch, tmp_path):
+    """Features that fit in one block of FEATURE_BLOCK_BYTES are read whole and written with each part, never
+    streamed into the written parts afterwards (a second open and close of every part file); the parts equal, array by
+    array and checksums included, those of the streamed write and of a graph held whole."""
+    g = random_graph(n=150, m=600, seed=4, feature_dim=6)
+    write(g, tmp_path / "g.h5")
+    a = np.random.default_rng(1).choice([0, 1, 3, 4], g.num_nodes)
+    lean = load_graph(tmp_path / "g.h5", features=False)
+    with monkeypatch.context() as m:
+        m.setattr(build, "FEATURE_BLOCK_BYTES", 7 * 4 * 6)
+        streamed = write_partition(lean, a, 5, tmp_path / "streamed", method="random", seed=0,
+                                   graph_path=tmp_path / "g.h5")
+
+    def never(*args, **kw):
+        raise AssertionError("features streamed")
+    monkeypatch.setattr(build, "stream_features", never)
+    monkeypatch.setattr(build, "FEATURE_BLOCK_BYTES", g.num_nodes * 4 * 6)   # exactly one block
+    small = write_partition(lean, a, 5, tmp_path / "small", method="random", seed=0, graph_path=tmp_path / "g.h5")
+    whole = write_partition(g, a, 5, tmp_path / "whole", method="random", seed=0)
+    assert small["offsets"] == streamed["offsets"] == whole["offsets"]
+    for p in range(5):
+        x, y, z = (read_part(tmp_path / d, p, read_meta(tmp_path / d)) for d in ("small", "streamed", "whole"))
+        for k in ARRAYS:
+            assert all(getattr(x, k).dtype == getattr(o, k).dtype and np.array_equal(getattr(x, k), getattr(o, k))
+                       for o in (y, z)), (p, k)
+        with h5py.File(tmp_path / "small" / part_name(p)) as fa, h5py.File(tmp_path / "streamed" / part_name(p)) as fb:
+            for k in fa:
+                assert fa[k].chunks == fb[k].chunks and fa[k].attrs["sha256"] == fb[k].attrs["sha256"], (p, k)
+
+
 def test_write_part_same_file_as_h5py_high_level(tmp_path):
     """write_part makes its attributes and datasets through h5py's low-level API (the high-level one cost as much
     again in Python per object): the file is the one h5py's high-level calls write, byte for byte, with and
@@ -1021,6 +1051,7 @@ def _partition_killed_by(signum, graph_path, out):
     import sys
     from conftest import tool_env
     code = ("import os, sys; from data_tools import build; "
+            "build.FEATURE_BLOCK_BYTES = 0; "   # Cora's features would be written with each part, not streamed
             f"build.stream_features = lambda *a, **k: os.kill(os.getpid(), {int(signum)}); "
             "from data_tools.partition import main; sys.exit(main(sys.argv[1:]))")
     return subprocess.run([sys.executable, "-c", code, str(graph_path), "--parts", "3", "--method", "random",
