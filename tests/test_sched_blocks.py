@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 import torch
 
@@ -135,3 +136,115 @@ def test_pipeline_local_product_forward_and_backward():
         assert torch.allclose(xb.grad, want_g[B.rows], rtol=1e-5, atol=1e-5), rpc
         assert torch.allclose(xi.grad, want_g[I.rows], rtol=1e-5, atol=1e-5), rpc
         assert len(calls) - forward_calls == sum(len(c) for c in B.t_chunks(rpc))
+
+
+def _csr(m: sp.csr_matrix, dtype, index_dtype) -> torch.Tensor:
+    from g3mpi.sched.blocks import torch_csr
+    return torch_csr(torch.from_numpy(m.indptr.astype(np.int64)).to(index_dtype),
+                     torch.from_numpy(m.indices.astype(np.int64)).to(index_dtype),
+                     torch.from_numpy(m.data).to(dtype), m.shape)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_spmm_equals_sparse_mm_bit_for_bit_and_ignores_out(dtype, index_dtype):
+    """``spmm`` (the runtime's one sparse product, ``out.addmm_(mat, x, beta=0)``) gives torch.sparse.mm's
+    values bit for bit, for the matrices blocks.py makes (a block, its precomputed transpose, row ranges of
+    it) and for empty shapes (no rows, no columns, no entries, rows without entries, zero features); the
+    contents of ``out`` are ignored (NaN does not propagate) and only its rows are written."""
+    from g3mpi.sched.blocks import _split_rows, spmm
+    a = sp.random(60, 45, density=0.05, random_state=3, format="csr", dtype=np.float64)
+    assert (np.diff(a.indptr) == 0).any()                          # rows without entries
+    mats = [_csr(a, dtype, index_dtype), _csr(a.T.tocsr(), dtype, index_dtype)]       # a block, its transpose
+    mats += [m for mat in mats[:2] for _, _, m in _split_rows(mat, 16)]               # their row ranges
+    for shape in [(0, 45), (60, 0), (0, 0)]:
+        mats.append(_csr(sp.csr_matrix(shape, dtype=np.float64), dtype, index_dtype))
+    mats.append(_csr(sp.csr_matrix((7, 5), dtype=np.float64), dtype, index_dtype))    # no entries
+    for mat in mats:
+        r, c = mat.shape
+        for F in (0, 1, 3, 40):
+            x = torch.randn(c, F, dtype=torch.float64).to(dtype)
+            want = torch.sparse.mm(mat, x)
+            got = spmm(mat, x)
+            assert got.dtype == dtype and got.shape == (r, F)
+            assert torch.equal(got, want), (tuple(mat.shape), F)
+            big = torch.full((r + 5, F), float("nan"), dtype=dtype)
+            view = big[2:2 + r]
+            assert spmm(mat, x, view) is view
+            assert torch.equal(big[2:2 + r], want), (tuple(mat.shape), F)
+            assert big[:2].isnan().all() and big[2 + r:].isnan().all()
+    x = torch.randn(45, 3, dtype=dtype)
+    xt = torch.randn(3, 45, dtype=dtype).t()                        # a non-contiguous input
+    assert torch.equal(spmm(mats[0], xt), torch.sparse.mm(mats[0], xt))
+    assert torch.equal(spmm(mats[0], x), torch.sparse.mm(mats[0], x))
+
+
+class _NoSparseMM:
+    """Replaces torch.sparse.mm while a test runs: every sparse product of the runtime goes through ``spmm``."""
+
+    def __init__(self, monkeypatch):
+        def refuse(*a, **k):
+            raise AssertionError("torch.sparse.mm called: the runtime's products go through blocks.spmm")
+        monkeypatch.setattr(torch.sparse, "mm", refuse)
+
+
+@pytest.mark.parametrize("chunk_rows", [-1, 7])
+def test_schedule_products_use_spmm_and_overwrite_buffers(monkeypatch, chunk_rows):
+    """The layer-by-layer schedule (``Schedule.spmm_forward`` / ``spmm_backward``, here ``nocomm`` on a serial
+    stand-in exchange: no MPI) computes local @ h + sum_i N_i @ halo_i and, backward, local^T @ g and the halo
+    gradients N_i^T @ g[rows] written into the (NaN-filled) halo-gradient buffer, with every product through
+    ``spmm``, unchunked and chunked."""
+    from types import SimpleNamespace
+
+    from g3mpi.sched import Schedule
+    a, ro, boundary, diag = make()
+    n = a.shape[0]
+    bm = BlockMatrix(a.indptr, a.indices, n, ro, boundary, a.data, diag)
+    bm.local, bm.neighbours       # noqa: B018  (built before torch.sparse.mm is replaced: not a product)
+    _NoSparseMM(monkeypatch)
+    F = 4
+    h = torch.randn(n, F)
+    halo = np.random.default_rng(1).random((int(ro[-1]), F)).astype(np.float32)
+    k = len(ro) - 1
+    plan = SimpleNamespace(recv_slice=lambda i: slice(int(ro[i]), int(ro[i + 1])), send_idx=[])
+    ex = SimpleNamespace(forward=SimpleNamespace(num_recvs=k), backward=SimpleNamespace(num_recvs=k),
+                         halo=halo, halo_grad=np.full((int(ro[-1]), F), np.nan, np.float32), plan=plan)
+    sched = Schedule("nocomm", chunk_rows=chunk_rows)
+    dense = np.concatenate([(a[:, :n] + sp.diags(diag)).toarray(), a[:, n:].toarray()], axis=1)
+    out = sched.spmm_forward(bm, ex, h)
+    want = dense @ np.concatenate([h.numpy(), halo])
+    assert np.allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
+    g = torch.randn(n, F)
+    grad = sched.spmm_backward(bm, ex, g)
+    want_t = dense.T @ g.numpy()
+    assert np.allclose(grad.numpy(), want_t[:n], rtol=1e-5, atol=1e-6)
+    assert np.allclose(ex.halo_grad, want_t[n:], rtol=1e-5, atol=1e-6)
+
+
+def test_pipeline_products_use_spmm(monkeypatch):
+    """The pipeline's neighbour-block product (``SpMM``, forward and backward) and its local product go through
+    ``spmm`` (torch.sparse.mm replaced by a failure)."""
+    from g3mpi.ops.pipeline import SpMM, _LocalB, _LocalI, _LocalProduct
+    from g3mpi.sched import row_groups
+    a, ro, boundary, diag = make()
+    n = a.shape[0]
+    bm = BlockMatrix(a.indptr, a.indices, n, ro, boundary, a.data, diag)
+    B, I = row_groups(bm, [boundary])
+    _NoSparseMM(monkeypatch)
+    for i, nb in enumerate(B.nb):
+        if nb is None:
+            continue
+        blk = a[boundary][:, n + ro[i]:n + ro[i + 1]].toarray()[nb[0].numpy()]
+        hx = torch.randn(blk.shape[1], 3, requires_grad=True)
+        y = SpMM.apply(hx, nb[1], nb[2])
+        assert np.allclose(y.detach().numpy(), blk @ hx.detach().numpy(), rtol=1e-5, atol=1e-6)
+        gy = torch.randn_like(y)
+        y.backward(gy)
+        assert np.allclose(hx.grad.numpy(), blk.T @ gy.numpy(), rtol=1e-5, atol=1e-6)
+    xb = torch.randn(len(B.rows), 3, requires_grad=True)
+    xi = torch.randn(len(I.rows), 3, requires_grad=True)
+    op = _LocalProduct(B, I, 4, lambda: None)
+    ob, token = _LocalB.apply(xb, xi, op)
+    oi = _LocalI.apply(token, op)
+    (ob.sum() + oi.sum()).backward()
+    assert xb.grad is not None and xi.grad is not None

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from g3mpi.sched.blocks import chunk_rows_for
+from g3mpi.sched.blocks import chunk_rows_for, spmm
 
 from .exchange import halo_join, halo_recv, halo_start
 
@@ -32,17 +32,17 @@ class SpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, mat, mat_t):
         ctx.mat_t = mat_t
-        return torch.sparse.mm(mat, h.detach())
+        return spmm(mat, h.detach())
 
     @staticmethod
     def backward(ctx, g):
-        return torch.sparse.mm(ctx.mat_t, g.contiguous()), None, None
+        return spmm(ctx.mat_t, g.contiguous()), None, None
 
 
 def _product(out, m_b, m_i, xb, xi):
     """out = m_b @ xb + m_i @ xi, written into ``out`` (uninitialised; a row range of a larger tensor is fine):
-    no zero-filled result, no temporary, no copy."""
-    out.addmm_(m_b, xb, beta=0)
+    no zero-filled result, no temporary, no copy (``spmm``, then an accumulating ``addmm_``)."""
+    spmm(m_b, xb, out)
     return out.addmm_(m_i, xi)
 
 
@@ -139,9 +139,9 @@ def input_product_groups(model, x):
         halos[i] = halo_recv(dummy, ex, sched, i)
     for i in range(k):          # fixed order, as forward_pipelined adds them
         if B.nb[i] is not None:
-            ob.index_add_(0, B.nb[i][0], torch.sparse.mm(B.nb[i][1], halos[i]))
+            ob.index_add_(0, B.nb[i][0], spmm(B.nb[i][1], halos[i]))
         if I.nb[i] is not None:
-            oi.index_add_(0, I.nb[i][0], torch.sparse.mm(I.nb[i][1], halos[i]))
+            oi.index_add_(0, I.nb[i][0], spmm(I.nb[i][1], halos[i]))
     return conv.input_product_rows(ob, xb), conv.input_product_rows(oi, xi)
 
 

@@ -40,6 +40,19 @@ def torch_csr(indptr, indices, data, shape) -> torch.Tensor:
                                        as_tensor(data, np.float32), size=tuple(shape), check_invariants=False)
 
 
+def spmm(mat: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``mat @ x`` for a torch CSR ``mat`` [r, c] and a dense ``x`` [c, F]: the one sparse product of the runtime.
+
+    Written into ``out`` ([r, F], or a fresh uninitialised tensor when None) with ``out.addmm_(mat, x, beta=0)``:
+    with beta=0 the contents of ``out`` are ignored (NaN included), so there is no zero-filled result and, when
+    ``out`` is a row range of a larger tensor (a chunk of a layer's output, a slice of an exchange buffer), no
+    copy either. ``torch.sparse.mm`` zero-fills a fresh result; the values are the same bit for bit (CPU, float32
+    and float64, int32 and int64 indices: ``tests/test_sched_blocks.py``)."""
+    if out is None:
+        out = x.new_empty(mat.shape[0], x.shape[1])
+    return out.addmm_(mat, x, beta=0)
+
+
 def _transpose(m: sp.csr_matrix) -> torch.Tensor:
     """torch CSR of ``m.T`` (scipy's CSR -> CSC conversion: columns come out with sorted rows)."""
     t = m.T.tocsr()

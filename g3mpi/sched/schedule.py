@@ -12,12 +12,16 @@ Modes:
 
 Neighbour partial results are computed in arrival order but summed in a fixed order (local, then neighbours by
 rank), so the result does not depend on which message lands first, not even in rounding.
+
+Every block product is ``blocks.spmm`` (the pipeline's too): written in place, without a zero-filled result;
+backward writes each halo gradient straight into its slice of the send buffer and each row range of the local
+transpose straight into the gradient.
 """
 from __future__ import annotations
 
 import torch
 
-from .blocks import BlockMatrix, chunk_rows_for
+from .blocks import BlockMatrix, chunk_rows_for, spmm
 
 MODES = ("pipelined", "blocking", "nocomm")
 
@@ -72,18 +76,18 @@ class Schedule:
 
         def compute(landed):
             for i in landed:
-                partial[i] = torch.sparse.mm(blocks.neighbours[i].mat, halo[slices[i]])
+                partial[i] = spmm(blocks.neighbours[i].mat, halo[slices[i]])
 
         if self.mode == "blocking":
             compute(self.rest(tr))
         chunks = blocks.chunks(self.rows_per_chunk(h.shape[1], tr.num_recvs))
         if len(chunks) == 1:
-            out = torch.sparse.mm(chunks[0][1], h)
+            out = spmm(chunks[0][1], h)
             compute(self.poll(tr))
         else:
             out = torch.empty(blocks.num_owned, h.shape[1], dtype=h.dtype)
             for rows, mat in chunks:
-                out.index_copy_(0, rows, torch.sparse.mm(mat, h))
+                out.index_copy_(0, rows, spmm(mat, h))
                 compute(self.poll(tr))
         compute(self.rest(tr))
         for i, nb in enumerate(blocks.neighbours):
@@ -97,20 +101,19 @@ class Schedule:
             tr.post_recvs()
         hg = torch.from_numpy(ex.halo_grad)
         for i, nb in enumerate(blocks.neighbours):
-            part = torch.sparse.mm(nb.mat_t, g.index_select(0, nb.rows))
-            hg[ex.plan.recv_slice(i)].copy_(part)
+            spmm(nb.mat_t, g.index_select(0, nb.rows), hg[ex.plan.recv_slice(i)])
             if self.communicates:
                 tr.send(i)
         if self.mode == "blocking":
             self.rest(tr)
         tchunks = blocks.transpose_chunks(self.rows_per_chunk(g.shape[1], tr.num_recvs))
         if len(tchunks) == 1:
-            grad = torch.sparse.mm(tchunks[0][2], g)
+            grad = spmm(tchunks[0][2], g)
             self.poll(tr)
         else:
             grad = torch.empty(blocks.num_owned, g.shape[1], dtype=g.dtype)
             for a, b, mat in tchunks:
-                grad[a:b] = torch.sparse.mm(mat, g)
+                spmm(mat, g, grad[a:b])
                 self.poll(tr)
         self.rest(tr)
         for i, idx in enumerate(ex.plan.send_idx):
