@@ -14,6 +14,9 @@ expanded once into a [r*H, c*H] CSR pattern whose row ``i*H + h`` holds the edge
     grad of x        gx   = A_w^T @ g                    (SpMM with the transposed pattern)
     grad of w        gw[k, h] = <g[dst_k, h], x[col[k], h]>   (SDDMM: ``torch.sparse.sampled_addmm``)
 
+The two SpMMs are the runtime's one sparse product, ``g3mpi.sched.blocks.spmm`` (written in place, no
+zero-filled result).
+
 Nothing of size e*H*C is made. Per call only the e*H values are gathered into pattern order. The pattern
 costs about 16 bytes per edge and head (int32 columns and value permutations when they fit), built once.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from g3mpi.sched.blocks import torch_csr
+from g3mpi.sched.blocks import spmm, torch_csr
 
 
 def _expand(crow: np.ndarray, col: np.ndarray, order: np.ndarray, n_rows: int, H: int, idx_dtype):
@@ -119,7 +122,7 @@ class _HeadSpMM(torch.autograd.Function):
         if scaled is not None:
             num, scale = scaled
             return num * scale.unsqueeze(-1)
-        return (pat.matrix(w) @ x2).view(pat.rows, pat.H, C)
+        return spmm(pat.matrix(w), x2).view(pat.rows, pat.H, C)
 
     @staticmethod
     def backward(ctx, g):
@@ -128,7 +131,7 @@ class _HeadSpMM(torch.autograd.Function):
         C = x2.shape[1]
         g2 = g.reshape(pat.rows * pat.H, C).contiguous()
         gw = pat.sddmm(g2, x2) if ctx.needs_input_grad[0] else None
-        gx = (pat.matrix_t(w) @ g2).view(pat.cols, pat.H, C) if ctx.needs_input_grad[1] else None
+        gx = spmm(pat.matrix_t(w), g2).view(pat.cols, pat.H, C) if ctx.needs_input_grad[1] else None
         return gw, gx, None, None
 
 
