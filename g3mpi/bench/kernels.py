@@ -1,7 +1,8 @@
 """Suite ``kernels``: one rank's epoch time against the sum of the kernels the epoch cannot avoid, each timed alone.
 
 The kernels are the ones the model's maths needs, with the shapes g3mpi uses and on the same matrices
-(``DistGraph.blocks(kind).local`` and its precomputed transpose ``local_t``): per layer the SpMM forward
+(``DistGraph.blocks(kind).local`` and its precomputed transpose ``local_t``), with the runtime's sparse product
+(``g3mpi.sched.blocks.spmm``): per layer the SpMM forward
 (A @ H), the SpMM backward (A^T @ G, only where a gradient must flow), the GEMMs (X W^T forward; G^T X for
 the weight gradient; G W for the input gradient, except in the first layer), the bias and activation forward
 and backward; then the loss (cross-entropy over training rows, forward + backward) and the Adam step. Rounds
@@ -14,6 +15,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+from g3mpi.sched.blocks import spmm
 
 from .common import Sizes, median, progress, ratio
 from .pyg import epoch, g3_net, random_graph
@@ -47,23 +50,23 @@ def kernel_list(net, graph, model: str, dims, x, y, train, opt):
             if a > b:
                 hw = rnd(n, b)
                 ks += [(f"L{i} gemm X·Wᵀ [{n}x{a}]·[{a}x{b}]", lambda xin=xin, W=W: xin @ W.t()),
-                       (f"L{i} spmm A·H ({b})", lambda hw=hw: torch.sparse.mm(A, hw)),
+                       (f"L{i} spmm A·H ({b})", lambda hw=hw: spmm(A, hw)),
                        (f"L{i} bias add", lambda hw=hw, bias=bias: hw + bias),
-                       (f"L{i} spmm Aᵀ·G ({b})", lambda g=g: torch.sparse.mm(At, g)),
+                       (f"L{i} spmm Aᵀ·G ({b})", lambda g=g: spmm(At, g)),
                        (f"L{i} gemm Gᵀ·X (weight grad)", lambda g=g, xin=xin: g.t() @ xin)]
                 if not first:
                     ks.append((f"L{i} gemm G·W (input grad)", lambda g=g, W=W: g @ W))
             else:
                 ax = rnd(n, a)
                 if not (first and cached):
-                    ks.append((f"L{i} spmm A·X ({a})", lambda xin=xin: torch.sparse.mm(A, xin)))
+                    ks.append((f"L{i} spmm A·X ({a})", lambda xin=xin: spmm(A, xin)))
                 ks += [(f"L{i} gemm+bias AX·Wᵀ [{n}x{a}]·[{a}x{b}]", lambda ax=ax, W=W, bias=bias:
                         torch.addmm(bias, ax, W.t())),
                        (f"L{i} gemm Gᵀ·AX (weight grad)", lambda g=g, ax=ax: g.t() @ ax)]
                 if not first:
                     ga = rnd(n, a)
                     ks += [(f"L{i} gemm G·W (input grad)", lambda g=g, W=W: g @ W),
-                           (f"L{i} spmm Aᵀ·G ({a})", lambda ga=ga: torch.sparse.mm(At, ga))]
+                           (f"L{i} spmm Aᵀ·G ({a})", lambda ga=ga: spmm(At, ga))]
             ks.append((f"L{i} bias grad", lambda g=g: g.sum(0)))
         else:
             Wc = torch.cat([conv.lin_l.weight, conv.lin_r.weight]).detach()          # [2b, a]
@@ -72,9 +75,9 @@ def kernel_list(net, graph, model: str, dims, x, y, train, opt):
                 hw = rnd(n, 2 * b)
                 g2 = rnd(n, 2 * b)
                 ks += [(f"L{i} gemm X·[Wl;Wr]ᵀ [{n}x{a}]·[{a}x{2 * b}]", lambda xin=xin, Wc=Wc: xin @ Wc.t()),
-                       (f"L{i} spmm A·H ({b})", lambda hw=hw: torch.sparse.mm(A, hw[:, :b].contiguous())),
+                       (f"L{i} spmm A·H ({b})", lambda hw=hw: spmm(A, hw[:, :b].contiguous())),
                        (f"L{i} bias+root add", lambda hw=hw, bias=bias: hw[:, :b] + bias + hw[:, b:]),
-                       (f"L{i} spmm Aᵀ·G ({b})", lambda g=g: torch.sparse.mm(At, g)),
+                       (f"L{i} spmm Aᵀ·G ({b})", lambda g=g: spmm(At, g)),
                        (f"L{i} gemm Gᵀ·X (weight grad)", lambda g2=g2, xin=xin: g2.t() @ xin)]
                 if not first:
                     ks.append((f"L{i} gemm G·[Wl;Wr] (input grad)", lambda g2=g2, Wc=Wc: g2 @ Wc))
@@ -83,7 +86,7 @@ def kernel_list(net, graph, model: str, dims, x, y, train, opt):
                 ax = rnd(n, a)
                 z = rnd(n, 2 * a)
                 if not (first and cached):
-                    ks += [(f"L{i} spmm A·X ({a})", lambda xin=xin: torch.sparse.mm(A, xin)),
+                    ks += [(f"L{i} spmm A·X ({a})", lambda xin=xin: spmm(A, xin)),
                            (f"L{i} concat [AX, X]", lambda ax=ax, xin=xin: torch.cat([ax, xin], dim=1))]
                 ks += [(f"L{i} gemm+bias [AX,X]·Wᵀ [{n}x{2 * a}]·[{2 * a}x{b}]", lambda z=z, Wcat=Wcat, bias=bias:
                         torch.addmm(bias, z, Wcat.t())),
@@ -91,7 +94,7 @@ def kernel_list(net, graph, model: str, dims, x, y, train, opt):
                 if not first:
                     ga = rnd(n, a)
                     ks += [(f"L{i} gemm G·W (input grad)", lambda g=g, Wcat=Wcat: g @ Wcat),
-                           (f"L{i} spmm Aᵀ·G ({a})", lambda ga=ga: torch.sparse.mm(At, ga))]
+                           (f"L{i} spmm Aᵀ·G ({a})", lambda ga=ga: spmm(At, ga))]
             ks.append((f"L{i} bias grad", lambda g=g: g.sum(0)))
         if not last:
             h = rnd(n, b)

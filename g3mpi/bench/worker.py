@@ -39,11 +39,11 @@ def warm_libraries(comm) -> None:
     import h5py  # noqa: F401
     import scipy.sparse as sp
 
-    from g3mpi.sched.blocks import to_torch_csr
+    from g3mpi.sched.blocks import spmm, to_torch_csr
     A = to_torch_csr(sp.random(64, 64, density=0.1, format="csr", dtype=np.float32, random_state=0))
     x = torch.randn(64, 32)
     w = torch.randn(32, 16, requires_grad=True)
-    y = torch.sparse.mm(A, x @ w)
+    y = spmm(A, x) @ w
     torch.nn.functional.cross_entropy(y, torch.zeros(64, dtype=torch.long)).backward()
     torch.optim.Adam([w]).step()
     buf = np.ones(1024)
