@@ -57,6 +57,12 @@ class FormatError(Exception):
         super().__init__(f"{self.path}: {message}")
 
 
+def unreadable(path: os.PathLike | str, e: BaseException) -> FormatError:
+    """The error for an HDF5 file that h5py cannot read (``e`` one of :data:`H5_READ_ERRORS`, raised opening it or
+    reading its attributes or datasets): the path, then h5py's own reason."""
+    return FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {e}")
+
+
 def failure_reason(e: BaseException) -> str:
     """One line for a failed read or write: the OS's words for its errno, also when h5py wraps it in a RuntimeError
     ("... errno = 28, error message = 'No space left on device' ..."), else the first line of the message."""

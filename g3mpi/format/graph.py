@@ -10,7 +10,7 @@ import numpy as np
 
 from .common import (FORMAT_VERSION, GRAPH_FORMAT, H5_READ_ERRORS, STREAM_BYTES, FormatError, IncrementalSha256,
                      array_sha256, as_int64, atomic_file, attr_kind, dataset_sha256, h5_attr_str, index_dtype,
-                     row_chunks, shown, supported_version)
+                     row_chunks, shown, supported_version, unreadable)
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 SELF_LOOP_POLICIES = ("keep", "drop", "add")
@@ -277,7 +277,7 @@ def open_graph(path) -> h5py.File:
     try:
         f = h5py.File(path, "r")
     except H5_READ_ERRORS as e:
-        raise FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
+        raise unreadable(path, e) from None
     try:
         fmt = h5_attr_str(f.attrs.get("format", ""))
         if fmt != GRAPH_FORMAT:
@@ -294,7 +294,7 @@ def open_graph(path) -> h5py.File:
     except BaseException as e:
         f.close()
         if isinstance(e, H5_READ_ERRORS):
-            raise FormatError(path, f"not a readable HDF5 file (corrupt?): {e}") from None
+            raise unreadable(path, e) from None
         raise
     return f
 
@@ -328,7 +328,7 @@ def graph_fingerprint(path) -> str:
             lines = [f"{name}={h5_attr_str(f[name].attrs.get('sha256', ''))}\n" for name in sorted(f)]
             lines += [f"{k}={int(f.attrs[k])}\n" for k in FINGERPRINT_ATTRS]
         except H5_READ_ERRORS as e:
-            raise FormatError(path, f"not a readable HDF5 file (corrupt?): {e}") from None
+            raise unreadable(path, e) from None
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
@@ -346,7 +346,7 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
                      for k, v in f.attrs.items()}
             feature_shape = f["features"].shape
         except H5_READ_ERRORS as e:
-            raise FormatError(path, f"not a readable HDF5 file (corrupt?): {e}") from None
+            raise unreadable(path, e) from None
         try:
             g = Graph(indptr=f["indptr"][:], indices=f["indices"][:],
                       features=f["features"][:] if features else None,

@@ -21,7 +21,7 @@ from h5py import h5a, h5d, h5p, h5s, h5t
 
 from .common import (FLOAT32_SQUARE_LIMIT, FORMAT_VERSION, H5_READ_ERRORS, PART_FORMAT, PARTITION_FORMAT, FormatError,
                      IncrementalSha256, array_sha256, as_int64, atomic_file, attr_kind, check_output, file_sha256,
-                     h5_attr_str, is_int, row_chunks, shown, supported_version)
+                     h5_attr_str, is_int, row_chunks, shown, supported_version, unreadable)
 from .graph import check_csr, first_unsorted_row
 from .probe import probe_structure
 
@@ -356,7 +356,7 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
                     raise FormatError(path, f"dataset {k!r} is missing")
                 kw[k] = np.asarray(f[k][()])   # (a scalar dataset reads as a number or bytes, not an array)
     except H5_READ_ERRORS as e:
-        raise FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
+        raise unreadable(path, e) from None
     part = PartData(**kw)
     check_part(path, part, meta)
     return part
@@ -540,7 +540,7 @@ def read_node_map(dirpath, meta: dict | None = None) -> np.ndarray:
                 raise FormatError(path, "dataset 'new_to_orig' is missing")
             m = f["new_to_orig"][()]
     except H5_READ_ERRORS as e:
-        raise FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {e}") from None
+        raise unreadable(path, e) from None
     if m.dtype.kind not in "iu":
         raise FormatError(path, f"new_to_orig has dtype {m.dtype}, expected an integer type")
     if m.shape != (meta["num_nodes"],):
