@@ -558,3 +558,42 @@ def test_features_too_large_for_float32_training(copy, caplog, value, warned):
                                                      f"{part.owned_start + 3}, original ID {part.orig_ids[3]})"), said
     else:
         assert said == []
+
+
+@pytest.mark.parametrize("last", ["num_cols", "-1"])
+def test_graph_index_just_outside_the_columns(tmp_path, last):
+    """The first index past either end (num_nodes itself, and -1) is refused, not only indices far outside: an
+    off-by-one in the bound check would hand torch's CSR kernels a column they read past the end of."""
+    from g3mpi.format import load_graph
+
+    def edit(f):
+        ind = f["indices"][()]
+        n = int(f.attrs["num_nodes"])
+        if last == "num_cols":
+            ind[-1] = n          # the last row's last source: still in sorted order
+        else:
+            ind[0] = -1          # the first row's first source: still in sorted order
+        replace_ds(f, "indices", ind)
+    bad = 40 if last == "num_cols" else -1
+    with pytest.raises(FormatError, match=rf"g.h5: graph CSR: column index {bad} out of range \[0, 40\)"):
+        load_graph(_graph_file(tmp_path, edit))
+
+
+@pytest.mark.parametrize("last", ["num_cols", "-1"])
+def test_part_index_just_outside_the_columns(copy, last):
+    """As above for a part's local CSR, whose columns are the owned rows then the halo rows."""
+    def edit(f):
+        ind = f["indices"][()]
+        cols = len(f["indptr"][()]) - 1 + len(f["halo_ids"][()])
+        if last == "num_cols":
+            ind[-1] = cols
+        else:
+            ind[0] = -1
+        replace_ds(f, "indices", ind)
+        f.attrs["test_cols"] = cols
+    edit_part(copy, 1, edit)
+    with h5py.File(copy / part_name(1)) as f:
+        cols = int(f.attrs["test_cols"])
+    bad = cols if last == "num_cols" else -1
+    with pytest.raises(FormatError, match=rf"part-00001.h5: local CSR: column index {bad} out of range \[0, {cols}\)"):
+        read_part(copy, 1)
