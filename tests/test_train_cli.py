@@ -322,3 +322,21 @@ def test_one_allreduce_counts_the_splits_at_start_up(small_parts, tmp_path, monk
     g = small_parts[0]
     assert summary["split_sizes"] == dict(train=int(g.train_mask.sum()), val=int(g.val_mask.sum()),
                                           test=int(g.test_mask.sum()))
+
+
+def test_patience_counts_evaluations_without_a_better_validation_accuracy(small_parts, tmp_path):
+    """``--patience k --eval-every e`` stops at the k-th evaluation after the best one, epoch best + k * e, none of
+    those k better than the best, which is the first epoch that reached it (a mutation that ran one evaluation
+    more survived every other test: they only checked that the run stopped before ``--epochs``)."""
+    g, root = small_parts
+    out = tmp_path / "run"
+    train(1, root / "p1", out, "--epochs", "300", "--patience", "3", "--eval-every", "2", "--lr", "0.5",
+          "--no-plots")
+    s = json.loads((out / "summary.json").read_text())
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in lines if "val_acc" in r]
+    assert s["epochs"] < 300 and s["epochs"] == s["best_epoch"] + 3 * 2 == lines[-1]["epoch"]
+    best = max(r["val_acc"] for r in evals)
+    assert [r["epoch"] for r in evals if r["val_acc"] == best][0] == s["best_epoch"]
+    after = [r for r in evals if r["epoch"] > s["best_epoch"]]
+    assert len(after) == 3 and all(r["val_acc"] <= best for r in after)
