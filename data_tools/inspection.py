@@ -28,7 +28,7 @@ from g3mpi.format import (FormatError, atomic_file, graph_summary, json_text, lo
 from g3mpi.format.graph import check_features
 from g3mpi.format.common import is_int
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME
-from g3mpi.plotting import figure
+from g3mpi.plotting import figure, index_axis, legend_above, mean_max, stacked
 
 from .build import summarize
 from .partitioners.cost import CostModel
@@ -189,11 +189,6 @@ def print_report(r: dict, out=sys.stdout) -> None:
 
 #: the plot's widest figure (inches, at 100 dpi): 40 parts at 0.35 inch each; more parts get thinner bars
 PLOT_MAX_INCHES = 16
-#: above this many parts each panel's bars are drawn as filled steps (``stairs``): bars one or two pixels wide
-#: leave light seams between them
-PLOT_STEP_PARTS = 64
-#: up to this many parts every part has its own tick label; above, integer ticks about an inch apart
-PLOT_TICK_EVERY_PART = 32
 
 
 def check_plot_path(path: Path) -> str:
@@ -218,39 +213,13 @@ def check_plot_path(path: Path) -> str:
     return fmt
 
 
-def _stacked(ax, lower: np.ndarray, upper: np.ndarray, labels, steps: bool) -> list:
-    """``upper`` stacked on ``lower``, one bar per part (filled steps when ``steps``); returns the two handles."""
-    P = len(lower)
-    if steps:
-        edges = np.arange(P + 1) - 0.5
-        return [ax.stairs(lower, edges, fill=True, color="C0", label=labels[0]),
-                ax.stairs(lower + upper, edges, baseline=lower, fill=True, color="C1", label=labels[1])]
-    x = np.arange(P)
-    return [ax.bar(x, lower, color="C0", label=labels[0]),
-            ax.bar(x, upper, bottom=lower, color="C1", label=labels[1])]
-
-
-def _mean_max(ax, total: np.ndarray, unit: str) -> list:
-    """Dashed lines at the mean and the max of ``total`` over the parts, the max naming its part (the slowest
-    rank sets the epoch; among 1024 thin bars it is easy to miss); returns their handles."""
-    def shown(v: float) -> str:   # 3 significant digits, but 2432 rows, not 2.43e+03
-        return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
-    worst = int(np.argmax(total))
-    return [ax.axhline(float(total.mean()), color="0.25", linestyle="--", linewidth=1,
-                       label=f"mean {shown(total.mean())} {unit}"),
-            ax.axhline(float(total[worst]), color="C3", linestyle=":", linewidth=1.2,
-                       label=f"max {shown(total[worst])} {unit} (part {worst})")]
-
-
 def draw_report(r: dict):
     """The per-part figure of a partition report: estimated compute and communication per layer above, halo
     and send rows below, each stacked per part with its mean and max. Legends sit above their panels, outside
-    the data; the parts' axis has integer ticks (every part up to :data:`PLOT_TICK_EVERY_PART`). Returns the
-    Figure."""
-    from matplotlib.ticker import MaxNLocator
+    the data; the parts' axis has whole-number ticks (every part up to ``g3mpi.plotting.TICK_EVERY_BAR``).
+    Returns the Figure."""
     parts = r["parts"]
     P = len(parts)
-    steps = P > PLOT_STEP_PARTS
     # 0.35 inch per part up to 40 parts; beyond, the figure stays PLOT_MAX_INCHES wide and the bars get thinner
     width = min(PLOT_MAX_INCHES, max(6, 0.35 * P + 2))
     fig = figure(width, 6.5)
@@ -263,20 +232,11 @@ def draw_report(r: dict):
     for ax, lower, upper, labels, unit, ylabel in (
             (ax1, compute, comm, ("compute", "communication"), "ms", "est. ms per layer"),
             (ax2, halo, send, ("halo rows (recv)", "send rows"), "rows", "halo + send rows")):
-        handles = _stacked(ax, lower, upper, labels, steps) + _mean_max(ax, lower + upper, unit)
+        handles = stacked(ax, [lower, upper], labels) + mean_max(ax, lower + upper, unit, "part")
         ax.set_ylabel(ylabel)
-        # set, not autoscaled: a stacked bar's bottom is a sticky edge that can pin the top to the max line
-        top = float((lower + upper).max())
-        ax.set_ylim(0, 1.06 * top if top > 0 else 1)
-        # above the panel, outside its data: one row of four entries, two rows of two on the narrowest figures
-        ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.01), ncol=4 if width >= 9 else 2,
-                  frameon=False, fontsize=9, borderaxespad=0, handlelength=1.6, columnspacing=1.5)
-    ax2.set_xlabel("part")
-    ax2.set_xlim(-0.5, P - 0.5)
-    if P <= PLOT_TICK_EVERY_PART:
-        ax2.set_xticks(np.arange(P), [str(i) for i in range(P)])
-    else:
-        ax2.xaxis.set_major_locator(MaxNLocator(nbins="auto", steps=[1, 2, 5, 10], integer=True))
+        # one row of four entries, two rows of two on the narrowest figures
+        legend_above(ax, handles, ncol=4 if width >= 9 else 2)
+    index_axis(ax2, P, "part")
     return fig
 
 

@@ -326,6 +326,7 @@ def test_plot_legends_and_ticks_clear_of_the_data(P, tmp_path, monkeypatch):
     Before, the legends sat inside the panels (over the bars: at 16 parts they hid parts 14-15) and 2 parts had
     ticks at -0.25, 0.25, ..."""
     import data_tools.inspection as insp
+    from tests.plot_layout import check_legends, rendered, whole_ticks
     drawn = []
 
     def keep(*a, **kw):
@@ -336,33 +337,14 @@ def test_plot_legends_and_ticks_clear_of_the_data(P, tmp_path, monkeypatch):
     r = synthetic_report(P)
     insp.plot_report(r, tmp_path / "p.png")
     fig, = drawn
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    canvas = FigureCanvasAgg(fig)   # the layout as savefig drew it (100 dpi)
-    canvas.draw()
-    ren = canvas.get_renderer()
+    ren = rendered(fig, 100)   # the layout as savefig drew it
     assert fig.bbox.width <= 1600
-    axes = [ax for ax in fig.axes if ax.get_visible()]
-    legends = [ax.get_legend() for ax in axes if ax.get_legend() is not None]
-    assert len(legends) == 2
-    boxes = [leg.get_window_extent(ren) for leg in legends]
-    others = [t.get_window_extent(ren) for t in [fig._suptitle] if t is not None and t.get_text()]
-    for i, b in enumerate(boxes):
-        for ax in axes:
-            assert not b.overlaps(ax.get_window_extent(ren)), (P, i, b, ax.get_window_extent(ren))
-        assert fig.bbox.x0 <= b.x0 and b.x1 <= fig.bbox.x1 and fig.bbox.y0 <= b.y0 and b.y1 <= fig.bbox.y1, (P, b)
-        for o in others + boxes[:i]:
-            assert not b.overlaps(o), (P, i, b, o)
-    bottom = axes[-1]
-    lo, hi = bottom.get_xlim()
-    labels = [(t.get_position()[0], t) for t in bottom.get_xticklabels()
-              if t.get_visible() and t.get_text() and lo <= t.get_position()[0] <= hi]
-    values = [int(t.get_text()) for _, t in labels]   # whole numbers ("0.25" raises)
+    legends = check_legends(fig, ren, 2)
+    values = whole_ticks(fig.axes[-1], ren)
     assert all(0 <= v <= P - 1 for v in values), values
     if P <= 32:
         assert values == list(range(P))
     else:
         assert len(values) >= 4
-    extents = sorted((t.get_window_extent(ren) for _, t in labels), key=lambda e: e.x0)
-    assert all(a.x1 < b.x0 for a, b in zip(extents, extents[1:])), P
     worst = max(range(P), key=lambda p: r["parts"][p]["est_compute_seconds"] + r["parts"][p]["est_comm_seconds"])
     assert any(f"(part {worst})" in t.get_text() for t in legends[0].get_texts())

@@ -6,6 +6,7 @@ import json
 
 import matplotlib.image
 import numpy as np
+import pytest
 
 from g3mpi.train.plots import PLOTS, draw_ranks, draw_training, plot_run
 from g3mpi.train.rundir import read_metrics
@@ -41,7 +42,7 @@ def test_what_is_drawn():
     recs = [record(e, 4, acc=0.2 if e % 2 == 0 else None) for e in range(1, 7)]
     acc_ax = draw_training(recs, best_epoch=4).axes[1]
     names = [ln.get_label() for ln in acc_ax.lines if not ln.get_label().startswith("_")]
-    assert names == ["train", "test"]   # val is None everywhere (an empty split): not drawn
+    assert names == ["train", "test", "best validation (epoch 4)"]   # val is None everywhere (an empty split)
     assert list(acc_ax.lines[0].get_xdata()) == [2, 4, 6]
     axes = draw_ranks(recs).axes
     assert len(axes[0].patches) == 3 * 4            # compute, blocked, idle for each of 4 ranks
@@ -64,7 +65,7 @@ def test_resumed_on_fewer_ranks_shows_the_latest_ranks():
     recs = [record(e, 3) for e in (1, 2, 3)] + [record(e, 2) for e in (4, 5, 6, 7)]
     ax = draw_ranks(recs).axes[0]
     assert len(ax.patches) == 3 * 2
-    assert ax.get_title() == "median per rank over 4 epochs"
+    assert ax.get_legend().get_title().get_text() == "median per rank over 4 epochs"   # the legend's title
 
 
 def test_force_replaces_the_plots(tmp_path):
@@ -89,3 +90,59 @@ def test_records_with_values_of_other_types_are_skipped(tmp_path):
     write(tmp_path / "metrics.jsonl", recs + bad)
     assert [r["epoch"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
     assert len(plot_run(tmp_path, best_epoch=None)) == 2
+
+
+def run_records(P: int, E: int, seed: int = 0) -> list[dict]:
+    """E epochs on P ranks as a run writes them: per-rank times and bytes that vary, an evaluation every
+    epoch up to 100 epochs and about 100 in all beyond."""
+    rng = np.random.default_rng(seed)
+    every = max(1, E // 100)
+    recs = []
+    for e in range(1, E + 1):
+        r = dict(epoch=e, loss=2.0 * np.exp(-5 * e / E) + 0.05, epoch_time_s=0.1 + 0.01 * rng.random(),
+                 rank_compute_s=list(0.05 + 0.05 * rng.random(P)), rank_blocked_s=list(0.01 * rng.random(P)),
+                 rank_allreduce_s=list(0.02 * rng.random(P)), rank_bytes_sent=list(1e6 * rng.random(P)),
+                 rank_overlap=list(rng.random(P)))
+        if e % every == 0 or e == 1:
+            a = 1 - np.exp(-5 * e / E)
+            r.update(train_acc=0.95 * a, val_acc=0.8 * a, test_acc=0.78 * a)
+        recs.append(r)
+    return recs
+
+
+@pytest.mark.parametrize("P,E", [(1, 1), (2, 3), (4, 10000), (16, 200), (64, 12), (256, 40), (1024, 5)])
+def test_legends_and_ticks_clear_of_the_data(P, E):
+    """At 1 to 1024 ranks and 1 to 10000 epochs, in both plots: each legend lies above its panel, outside every
+    panel's data area, inside the figure, clear of the titles, tick and axis labels and of the other legends;
+    the rank axes show whole rank numbers inside 0..P-1 (each rank's own up to 32 ranks), the epoch axes whole
+    epochs inside 0..E, and no two tick labels overlap; the figure is at most 16 inches wide; the breakdown's
+    max line names the slowest rank. Before, ranks.png's breakdown legend sat inside the panel over the bars
+    (rank 0's at 2 ranks, the top of the only bar at 1), training.png's over the accuracy lines and its best
+    epoch label at their foot, and a run of 1 epoch had epoch ticks 0.96, 0.98, 1.00, ..."""
+    from tests.plot_layout import check_legends, rendered, whole_ticks
+    from g3mpi.train.plots import DPI
+    recs = run_records(P, E, seed=P)
+    best = max(1, E - 1)
+    fig = draw_training(recs, best_epoch=best)
+    ren = rendered(fig, DPI)
+    legends = check_legends(fig, ren, 2)
+    assert [leg.get_title().get_text() for leg in legends] == ["loss", "accuracy at each evaluation"]
+    assert f"best validation (epoch {best})" in [t.get_text() for t in legends[1].get_texts()]
+    for ax in fig.axes:
+        ticks = whole_ticks(ax, ren)
+        assert ticks and all(0 <= t <= E for t in ticks), ticks
+    fig = draw_ranks(recs)
+    ren = rendered(fig, DPI)
+    assert fig.get_figwidth() <= 16
+    legends = check_legends(fig, ren, 2)
+    ax_t, ax_e, ax_b, ax_n = fig.axes
+    for ax in (ax_t, ax_b, ax_n):
+        ticks = whole_ticks(ax, ren)
+        assert all(0 <= t <= P - 1 for t in ticks), ticks
+        assert (ticks == list(range(P))) if P <= 32 else (len(ticks) >= 4), ticks
+    ticks = whole_ticks(ax_e, ren)
+    assert ticks and all(0 <= t <= E for t in ticks), ticks
+    comp, blocked, idle = (np.median([r[k] for r in recs], axis=0)
+                           for k in ("rank_compute_s", "rank_blocked_s", "rank_allreduce_s"))
+    worst = int(np.argmax(comp + blocked + idle))
+    assert any(t.get_text().endswith(f"(rank {worst})") for t in legends[0].get_texts()), worst

@@ -5,9 +5,11 @@
 ``training.png``: the loss per epoch and the train / validation / test accuracies at each evaluation, the
 best-validation epoch (the one ``model.pt`` and ``predictions.h5`` come from) marked. ``ranks.png``: where each
 rank's epoch time goes (median over the epochs of compute, time blocked on halo messages, idle at the gradient
-allreduce), the epoch time over the run (slowest rank) and the bytes each rank sends per epoch: the partition's
-balance and the schedule's overlap at a glance. Both are pure functions of ``metrics.jsonl``, written
-atomically; redrawing while a job runs shows the epochs so far.
+allreduce), the epoch time over the run (slowest rank) and the bytes each rank sends per epoch, with the mean and
+the max over the ranks (the max naming its rank): the partition's balance and the schedule's overlap at a glance.
+Both are pure functions of ``metrics.jsonl``, written atomically; redrawing while a job runs shows the epochs so
+far. They are drawn with :mod:`g3mpi.plotting`'s helpers, like g3-inspect's partition plot: legends above their
+panels, whole-number ticks, readable at 1 to 1024 ranks and 1 to 10 000 epochs.
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from g3mpi.format import atomic_file
-from g3mpi.plotting import figure, rank_breakdown
+from g3mpi.plotting import (LEGEND_FONTSIZE, figure, index_axis, legend_above, mean_max, rank_breakdown,
+                            stacked, whole_ticks)
 
 from .rundir import ACCURACY_KEYS, read_metrics, writing
 
@@ -44,39 +47,45 @@ def _median_per_rank(records, key) -> np.ndarray:
         return np.nanmedian(np.asarray(rows, dtype=float), axis=0)
 
 
+def _marker(n: int) -> str | None:
+    """Points marked on a line of few (a single epoch is a point, not a line), not on hundreds."""
+    return "." if n < 50 else None
+
+
 def draw_training(records: list[dict], best_epoch: int | None):
+    """The loss per epoch and the accuracies at each evaluation, the best-validation epoch marked; each
+    panel's legend above it, whole epochs on the x axes."""
     fig = figure(10, 3.8)
     ax_loss, ax_acc = fig.subplots(1, 2)
     ep = [r["epoch"] for r in records if r.get("loss") is not None]
     loss = [r["loss"] for r in records if r.get("loss") is not None]
-    ax_loss.plot(ep, loss, color="C0")
+    loss_h = [ax_loss.plot(ep, loss, marker=_marker(len(ep)), color="C0", label="training loss")[0]]
     if loss and min(loss) > 0 and max(loss) > 10 * min(loss):   # a loss that falls by decades
         ax_loss.set_yscale("log")
-    ax_loss.set_xlabel("epoch")
     ax_loss.set_ylabel("training loss")
-    ax_loss.set_title("loss", fontsize=10)
+    acc_h = []
     for i, key in enumerate(ACCURACY_KEYS):
         pts = [(r["epoch"], r[key]) for r in records if r.get(key) is not None]
         if pts:
             e, a = zip(*pts)
-            ax_acc.plot(e, a, marker="." if len(pts) < 50 else None, color=f"C{i}", label=key.split("_")[0])
+            acc_h += ax_acc.plot(e, a, marker=_marker(len(pts)), color=f"C{i}", label=key.split("_")[0])
     if best_epoch:
-        for ax in (ax_loss, ax_acc):
-            ax.axvline(best_epoch, color="grey", linestyle="--", linewidth=1)
-        last = max((r["epoch"] for r in records), default=best_epoch)
-        right = best_epoch > last / 2   # the label on the side with room, inside the axes
-        ax_acc.text(best_epoch, 0.02, f" best (epoch {best_epoch}) ", fontsize=8, color="grey",
-                    ha="right" if right else "left")
+        for ax, handles in ((ax_loss, loss_h), (ax_acc, acc_h)):
+            handles.append(ax.axvline(best_epoch, color="grey", linestyle="--", linewidth=1,
+                                      label=f"best validation (epoch {best_epoch})"))
     ax_acc.set_ylim(0, 1)
-    ax_acc.set_xlabel("epoch")
     ax_acc.set_ylabel("accuracy")
-    ax_acc.set_title("accuracy at each evaluation", fontsize=10)
-    if ax_acc.get_legend_handles_labels()[0]:   # (the best epoch's line has no label)
-        ax_acc.legend(fontsize=8)
+    for ax, handles, title in ((ax_loss, loss_h, "loss"), (ax_acc, acc_h, "accuracy at each evaluation")):
+        ax.set_xlabel("epoch")
+        whole_ticks(ax)
+        legend_above(ax, handles, ncol=len(handles), title=title)
     return fig
 
 
 def draw_ranks(records: list[dict]):
+    """Per rank (1 to 1024 of them): the epoch's time breakdown and the halo bytes sent (medians over the
+    epochs, stacked or plain bars, filled steps beyond ``g3mpi.plotting.STEP_BARS`` ranks, with the mean and
+    the max), the overlap; and the epoch time over the run. Legends above their panels, whole-number ticks."""
     comp = _median_per_rank(records, "rank_compute_s")
     blocked = _median_per_rank(records, "rank_blocked_s")
     idle = _median_per_rank(records, "rank_allreduce_s")
@@ -84,28 +93,26 @@ def draw_ranks(records: list[dict]):
     P = len(comp)
     fig = figure(min(16, 10 + P / 16), 7)
     (ax_t, ax_e), (ax_b, ax_n) = fig.subplots(2, 2)
-    rank_breakdown(ax_t, comp, blocked, idle,
-                   f"median per rank over {len(_latest_ranks(records, 'rank_compute_s'))} epochs")
+    E = len(_latest_ranks(records, "rank_compute_s"))
+    rank_breakdown(ax_t, comp, blocked, idle, f"median per rank over {E} epoch{'' if E == 1 else 's'}")
     ep = [r["epoch"] for r in records if r.get("epoch_time_s") is not None]
-    ax_e.plot(ep, [r["epoch_time_s"] for r in records if r.get("epoch_time_s") is not None], color="C0")
+    ax_e.plot(ep, [r["epoch_time_s"] for r in records if r.get("epoch_time_s") is not None],
+              marker=_marker(len(ep)), color="C0")
     ax_e.set_xlabel("epoch")
+    whole_ticks(ax_e)
     ax_e.set_ylabel("seconds")
-    ax_e.set_title("epoch time (slowest rank)", fontsize=9)
-    r = np.arange(P)
-    ax_b.bar(r, sent / 2**20, color="C4")
-    if P <= 32:
-        ax_b.set_xticks(r, [str(i) for i in r])
-    ax_b.set_xlabel("rank")
+    ax_e.set_title("epoch time (slowest rank)", fontsize=LEGEND_FONTSIZE + 1)
+    mib = sent / 2**20 if len(sent) == P else np.zeros(P)
+    handles = stacked(ax_b, [mib], ["sent"], colors=["C4"]) + mean_max(ax_b, mib, "MiB", "rank")
+    index_axis(ax_b, P, "rank")
     ax_b.set_ylabel("MiB sent per epoch (median)")
-    ax_b.set_title("halo bytes sent", fontsize=9)
+    legend_above(ax_b, handles[1:], ncol=2, title="halo bytes sent")
     ov = _median_per_rank(records, "rank_overlap")
-    ax_n.bar(r, np.nan_to_num(ov) if len(ov) else np.zeros(P), color="C2")
-    if P <= 32:
-        ax_n.set_xticks(r, [str(i) for i in r])
+    stacked(ax_n, [ov if len(ov) == P else np.zeros(P)], ["overlap"], colors=["C2"])
+    index_axis(ax_n, P, "rank")
     ax_n.set_ylim(0, 1)
-    ax_n.set_xlabel("rank")
     ax_n.set_ylabel("overlap (median)")
-    ax_n.set_title("overlap = 1 - blocked / communication time", fontsize=9)
+    ax_n.set_title("overlap = 1 - blocked / communication time", fontsize=LEGEND_FONTSIZE + 1)
     return fig
 
 
