@@ -29,20 +29,8 @@ def test_blocks_and_chunks_equal_whole_product():
     want = torch.from_numpy((a @ h.numpy()) + diag[:, None] * h.numpy()[:n])
     for rows_per_chunk in (0, 1, 7, 13, 1000):
         out = torch.zeros(n, 4)
-        chunks = bm.chunks(rows_per_chunk)
-        seen = []
-        for rows, mat in chunks:
-            part = torch.sparse.mm(mat, h[:n])
-            if rows is None:
-                out += part
-                seen.append(torch.arange(n))
-            else:
-                out.index_add_(0, rows, part)
-                seen.append(rows)
-        assert torch.equal(torch.sort(torch.cat(seen)).values, torch.arange(n))
-        if rows_per_chunk and rows_per_chunk < n:
-            first = torch.cat(seen)[:len(boundary)]       # boundary rows come first
-            assert set(first.tolist()) == set(boundary.tolist())
+        for s, e, mat in bm.chunks(rows_per_chunk):
+            out[s:e] = torch.sparse.mm(mat, h[:n])
         for i, nb in enumerate(bm.neighbours):
             sl = h[n + ro[i]:n + ro[i + 1]]
             out.index_add_(0, nb.rows, torch.sparse.mm(nb.mat, sl))
@@ -57,6 +45,38 @@ def test_blocks_and_chunks_equal_whole_product():
     for i, nb in enumerate(bm.neighbours):
         part = torch.sparse.mm(nb.mat_t, g[nb.rows])
         assert torch.allclose(part, full_t[n + ro[i]:n + ro[i + 1]], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows_per_chunk", [1, 7, 13, 49, 50, 1000])
+def test_forward_chunks_are_row_ranges_written_in_place(monkeypatch, rows_per_chunk):
+    """The local block's forward chunks are its contiguous row ranges, in order, sharing its indices and values
+    (before: the boundary rows, then the interior rows, each chunk a CSR copy of its rows), and the chunked
+    layer-by-layer forward writes each range's product into its rows of the output: bit for bit the unchunked
+    output, with no ``index_copy_`` (before, every chunk's product was a fresh tensor copied in by row index:
+    6-14 % of a chunked blocking epoch's CPU time on R-MAT scale 16, 2 ranks, 128 wide)."""
+    from types import SimpleNamespace
+
+    from g3mpi.sched import Schedule
+    a, ro, boundary, diag = make()
+    n = a.shape[0]
+    bm = BlockMatrix(a.indptr, a.indices, n, ro, boundary, a.data, diag)
+    F = 5
+    h = torch.randn(n, F)
+    halo = np.random.default_rng(2).random((int(ro[-1]), F)).astype(np.float32)
+    plan = SimpleNamespace(recv_slice=lambda i: slice(int(ro[i]), int(ro[i + 1])), send_idx=[])
+    ex = SimpleNamespace(forward=SimpleNamespace(num_recvs=len(ro) - 1), halo=halo, plan=plan)
+    whole = Schedule("nocomm", chunk_rows=-1).spmm_forward(bm, ex, h)
+
+    def refuse(*a, **k):
+        raise AssertionError("index_copy_: a chunk's product copied into the output")
+    monkeypatch.setattr(torch.Tensor, "index_copy_", refuse)
+    out = Schedule("nocomm", chunk_rows=rows_per_chunk).spmm_forward(bm, ex, h)
+    assert torch.equal(out, whole)
+    chunks = bm.chunks(rows_per_chunk)
+    k = min(rows_per_chunk, n)
+    assert [(s, e) for s, e, _ in chunks] == [(s, min(s + k, n)) for s in range(0, n, k)]
+    base = bm.local.col_indices().untyped_storage().data_ptr()
+    assert all(m.col_indices().untyped_storage().data_ptr() == base for _, _, m in chunks)
 
 
 def test_chunk_size_follows_width():

@@ -5,9 +5,10 @@ plus the diagonal when the model adds self loops) and one block per receive neig
 neighbour's halo slice), so each neighbour's block can be computed as soon as its message lands. A neighbour
 block keeps only the rows that have an edge from that neighbour (``rows``), so its cost is its own edge count.
 
-The local block is split by rows into chunks so a scheduler can poll pending messages between them; rows that
-some neighbour needs (boundary rows) get their own chunks ahead of interior rows. Every block keeps its
-transpose, precomputed once, for the backward pass.
+The local block is split into contiguous row ranges (chunks) so a scheduler can poll pending messages between
+them; each range's product is written in place into its rows of the layer's output. Every block keeps its
+transpose, precomputed once, for the backward pass. (Boundary rows first, across layers, is the inter-layer
+pipeline's: ``RowGroup``, ``row_groups``.)
 """
 from __future__ import annotations
 
@@ -125,7 +126,6 @@ class BlockMatrix:
         self._local_dst = None
         self._sizes = None
         self._chunks = {}
-        self._tchunks = {}
 
     # -- scipy forms, built on demand from the part's arrays and dropped by the caller -------------------------
     def _rows_of_edges(self) -> np.ndarray:
@@ -256,33 +256,23 @@ class BlockMatrix:
         return self._sizes
 
     def chunks(self, rows_per_chunk: int) -> list:
-        """Row chunks of the local block, boundary rows first: list of (rows LongTensor or None, CSR).
-        ``rows=None`` means the chunk is every row in order (no chunking)."""
-        n = self.num_owned
-        if rows_per_chunk <= 0 or rows_per_chunk >= n:
-            return [(None, self.local)]
-        if rows_per_chunk not in self._chunks:
-            is_b = np.zeros(n, dtype=bool)
-            is_b[self.boundary] = True
-            order = np.concatenate([np.nonzero(is_b)[0], np.nonzero(~is_b)[0]])
-            nb = int(is_b.sum())
-            cuts = sorted(set(list(range(0, nb, rows_per_chunk)) + list(range(nb, n, rows_per_chunk)) + [n]))
-            loc = self.local_scipy()
-            out = []
-            for a, b in zip(cuts[:-1], cuts[1:]):
-                r = np.sort(order[a:b])
-                out.append((torch.from_numpy(r), to_torch_csr(loc[r])))
-            self._chunks[rows_per_chunk] = out
-        return self._chunks[rows_per_chunk]
+        """Contiguous row ranges of the local block: list of (start, stop, CSR rows start:stop), sharing the
+        block's indices and values, so each range's product is written in place into its rows of the output."""
+        return self._ranges(False, rows_per_chunk)
 
     def transpose_chunks(self, rows_per_chunk: int) -> list:
-        """Contiguous row ranges of the local transpose: list of (start, stop, CSR); the chunks share the
-        transpose's indices and values."""
+        """The same of the local transpose (rows = the local block's columns)."""
+        return self._ranges(True, rows_per_chunk)
+
+    def _ranges(self, transposed: bool, rows_per_chunk: int) -> list:
+        """Row ranges of about ``rows_per_chunk`` rows (0, or at least n: one range), cached per size."""
+        m = self.local_t if transposed else self.local
         if rows_per_chunk <= 0 or rows_per_chunk >= self.num_owned:
-            return _split_rows(self.local_t, 0)
-        if rows_per_chunk not in self._tchunks:
-            self._tchunks[rows_per_chunk] = _split_rows(self.local_t, rows_per_chunk)
-        return self._tchunks[rows_per_chunk]
+            return _split_rows(m, 0)
+        key = (transposed, rows_per_chunk)
+        if key not in self._chunks:
+            self._chunks[key] = _split_rows(m, rows_per_chunk)
+        return self._chunks[key]
 
 
 def _split_rows(m: torch.Tensor, rows_per_chunk: int) -> list:

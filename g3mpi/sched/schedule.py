@@ -1,11 +1,12 @@
 """The rank-local scheduler: in which order one layer computes its blocks while its messages are in flight.
 
 Modes:
-  ``pipelined`` (default): post every receive, send at once, compute the local block chunk by chunk (boundary
-      rows first), polling the pending requests between chunks, and compute each neighbour's block as soon as
-      its message has landed; the last arrivals are waited for at the end. Backward mirrors it: the halo-gradient
-      blocks are computed first and each is sent at once, then the local transpose runs chunk by chunk while
-      the gradients for our rows arrive.
+  ``pipelined`` (default): post every receive, send at once, compute the local block chunk by chunk (row
+      ranges in order; GCN/SAGE run the inter-layer pipeline instead, boundary rows first across layers:
+      ``g3mpi.ops.pipeline``), polling the pending requests between chunks, and compute each neighbour's block
+      as soon as its message has landed; the last arrivals are waited for at the end. Backward mirrors it: the
+      halo-gradient blocks are computed first and each is sent at once, then the local transpose runs chunk by
+      chunk while the gradients for our rows arrive.
   ``blocking``: exchange, wait for everything, then compute (the baseline).
   ``nocomm``: skip the exchange and compute on whatever the halo buffers hold (measurement only: compute time
       without communication; results are wrong).
@@ -14,8 +15,8 @@ Neighbour partial results are computed in arrival order but summed in a fixed or
 rank), so the result does not depend on which message lands first, not even in rounding.
 
 Every block product is ``blocks.spmm`` (the pipeline's too): written in place, without a zero-filled result;
-backward writes each halo gradient straight into its slice of the send buffer and each row range of the local
-transpose straight into the gradient.
+forward writes each row range of the local block straight into its rows of the output, backward each halo
+gradient into its slice of the send buffer and each row range of the local transpose into the gradient.
 """
 from __future__ import annotations
 
@@ -81,14 +82,10 @@ class Schedule:
         if self.mode == "blocking":
             compute(self.rest(tr))
         chunks = blocks.chunks(self.rows_per_chunk(h.shape[1], tr.num_recvs))
-        if len(chunks) == 1:
-            out = spmm(chunks[0][1], h)
+        out = torch.empty(blocks.num_owned, h.shape[1], dtype=h.dtype)
+        for a, b, mat in chunks:
+            spmm(mat, h, out[a:b])
             compute(self.poll(tr))
-        else:
-            out = torch.empty(blocks.num_owned, h.shape[1], dtype=h.dtype)
-            for rows, mat in chunks:
-                out.index_copy_(0, rows, spmm(mat, h))
-                compute(self.poll(tr))
         compute(self.rest(tr))
         for i, nb in enumerate(blocks.neighbours):
             out.index_add_(0, nb.rows, partial[i])
