@@ -16,7 +16,7 @@ import numpy as np
 STEP_BARS = 64
 #: up to this many bars every bar has its own tick label; above, whole-number ticks about an inch apart
 TICK_EVERY_BAR = 32
-#: font size of legends and panel titles
+#: font size of legend entries; legend and panel titles are a point larger
 LEGEND_FONTSIZE = 8
 
 
@@ -26,16 +26,15 @@ def figure(width: float, height: float):
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def stacked(ax, layers, labels, colors=None, steps: bool | None = None) -> list:
+def stacked(ax, layers, labels, colors=None) -> list:
     """``layers`` (arrays of one value per bar) stacked bar by bar, the first at the bottom, one bar per index
-    (filled steps when ``steps``, by default above :data:`STEP_BARS` bars); returns the layers' handles. The
+    (filled steps above :data:`STEP_BARS` bars); returns the layers' handles. The
     y axis runs from 0 to just above the highest stack (set, not autoscaled: a stacked bar's bottom is a sticky
     edge that can pin the top to a line drawn at the maximum)."""
     layers = [np.nan_to_num(np.asarray(v, dtype=float)) for v in layers]
     n = len(layers[0])
     colors = colors or [f"C{i}" for i in range(len(layers))]
-    if steps is None:
-        steps = n > STEP_BARS
+    steps = n > STEP_BARS
     handles, bottom = [], np.zeros(n)
     for v, label, color in zip(layers, labels, colors):
         if steps:
