@@ -14,7 +14,7 @@ import numpy as np
 
 from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, Graph, PartData, atomic_dir, index_dtype,
                           open_graph, part_name, write_meta, write_node_map, write_part)
-from g3mpi.format.common import failure_reason
+from g3mpi.format.common import LargeFeatures, failure_reason
 from g3mpi.format.graph import check_finite_rows
 from g3mpi.format.partition import NODE_MAP_NAME, PartFeatures
 
@@ -188,20 +188,22 @@ FEATURE_BLOCK_BYTES = 64 << 20
 FEATURE_GROUP = 64
 
 
-def feature_rows(graph_path, ds, lo: int, hi: int, check: bool = True) -> np.ndarray:
-    """Rows ``lo:hi`` of the graph file's features dataset ``ds`` as float32, checked finite when ``check``
-    (float64 beyond float32's range is Inf): FormatError naming the graph otherwise, or if they cannot be read."""
+def feature_rows(graph_path, ds, lo: int, hi: int, large: LargeFeatures | None = None) -> np.ndarray:
+    """Rows ``lo:hi`` of the graph file's features dataset ``ds`` as float32, checked finite when ``large`` is
+    given (float64 beyond float32's range is Inf; FormatError naming the graph otherwise), which also counts the
+    rows too large for float32 training; FormatError if they cannot be read."""
     try:
         with np.errstate(over="ignore"):
             block = np.asarray(ds[lo:hi], dtype=np.float32)
     except OSError as e:   # the file changed since it was validated
         raise FormatError(graph_path, f"features rows {lo}..{hi - 1} cannot be read: {e}") from None
-    if check:
+    if large is not None:
         check_finite_rows(graph_path, block, lo, ": the runtime would refuse the parts")
+        large.scan(block, lo)
     return block
 
 
-def small_features(graph_path) -> np.ndarray | None:
+def small_features(graph_path, large: LargeFeatures) -> np.ndarray | None:
     """The graph file's whole features as float32 (checked as :func:`stream_features` checks them) if they take
     at most :data:`FEATURE_BLOCK_BYTES`, the block that streaming them would read at a time anyway; else None.
     Held in memory, each part's rows are written with the part itself: at 1024 parts of Cora, opening and
@@ -211,15 +213,16 @@ def small_features(graph_path) -> np.ndarray | None:
         n, width = ds.shape
         if n * 4 * width > FEATURE_BLOCK_BYTES:
             return None
-        return feature_rows(graph_path, ds, 0, n)
+        return feature_rows(graph_path, ds, 0, n, large)
 
 
-def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offsets: np.ndarray) -> list[str]:
+def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offsets: np.ndarray,
+                    large: LargeFeatures) -> list[str]:
     """Copy the features from ``graph_path`` into part files written without them, reading the graph's rows in
     blocks of about :data:`FEATURE_BLOCK_BYTES` (never the whole matrix): part p's rows are
     ``new_to_orig[offsets[p]:offsets[p+1]]``, increasing, so each block adds a contiguous run of them, in order.
-    Parts are filled :data:`FEATURE_GROUP` at a time, one pass over the graph per group. Returns each part file's
-    sha256."""
+    Parts are filled :data:`FEATURE_GROUP` at a time, one pass over the graph per group; the first pass checks
+    the rows (``large``: :func:`feature_rows`). Returns each part file's sha256."""
     shas = []
     with open_graph(graph_path) as f:
         ds = f["features"]
@@ -232,7 +235,7 @@ def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offse
             try:
                 for lo in range(0, n, step):
                     hi = min(n, lo + step)
-                    block = feature_rows(graph_path, ds, lo, hi, check=g0 == 0)
+                    block = feature_rows(graph_path, ds, lo, hi, large if g0 == 0 else None)
                     for p in group:
                         a, b = np.searchsorted(rows[p], (lo, hi))
                         if b > a:
@@ -299,8 +302,9 @@ class OutputWriteError(FormatError):
 def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, extra_meta, progress, graph_path):
     t0 = time.time()
     partition_id = uuid.uuid4().hex
+    large = LargeFeatures()   # (features in memory were checked by whoever read them, e.g. load_graph)
     if g.features is None:
-        features = small_features(graph_path)
+        features = small_features(graph_path, large)
         if features is not None:   # written with each part; else streamed once the parts are written
             g = dataclasses.replace(g, features=features)
     files, stats = {}, []
@@ -315,7 +319,8 @@ def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, ext
             raise FormatError(out_dir, "no parts were written")
         if g.features is None:
             names = [part_name(p) for p in range(num_parts)]
-            for name, sha in zip(names, stream_features(graph_path, [tmp / x for x in names], new_to_orig, offsets)):
+            for name, sha in zip(names, stream_features(graph_path, [tmp / x for x in names], new_to_orig, offsets,
+                                                        large)):
                 files[name] = sha
         files[NODE_MAP_NAME] = write_node_map(tmp / NODE_MAP_NAME, new_to_orig)
         meta = dict(format=PARTITION_FORMAT, version=FORMAT_VERSION, num_parts=num_parts, method=method, seed=seed,
@@ -328,4 +333,5 @@ def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, ext
         meta.update(extra_meta or {})
         write_meta(tmp, meta)
         raise_if_terminated()   # a SIGTERM whose exception was lost in a callback: do not commit the directory
+    large.warn(graph_path, g.orig_ids)
     return meta

@@ -28,6 +28,7 @@ from g3mpi.format import (FormatError, atomic_file, graph_summary, json_text, lo
 from g3mpi.format.graph import check_features
 from g3mpi.format.common import is_int
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME
+from g3mpi.log import setup_tool_logging
 from g3mpi.plotting import figure, index_axis, legend_above, mean_max, stacked
 
 from .build import summarize
@@ -59,7 +60,7 @@ def cost_model_of(meta: dict, meta_path: Path) -> CostModel:
 def inspect_graph(path: Path) -> dict:
     g = load_graph(path, features=False)   # checked by their checksum; the report needs only the structure
     with open_graph(path) as f:   # and finite, which no checksum shows (g3-partition refuses such a graph)
-        check_features(path, f["features"])
+        check_features(path, f["features"], g.orig_ids)
     s = graph_summary(g)
     deg = np.diff(g.indptr)
     s.update(kind="graph", path=str(path), max_in_degree=int(deg.max()) if len(deg) else 0,
@@ -259,6 +260,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--plot", type=Path, metavar="FILE.png", help="draw per-part compute and communication bars")
     a = ap.parse_args(argv)
+    setup_tool_logging(PROG)
     try:
         if a.plot:
             check_plot_path(a.plot)

@@ -10,7 +10,6 @@ only when complete (``--force`` replaces an existing one). See docs/PARTITION.md
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 import os
 import sys
@@ -22,6 +21,7 @@ import numpy as np
 
 from g3mpi.format import FormatError, graph_fingerprint, load_graph
 from g3mpi.format.common import check_output
+from g3mpi.log import setup_tool_logging
 
 from g3mpi.units import parse_bandwidth
 
@@ -247,7 +247,7 @@ def run(cfg: PartitionConfig) -> dict:
 
 def main(argv=None) -> int:
     cfg = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(message)s", stream=sys.stderr)
+    setup_tool_logging(PROG)
     try:
         with terminate_as_interrupt():
             run(cfg)

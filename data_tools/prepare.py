@@ -17,6 +17,7 @@ from pathlib import Path
 
 from g3mpi.cli.options import from_options
 from g3mpi.format import FormatError, check_output, json_text
+from g3mpi.log import setup_tool_logging
 
 from .importers.common import PrepareOptions, RawGraph, write_raw_graph
 from .importers.sbm import DEFAULT_HOMOPHILY, DEFAULT_NOISE
@@ -274,8 +275,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.WARNING if cfg.options.quiet else logging.INFO,
-                        format=f"{PROG}: %(message)s", stream=sys.stderr)
+    setup_tool_logging(PROG, logging.WARNING if cfg.options.quiet else logging.INFO)
     try:
         with terminate_as_interrupt():
             summary = prepare(cfg, split_options)

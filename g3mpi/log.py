@@ -31,3 +31,23 @@ def setup_logging(comm, level: str = "INFO", name: str = "g3mpi") -> logging.Log
     log.setLevel(getattr(logging, str(level).upper(), logging.INFO))
     log.propagate = False
     return log
+
+
+class _ToolFormatter(logging.Formatter):
+    """``PROG: message``, ``PROG: warning: message`` from WARNING up: the lines of the data tools' own
+    ``print``\\ ed warnings, for what the library logs (g3mpi.format's warnings, e.g. features too large)."""
+
+    def __init__(self, prog: str):
+        super().__init__("%(message)s")
+        self.prog = prog
+
+    def format(self, record):
+        return f"{self.prog}: {'warning: ' if record.levelno >= logging.WARNING else ''}{super().format(record)}"
+
+
+def setup_tool_logging(prog: str, level: int = logging.WARNING) -> None:
+    """Log to stderr for the command ``prog`` (g3-prepare, g3-partition, g3-inspect) at ``level``; a no-op where
+    the root logger has handlers already (``logging.basicConfig``: a test's log capture)."""
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(_ToolFormatter(prog))
+    logging.basicConfig(level=level, handlers=[h])

@@ -597,3 +597,78 @@ def test_part_index_just_outside_the_columns(copy, last):
     bad = cols if last == "num_cols" else -1
     with pytest.raises(FormatError, match=rf"part-00001.h5: local CSR: column index {bad} out of range \[0, {cols}\)"):
         read_part(copy, 1)
+
+
+def large_features_warning(path, nodes: int, peak: float, first: int, orig: int | None = None) -> str:
+    """The one line every reader and writer of features logs for values beyond 2^64 (g3mpi.format.LargeFeatures)."""
+    return (f"{path}: the features of {nodes} node(s) reach {peak:.3g} in magnitude (the first: node {first}"
+            + ("" if orig is None else f", original ID {orig}") + "), beyond 2^64 = 1.8e19, whose square float32 "
+            "cannot hold: float32 training on them is likely to overflow (g3-train stops if the summed gradients "
+            "pass 2^64); scale them, or replace such values (a fill value for missing data?)")
+
+
+def warnings_in(caplog) -> list[str]:
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    caplog.clear()
+    return said
+
+
+@pytest.mark.parametrize("with_orig_ids", [False, True])
+def test_graph_features_too_large_for_float32_training(tmp_path, caplog, monkeypatch, with_orig_ids):
+    """Finite features beyond 2^64 were warned about by read_part only: the graph's writer (g3-prepare), load_graph
+    and the streaming check (g3-inspect) said nothing. Each now logs the same line once, naming the file, the count
+    and the first node, also when the rows lie in different blocks (blocks of 4 rows here)."""
+    from g3mpi.format import GraphWriter, load_graph
+    from g3mpi.format import graph as graph_module
+    from g3mpi.format.graph import check_features
+    g = random_graph(n=40, seed=1)
+    x = g.features.copy()
+    x[9, 1], x[9, 4], x[30, 0], x[31, 5] = -2e20, 5e30, 1e19, 3e25   # 1e19 < 2^64: not counted
+    orig = np.arange(40, dtype=np.int64) * 3 + 1000 if with_orig_ids else None
+    path = tmp_path / "g.h5"
+    want = [large_features_warning(path, 2, np.float32(5e30), 9, None if orig is None else 1027)]
+    with caplog.at_level("WARNING", logger="g3mpi.format"):
+        with GraphWriter(path, num_nodes=40, feature_dim=x.shape[1], num_classes=3, source="test") as w:
+            w.write_csr(g.indptr, g.indices)
+            for s in range(0, 40, 4):
+                w.write_features(s, x[s:s + 4])
+            assert warnings_in(caplog) == []   # not before the file is written
+            w.write_nodes(g.labels, g.train_mask, g.val_mask, g.test_mask, orig)
+        assert warnings_in(caplog) == want
+        np.testing.assert_array_equal(load_graph(path).features, x)
+        assert warnings_in(caplog) == want
+        assert load_graph(path, features=False).features is None and warnings_in(caplog) == []
+        monkeypatch.setattr(graph_module, "STREAM_BYTES", 4 * x.shape[1] * 4)
+        with h5py.File(path) as f:
+            check_features(path, f["features"], orig)
+        assert warnings_in(caplog) == want
+        x[[9, 31]] = 1e18
+        with GraphWriter(tmp_path / "h.h5", num_nodes=40, feature_dim=x.shape[1], num_classes=3, source="t") as w:
+            w.write_csr(g.indptr, g.indices)
+            w.write_features(0, x)
+            w.write_nodes(g.labels, g.train_mask, g.val_mask, g.test_mask, orig)
+        assert warnings_in(caplog) == []
+
+
+def test_graph_features_not_finite_refused_by_load_graph(tmp_path):
+    """load_graph read the features without checking them: NaN passed (g3-partition and g3-inspect, which read
+    them themselves, refused them); now they are refused naming the node, unless the features are left in the
+    file."""
+    from g3mpi.format import load_graph
+
+    def edit(f):
+        x = f["features"][()]
+        x[17, 2] = np.nan
+        replace_ds(f, "features", x)
+    path = _graph_file(tmp_path, edit)
+    with pytest.raises(FormatError, match=r"g.h5: features of node 17 are not finite as float32"):
+        load_graph(path)
+    assert load_graph(path, features=False).features is None
+
+
+def test_graph_orig_ids_of_the_wrong_length(tmp_path):
+    """orig_ids (one original ID per node) was read without a check of its length."""
+    from g3mpi.format import load_graph
+    path = _graph_file(tmp_path, lambda f: f.create_dataset("orig_ids", data=np.arange(39, dtype=np.int64)))
+    with pytest.raises(FormatError, match=r"g.h5: orig_ids has shape \(39,\), expected \(40,\)"):
+        load_graph(path)

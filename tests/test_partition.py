@@ -188,6 +188,27 @@ def test_streamed_features_equal_in_memory(monkeypatch, tmp_path):
         write_partition(lean, a, 5, tmp_path / "nofeatures", method="random", seed=0)
 
 
+@pytest.mark.parametrize("block_rows", [7, None])
+def test_features_too_large_for_float32_warned_once(monkeypatch, tmp_path, caplog, block_rows):
+    """g3-partition said nothing of finite features beyond 2^64 (too large for float32 training; only g3-train's
+    reader of the parts named them): now one warning names the graph, the count and the first node, also when the
+    features are streamed in blocks of 7 rows, 2 parts per pass (checked on the first pass only), or read whole."""
+    g = random_graph(n=150, m=600, seed=4, feature_dim=6)
+    g.features[[20, 99, 140], [1, 5, 0]] = [-1e20, 2e30, 5e24]
+    write(g, tmp_path / "g.h5")
+    if block_rows:
+        monkeypatch.setattr(build, "FEATURE_BLOCK_BYTES", block_rows * 4 * 6)
+        monkeypatch.setattr(build, "FEATURE_GROUP", 2)
+    caplog.clear()   # (the graph's writer warned too)
+    with caplog.at_level("WARNING", logger="g3mpi.format"):
+        partition(tmp_path / "g.h5", tmp_path / "p", 5, "random", inproc=True)
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == [f"{tmp_path / 'g.h5'}: the features of 3 node(s) reach 2e+30 in magnitude (the first: node 20), "
+                    "beyond 2^64 = 1.8e19, whose square float32 cannot hold: float32 training on them is likely to "
+                    "overflow (g3-train stops if the summed gradients pass 2^64); scale them, or replace such values "
+                    "(a fill value for missing data?)"]
+
+
 def test_small_features_written_with_each_part(monkeypatch, tmp_path):
     """Features that fit in one block of FEATURE_BLOCK_BYTES are read whole and written with each part, never
     streamed into the written parts afterwards (a second open and close of every part file); the parts equal, array by

@@ -500,6 +500,27 @@ def test_no_training_nodes_warns(tmp_path, out_dir):
     assert p.stderr == ""
 
 
+def test_features_too_large_for_float32_warn(tmp_path, out_dir):
+    """Finite features beyond 2^64 (too large for float32 training) were named only when g3-train read the parts:
+    g3-prepare, g3-partition and g3-inspect said nothing. Each now warns in one line naming the graph file, the
+    number of such nodes and the first (exit 0: such values are valid); not after --normalize-features."""
+    x = np.ones((6, 3), dtype=np.float32)
+    x[2, 1], x[4, 0], x[5, 2] = 4e20, -3e38, 1e19
+    npz = cora_like(tmp_path / "big.npz", x=x)
+    out = out_dir / "g.h5"
+    said = (f"warning: {out}: the features of 2 node(s) reach 3e+38 in magnitude (the first: node 2), beyond 2^64 = "
+            "1.8e19, whose square float32 cannot hold: float32 training on them is likely to overflow (g3-train stops "
+            "if the summed gradients pass 2^64); scale them, or replace such values (a fill value for missing data?)")
+    p = run_module("data_tools.prepare", "npz", npz, "--out", out, "--quiet")
+    assert p.stderr.splitlines() == [f"g3-prepare: {said}"]
+    p = run_module("data_tools.partition", out, "--parts", 2, "--out", out_dir / "parts", "--no-progress")
+    assert [ln for ln in p.stderr.splitlines() if "warning" in ln] == [f"g3-partition: {said}"]
+    p = run_module("data_tools.inspection", out)
+    assert p.stderr.splitlines() == [f"g3-inspect: {said}"]
+    p = run_module("data_tools.prepare", "npz", npz, "--out", out, "--normalize-features", "--force", "--quiet")
+    assert p.stderr == ""
+
+
 def test_terminated_by_sigterm_leaves_nothing(tmp_path, out_dir):
     """SIGTERM while the graph file is being written (a batch job's time limit): one line, exit 143, and the
     hidden temporary file removed. Before, Python's default action ended the process and left it."""

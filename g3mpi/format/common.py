@@ -45,6 +45,48 @@ log = logging.getLogger(__name__)
 FLOAT32_SQUARE_LIMIT = 2.0 ** 64
 
 
+class LargeFeatures:
+    """The feature rows that reach :data:`FLOAT32_SQUARE_LIMIT` in magnitude, found over row blocks: finite, so
+    valid, but too large for float32 training (g3-train stops once the gradients they scale pass the same limit).
+    The one check of every reader and writer of features (g3-prepare's writer, a graph file's loaders,
+    g3-partition, a part file's reader): :meth:`scan` each block in turn (NaN and Inf are the caller's to refuse
+    first, or with what :meth:`scan` returns), then :meth:`warn` once, one line naming the file, the number of such nodes and the first. Two
+    reductions per block (max and min), no temporary array unless a block holds such a value."""
+
+    def __init__(self):
+        self.nodes = 0               # rows found so far
+        self.first: int | None = None   # node ID of the first (``start`` + its row)
+        self.peak = 0.0              # the largest magnitude
+
+    def scan(self, block: np.ndarray, start: int = 0) -> float:
+        """Count the rows of the 2-D ``block`` (rows ``start``, ``start + 1``, ...) that reach the limit. Returns
+        the block's largest magnitude (0 if empty; NaN if it holds a NaN, Inf an Inf: nothing is counted then), so
+        that a caller that has not checked the block can refuse it without another pass."""
+        if not block.size:
+            return 0.0
+        peak = max(float(block.max()), -float(block.min()))   # (both NaN if one value is)
+        if not FLOAT32_SQUARE_LIMIT <= peak < np.inf:
+            return peak
+        rows = np.flatnonzero((np.abs(block) >= FLOAT32_SQUARE_LIMIT).any(axis=1))
+        if self.first is None:
+            self.first = start + int(rows[0])
+        self.nodes += len(rows)
+        self.peak = max(self.peak, peak)
+        return peak
+
+    def warn(self, path, orig_ids: np.ndarray | None = None, offset: int = 0) -> bool:
+        """Log the warning for ``path`` if some row reached the limit (True then); ``orig_ids[first - offset]``,
+        if given, is the first node's original ID."""
+        if self.first is None:
+            return False
+        orig = "" if orig_ids is None else f", original ID {int(orig_ids[self.first - offset])}"
+        log.warning("%s: the features of %d node(s) reach %.3g in magnitude (the first: node %d%s), beyond 2^64 = "
+                    "1.8e19, whose square float32 cannot hold: float32 training on them is likely to overflow "
+                    "(g3-train stops if the summed gradients pass 2^64); scale them, or replace such values (a fill "
+                    "value for missing data?)", path, self.nodes, self.peak, self.first, orig)
+        return True
+
+
 class FormatError(Exception):
     """A graph file, partition directory or part file is missing, corrupt or inconsistent.
 

@@ -9,8 +9,8 @@ import h5py
 import numpy as np
 
 from .common import (FORMAT_VERSION, GRAPH_FORMAT, H5_READ_ERRORS, STREAM_BYTES, FormatError, IncrementalSha256,
-                     array_sha256, as_int64, atomic_file, attr_kind, dataset_sha256, h5_attr_str, index_dtype,
-                     row_chunks, shown, supported_version, unreadable)
+                     LargeFeatures, array_sha256, as_int64, atomic_file, attr_kind, dataset_sha256, h5_attr_str,
+                     index_dtype, row_chunks, shown, supported_version, unreadable)
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 SELF_LOOP_POLICIES = ("keep", "drop", "add")
@@ -92,12 +92,18 @@ def check_finite_rows(path, block: np.ndarray, start: int, note: str = "") -> No
                                 f"float32 (NaN, Inf or beyond float32's range){note}")
 
 
-def check_features(path, ds) -> None:
-    """:func:`check_finite_rows` over a whole features dataset ``ds`` (h5py), read in row blocks, never whole."""
+def check_features(path, ds, orig_ids: np.ndarray | None = None) -> None:
+    """:func:`check_finite_rows` over a whole features dataset ``ds`` (h5py, or an array), read in row blocks,
+    never whole; then the warning of :class:`LargeFeatures` if some reach 2^64 in magnitude (``orig_ids``: the
+    graph's, to name the first such node's original ID too)."""
     step = max(1, STREAM_BYTES // max(1, ds.dtype.itemsize * (ds.shape[1] if ds.ndim == 2 else 1)))
+    large = LargeFeatures()
     for lo in range(0, ds.shape[0] if ds.ndim else 0, step):
         with np.errstate(over="ignore"):
-            check_finite_rows(path, np.asarray(ds[lo:lo + step], dtype=np.float32), lo)
+            block = np.asarray(ds[lo:lo + step], dtype=np.float32)
+        check_finite_rows(path, block, lo)
+        large.scan(block, lo)
+    large.warn(path, orig_ids)
 
 
 def check_node_data(path, num_nodes: int, labels, num_classes: int, masks: dict) -> None:
@@ -143,6 +149,8 @@ class GraphWriter:
         self.force = force
         self._feat_next = 0
         self._feat_hash = IncrementalSha256()
+        self._large = LargeFeatures()
+        self._orig_ids = None
         self._done = set()
 
     def __enter__(self):
@@ -177,7 +185,10 @@ class GraphWriter:
                 return self._ctx.__exit__(et, ev, tb)     # a write failed first: report it, not the close's echo
             self._ctx.__exit__(type(e), e, e.__traceback__)
             raise
-        return self._ctx.__exit__(et, ev, tb)
+        suppress = self._ctx.__exit__(et, ev, tb)
+        if et is None:   # written: now it is the file that holds them
+            self._large.warn(self.path, self._orig_ids)
+        return suppress
 
     def _put(self, name, data):
         ds = self.h5.create_dataset(name, data=data)
@@ -202,9 +213,8 @@ class GraphWriter:
             raise FormatError(self.path, f"feature block has shape {block.shape}, expected (*, {self.f})")
         if start + len(block) > self.n:
             raise FormatError(self.path, f"feature rows ({start + len(block)}+) exceed the number of nodes ({self.n})")
-        bad = ~np.isfinite(block)
-        if bad.any():
-            r = int(np.argwhere(bad)[0, 0]) + start
+        if not np.isfinite(self._large.scan(block, start)):
+            r = int(np.argwhere(~np.isfinite(block))[0, 0]) + start
             raise FormatError(self.path, f"features contain NaN or Inf (first at row {r})")
         self.feat[start:start + len(block)] = block
         self._feat_hash.update(block)
@@ -224,6 +234,7 @@ class GraphWriter:
             if orig_ids.shape != (self.n,):
                 raise FormatError(self.path, f"orig_ids has shape {orig_ids.shape}, expected ({self.n},)")
             self._put("orig_ids", orig_ids)
+            self._orig_ids = orig_ids
         self._done.add("nodes")
         if self.n == 0 or self.f == 0:
             self._done.add("features")
@@ -333,10 +344,12 @@ def graph_fingerprint(path) -> str:
 
 
 def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
-    """Read a whole graph.h5 into memory, validating checksums, shapes and index bounds.
+    """Read a whole graph.h5 into memory, validating checksums, shapes, index bounds and finite features (with
+    the warning of :func:`check_features` for features too large for float32 training).
 
     ``features=False`` leaves the features in the file (``Graph.features`` is None; their checksum and shape are
-    still checked): for tools that read them block by block, e.g. ``g3-partition`` writing the parts."""
+    still checked, their values are not): for tools that read them block by block, e.g. ``g3-partition`` writing
+    the parts, which check them as they read them."""
     path = Path(path)
     with open_graph(path) as f:
         try:   # attribute messages (the datasets' sha256, the graph's own) can be damaged too
@@ -363,6 +376,8 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
     n = int(attrs["num_nodes"])
     if len(g.indptr) != n + 1:
         raise FormatError(path, f"indptr has {len(g.indptr)} entries, num_nodes is {n}")
+    if g.orig_ids is not None and g.orig_ids.shape != (n,):
+        raise FormatError(path, f"orig_ids has shape {g.orig_ids.shape}, expected ({n},)")
     check_csr(path, g.indptr, g.indices, n, "graph CSR")
     check_sorted_rows(path, g.indptr, g.indices)
     if int(attrs["num_edges"]) != g.num_edges:
@@ -371,6 +386,8 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
         raise FormatError(path, f"features have shape {feature_shape}, expected ({n}, {attrs['feature_dim']})")
     check_node_data(path, n, g.labels, int(attrs["num_classes"]),
                     {"train_mask": g.train_mask, "val_mask": g.val_mask, "test_mask": g.test_mask})
+    if features:
+        check_features(path, g.features, g.orig_ids)
     return g
 
 

@@ -19,9 +19,9 @@ import h5py
 import numpy as np
 from h5py import h5a, h5d, h5p, h5s, h5t
 
-from .common import (FLOAT32_SQUARE_LIMIT, FORMAT_VERSION, H5_READ_ERRORS, PART_FORMAT, PARTITION_FORMAT, FormatError,
-                     IncrementalSha256, array_sha256, as_int64, atomic_file, attr_kind, check_output, file_sha256,
-                     h5_attr_str, is_int, row_chunks, shown, supported_version, unreadable)
+from .common import (FORMAT_VERSION, H5_READ_ERRORS, PART_FORMAT, PARTITION_FORMAT, FormatError,
+                     IncrementalSha256, LargeFeatures, array_sha256, as_int64, atomic_file, attr_kind, check_output,
+                     file_sha256, h5_attr_str, is_int, row_chunks, shown, supported_version, unreadable)
 from .graph import check_csr, first_unsorted_row
 from .probe import probe_structure
 
@@ -455,24 +455,14 @@ def check_part(path, part: PartData, meta: dict) -> None:
 
 
 def _check_feature_range(path, part: PartData) -> None:
-    """FormatError if a feature is NaN or infinite; a warning (naming the file, the first such node and its
-    original ID) if some reach :data:`FLOAT32_SQUARE_LIMIT` in magnitude: finite, so valid, but too large for
-    float32 training (g3-train stops once the gradients they scale pass the same limit). Two reductions (max and
-    min: NaN propagates through both), no temporary array unless there is something to report."""
+    """FormatError if a feature is NaN or infinite; the warning of :class:`LargeFeatures` (naming the file, the
+    first such node and its original ID) if some reach 2^64 in magnitude. Two reductions (max and min: NaN
+    propagates through both), no temporary array unless there is something to report."""
     x = part.features
-    if not x.size:
-        return
-    hi, lo = float(x.max()), float(x.min())
-    if not (np.isfinite(hi) and np.isfinite(lo)):
+    large = LargeFeatures()
+    if not np.isfinite(large.scan(x, part.owned_start)):
         raise FormatError(path, "features contain NaN or Inf")
-    peak = max(hi, -lo)
-    if peak >= FLOAT32_SQUARE_LIMIT:
-        rows = np.flatnonzero((np.abs(x) >= FLOAT32_SQUARE_LIMIT).any(axis=1))
-        log.warning("%s: the features of %d node(s) reach %.3g in magnitude (the first: node %d, original ID %d), "
-                    "beyond 2^64 = 1.8e19, whose square float32 cannot hold: float32 training on them is likely to "
-                    "overflow (g3-train stops if the summed gradients pass 2^64); scale them, or replace such values "
-                    "(a fill value for missing data?)",
-                    path, len(rows), peak, part.owned_start + int(rows[0]), int(part.orig_ids[rows[0]]))
+    large.warn(path, part.orig_ids, part.owned_start)
 
 
 #: edges per block of the row-order check of a part (its temporaries stay in the cache)
