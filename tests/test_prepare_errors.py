@@ -62,6 +62,41 @@ def test_npz_given_an_h5(tmp_path, out_dir):
     fails(out_dir, "npz", f, path=f, words=["not a readable .npz"])
 
 
+@pytest.mark.parametrize("option,content,says", [
+    ("INPUT", "npy", "not a readable .npz archive of a graph: the file is a .npy file (one array)"),
+    ("INPUT", "text", "not a readable .npz archive of a graph: the file is neither a .npy file nor an .npz archive "
+                      "(text?)"),
+    ("INPUT", "empty", "not a readable .npz archive of a graph: the file is empty"),
+    ("--features", "npz", "not a readable .npy file of features: the file is an .npz archive (named arrays)"),
+    ("--labels", "text", "not a readable .npy file of labels: the file is neither a .npy file nor an .npz archive "
+                         "(text?)"),
+    ("--node-ids", "npz", "not a readable .npy file of node IDs: the file is an .npz archive (named arrays)"),
+    ("--masks", "npy", "not a readable .npz archive of split masks: the file is a .npy file (one array)"),
+])
+def test_numpy_file_of_the_other_kind(tmp_path, out_dir, option, content, says):
+    """A .npy file where an .npz archive belongs (or the reverse) ended in a traceback ("'numpy.ndarray' object does
+    not support the context manager protocol", "'NpzFile' object has no attribute 'ndim'"), and a text file was
+    said to hold pickled data."""
+    f = tmp_path / ("g.npz" if option in ("INPUT", "--masks") else "a.npy")
+    if content == "npy":
+        with open(f, "wb") as h:
+            np.save(h, np.ones((3, 2), dtype=np.float32))
+    elif content == "npz":
+        with open(f, "wb") as h:
+            np.savez(h, x=np.ones((3, 2), dtype=np.float32))
+    else:
+        f.write_text("" if content == "empty" else "0 1\n1 2\n")
+    if option == "INPUT":
+        line = fails(out_dir, "npz", f, path=f)
+    else:
+        (tmp_path / "e.txt").write_text("0 1\n1 2\n")
+        y = tmp_path / "y.npy"
+        np.save(y, np.array([0, 1, 0]))
+        extra = ["--labels", y] if option in ("--node-ids", "--masks") else []
+        line = fails(out_dir, "edgelist", tmp_path / "e.txt", option, f, *extra, path=f)
+    assert line == f"g3-prepare: error: {f}: {says}"
+
+
 def test_npz_missing_key(tmp_path, out_dir):
     f = tmp_path / "g.npz"
     np.savez(f, x=np.ones((3, 2)))

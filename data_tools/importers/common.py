@@ -11,7 +11,10 @@ can arrive as row blocks from a generator, so they never sit in memory next to t
 """
 from __future__ import annotations
 
+import zipfile
+import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
@@ -76,6 +79,40 @@ class PrepareOptions:
     seed: int = 0
     force: bool = False
     quiet: bool = False
+
+
+# ---------------------------------------------------------------------------------------------- NumPy files
+
+NPY_MAGIC = b"\x93NUMPY"
+#: a zip archive's first bytes: a local file header, or the end record of an empty archive
+NPZ_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+#: what np.load and an archive's members raise for a truncated or corrupt file
+NUMPY_READ_ERRORS = (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error)
+
+
+def load_numpy(path: Path, what: str, archive: bool, mmap: bool = False):
+    """``np.load`` (never pickle) of the .npz archive (``archive``) or .npy file ``path`` holding ``what``;
+    ``mmap``: a .npy file mapped, not read. FormatError naming the file if it is missing, a directory, of the
+    other kind (np.load returned the other kind of object, and a traceback followed), not a NumPy file at all
+    (np.load took it for pickled data, and said so), or unreadable."""
+    kind = ".npz archive" if archive else ".npy file"
+    if not path.exists():
+        raise FormatError(path, "no such file")
+    if path.is_dir():
+        raise FormatError(path, f"is a directory, expected {'an' if archive else 'a'} {kind} of {what}")
+    with open(path, "rb") as f:
+        magic = f.read(8)
+    is_npz, is_npy = magic.startswith(NPZ_MAGICS), magic.startswith(NPY_MAGIC)
+    if not (is_npz if archive else is_npy):
+        got = ("an .npz archive (named arrays)" if is_npz else "a .npy file (one array)" if is_npy else
+               "empty" if not magic else "an HDF5 file" if magic.startswith(b"\x89HDF") else
+               "neither a .npy file nor an .npz archive (text?)")
+        raise FormatError(path, f"not a readable {kind} of {what}: the file is {got}")
+    try:
+        return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
+    except NUMPY_READ_ERRORS as e:
+        why = "truncated or corrupt?" if archive else "truncated, corrupt or pickled?"
+        raise FormatError(path, f"not a readable {kind} of {what} ({why}): {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------- checks

@@ -19,7 +19,6 @@ Every error names the file and, for the edge list, the line.
 """
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,8 @@ import numpy as np
 from g3mpi.format import FormatError, index_dtype
 from g3mpi.format.graph import MASKS
 
-from .common import (FEATURE_BLOCK_BYTES, RawGraph, check_features, check_labels, check_masks, progress)
+from .common import (FEATURE_BLOCK_BYTES, NUMPY_READ_ERRORS, RawGraph, check_features, check_labels, check_masks,
+                     load_numpy, progress)
 from .textio import COMMENTS, _lines, _strip, data_line_number, open_text, read_table, split_fields
 
 DELIMITERS = {"auto": "auto", ",": ",", "comma": ",", "tab": "\t", "\\t": "\t", "\t": "\t", "space": None,
@@ -73,27 +73,16 @@ def sniff(path: Path, delimiter: str, header: bool | None) -> tuple[str | None, 
     return (None if delim == "auto" else delim), (skip or 0)
 
 
-def load_npy(path: Path, what: str, mmap: bool = False) -> np.ndarray:
-    """np.load without pickle; ``mmap``: map the file instead of reading it (features are streamed)."""
-    if not path.exists():
-        raise FormatError(path, "no such file")
-    try:
-        return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
-    except (ValueError, EOFError, OSError, zipfile.BadZipFile) as e:
-        raise FormatError(path, f"not a readable .npy {what} file (truncated, corrupt or pickled?): {e}") from None
-
-
 def load_masks(path: Path) -> dict:
-    if not path.exists():
-        raise FormatError(path, "no such file")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in MASKS if k not in z.files]
-            if missing:
-                raise FormatError(path, f"missing {missing} (expected {list(MASKS)})")
+    with load_numpy(path, "split masks", archive=True) as z:
+        missing = [k for k in MASKS if k not in z.files]
+        if missing:
+            raise FormatError(path, f"missing {missing} (expected {list(MASKS)})")
+        try:
             return {k: z[k] for k in MASKS}
-    except (ValueError, EOFError, OSError, zipfile.BadZipFile, AttributeError) as e:
-        raise FormatError(path, f"not a readable .npz masks file (truncated or corrupt?): {e}") from None
+        except NUMPY_READ_ERRORS as e:
+            raise FormatError(path, f"not a readable .npz archive of split masks (truncated, corrupt or pickled?): "
+                                    f"{e}") from None
 
 
 def read_edges(path: Path, delimiter, skip: int, quiet: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -121,9 +110,9 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
                   quiet: bool = False) -> RawGraph:
     path = Path(path)
     delim, skip = sniff(path, delimiter, header)
-    x = load_npy(features, "features", mmap=True) if features is not None else None
-    y = load_npy(labels, "labels") if labels is not None else None
-    ids = load_npy(node_ids, "node IDs") if node_ids is not None else None
+    x = load_numpy(features, "features", archive=False, mmap=True) if features is not None else None
+    y = load_numpy(labels, "labels", archive=False) if labels is not None else None
+    ids = load_numpy(node_ids, "node IDs", archive=False) if node_ids is not None else None
     if ids is not None and x is None and y is None:
         raise ValueError("--node-ids needs --features or --labels (it names their rows)")
     if x is not None and feature_dim:

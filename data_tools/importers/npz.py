@@ -7,8 +7,6 @@ none: without them a seeded random split is drawn), ``num_nodes`` (default: rows
 """
 from __future__ import annotations
 
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -16,24 +14,14 @@ import numpy as np
 from g3mpi.format import FormatError
 from g3mpi.format.graph import MASKS
 
-from .common import RawGraph, check_edge_ids, check_features, check_labels, check_masks
-
-
-def _open_npz(path: Path):
-    if not path.exists():
-        raise FormatError(path, "no such file")
-    if path.is_dir():
-        raise FormatError(path, "is a directory, expected an .npz file")
-    try:
-        return np.load(path, allow_pickle=False)
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
-        raise FormatError(path, f"not a readable .npz archive (truncated or corrupt?): {e}") from None
+from .common import (NUMPY_READ_ERRORS, RawGraph, check_edge_ids, check_features, check_labels, check_masks,
+                     load_numpy)
 
 
 def _get(path, z, key):
     try:
         return z[key]
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error) as e:
+    except NUMPY_READ_ERRORS as e:
         raise FormatError(path, f"array {key!r} cannot be read (truncated or corrupt?): {e}") from None
 
 
@@ -53,7 +41,7 @@ def check_num_classes_key(path, a: np.ndarray, need: int, num_nodes: int) -> int
 
 def load_npz(path, num_classes: int | None = None) -> RawGraph:
     path = Path(path)
-    with _open_npz(path) as z:
+    with load_numpy(path, "a graph", archive=True) as z:
         keys = set(z.files)
         for k in ("edge_index", "x"):
             if k not in keys:
