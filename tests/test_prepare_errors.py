@@ -360,6 +360,29 @@ def test_edgelist_not_text(tmp_path, out_dir):
         fails(out_dir, "edgelist", f, path=f, words=words)
 
 
+@pytest.mark.parametrize("encoding,says", [
+    ("utf-16", "UTF-16 text: only UTF-8 (or ASCII) text is read, convert it first (iconv -f UTF-16 -t UTF-8)"),
+    ("utf-32", "UTF-32 text: only UTF-8 (or ASCII) text is read, convert it first (iconv -f UTF-32 -t UTF-8)"),
+    ("utf-16-le", "not UTF-8 text{}: a NUL byte at offset 1 (UTF-16 without a byte-order mark? a binary file?)"),
+])
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_text_that_is_not_utf8(tmp_path, out_dir, encoding, says, gzipped):
+    """UTF-16 text (as Windows PowerShell 5 writes by default) was read as UTF-8: its first line became a header
+    and the second failed with "column 1: cannot parse '\\x002\\x00' as an integer", or, from an OGB file, "line
+    1: ... cannot parse '��0\\x00'". Now named, with or without a byte-order mark, also inside a gzip file."""
+    text = "1 2\r\n2 3\r\n".encode(encoding)
+    f = tmp_path / ("e.txt.gz" if gzipped else "e.txt")
+    f.write_bytes(gzip.compress(text) if gzipped else text)
+    what = says.format(" once decompressed" if gzipped else "")
+    verb = "" if what.startswith("not") else "holds " if gzipped else "is "
+    assert fails(out_dir, "edgelist", f, path=f) == f"g3-prepare: error: {f}: {verb}{what}"
+    root = make_ogb(tmp_path / "d")
+    (root / "raw" / "edge.csv").write_bytes("0,1\n1,2\n".encode(encoding))
+    g = root / "raw" / "edge.csv"
+    assert fails(out_dir, "ogb", root, path=g) == f"g3-prepare: error: {g}: {'' if verb == '' else 'is '}" + \
+        says.format("")
+
+
 def test_float_label_beyond_int64(tmp_path, out_dir):
     """Integer-valued float labels are accepted; one of 1e30 wrapped in the cast to int64 (a RuntimeWarning and an
     error naming the output file with 'found -9223372036854775808..1')."""

@@ -22,16 +22,26 @@ CHUNK_LINES = 1 << 20
 CHUNK_BYTES = 32 << 20
 COMMENTS = ("#", "%")
 GZIP_MAGIC = b"\x1f\x8b"
+#: leading bytes of a text file checked before it is parsed (its kind, NUL bytes)
+HEAD_BYTES = 4096
 #: leading bytes of files that are not text (read as text, they gave misleading parse errors)
 _ONLY_GZIP = "only gzip is read directly, decompress it first"
+_ONLY_UTF8 = "only UTF-8 (or ASCII) text is read, convert it first (iconv -f {} -t UTF-8)"
 NOT_TEXT = {b"BZh": f"bzip2-compressed: {_ONLY_GZIP}", b"\xfd7zXZ\x00": f"xz-compressed: {_ONLY_GZIP}",
             b"\x28\xb5\x2f\xfd": f"zstd-compressed: {_ONLY_GZIP}", b"PK\x03\x04": f"a zip archive: {_ONLY_GZIP}",
-            b"\x93NUMPY": "a NumPy .npy file, not text", b"\x89HDF": "an HDF5 file, not text"}
+            b"\x93NUMPY": "a NumPy .npy file, not text", b"\x89HDF": "an HDF5 file, not text",
+            # byte-order marks (Windows PowerShell 5 writes UTF-16 by default): read as UTF-8, the first line became
+            # a header and the second failed on its NUL bytes
+            b"\xff\xfe\x00\x00": "UTF-32 text: " + _ONLY_UTF8.format("UTF-32"),
+            b"\x00\x00\xfe\xff": "UTF-32 text: " + _ONLY_UTF8.format("UTF-32"),
+            b"\xff\xfe": "UTF-16 text: " + _ONLY_UTF8.format("UTF-16"),
+            b"\xfe\xff": "UTF-16 text: " + _ONLY_UTF8.format("UTF-16")}
 
 
 def open_text(path: Path):
     """Open a text file, transparently gunzipping ``*.gz`` (or any file starting with gzip's magic bytes);
-    FormatError if missing, or compressed otherwise (bzip2, xz, zstd, zip: named, not parsed as text).
+    FormatError if missing, compressed otherwise (bzip2, xz, zstd, zip: named, not parsed as text), or UTF-16 /
+    UTF-32 text with its byte-order mark (named, also inside a gzip file).
 
     A UTF-8 byte-order mark (written by some spreadsheet exports) is dropped ("utf-8-sig"), so it is not
     taken as part of the first field: the first line would otherwise look like a header and be skipped.
@@ -41,13 +51,32 @@ def open_text(path: Path):
     if path.is_dir():
         raise FormatError(path, "is a directory, expected a file")
     with open(path, "rb") as f:
-        magic = f.read(6)
+        magic = f.read(HEAD_BYTES)
     if path.suffix == ".gz" or magic.startswith(GZIP_MAGIC):     # also a gzipped file without the .gz suffix
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", errors="replace")
-    for sig, what in NOT_TEXT.items():
-        if magic.startswith(sig):
-            raise FormatError(path, f"is {what}")
+        raw = gzip.open(path, "rb")
+        try:
+            _refuse_not_text(path, raw.peek(HEAD_BYTES)[:HEAD_BYTES], "holds")
+        except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
+            raw.close()
+            raise FormatError(path, f"truncated or corrupt compressed file: {e}") from None
+        except FormatError:
+            raw.close()
+            raise
+        return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace")
+    _refuse_not_text(path, magic, "is")
     return open(path, encoding="utf-8-sig", errors="replace")
+
+
+def _refuse_not_text(path: Path, head: bytes, verb: str) -> None:
+    """FormatError if the first bytes of a file (``verb`` "is") or of a gzip file's content ("holds") are not
+    UTF-8 text: :data:`NOT_TEXT`, or a NUL byte, which no text holds (UTF-16 without a byte-order mark, binary)."""
+    for sig, what in NOT_TEXT.items():
+        if head.startswith(sig):
+            raise FormatError(path, f"{verb} {what}")
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        raise FormatError(path, f"not UTF-8 text{' once decompressed' if verb == 'holds' else ''}: a NUL byte at "
+                                f"offset {nul} (UTF-16 without a byte-order mark? a binary file?)")
 
 
 def _lines(path: Path, f) -> Iterator[str]:
