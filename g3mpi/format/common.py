@@ -50,8 +50,9 @@ class LargeFeatures:
     valid, but too large for float32 training (g3-train stops once the gradients they scale pass the same limit).
     The one check of every reader and writer of features (g3-prepare's writer, a graph file's loaders,
     g3-partition, a part file's reader): :meth:`scan` each block in turn (NaN and Inf are the caller's to refuse
-    first, or with what :meth:`scan` returns), then :meth:`warn` once, one line naming the file, the number of such nodes and the first. Two
-    reductions per block (max and min), no temporary array unless a block holds such a value."""
+    first, or with what :meth:`scan` returns), then :meth:`warn` once, one line naming the file, the number of
+    such nodes and the first. Two reductions per block (max and min), no temporary array unless a block holds
+    such a value."""
 
     def __init__(self):
         self.nodes = 0               # rows found so far
