@@ -438,6 +438,31 @@ def test_ogb_bad_files(tmp_path, out_dir):
     fails(out_dir, "ogb", root, "--split", "other", path=root / "split" / "other", words=["available: s"])
 
 
+def test_ogb_node_count_from_the_labels_is_named(tmp_path, out_dir):
+    """Without num-node-list.csv the node count is the number of lines of node-label.csv: a label file cut short
+    was reported as an edge, feature row or split index out of range in another file, with no word of node-label."""
+    root = make_ogb(tmp_path / "d")
+    (root / "raw" / "num-node-list.csv").unlink()
+    (root / "raw" / "node-label.csv").write_text("0\n1\n1\n")
+    why = " (3 nodes: the lines of node-label.csv, as there is no num-node-list)"
+    edge, feat, test = root / "raw" / "edge.csv", root / "raw" / "node-feat.csv", root / "split" / "s" / "test.csv"
+    assert fails(out_dir, "ogb", root, path=edge) == \
+        f"g3-prepare: error: {edge}: line 3: node ID 3 out of range [0, 3){why}"
+    edge.write_text("0,1\n1,2\n")
+    assert fails(out_dir, "ogb", root, path=test) == \
+        f"g3-prepare: error: {test}: line 1: node index 3 out of range [0, 3){why}"
+    test.write_text("2\n")
+    (root / "split" / "s" / "valid.csv").write_text("")
+    assert fails(out_dir, "ogb", root, path=feat) == \
+        f"g3-prepare: error: {feat}: more than 3 rows: the graph has 3 nodes{why}"
+    feat.write_text("1,2\n3,4\n")
+    assert fails(out_dir, "ogb", root, path=feat) == \
+        f"g3-prepare: error: {feat}: features have 2 rows but the graph has 3 nodes{why}"
+    (root / "raw" / "num-node-list.csv").write_text("3\n")
+    assert fails(out_dir, "ogb", root, path=feat) == \
+        f"g3-prepare: error: {feat}: features have 2 rows but the graph has 3 nodes"
+
+
 def test_ogb_duplicate_split_index(tmp_path, out_dir):
     """A node listed twice in a split file was folded into the mask silently (a corrupt or concatenated split)."""
     root = make_ogb(tmp_path / "d")

@@ -104,8 +104,11 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     if y.shape[1] != 1:
         raise FormatError(label_f, f"{y.shape[1]} label columns: multi-label datasets are not supported")
     y = y[:, 0]
+    # where N comes from, for the errors that name another file than node-label (its edges, features, split)
+    origin = ""
     if n is None:
         n = len(y)
+        origin = f" ({n} nodes: the lines of {label_f.name}, as there is no num-node-list)"
     if len(y) != n:
         raise FormatError(label_f, f"{len(y)} labels but the graph has {n} nodes")
     bad = np.isfinite(y) & (y != np.round(y))
@@ -134,29 +137,31 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     bad = (e < 0) | (e >= n)
     if bad.any():
         r, col = np.argwhere(bad)[0]
-        raise FormatError(edge_f, f"line {line_of(edge_f, int(r))}: node ID {int(e[r, col])} out of range [0, {n})")
+        raise FormatError(edge_f, f"line {line_of(edge_f, int(r))}: node ID {int(e[r, col])} out of range [0, {n})"
+                                  f"{origin}")
     idt = index_dtype(n)
     src, dst = e[:, 0].astype(idt), e[:, 1].astype(idt)
     del e
 
-    masks, scheme = read_split(root, split, n)
+    masks, scheme = read_split(root, split, n, origin)
     if masks is not None:
         masks = check_masks(root / "split" / scheme, masks, labels)
     return RawGraph(path=str(root), num_nodes=n, src=src, dst=dst, feature_dim=feature_dim,
-                    feature_blocks=feature_stream(feat_f, n, feature_dim, quiet), labels=labels, num_classes=c,
+                    feature_blocks=feature_stream(feat_f, n, feature_dim, quiet, origin), labels=labels, num_classes=c,
                     masks=masks,
                     source=f"ogb:{root.name}" + (f",split={scheme}" if scheme else ""))
 
 
-def feature_stream(feat_f: Path, n: int, dim: int, quiet: bool):
+def feature_stream(feat_f: Path, n: int, dim: int, quiet: bool, origin: str = ""):
     """Row blocks (start, float32 [rows, dim]) of node-feat, parsed chunk by chunk as graph.h5 is written: the
-    [n, dim] matrix is never held whole. Errors name the file: a bad line, NaN/Inf (first row), rows != n."""
+    [n, dim] matrix is never held whole. Errors name the file: a bad line, NaN/Inf (first row), rows != n (``origin``
+    ends that message: where n came from)."""
     def blocks():
         bar = progress(total=n, desc="read node-feat", unit="rows", disable=True if quiet else None)
         w = 0
         for a in read_table(feat_f, delimiter=",", dtype=np.float32, ncols=dim, comments=None):
             if w + len(a) > n:
-                raise FormatError(feat_f, f"more than {n} rows: the graph has {n} nodes")
+                raise FormatError(feat_f, f"more than {n} rows: the graph has {n} nodes{origin}")
             bad = ~np.isfinite(a)
             if bad.any():
                 r, col = np.argwhere(bad)[0]
@@ -167,12 +172,13 @@ def feature_stream(feat_f: Path, n: int, dim: int, quiet: bool):
             bar.update(len(a))
         bar.close()
         if w != n:
-            raise FormatError(feat_f, f"features have {w} rows but the graph has {n} nodes")
+            raise FormatError(feat_f, f"features have {w} rows but the graph has {n} nodes{origin}")
     return blocks
 
 
-def read_split(root: Path, scheme: str | None, n: int):
-    """(masks or None, scheme name) from split/<scheme>/{train,valid,test}.csv.gz."""
+def read_split(root: Path, scheme: str | None, n: int, origin: str = ""):
+    """(masks or None, scheme name) from split/<scheme>/{train,valid,test}.csv.gz; ``origin`` ends the message of
+    an index out of range: where n came from."""
     split_dir = root / "split"
     schemes = sorted(p.name for p in split_dir.iterdir() if p.is_dir()) if split_dir.is_dir() else []
     if scheme is None:
@@ -190,7 +196,7 @@ def read_split(root: Path, scheme: str | None, n: int):
         bad = (idx < 0) | (idx >= n)
         if bad.any():
             i = int(np.argmax(bad))
-            raise FormatError(f, f"line {line_of(f, i)}: node index {int(idx[i])} out of range [0, {n})")
+            raise FormatError(f, f"line {line_of(f, i)}: node index {int(idx[i])} out of range [0, {n}){origin}")
         order = np.argsort(idx, kind="stable")
         dup = np.flatnonzero(idx[order][1:] == idx[order][:-1])
         if len(dup):                               # a mask would silently count the node once
