@@ -60,7 +60,7 @@ class EdgelistSource:
     """``edgelist``: a text edge list, with node data from .npy / .npz files beside it."""
 
     input: Path
-    delimiter: str = "auto"             # ',', 'tab', 'space' or 'auto' (from the first data line)
+    delimiter: str = "auto"             # ',', ';', '|', 'tab', 'space' or 'auto' (from the first data line)
     header: bool | None = None          # None: detected
     features: Path | None = None        # .npy float [R, F]
     labels: Path | None = None          # .npy int [R]
@@ -178,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("edgelist", help="text edge list: 'source target [ignored columns]' per line")
     p.add_argument("input", type=Path, help="CSV / TSV / whitespace-separated edge list (.gz accepted)")
     p.add_argument("--delimiter",
-                   help="',', 'tab', 'space' (any whitespace) or 'auto' (from the first data line)")
+                   help="',', ';', '|', 'tab', 'space' (any whitespace) or 'auto' (the first of , tab ; | in the "
+                        "first data line, else whitespace)")
     hdr = p.add_mutually_exclusive_group()
     hdr.add_argument("--header", dest="header", action="store_true", default=None,
                      help="the first non-comment line is a header")

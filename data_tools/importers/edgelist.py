@@ -1,7 +1,8 @@
 """``edgelist`` importer: a text file with one edge ``source target`` per line.
 
-- Delimiter: ``,`` / tab / any whitespace, or ``auto`` (comma if the first data line has one, else tab if it
-  has one, else whitespace). Columns after the second (weights, timestamps) are ignored.
+- Delimiter: ``,`` / ``;`` / ``|`` / tab / any whitespace, or ``auto``: the first of comma, tab, semicolon (a
+  spreadsheet's CSV in locales with a decimal comma) and ``|`` that the first data line holds, else whitespace.
+  Columns after the second (weights, timestamps) are ignored.
 - Lines starting with ``#`` or ``%`` and blank lines are skipped, as is text after ``#``/``%`` on a line.
 - Header: ``--header`` skips the first non-comment line, ``--no-header`` never does; by default the first
   non-comment line is a header when its first two fields are not integers, or when the file starts with a
@@ -30,6 +31,8 @@ from .common import (FEATURE_BLOCK_BYTES, NUMPY_READ_ERRORS, RawGraph, check_fea
                      load_numpy, progress)
 from .textio import COMMENTS, _lines, _strip, data_line_number, open_text, read_table, split_fields
 
+#: what ``auto`` looks for in the first data line, in this order (none of them: whitespace)
+AUTO_DELIMITERS = (",", "\t", ";", "|")
 DELIMITERS = {"auto": "auto", ",": ",", "comma": ",", "tab": "\t", "\\t": "\t", "\t": "\t", "space": None,
               "whitespace": None, " ": None, ";": ";", "|": "|"}
 
@@ -46,7 +49,7 @@ def sniff(path: Path, delimiter: str, header: bool | None) -> tuple[str | None, 
     """(delimiter, number of lines to skip before the data): the header is the first non-comment line (if any),
     the ``auto`` delimiter is that of the first data line after it."""
     if delimiter not in DELIMITERS:
-        raise ValueError(f"--delimiter must be one of ',', 'tab', 'space', 'auto' (got {delimiter!r})")
+        raise ValueError(f"--delimiter must be one of ',', ';', '|', 'tab', 'space', 'auto' (got {delimiter!r})")
     delim = DELIMITERS[delimiter]
     skip = None
     with open_text(path) as f:
@@ -61,7 +64,7 @@ def sniff(path: Path, delimiter: str, header: bool | None) -> tuple[str | None, 
             text = _strip(line, COMMENTS)
             if not text:
                 continue
-            guess = "," if "," in text else "\t" if "\t" in text else None
+            guess = next((d for d in AUTO_DELIMITERS if d in text), None)
             if skip is not None:                   # the first data line after a header: its delimiter
                 return (guess if delim == "auto" else delim), skip
             fields = split_fields(text, guess if delim == "auto" else delim)
