@@ -127,6 +127,19 @@ def test_npz_nonfinite_features(tmp_path, out_dir, bad):
     fails(out_dir, "npz", f, path=f, words=["NaN or Inf", "row 4"])
 
 
+@pytest.mark.parametrize("y,says", [
+    ([0, 1, np.nan, 0, 1, 2], "label nan (entry 2) is not an integer"),
+    ([0, 1, 2, 0.5, 1, 2], "label 0.5 (entry 3) is not an integer"),
+    ([0, 1, 2, 0, -np.inf, 2], "label -inf (entry 4) is not an integer"),
+])
+def test_npz_float_labels_that_are_not_integers(tmp_path, out_dir, y, says):
+    """Float labels were refused with 'labels must be integers, got dtype float64', although integral float labels
+    are accepted: the message now names the entry that is not an integer (a NaN: -1 marks an unlabelled node)."""
+    f = cora_like(tmp_path / "g.npz", y=np.array(y))
+    assert fails(out_dir, "npz", f, path=f) == (f"g3-prepare: error: {f}: {says} (labels are classes 0, 1, ...; -1 "
+                                                "marks an unlabelled node)")
+
+
 def test_npz_feature_rows_not_nodes(tmp_path, out_dir):
     f = cora_like(tmp_path / "g.npz", num_nodes=np.array(7))
     fails(out_dir, "npz", f, path=f, words=["6 rows", "7 nodes"])

@@ -167,13 +167,17 @@ def check_labels(path, y: np.ndarray, num_nodes: int, num_classes: int | None) -
     if len(y) != num_nodes:
         raise FormatError(path, f"labels have {len(y)} entries but the graph has {num_nodes} nodes")
     if not np.issubdtype(y.dtype, np.integer):
-        if np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
-            big = np.abs(y) >= 2.0 ** 62               # the importers cast to int64, which would wrap it
-            if big.any():
-                i = int(np.argmax(big))
-                raise FormatError(path, f"label {y[i]:g} (entry {i}) out of range: does not fit in int64")
-        else:
+        if not np.issubdtype(y.dtype, np.floating):
             raise FormatError(path, f"labels must be integers, got dtype {y.dtype}")
+        whole = np.isfinite(y) & (y == np.round(y))    # integral floats are read as the integers they hold
+        if not whole.all():
+            i = int(np.argmin(whole))
+            raise FormatError(path, f"label {y[i]:g} (entry {i}) is not an integer (labels are classes 0, 1, ...; "
+                                    "-1 marks an unlabelled node)")
+        big = np.abs(y) >= 2.0 ** 62               # the importers cast to int64, which would wrap it
+        if big.any():
+            i = int(np.argmax(big))
+            raise FormatError(path, f"label {y[i]:g} (entry {i}) out of range: does not fit in int64")
     lo = int(y.min()) if len(y) else 0
     hi = int(y.max()) if len(y) else -1
     c = hi + 1 if num_classes is None else int(num_classes)
