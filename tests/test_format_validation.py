@@ -375,6 +375,15 @@ def _graph_file(tmp_path, edit):
     return path
 
 
+def test_graph_path_that_is_a_directory(tmp_path):
+    """A directory given as the graph (g3-partition DIR, a partition directory for its graph) ended g3-partition
+    with a two-line error, h5py's "file read failed: time = ...<newline>, filename = ..."."""
+    from g3mpi.format import load_graph
+    with pytest.raises(FormatError) as e:
+        load_graph(tmp_path)
+    assert str(e.value) == f"{tmp_path}: is a directory, expected a graph file (graph.h5, from g3-prepare)"
+
+
 def test_graph_unsigned_indptr_that_decreases(tmp_path):
     """A uint64 indptr with a row ending before it starts passed check_csr (np.diff wrapped around), and
     g3-partition and g3-inspect ended with a TypeError traceback (found by fuzzing graph.h5)."""

@@ -102,8 +102,9 @@ class FormatError(Exception):
 
 def unreadable(path: os.PathLike | str, e: BaseException) -> FormatError:
     """The error for an HDF5 file that h5py cannot read (``e`` one of :data:`H5_READ_ERRORS`, raised opening it or
-    reading its attributes or datasets): the path, then h5py's own reason."""
-    return FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {e}")
+    reading its attributes or datasets): the path, then h5py's own reason on one line (some of h5py's take
+    two: a directory's "file read failed: time = ..." then ", filename = ...")."""
+    return FormatError(path, f"not a readable HDF5 file (truncated or corrupt?): {' '.join(str(e).split())}")
 
 
 def failure_reason(e: BaseException) -> str:

@@ -285,6 +285,8 @@ def open_graph(path) -> h5py.File:
     path = Path(path)
     if not path.exists():
         raise FormatError(path, "no such file")
+    if path.is_dir():   # (h5py's error for it is two lines: "file read failed: time = ...\n, filename = ...")
+        raise FormatError(path, "is a directory, expected a graph file (graph.h5, from g3-prepare)")
     try:
         f = h5py.File(path, "r")
     except H5_READ_ERRORS as e:
