@@ -120,8 +120,8 @@ Source = NpzSource | OgbSource | EdgelistSource | SbmSource | RmatSource
 
 @dataclass(frozen=True)
 class PrepareConfig:
-    """One g3-prepare run: KIND's settings, the output, the shared options. ValueError on a split or a seed that
-    no KIND accepts (g3-prepare prints it and exits 2)."""
+    """One g3-prepare run: KIND's settings, the output, the shared options. ValueError on a split, a seed or a
+    number of classes that no KIND accepts (g3-prepare prints it and exits 2)."""
 
     source: Source
     out: Path                           # graph.h5 to write
@@ -133,6 +133,9 @@ class PrepareConfig:
             raise ValueError(f"--train and --val must be fractions with train + val <= 1 (got {o.train}, {o.val})")
         if o.seed < 0:
             raise ValueError(f"--seed must be >= 0 (numpy's seed sequences take non-negative integers), got {o.seed}")
+        c = getattr(self.source, "num_classes", None)
+        if c is not None and c < 1:
+            raise ValueError(f"--num-classes must be >= 1, got {c}")
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -229,10 +229,14 @@ def test_generator_bad_parameters(out_dir):
     (["edgelist", "e.txt", "--seed", -1], "--seed"), (["npz", "g.npz", "--seed", -1], "--seed"),
     (["sbm", "--nodes", 30, "--avg-degree", "nan"], "--avg-degree"),
     (["sbm", "--nodes", 30, "--noise", "nan"], "--noise"),
-    (["rmat", "--scale", 4, "--noise", "nan"], "--noise")])
+    (["rmat", "--scale", 4, "--noise", "nan"], "--noise"),
+    (["npz", "g.npz", "--num-classes", -1], "--num-classes"), (["npz", "g.npz", "--num-classes", 0], "--num-classes"),
+    (["ogb", "d", "--num-classes", 0], "--num-classes"), (["edgelist", "e.txt", "--num-classes", 2], "--num-classes")])
 def test_bad_option_value_named(out_dir, args, option):
     """A bad seed said only 'expected non-negative integer'; a NaN --avg-degree 'cannot convert float NaN to
-    integer'; a NaN --noise blamed the output's features."""
+    integer'; a NaN --noise blamed the output's features; --num-classes -1 or 0 was reported as a label out of
+    range in the input file ('label 1 out of range [-1, -1) (--num-classes -1)', exit 1), and --num-classes without
+    --labels was ignored."""
     p = run_module("data_tools.prepare", *args, "--out", out_dir / "g.h5", check=False)
     lines = p.stderr.strip().splitlines()
     assert p.returncode != 0 and len(lines) == 1 and lines[0].startswith(f"g3-prepare: error: {option} "), p.stderr

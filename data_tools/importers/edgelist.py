@@ -112,16 +112,18 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
                   feature_dim: int = 0, num_classes: int | None = None, seed: int = 0,
                   quiet: bool = False) -> RawGraph:
     path = Path(path)
+    if node_ids is not None and features is None and labels is None:   # the options first, then the files
+        raise ValueError("--node-ids needs --features or --labels (it names their rows)")
+    if features is not None and feature_dim:
+        raise ValueError("give either --features or --feature-dim, not both")
+    if masks is not None and labels is None:
+        raise ValueError("--masks needs --labels")
+    if num_classes is not None and labels is None:
+        raise ValueError("--num-classes needs --labels (without them there are no classes)")
     delim, skip = sniff(path, delimiter, header)
     x = load_numpy(features, "features", archive=False, mmap=True) if features is not None else None
     y = load_numpy(labels, "labels", archive=False) if labels is not None else None
     ids = load_numpy(node_ids, "node IDs", archive=False) if node_ids is not None else None
-    if ids is not None and x is None and y is None:
-        raise ValueError("--node-ids needs --features or --labels (it names their rows)")
-    if x is not None and feature_dim:
-        raise ValueError("give either --features or --feature-dim, not both")
-    if masks is not None and y is None:
-        raise ValueError("--masks needs --labels")
 
     src, dst = read_edges(path, delim, skip, quiet)
 
