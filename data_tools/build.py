@@ -197,9 +197,8 @@ def feature_rows(graph_path, ds, lo: int, hi: int, large: LargeFeatures | None =
             block = np.asarray(ds[lo:hi], dtype=np.float32)
     except OSError as e:   # the file changed since it was validated
         raise FormatError(graph_path, f"features rows {lo}..{hi - 1} cannot be read: {e}") from None
-    if large is not None:
+    if large is not None and not np.isfinite(large.scan(block, lo)):   # (one pass when they are finite)
         check_finite_rows(graph_path, block, lo, ": the runtime would refuse the parts")
-        large.scan(block, lo)
     return block
 
 
