@@ -1,4 +1,5 @@
-"""Logging with the MPI rank in every line (the rank comes from the injected communicator, never the launcher)."""
+"""Logging with the MPI rank in every line (the rank comes from the injected communicator, never the launcher), and
+the data tools' ``PROG: [warning: ]message`` lines (:func:`setup_tool_logging`)."""
 from __future__ import annotations
 
 import logging
