@@ -340,3 +340,27 @@ def test_patience_counts_evaluations_without_a_better_validation_accuracy(small_
     assert [r["epoch"] for r in evals if r["val_acc"] == best][0] == s["best_epoch"]
     after = [r for r in evals if r["epoch"] > s["best_epoch"]]
     assert len(after) == 3 and all(r["val_acc"] <= best for r in after)
+
+
+def test_settings_without_effect_warn_on_rank_0_and_change_nothing(small_parts, tmp_path):
+    """Settings the user gave that this run does not use (on the command line or in --config): rank 0 names each
+    once, with where it was given and why; the run is the one without them. Defaults and the settings that have
+    an effect say nothing."""
+    _, root = small_parts
+    (tmp_path / "c.toml").write_text("attn-dropout = 0.25\nlr = 0.02\nmomentum = 0.0\n")
+    common = ["--epochs", "2", "--hidden", "8", "--no-plots"]
+    p = train(2, root / "p2", tmp_path / "a", *common, "--config", tmp_path / "c.toml", "--momentum", "0.9",
+              "--heads", "4", "--checkpoint-every", "2", "--out-heads", "1")
+    warnings = [x.split(" ", 1)[1] for x in p.stderr.splitlines() if " WARNING " in x]   # (after the time)
+    assert warnings == [f"[rank 0/2] WARNING g3mpi: {w}" for w in [
+        "command line: --heads 4 has no effect: the model is gcn, and attention heads are GAT's",
+        f"{tmp_path / 'c.toml'}: attn-dropout = 0.25 has no effect: the model is gcn, and attention dropout is GAT's",
+        "command line: --momentum 0.9 has no effect: the optimizer is adam, and momentum is SGD's (optimizer sgd)",
+        "command line: --checkpoint-every 2 has no effect: the run ends at epoch 2, where the checkpoint is written "
+        "anyway"]], p.stderr
+    p = train(2, root / "p2", tmp_path / "b", *common, "--lr", "0.02")
+    assert " WARNING " not in p.stderr, p.stderr
+    a, b = (torch.load(tmp_path / d / "model.pt", weights_only=True) for d in "ab")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with h5py.File(tmp_path / "a" / "predictions.h5") as fa, h5py.File(tmp_path / "b" / "predictions.h5") as fb:
+        assert np.array_equal(fa["logits"][:], fb["logits"][:])

@@ -97,3 +97,105 @@ def test_help_names_every_default():
             shown = f"{default:g}" if isinstance(default, float) else default if default != "" else "off"
         assert f"default {shown}" in helps[name], (name, helps[name])
     assert "sgd" in helps["momentum"].lower()
+
+
+GAT_REASON = "the model is {}, and attention heads are GAT's"
+NO_CACHE = "there is no parameter-free product of the input to keep: "
+# a setting with no effect on the run: as given on the command line and in a TOML file, the settings beside it (on
+# the command line: they have an effect and must not warn), the number of ranks, the run's other facts, and why
+NO_EFFECT = [
+    ("--momentum 0.9", "momentum = 0.9", dict(momentum=0.9), {}, 2, {},
+     "the optimizer is adam, and momentum is SGD's (optimizer sgd)"),
+    ("--heads 4", "heads = 4", dict(heads=4), {}, 2, {}, GAT_REASON.format("gcn")),
+    ("--out-heads 2", "out-heads = 2", dict(out_heads=2), dict(model="sage"), 2, {}, GAT_REASON.format("sage")),
+    ("--attn-dropout 0.3", "attn_dropout = 0.3", dict(attn_dropout=0.3), {}, 2, {},
+     "the model is gcn, and attention dropout is GAT's"),
+    ("--heads 4", "heads = 4", dict(heads=4), dict(model="gat", layers=1), 2, {},
+     "with one layer there is no hidden layer (the last layer has out_heads heads)"),
+    ("--activation elu", 'activation = "elu"', dict(activation="elu"), dict(layers=1), 2, {},
+     "with one layer there is no hidden layer (the last layer has no activation)"),
+    ("--chunk-rows 64", "chunk-rows = 64", dict(chunk_rows=64), dict(model="gat"), 2, {},
+     "GAT computes its attention without row chunks (GCN and SAGE chunk their products)"),
+    ("--chunk-rows -1", "chunk_rows = -1", dict(chunk_rows=-1), dict(schedule="blocking"), 2, {},
+     "the blocking schedule computes without chunks unless chunk_rows is positive"),
+    ("--chunk-rows -1", "chunk_rows = -1", dict(chunk_rows=-1), {}, 1, {},
+     "one rank, with no messages to poll for, computes without chunks unless chunk_rows is positive"),
+    ("--schedule blocking", 'schedule = "blocking"', dict(schedule="blocking"), {}, 1, {},
+     "one rank has no halo to exchange: every schedule computes the same way"),
+    ("--sim-net 10Gbit,20us", 'sim-net = "10Gbit,20us"', dict(sim_net="10Gbit,20us"), {}, 1, {},
+     "one rank sends no messages"),
+    ("--sim-net 1Gbit,1ms", 'sim_net = "1Gbit,1ms"', dict(sim_net="1Gbit,1ms"), dict(schedule="nocomm"), 2, {},
+     "the nocomm schedule sends no messages"),
+    ("--comm-timeout 30.0", "comm-timeout = 30.0", dict(comm_timeout=30.0), {}, 1, {}, "one rank waits for no other"),
+    ("--no-input-cache", "input_cache = false", dict(input_cache=False), {}, 2, dict(input_cache_applies=False),
+     NO_CACHE + "the first layer has more input features than outputs, so it multiplies by its weight before it "
+                "aggregates"),
+    ("--no-input-cache", "input-cache = false", dict(input_cache=False), dict(model="gat"), 2,
+     dict(input_cache_applies=False), NO_CACHE + "GAT's first layer weighs its input before it aggregates"),
+    ("--checkpoint-every 10", "checkpoint_every = 10", dict(checkpoint_every=10), dict(epochs=10), 2, {},
+     "the run ends at epoch 10, where the checkpoint is written anyway"),
+    ("--patience 5", "patience = 5", dict(patience=5), dict(epochs=10, eval_every=2), 2, {},
+     "the run evaluates 4 times before its last epoch (epochs 10, eval_every 2): too few to stop it early"),
+    ("--patience 2", "patience = 2", dict(patience=2), dict(epochs=2), 2, {},
+     "the run evaluates 1 time before its last epoch (epochs 2, eval_every 1): too few to stop it early"),
+    ("--seed 3", "seed = 3", dict(seed=3), dict(init_from="m.pt", dropout=0.0), 2, {},
+     "the parameters come from init_from and no dropout is drawn"),
+    ("--seed 3", "seed = 3", dict(seed=3), dict(dropout=0.0), 2, dict(resuming=True),
+     "the parameters come from the checkpoint and no dropout is drawn"),
+    ("--force", "force = true", dict(force=True), {}, 2, dict(resuming=True),
+     "a resumed run continues in its run directory: nothing is replaced"),
+]
+
+
+@pytest.mark.parametrize("cli,toml,setting,others,world,facts,why", NO_EFFECT)
+def test_a_setting_without_effect_is_named_once_where_it_was_given(tmp_path, cli, toml, setting, others, world,
+                                                                  facts, why):
+    """One line, naming the setting as the user wrote it, where (the command line or the TOML file) and why; the
+    settings beside it (which do have an effect) say nothing, and neither does the setting at its default."""
+    from g3mpi.train.config import config_and_origins, ineffective_settings
+    cfg, given = config_and_origins(None, {**others, **setting})
+    assert ineffective_settings(cfg, given, world_size=world, **facts) == [f"command line: {cli} has no effect: {why}"]
+    (tmp_path / "run.toml").write_text(toml + "\n")
+    cfg, given = config_and_origins(tmp_path / "run.toml", others)
+    assert ineffective_settings(cfg, given, world_size=world, **facts) == [
+        f"{tmp_path / 'run.toml'}: {toml} has no effect: {why}"]
+    (key, value), = setting.items()
+    default = TrainConfig.__dataclass_fields__[key].default
+    for source in ({**others, key: default}, {**others}):   # set to the default, or not set at all
+        cfg, given = config_and_origins(None, source)
+        assert ineffective_settings(cfg, given, world_size=world, **facts) == [], source
+
+
+@pytest.mark.parametrize("overrides,world,facts", [
+    (dict(optimizer="sgd", momentum=0.9), 2, {}),
+    (dict(model="gat", heads=4, out_heads=2, attn_dropout=0.3, layers=2), 2, {}),
+    (dict(activation="elu", layers=2), 2, {}),
+    (dict(chunk_rows=-1), 2, {}),                                  # pipelined on 2 ranks: chunks unless told not to
+    (dict(chunk_rows=64, schedule="blocking"), 2, {}),             # a positive count chunks in every schedule,
+    (dict(chunk_rows=64), 1, {}),                                  # on any number of ranks
+    (dict(schedule="nocomm", comm_timeout=5.0, input_cache=True), 2, {}),
+    (dict(sim_net="10Gbit,20us"), 2, {}),
+    (dict(input_cache=False), 2, dict(input_cache_applies=True)),
+    (dict(checkpoint_every=9, epochs=10), 2, {}),
+    (dict(patience=4, epochs=10, eval_every=2), 2, {}),            # 4 evaluations before the last: it can stop
+    (dict(patience=50, epochs=10), 2, dict(resuming=True)),        # (the checkpoint's count of evaluations adds)
+    (dict(seed=3, init_from="m.pt"), 2, {}),                       # dropout 0.5 draws from the seed
+    (dict(seed=3, init_from="m.pt", dropout=0.0, model="gat", attn_dropout=0.1), 2, {}),
+    (dict(force=True), 2, {}),
+])
+def test_settings_with_an_effect_are_not_named(overrides, world, facts):
+    from g3mpi.train.config import config_and_origins, ineffective_settings
+    cfg, given = config_and_origins(None, overrides)
+    assert ineffective_settings(cfg, given, world_size=world, **facts) == []
+
+
+def test_origins_of_the_settings(tmp_path):
+    """Where each setting was given: the command line wins over the file; keys as the file spells them."""
+    from g3mpi.train.config import Given, config_and_origins
+    (tmp_path / "run.toml").write_text('attn-dropout = 0.3\nheads = 4\nmodel = "gat"\n')
+    cfg, given = config_and_origins(tmp_path / "run.toml", dict(heads=2, lr=None, verify=False))
+    f = str(tmp_path / "run.toml")
+    assert given == {"attn_dropout": Given(f, "attn-dropout"), "heads": Given(None, "heads"),
+                     "model": Given(f, "model"), "verify": Given(None, "verify")}
+    assert [given[k].show(getattr(cfg, k)) for k in given] == [
+        f"{f}: attn-dropout = 0.3", "command line: --heads 2", f"{f}: model = \"gat\"", "command line: --no-verify"]

@@ -171,9 +171,10 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
     from g3mpi.comm.watchdog import Watchdog
     from g3mpi.format import FormatError, part_name, read_meta, read_part
     from g3mpi.log import setup_logging
-    from g3mpi.train import ConfigError, Trainer, config_from, prepare_run_dir
+    from g3mpi.train import ConfigError, Trainer, prepare_run_dir
     from g3mpi.train.checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, check_restorable,
                                         load_checkpoint, load_model_state, state_mismatch)
+    from g3mpi.train.config import config_and_origins, ineffective_settings
     from g3mpi.train.faults import TestHooks, TrainingFault
     from g3mpi.train.rundir import OutputError
     from g3mpi.train.stop import EXIT_STOPPED
@@ -190,7 +191,9 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
             if args.get("init_from"):
                 raise ConfigError("--resume continues from RUN/checkpoint.pt: --init-from starts a new run")
             toml, args["out"] = f"{resume}/config.toml", resume
-        cfg = config_from(toml, args)
+        cfg, given = config_and_origins(toml, args)
+        if resume:   # RUN/config.toml is g3-train's record of the run, not the user's choice
+            given = {k: g for k, g in given.items() if g.file is None}
         if not cfg.parts:
             raise ConfigError("no partition directory given (--parts)")
         if not cfg.out:
@@ -288,6 +291,10 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
             trainer.close()
             return 1
         trainer.start_from(init)
+    if comm.rank == 0:   # settings the user gave that change nothing here: one line each, and the run goes on
+        for line in ineffective_settings(cfg, given, world_size=comm.size, resuming=bool(resume),
+                                         input_cache_applies=trainer.model.input_cache_applies):
+            log.warning("%s", line)
     run_dir, err = prepare_run_dir(comm, cfg, resume_epoch=ckpt["epoch"] if ckpt else None,
                                    resume_eval_every=ckpt["config"].get("eval_every") if ckpt else None,
                                    watchdog=watchdog)

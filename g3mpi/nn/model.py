@@ -68,7 +68,9 @@ class GNN(nn.Module):
                 convs.append((GCNLayer if model == "gcn" else SAGELayer)(graph, d, o, name=name))
                 d = o
         self.convs = nn.ModuleList(convs)
-        self.input_cache = bool(input_cache) and model != "gat" and not convs[0].transform_first
+        # the only first layer whose aggregation of the input needs no parameter: GCN or SAGE with in <= out
+        self.input_cache_applies = model != "gat" and not convs[0].transform_first
+        self.input_cache = bool(input_cache) and self.input_cache_applies
         self._cached = None     # (input tensor, its version, row groups, layer 0's input product)
 
     def _input_product(self, x: torch.Tensor, groups=None):

@@ -132,8 +132,32 @@ def _coerce(name: str, typ, value, source: str):
     return value
 
 
+@dataclass(frozen=True)
+class Given:
+    """Where the user gave a setting: in the TOML file ``file``, under the key as written there (``name``), or on
+    the command line (``file`` None, ``name`` the setting's name)."""
+    file: str | None
+    name: str
+
+    def show(self, value) -> str:
+        """The setting as the user gave it: ``run.toml: momentum = 0.9`` or ``command line: --momentum 0.9``."""
+        if self.file is not None:
+            return f"{self.file}: {self.name} = {_toml_value(value)}"
+        opt = self.name.replace("_", "-")
+        if isinstance(value, bool):
+            return f"command line: --{'' if value else 'no-'}{opt}"
+        return f"command line: --{opt} {value}"
+
+
 def config_from(toml_path: str | None = None, overrides: dict | None = None) -> TrainConfig:
     """Defaults <- TOML file <- overrides (keys as in TrainConfig; None values are ignored)."""
+    return config_and_origins(toml_path, overrides)[0]
+
+
+def config_and_origins(toml_path: str | None = None,
+                       overrides: dict | None = None) -> tuple[TrainConfig, dict[str, Given]]:
+    """:func:`config_from`, and where each setting that is not a default was given (a :class:`Given` per key: the
+    overrides' keys, the TOML file's others)."""
     types = {f.name: f.type for f in fields(TrainConfig)}
     values, source = {}, {}
     if toml_path:
@@ -155,7 +179,7 @@ def config_from(toml_path: str | None = None, overrides: dict | None = None) -> 
         if v is not None:
             values[k], source[k] = _coerce(k, types[k], v, "command line"), None
     try:
-        return TrainConfig(**values)
+        cfg = TrainConfig(**values)
     except ConfigError as e:  # name where the bad value came from
         if e.key in source:
             where = f"--{e.key.replace('_', '-')}" if source[e.key] is None else str(toml_path)
@@ -163,6 +187,59 @@ def config_from(toml_path: str | None = None, overrides: dict | None = None) -> 
         raise
     except TypeError as e:
         raise ConfigError(str(e)) from None
+    return cfg, {k: Given(None, k) if name is None else Given(str(toml_path), name) for k, name in source.items()}
+
+
+def ineffective_settings(cfg: TrainConfig, given: dict[str, Given], *, world_size: int, resuming: bool = False,
+                         input_cache_applies: bool = True) -> list[str]:
+    """One line for each setting in ``given`` (:func:`config_and_origins`) whose value is not its default but has
+    no effect on this run, saying where it was given and why (the run goes on; its results are those without it).
+    ``world_size``: the number of ranks; ``resuming``: the run continues from a checkpoint; ``input_cache_applies``:
+    the model's first layer has a parameter-free product of the input to keep (``GNN.input_cache_applies``)."""
+    why = _no_effect(cfg, world_size, resuming, input_cache_applies)
+    return [f"{given[f.name].show(getattr(cfg, f.name))} has no effect: {why[f.name]}"
+            for f in fields(cfg) if f.name in why and f.name in given and getattr(cfg, f.name) != f.default]
+
+
+def _no_effect(cfg: TrainConfig, world_size: int, resuming: bool, input_cache_applies: bool) -> dict[str, str]:
+    """Why each setting that has no effect with these others, on ``world_size`` ranks, has none (by key)."""
+    why = {}
+    if cfg.optimizer != "sgd":
+        why["momentum"] = f"the optimizer is {cfg.optimizer}, and momentum is SGD's (optimizer sgd)"
+    if cfg.model != "gat":
+        why["heads"] = why["out_heads"] = f"the model is {cfg.model}, and attention heads are GAT's"
+        why["attn_dropout"] = f"the model is {cfg.model}, and attention dropout is GAT's"
+    elif cfg.layers == 1:
+        why["heads"] = "with one layer there is no hidden layer (the last layer has out_heads heads)"
+    if cfg.layers == 1:
+        why["activation"] = "with one layer there is no hidden layer (the last layer has no activation)"
+    if cfg.model == "gat":
+        why["chunk_rows"] = "GAT computes its attention without row chunks (GCN and SAGE chunk their products)"
+    elif cfg.chunk_rows < 0 and (world_size == 1 or cfg.schedule != "pipelined"):
+        who = "one rank, with no messages to poll for," if world_size == 1 else f"the {cfg.schedule} schedule"
+        why["chunk_rows"] = f"{who} computes without chunks unless chunk_rows is positive"
+    if world_size == 1:
+        why["schedule"] = "one rank has no halo to exchange: every schedule computes the same way"
+        why["sim_net"] = "one rank sends no messages"
+        why["comm_timeout"] = "one rank waits for no other"
+    elif cfg.schedule == "nocomm":
+        why["sim_net"] = "the nocomm schedule sends no messages"
+    if not input_cache_applies:
+        why["input_cache"] = "there is no parameter-free product of the input to keep: " + (
+            "GAT's first layer weighs its input before it aggregates" if cfg.model == "gat" else
+            "the first layer has more input features than outputs, so it multiplies by its weight before it aggregates")
+    if cfg.checkpoint_every >= cfg.epochs:
+        why["checkpoint_every"] = f"the run ends at epoch {cfg.epochs}, where the checkpoint is written anyway"
+    evaluations = max(cfg.epochs - 1, 0) // cfg.eval_every
+    if not resuming and cfg.patience > evaluations:
+        why["patience"] = (f"the run evaluates {evaluations} time{'' if evaluations == 1 else 's'} before its last "
+                           f"epoch (epochs {cfg.epochs}, eval_every {cfg.eval_every}): too few to stop it early")
+    if (cfg.init_from or resuming) and not (cfg.dropout > 0 or cfg.model == "gat" and cfg.attn_dropout > 0):
+        why["seed"] = (f"the parameters come from {'the checkpoint' if resuming else 'init_from'} and no dropout "
+                       "is drawn")
+    if resuming:
+        why["force"] = "a resumed run continues in its run directory: nothing is replaced"
+    return why
 
 
 def _toml_value(v) -> str:
