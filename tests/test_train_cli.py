@@ -198,6 +198,20 @@ def test_bad_config(small_parts, tmp_path):
     assert p.returncode != 0 and "dropout" in p.stderr
 
 
+def test_config_that_cannot_be_read(small_parts, tmp_path):
+    """Every rank names the file in one line and exits 2, before any run directory: a directory, and a file whose
+    read fails (/proc/self/mem: EIO, even for root; it was a traceback on every rank)."""
+    _, root = small_parts
+    (tmp_path / "dir.toml").mkdir()
+    for path, what in [(tmp_path / "dir.toml", "is a directory, not a config file"),
+                       ("/proc/self/mem", "cannot be read: Input/output error")]:
+        p = run_mpi(2, MOD, "--parts", root / "p2", "--out", tmp_path / "run", "--config", path, check=False)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert sorted(x for x in p.stderr.splitlines() if "error" in x) == [
+            f"g3-train: error: [rank {r}] {path}: {what}" for r in (0, 1)], p.stderr
+        assert not (tmp_path / "run").exists()
+
+
 def test_init_from_evaluates_and_fine_tunes_on_any_partition(small_parts, tmp_path):
     """--init-from RUN/model.pt: with --epochs 0 the same logits as RUN's own predictions on another partition
     and number of ranks; fine-tuning from it is the same whatever P, and the same as resuming the evaluation-only

@@ -74,6 +74,29 @@ def test_missing_config_file(tmp_path):
         config_from(tmp_path / "nope.toml")
 
 
+def test_config_path_that_is_not_a_readable_file(tmp_path, monkeypatch):
+    """A directory or a FIFO is named as such (it was "no such config file"; a FIFO was not read, which would
+    block), a file that cannot be read says why (it was an OSError traceback)."""
+    import os
+    from pathlib import Path
+    (tmp_path / "dir.toml").mkdir()
+    os.mkfifo(tmp_path / "fifo.toml")
+    (tmp_path / "locked.toml").write_text("epochs = 1\n")
+    read_text = Path.read_text
+
+    def denied(self, *a, **kw):
+        if self.name == "locked.toml":
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_text(self, *a, **kw)
+    monkeypatch.setattr(Path, "read_text", denied)
+    for name, what in [("dir.toml", "is a directory, not a config file"),
+                       ("fifo.toml", "is a special file, not a config file"),
+                       ("locked.toml", "cannot be read: Permission denied")]:
+        with pytest.raises(ConfigError) as e:
+            config_from(tmp_path / name)
+        assert str(e.value) == f"{tmp_path / name}: {what}"
+
+
 def test_frozen():
     with pytest.raises(Exception):
         TrainConfig().lr = 3

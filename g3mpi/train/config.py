@@ -162,11 +162,19 @@ def config_and_origins(toml_path: str | None = None,
     values, source = {}, {}
     if toml_path:
         p = Path(toml_path)
-        if not p.is_file():
+        if not p.exists():
             raise ConfigError(f"{p}: no such config file")
+        if not p.is_file():   # (a FIFO would block the read)
+            raise ConfigError(f"{p}: is a {'directory' if p.is_dir() else 'special file'}, not a config file")
         try:
-            data = tomllib.loads(p.read_text(encoding="utf-8-sig"))   # a BOM (some editors) is fine
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as e:   # (arrays nested too deep)
+            text = p.read_text(encoding="utf-8-sig")   # a BOM (some editors) is fine
+        except OSError as e:   # no permission, an I/O error
+            raise ConfigError(f"{p}: cannot be read: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{p}: not valid TOML: {e}") from None
+        try:
+            data = tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, RecursionError) as e:   # (arrays nested too deep)
             raise ConfigError(f"{p}: not valid TOML: {e}") from None
         for k, v in data.items():
             key = k.replace("-", "_")
