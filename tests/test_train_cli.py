@@ -212,6 +212,19 @@ def test_config_that_cannot_be_read(small_parts, tmp_path):
         assert not (tmp_path / "run").exists()
 
 
+def test_bad_command_line(small_parts, tmp_path):
+    """A value of the wrong type or an unknown option: one line per rank naming it and the rank, exit status 2
+    (it was argparse's 16-line usage on every rank, and a line without the rank)."""
+    _, root = small_parts
+    for bad, what in [(["--epochs", "ten"], "argument --epochs: invalid int value: 'ten'"),
+                      (["--hiden", "64"], "unrecognized arguments: --hiden 64")]:
+        p = run_mpi(2, MOD, "--parts", root / "p2", "--out", tmp_path / "run", *bad, check=False)
+        assert p.returncode == 2 and "usage:" not in p.stderr, p.stderr
+        assert sorted(x for x in p.stderr.splitlines() if "error" in x) == [
+            f"g3-train: error: [rank {r}] {what} (g3-train --help lists the options)" for r in (0, 1)], p.stderr
+        assert not (tmp_path / "run").exists()
+
+
 def test_init_from_evaluates_and_fine_tunes_on_any_partition(small_parts, tmp_path):
     """--init-from RUN/model.pt: with --epochs 0 the same logits as RUN's own predictions on another partition
     and number of ranks; fine-tuning from it is the same whatever P, and the same as resuming the evaluation-only

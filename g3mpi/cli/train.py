@@ -23,10 +23,25 @@ from g3mpi.comm.abort import abort_job, write_line
 PROG = "g3-train"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one line naming the rank, as every other error of g3-train
+    (``g3-train: error: [rank r] argument --epochs: invalid int value: 'ten' ...``), not the usage on every rank."""
+
+    def __init__(self, *args, rank: int | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.rank = rank
+
+    def error(self, message: str):
+        where = "" if self.rank is None else f"[rank {self.rank}] "
+        write_line(f"{self.prog}: error: {where}{message} ({self.prog} --help lists the options)")
+        sys.exit(2)
+
+
+def build_parser(rank: int | None = None) -> argparse.ArgumentParser:
+    """g3-train's options; ``rank`` (this process's) is named in the line of a bad command line."""
     from g3mpi.train.config import ACTIVATIONS, LOG_LEVELS, MODELS, MODES, OPTIMIZERS   # the choices' one home
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
+                 formatter_class=argparse.RawDescriptionHelpFormatter, rank=rank)
     ap.add_argument("--parts", help="partition directory (meta.json + part-*.h5)")
     ap.add_argument("--out", help="run directory to create")
     ap.add_argument("--config", help="TOML file with settings (command-line options override it)")
@@ -161,7 +176,7 @@ def main(argv=None, comm=None) -> int:
     # recorded before training stops it after its first epoch. Before the parser too, which imports torch: that
     # import is most of a rank's start-up (seconds, far more on a busy node), and a signal there was swallowed.
     with StopSignals() as stop:
-        args = vars(build_parser().parse_args(argv))
+        args = vars(build_parser(comm.rank).parse_args(argv))
         return _run(comm, args, own_world, stop)
 
 
