@@ -225,6 +225,20 @@ def test_bad_command_line(small_parts, tmp_path):
         assert not (tmp_path / "run").exists()
 
 
+def test_empty_paths_are_refused(small_parts, tmp_path):
+    """--config "", --resume "" or --init-from "" (an unset shell variable) stop every rank with one line, before
+    any run directory (they were taken for no option at all: a run with the defaults, a new run, the seeded
+    initialisation)."""
+    _, root = small_parts
+    for opt in ("--config", "--resume", "--init-from"):
+        p = run_mpi(2, MOD, "--parts", root / "p2", "--out", tmp_path / "run", "--epochs", "1", opt, "",
+                    check=False)
+        assert p.returncode == 2, p.stderr
+        assert sorted(x for x in p.stderr.splitlines() if "error" in x) == [
+            f"g3-train: error: [rank {r}] {opt}: the path is empty" for r in (0, 1)], p.stderr
+        assert not (tmp_path / "run").exists()
+
+
 def test_init_from_evaluates_and_fine_tunes_on_any_partition(small_parts, tmp_path):
     """--init-from RUN/model.pt: with --epochs 0 the same logits as RUN's own predictions on another partition
     and number of ranks; fine-tuning from it is the same whatever P, and the same as resuming the evaluation-only

@@ -198,6 +198,11 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
     resume = args.pop("resume")
     try:
         toml = args.pop("config")
+        # an empty path (an unset shell variable: --config "$CFG") would read as no option at all: the defaults,
+        # a new run, the seeded initialisation
+        for opt, value in (("config", toml), ("resume", resume), ("init-from", args.get("init_from"))):
+            if value == "":
+                raise ConfigError(f"--{opt}: the path is empty")
         if resume:
             if toml:
                 raise ConfigError("--resume takes its settings from RUN/config.toml: give either --config or --resume")
