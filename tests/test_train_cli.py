@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -323,11 +324,14 @@ def test_load_model_state_refuses_what_is_not_parameters(tmp_path):
         def __reduce__(self):
             return (print, ("unpickled!",))
     torch.save({"convs.0.bias": Evil()}, tmp_path / "evil.pt")
+    (tmp_path / "dir.pt").mkdir()    # (it was "no such model file")
+    os.mkfifo(tmp_path / "fifo.pt")  # (it was "no such model file"; reading it would block)
     for name, what in [("nan.pt", "'convs.0.bias' has non-finite values"), ("int.pt", "is a torch.int64 tensor"),
                        ("list.pt", "not a model state_dict"), ("empty.pt", "not a model state_dict"),
                        ("cut.pt", "not a readable model file"), ("evil.pt", "not a readable model file"),
                        ("flip.pt", "checksum mismatch in record '.*' \\(file corrupt\\)"),
-                       ("none.pt", "no such model file")]:
+                       ("none.pt", "no such model file"), ("dir.pt", "is a directory, not a model file"),
+                       ("fifo.pt", "is a special file, not a model file")]:
         with pytest.raises(CheckpointError, match=f"^{tmp_path / name}: .*{what}"):
             load_model_state(tmp_path / name)
     assert state_mismatch(good, good) is None

@@ -151,8 +151,11 @@ def load_model_state(path) -> dict:
     by :func:`_load_verified`; every value a finite floating-point tensor. CheckpointError (naming the file)
     otherwise; a g3mpi checkpoint is refused with a pointer to ``--resume`` or its run's model.pt."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(path, "no such model file (--init-from takes a run's model.pt)")
+    if not path.is_file():   # (a FIFO would block the read)
+        raise CheckpointError(path, f"is a {'directory' if path.is_dir() else 'special file'}, not a model file "
+                                    "(--init-from takes a run's model.pt)")
     state = _load_verified(path, "model file")
     if isinstance(state, dict) and state.get("format") == CHECKPOINT_FORMAT:
         raise CheckpointError(path, "is a g3mpi checkpoint: continue its run with --resume RUN, or start from the "
