@@ -199,6 +199,25 @@ def test_bad_config(small_parts, tmp_path):
     assert p.returncode != 0 and "dropout" in p.stderr
 
 
+def test_resumed_run_warns_only_about_its_own_command_line(small_parts, tmp_path):
+    """RUN/config.toml is g3-train's record, not the user's choice: --resume does not warn again about the
+    settings of the run it continues, only about what its own command line gives. The input cache is idle where
+    the first layer multiplies by its weight first (8 features, 4 hidden channels)."""
+    _, root = small_parts
+
+    def warnings(p):
+        return [x.split(" WARNING g3mpi: ")[1] for x in p.stderr.splitlines() if " WARNING " in x]
+    p = train(1, root / "p1", tmp_path / "r", "--epochs", "1", "--hidden", "4", "--heads", "4", "--no-input-cache",
+              "--no-plots")
+    assert warnings(p) == [
+        "command line: --heads 4 has no effect: the model is gcn, and attention heads are GAT's",
+        "command line: --no-input-cache has no effect: there is no parameter-free product of the input to keep: the "
+        "first layer has more input features than outputs, so it multiplies by its weight before it aggregates"]
+    p = run_mpi(1, MOD, "--resume", tmp_path / "r", "--epochs", "2", "--force", "--no-progress")
+    assert warnings(p) == ["command line: --force has no effect: a resumed run continues in its run directory: "
+                           "nothing is replaced"], p.stderr
+
+
 def test_config_that_cannot_be_read(small_parts, tmp_path):
     """Every rank names the file in one line and exits 2, before any run directory: a directory, and a file whose
     read fails (/proc/self/mem: EIO, even for root; it was a traceback on every rank)."""
