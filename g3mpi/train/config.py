@@ -156,8 +156,8 @@ def config_from(toml_path: str | None = None, overrides: dict | None = None) -> 
 
 def config_and_origins(toml_path: str | None = None,
                        overrides: dict | None = None) -> tuple[TrainConfig, dict[str, Given]]:
-    """:func:`config_from`, and where each setting that is not a default was given (a :class:`Given` per key: the
-    overrides' keys, the TOML file's others)."""
+    """:func:`config_from`, and where each setting that the TOML file or the overrides give was given (a
+    :class:`Given` per key; an override hides the file's value)."""
     types = {f.name: f.type for f in fields(TrainConfig)}
     values, source = {}, {}
     if toml_path:
