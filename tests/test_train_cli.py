@@ -424,7 +424,11 @@ def test_settings_without_effect_warn_on_rank_0_and_change_nothing(small_parts, 
         "anyway"]], p.stderr
     p = train(2, root / "p2", tmp_path / "b", *common, "--lr", "0.02")
     assert " WARNING " not in p.stderr, p.stderr
-    a, b = (torch.load(tmp_path / d / "model.pt", weights_only=True) for d in "ab")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for name in ("model.pt", "checkpoint.pt"):   # the best parameters, and the last epoch's
+        a, b = (torch.load(tmp_path / d / name, weights_only=True) for d in "ab")
+        a, b = (x["model"] if name == "checkpoint.pt" else x for x in (a, b))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    losses = [[json.loads(x)["loss"] for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()] for d in "ab"]
+    assert losses[0] == losses[1]
     with h5py.File(tmp_path / "a" / "predictions.h5") as fa, h5py.File(tmp_path / "b" / "predictions.h5") as fb:
         assert np.array_equal(fa["logits"][:], fb["logits"][:])
