@@ -202,6 +202,8 @@ def test_a_setting_without_effect_is_named_once_where_it_was_given(tmp_path, cli
     (dict(checkpoint_every=9, epochs=10), 2, {}),
     (dict(patience=4, epochs=10, eval_every=2), 2, {}),            # 4 evaluations before the last: it can stop
     (dict(patience=50, epochs=10), 2, dict(resuming=True)),        # (the checkpoint's count of evaluations adds)
+    # evaluation only: saved for a --resume that trains
+    (dict(epochs=0, init_from="m.pt", checkpoint_every=5, patience=3, lr=0.1, optimizer="sgd", momentum=0.9), 2, {}),
     (dict(seed=3, init_from="m.pt"), 2, {}),                       # dropout 0.5 draws from the seed
     (dict(seed=3, init_from="m.pt", dropout=0.0, model="gat", attn_dropout=0.1), 2, {}),
     (dict(force=True), 2, {}),

@@ -236,10 +236,11 @@ def _no_effect(cfg: TrainConfig, world_size: int, resuming: bool, input_cache_ap
         why["input_cache"] = "there is no parameter-free product of the input to keep: " + (
             "GAT's first layer weighs its input before it aggregates" if cfg.model == "gat" else
             "the first layer has more input features than outputs, so it multiplies by its weight before it aggregates")
-    if cfg.checkpoint_every >= cfg.epochs:
+    # (an evaluation-only run, epochs 0, saves them for a --resume that trains)
+    if cfg.epochs and cfg.checkpoint_every >= cfg.epochs:
         why["checkpoint_every"] = f"the run ends at epoch {cfg.epochs}, where the checkpoint is written anyway"
     evaluations = max(cfg.epochs - 1, 0) // cfg.eval_every
-    if not resuming and cfg.patience > evaluations:
+    if cfg.epochs and not resuming and cfg.patience > evaluations:
         why["patience"] = (f"the run evaluates {evaluations} time{'' if evaluations == 1 else 's'} before its last "
                            f"epoch (epochs {cfg.epochs}, eval_every {cfg.eval_every}): too few to stop it early")
     if (cfg.init_from or resuming) and not (cfg.dropout > 0 or cfg.model == "gat" and cfg.attn_dropout > 0):
