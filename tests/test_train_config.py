@@ -157,10 +157,15 @@ NO_EFFECT = [
      dict(input_cache_applies=False), NO_CACHE + "GAT's first layer weighs its input before it aggregates"),
     ("--checkpoint-every 10", "checkpoint_every = 10", dict(checkpoint_every=10), dict(epochs=10), 2, {},
      "the run ends at epoch 10, where the checkpoint is written anyway"),
-    ("--patience 5", "patience = 5", dict(patience=5), dict(epochs=10, eval_every=2), 2, {},
-     "the run evaluates 4 times before its last epoch (epochs 10, eval_every 2): too few to stop it early"),
-    ("--patience 2", "patience = 2", dict(patience=2), dict(epochs=2), 2, {},
-     "the run evaluates 1 time before its last epoch (epochs 2, eval_every 1): too few to stop it early"),
+    ("--patience 4", "patience = 4", dict(patience=4), dict(epochs=10, eval_every=2), 2, {},
+     "the run could stop at epoch 10 at the soonest (the best at epoch 2, then 4 evaluations every 2 epochs), not "
+     "before its last epoch 10"),
+    ("--patience 1", "patience = 1", dict(patience=1), dict(epochs=2), 2, {},
+     "the run could stop at epoch 2 at the soonest (the best at epoch 1, then 1 evaluation every 1 epoch), not "
+     "before its last epoch 2"),
+    ("--patience 10", "patience = 10", dict(patience=10), dict(epochs=10, init_from="m.pt"), 2, {},
+     "the run could stop at epoch 10 at the soonest (the best at epoch 0, then 10 evaluations every 1 epoch), not "
+     "before its last epoch 10"),
     ("--seed 3", "seed = 3", dict(seed=3), dict(init_from="m.pt", dropout=0.0), 2, {},
      "the parameters come from init_from and no dropout is drawn"),
     ("--seed 3", "seed = 3", dict(seed=3), dict(dropout=0.0), 2, dict(resuming=True),
@@ -200,7 +205,8 @@ def test_a_setting_without_effect_is_named_once_where_it_was_given(tmp_path, cli
     (dict(sim_net="10Gbit,20us"), 2, {}),
     (dict(input_cache=False), 2, dict(input_cache_applies=True)),
     (dict(checkpoint_every=9, epochs=10), 2, {}),
-    (dict(patience=4, epochs=10, eval_every=2), 2, {}),            # 4 evaluations before the last: it can stop
+    (dict(patience=3, epochs=10, eval_every=2), 2, {}),            # the best at 2, 3 evaluations on: it stops at 8
+    (dict(patience=9, epochs=10, init_from="m.pt"), 2, {}),        # the best at 0 (init_from), 9 on: at 9
     (dict(patience=50, epochs=10), 2, dict(resuming=True)),        # (the checkpoint's count of evaluations adds)
     # evaluation only: saved for a --resume that trains
     (dict(epochs=0, init_from="m.pt", checkpoint_every=5, patience=3, lr=0.1, optimizer="sgd", momentum=0.9), 2, {}),

@@ -239,10 +239,14 @@ def _no_effect(cfg: TrainConfig, world_size: int, resuming: bool, input_cache_ap
     # (an evaluation-only run, epochs 0, saves them for a --resume that trains)
     if cfg.epochs and cfg.checkpoint_every >= cfg.epochs:
         why["checkpoint_every"] = f"the run ends at epoch {cfg.epochs}, where the checkpoint is written anyway"
-    evaluations = max(cfg.epochs - 1, 0) // cfg.eval_every
-    if cfg.epochs and not resuming and cfg.patience > evaluations:
-        why["patience"] = (f"the run evaluates {evaluations} time{'' if evaluations == 1 else 's'} before its last "
-                           f"epoch (epochs {cfg.epochs}, eval_every {cfg.eval_every}): too few to stop it early")
+    # the earliest early stop: patience evaluations after the earliest best, the first evaluation (epoch 0's of
+    # init_from's parameters, else epoch eval_every's); one at the last epoch or later stops nothing
+    first = 0 if cfg.init_from else cfg.eval_every
+    soonest = first + cfg.patience * cfg.eval_every
+    if cfg.epochs and not resuming and cfg.patience and soonest >= cfg.epochs:
+        why["patience"] = (f"the run could stop at epoch {soonest} at the soonest (the best at epoch {first}, then "
+                           f"{cfg.patience} evaluation{'' if cfg.patience == 1 else 's'} every {cfg.eval_every} "
+                           f"epoch{'' if cfg.eval_every == 1 else 's'}), not before its last epoch {cfg.epochs}")
     if (cfg.init_from or resuming) and not (cfg.dropout > 0 or cfg.model == "gat" and cfg.attn_dropout > 0):
         why["seed"] = (f"the parameters come from {'the checkpoint' if resuming else 'init_from'} and no dropout "
                        "is drawn")
