@@ -102,6 +102,11 @@ def test_run_directory(small_parts, tmp_path):
         lg, pred = f["logits"][:], f["pred"][:]
     assert lg.shape == (g.num_nodes, 4) and np.isfinite(lg).all()
     assert np.array_equal(pred, lg.argmax(1))
+    # the summary's accuracies are the best model's predictions scored on each split of the whole graph (a mutation
+    # that scored every split on the training nodes survived every test that compared runs with each other)
+    for split in ("train", "val", "test"):
+        mask = getattr(g, f"{split}_mask")
+        assert mask.sum() > 0 and s[f"{split}_acc"] == pytest.approx((pred[mask] == g.labels[mask]).mean(), rel=1e-12)
     state = torch.load(out / "model.pt", weights_only=True)
     assert set(state) == {"convs.0.lin_l.weight", "convs.0.lin_l.bias", "convs.0.lin_r.weight",
                           "convs.1.lin_l.weight", "convs.1.lin_l.bias", "convs.1.lin_r.weight"}
