@@ -43,7 +43,8 @@ import scipy.sparse as sp
 from g3mpi.format import write_json
 
 from .partitioners.cost import CostModel, DEFAULT_EDGE_SECONDS, calibrate, out_edges, partition_stats, quality
-from .partitioners.g3 import g3_partition, start_plan
+from .partitioners.g3 import g3_partition
+from .partitioners.g3_start import start_plan
 from .partitioners.metis import metis_partition, symmetrize
 from .partitioners.random import random_partition
 

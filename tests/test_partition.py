@@ -615,9 +615,10 @@ def test_g3_switches_to_edge_balanced_start(cora_npz):
     from data_tools.bench_partition import rmat
     from data_tools.partitioners import CostModel
     from data_tools.partitioners import g3 as g3mod
+    from data_tools.partitioners import g3_start
     (indptr, indices), _ = rmat(10, edge_factor=8, a=0.45, b=0.22, c=0.22)
     in_deg = np.diff(indptr)
-    assert in_deg.std() / in_deg.mean() < g3mod.SKEW
+    assert in_deg.std() / in_deg.mean() < g3_start.SKEW
     model, P = CostModel(width=16), 4
     node_start, _ = metis_partition(indptr, indices, P, balance="nodes", seed=0)
     e = np.bincount(node_start, weights=in_deg, minlength=P)
@@ -626,7 +627,7 @@ def test_g3_switches_to_edge_balanced_start(cora_npz):
     a, info = g3mod.g3_partition(indptr, indices, P, model=model, seed=0, log=logs.append)
     assert info["start"] == "metis balance=edges recursive"
     sw = info["start_switched"]
-    assert sw["edge_imbalance"] == pytest.approx(e.max() / e.mean()) and sw["cut_fraction"] > g3mod.SWITCH_CUT
+    assert sw["edge_imbalance"] == pytest.approx(e.max() / e.mean()) and sw["cut_fraction"] > g3_start.SWITCH_CUT
     assert any("starting from edge-balanced METIS instead" in m for m in logs), logs
     src, dst = out_edges(indptr, indices)
 
@@ -645,7 +646,7 @@ def test_g3_switches_to_edge_balanced_start(cora_npz):
 def test_start_plan():
     """g3's default METIS start: edge-balanced and minimising the volume on skewed (power-law) in-degrees up to
     VOLUME_MAX_PARTS parts, the cut above or when bisection is asked for; node-balanced cut otherwise."""
-    from data_tools.partitioners.g3 import VOLUME_MAX_PARTS, start_plan
+    from data_tools.partitioners.g3_start import VOLUME_MAX_PARTS, start_plan
     flat = np.full(1000, 8)
     skewed = np.ones(1000, dtype=np.int64)
     skewed[:5] = 2000  # coefficient of variation ~ 6
@@ -737,6 +738,7 @@ def test_g3_descent_stops_when_rows_stall(monkeypatch):
     DESCENT_WINDOW evaluations (a tolerance of 100 %: after exactly DESCENT_WINDOW evaluations); deterministic."""
     from data_tools.partitioners import CostModel
     from data_tools.partitioners import g3 as g3mod
+    from data_tools.partitioners import g3_descent
     g = random_graph(n=400, m=3000, seed=0)
     indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
     P = 5
@@ -745,13 +747,13 @@ def test_g3_descent_stops_when_rows_stall(monkeypatch):
     bound = g3mod._State(ref, start).max_cost * 1.001
     s = g3mod._State(ref, start)
     full, _ = ref._descend(s, bound, 40, 0, None)
-    assert full > g3mod.DESCENT_WINDOW
+    assert full > g3_descent.DESCENT_WINDOW
     monkeypatch.setattr("data_tools.partitioners.g3_descent.DESCENT_TOL", 1.0)
     runs = []
     for _ in range(2):
         s = g3mod._State(ref, start)
         it, _ = ref._descend(s, bound, 40, 0, None)
-        assert it == g3mod.DESCENT_WINDOW
+        assert it == g3_descent.DESCENT_WINDOW
         runs.append(s.a.copy())
     np.testing.assert_array_equal(runs[0], runs[1])
 

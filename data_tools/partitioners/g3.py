@@ -64,10 +64,8 @@ import numpy as np
 
 from .caps import fill_isolated, repair_edges, repair_nodes
 from .cost import CostModel
-# also imported from here by data_tools.bench_partition (start_plan) and the tests (SKEW, SWITCH_CUT, VOLUME_MAX_PARTS,
-# DESCENT_WINDOW, start_plan, _State)
-from .g3_descent import DESCENT_MIN_IMBALANCE, DESCENT_WINDOW, _Descent  # noqa: F401
-from .g3_start import SKEW, SWITCH_CUT, VOLUME_MAX_PARTS, _switch_to_edges, start_plan  # noqa: F401
+from .g3_descent import DESCENT_MIN_IMBALANCE, _Descent
+from .g3_start import _switch_to_edges, start_plan
 from .g3_state import _State
 from .g3_steps import PHASE1, PHASE1_WINDOW, PHASE2, _Steps
 from .metis import fill_empty_parts, metis_partition, symmetrize
@@ -116,6 +114,14 @@ class _Refiner(_Steps, _Descent):
                          assignment=s.a)
 
 
+def _progress_bar(total: int):
+    """tqdm bar of the refinement's evaluations on stderr (hidden where stderr is not a terminal)."""
+    import sys
+
+    from tqdm import tqdm
+    return tqdm(total=total, desc="g3 refinement", unit="iter", file=sys.stderr, leave=False, disable=None)
+
+
 def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imbalance: float = 1.10,
                  edge_imbalance: float = 1.10, max_iters: int = 100, seed: int = 0, progress: bool = False,
                  log=None, start: np.ndarray | None = None, start_balance: str = "auto", cost_slack: float = 0.0,
@@ -162,13 +168,7 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
                                           recursive=recursive, objective=start_objective)
             said += tuple(info.get("metis_messages", ()))
     t_metis = time.time() - t0 - t_setup  # the refiner's setup counts as refinement time
-    bar = None
-    if progress:
-        import sys
-        from tqdm import tqdm
-
-        def bar(total):
-            return tqdm(total=total, desc="g3 refinement", unit="iter", file=sys.stderr, leave=False, disable=None)
+    bar = _progress_bar if progress else None
     start = np.asarray(start, dtype=np.int64)
     out_deg = np.bincount(np.asarray(indices, dtype=np.int64), minlength=n)
     isolated = (in_deg == 0) & (out_deg == 0)

@@ -17,10 +17,15 @@ max cost, max communication rows, total halo rows), lexicographically (:func:`_b
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .caps import part_edge_caps
 from .cost import replica_matrix
+
+if TYPE_CHECKING:
+    from .g3 import _Refiner
 
 #: weight of the cap penalty in a part's load, in mean part costs per cap's worth of excess
 PENALTY = 10.0
@@ -39,7 +44,7 @@ class _State:
     other parts u has an out-edge into (u's send rows; u is a boundary node when it is > 0).
     """
 
-    def __init__(self, ref: "_Refiner", a: np.ndarray):
+    def __init__(self, ref: _Refiner, a: np.ndarray):
         self.ref = ref
         self.a = a.copy()
         self._undo = []
