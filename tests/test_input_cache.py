@@ -74,6 +74,46 @@ def test_cached_equals_recomputed_in_process(one_rank, model, dropout):
     assert cached._cached[1] == x._version
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_input_that_needs_a_gradient_is_not_cached(one_rank, model):
+    """An input that needs a gradient (e.g. features being optimised) is never served from the cache, which is
+    computed without autograd: the gradient reaching it equals the uncached model's, in evaluation (where the
+    cache applies) as in training (a mutation run found this untested: the cache ignoring requires_grad passed
+    every test, and x.grad stayed None)."""
+    part, graph = one_rank
+    cached, plain = _pair(model, graph, part, 0.0)
+    for training in (False, True):
+        grads = []
+        for net in (cached, plain):
+            net.train(training)
+            x = torch.from_numpy(part.features.copy()).requires_grad_()
+            (net(x) ** 2).sum().backward()
+            grads.append(x.grad)
+        assert grads[0] is not None and torch.equal(grads[0], grads[1]), training
+        assert cached._cached is None
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_cached_product_is_kept_per_row_grouping(one_rank, model):
+    """The cache holds the product either whole (layer-by-layer forward) or split into the pipeline's boundary and
+    interior rows; a pass asking for the other layout recomputes it (the bench worker switches one model's graph
+    between the pipelined and the blocking schedule from epoch to epoch). A mutation run found this untested:
+    ignoring the row groups served the pipeline's (rows, rows) tuple to the layer-by-layer forward."""
+    part, graph = one_rank
+    cached, plain = _pair(model, graph, part, 0.0)
+    cached.eval()
+    x = torch.from_numpy(part.features.copy())
+    B, I = graph.row_groups(cached.convs[0].agg.kind)
+    want = plain.convs[0].input_product(x)
+    for _ in range(2):
+        split = cached._input_product(x, (B.rows, I.rows))
+        assert isinstance(split, tuple) and len(split) == 2
+        assert rel_err(split[0].numpy(), want[B.rows].numpy()) <= 1e-6
+        assert rel_err(split[1].numpy(), want[I.rows].numpy()) <= 1e-6
+        whole = cached._input_product(x)
+        assert torch.is_tensor(whole) and rel_err(whole.numpy(), want.numpy()) <= 1e-6
+
+
 def test_not_used_for_transform_first_or_gat(one_rank):
     from g3mpi.nn import GNN
     part, graph = one_rank
