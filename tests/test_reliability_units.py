@@ -444,3 +444,44 @@ def test_a_full_disk_writing_model_or_checkpoint_says_so(tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [f"{tmp_path / 'model.pt'}: cannot be written: File too large", "File too large"]
     assert list(tmp_path.iterdir()) == []
+
+
+#: a value other than TrainConfig's default for every setting that trains another model (a resume must refuse it)
+MODEL_SETTINGS = dict(model="sage", layers=3, hidden=32, heads=4, out_heads=2, dropout=0.25, attn_dropout=0.1,
+                      activation="elu", optimizer="sgd", lr=0.1, weight_decay=0.0, momentum=0.9, seed=4)
+#: settings a resume may change (how fast, how long, what is written): the model trained stays the same
+RUN_SETTINGS = dict(epochs=30, eval_every=3, patience=5, threads=2, schedule="blocking", chunk_rows=7,
+                    sim_net="10Gbit,20us", input_cache=False, release_memory=True, verify=False, progress=False,
+                    plots=False, log_level="WARNING", checkpoint_every=2, comm_timeout=5.0, time_limit=60.0)
+
+
+def test_check_compatible_refuses_each_model_setting_and_changed_part_files():
+    """``--resume`` refuses a checkpoint whose configuration trains another model, naming the setting, for each of
+    those settings (the seed too: it keys dropout), accepts changes to every other setting, and refuses a
+    partition of the same ID whose part files changed (a mutation run found both checks untested: dropping the
+    seed from the checked settings, or the file comparison, passed every test)."""
+    from dataclasses import replace
+
+    from g3mpi.train.checkpoint import check_compatible, make_checkpoint
+    from g3mpi.train.config import TrainConfig
+    meta = dict(partition_id="p1", num_parts=2, method="metis", graph_sha256="g" * 64,
+                files={"node_map.h5": "a" * 64, "part-00000.h5": "b" * 64, "part-00001.h5": "c" * 64})
+    cfg = TrainConfig(parts="PARTS", epochs=10)
+    ck = make_checkpoint(epoch=4, model={}, optimizer={}, best=dict(val_acc=0.5, epoch=4, accs={}, state=None),
+                         since_best=0, last_loss=1.0, cfg=cfg, meta=meta)
+    assert set(MODEL_SETTINGS) | set(RUN_SETTINGS) | {"parts", "out", "force", "init_from"} == \
+        {f for f in TrainConfig.__dataclass_fields__}
+    check_compatible("ck.pt", ck, cfg, meta)
+    check_compatible("ck.pt", ck, replace(cfg, **RUN_SETTINGS), meta)
+    for k, v in MODEL_SETTINGS.items():
+        want = f"ck.pt: incompatible configuration: {k} = {getattr(cfg, k)!r} in the checkpoint but {v!r} now"
+        with pytest.raises(CheckpointError) as e:
+            check_compatible("ck.pt", ck, replace(cfg, **{k: v}), meta)
+        assert str(e.value) == want
+    changed = dict(meta, files=dict(meta["files"], **{"part-00001.h5": "d" * 64}))
+    with pytest.raises(CheckpointError) as e:
+        check_compatible("ck.pt", ck, cfg, changed)
+    assert str(e.value) == "ck.pt: the partition's files changed since the checkpoint: part-00001.h5"
+    with pytest.raises(CheckpointError) as e:
+        check_compatible("ck.pt", ck, replace(cfg, epochs=3), meta)
+    assert str(e.value) == "ck.pt: already at epoch 4, beyond --epochs 3"
