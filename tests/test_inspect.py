@@ -109,6 +109,21 @@ def test_partition_totals_recomputed_from_the_graph(parts):
     assert r["replication_factor"] == 1 + sum(halo) / n
 
 
+def test_summary_totals_of_parts_in_any_order():
+    """``summarize`` (g3-inspect's and g3-partition's totals) takes the maximum over every part and the sums over
+    all of them, wherever the largest part is (a mutation run found max_comm_rows read from the first part passing
+    every test: in the tests' partitions the first part had the most communication rows)."""
+    from data_tools.build import summarize
+    stats = [dict(owned=10, local_edges=20, halo=2, send=1, cut_edges=3),
+             dict(owned=30, local_edges=60, halo=9, send=7, cut_edges=11),
+             dict(owned=20, local_edges=40, halo=4, send=8, cut_edges=5)]
+    r = summarize(stats, 60, 120)
+    assert (r["max_comm_rows"], r["total_halo"], r["edge_cut"]) == (16, 15, 19)
+    assert r["replication_factor"] == 1 + 15 / 60
+    assert (r["node_imbalance"], r["compute_imbalance"]) == (1.5, 1.5)
+    assert r["comm_imbalance"] == 16 / (31 / 3)
+
+
 def test_plot_width_with_many_parts(parts, tmp_path):
     """The plot is 0.35 inch per part up to 40 parts and never wider than 16 inches (1600 px): at 200 parts it
     was 72 inches wide before."""
