@@ -369,6 +369,31 @@ def test_resume_after_an_off_grid_last_epoch(parts, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_resume_continues_early_stopping_and_keeps_the_best_model(parts, tmp_path):
+    """With --lr 0 the parameters never change, so the first evaluation stays the best and --patience 3 stops a
+    straight run at epoch 4. A run checkpointed at epoch 2 (one evaluation without improvement) and resumed
+    must stop there too, with the same best epoch: the checkpoint carries the count and the best accuracy. The
+    checkpoint holds the best model itself (model.pt of the run that wrote it). (A mutation run found the count
+    and the best accuracy untested: counting from 0 again, or from a best accuracy of -1, after resuming passed
+    every test, as did predictions.h5 naming the last epoch as its best_epoch; a checkpoint without the best
+    model failed only where a test edits that model.)"""
+    args = ["--lr", "0", "--patience", "3", "--eval-every", "1", "--seed", "2"]
+    train(2, parts / "p2", tmp_path / "straight", "--epochs", "10", *args)
+    train(2, parts / "p2", tmp_path / "split", "--epochs", "2", *args)
+    ck = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=True)
+    best = torch.load(tmp_path / "split" / "model.pt", weights_only=True)
+    assert (ck["epoch"], ck["since_best"], ck["best"]["epoch"]) == (2, 1, 1)
+    assert sorted(ck["best"]["state"]) == sorted(best)
+    assert all(torch.equal(ck["best"]["state"][k], best[k]) for k in best)
+    train(2, None, None, "--resume", tmp_path / "split", "--epochs", "10")
+    for run in ("straight", "split"):
+        s = json.loads((tmp_path / run / "summary.json").read_text())
+        assert (s["epochs"], s["best_epoch"]) == (4, 1), run
+        with h5py.File(tmp_path / run / "predictions.h5") as f:   # the predictions say whose they are
+            assert f.attrs["best_epoch"] == 1, run
+    assert [r["epoch"] for r in _metrics(tmp_path / "split")] == [1, 2, 3, 4]
+
+
 def test_resume_refuses_a_finished_run(parts, tmp_path):
     """Resuming a run that finished (or stopped early) rewrote its outputs from the checkpoint: null timings,
     and an older model when the last epoch was off the --eval-every grid (audit). Now refused, files untouched."""
@@ -651,6 +676,33 @@ def test_watchdog_names_stalled_neighbour(parts, tmp_path):
     # the job ended long before the stalled rank woke up: within the timeout plus a few seconds after epoch 2
     assert [r["epoch"] for r in _metrics(run)] == [1, 2]
     assert t_end - (run / "metrics.jsonl").stat().st_mtime < 30
+
+
+def test_watchdog_names_the_rank_it_receives_from(tmp_path):
+    """Three parts joined by a cycle of one-way edges: rank r receives only from rank r + 1 and sends only to rank
+    r - 1 (mod 3). Rank 1 stalls in epoch 3: a rank that times out names the rank whose message it waits for, not
+    the one it sends to. (A mutation run found this untested: naming the rank at the same position of the send
+    list passed every test, since in the tests' other graphs every rank sends to the ranks it receives from.)"""
+    from data_tools.build import write_partition
+    from g3mpi.format import Graph
+    from tests.graphs import csr_from_edges
+    n = 30
+    ring = np.arange(n)
+    nxt = ring // 10 * 10 + (ring + 1) % 10           # a ring inside each part of 10 nodes, both directions
+    src = np.concatenate([ring, nxt, [10, 20, 0]])     # 10 -> 0: part 0 receives from part 1, and so on
+    dst = np.concatenate([nxt, ring, [0, 10, 20]])
+    indptr, indices = csr_from_edges(src, dst, n)
+    x = np.random.default_rng(0).standard_normal((n, 4)).astype(np.float32)
+    g = Graph(indptr, indices, x, ring % 2, ring % 3 == 0, ring % 3 == 1, ring % 3 == 2,
+              dict(num_classes=2, source="one-way cycle"))
+    write_partition(g, ring // 10, 3, tmp_path / "parts", method="random", seed=0)
+    p = train(3, tmp_path / "parts", tmp_path / "run", "--epochs", "8", "--comm-timeout", COMM_TIMEOUT,
+              check=False, timeout=150, env={"G3_TEST_STALL": "1:3:120"})
+    assert p.returncode != 0
+    lines = {r: v for r, v in error_lines(p.stderr).items() if r != 1}
+    assert lines, p.stderr
+    for r, v in lines.items():
+        assert "communication timeout" in v[0] and f"waiting for rank {(r + 1) % 3} in" in v[0], v[0]
 
 
 def test_watchdog_covers_startup_checks(parts, tmp_path):
