@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -594,6 +595,44 @@ def test_stop_signal_checkpoints_at_an_epoch_boundary_and_resume_is_exact(target
     for ra, rb in zip(_metrics(tmp_path / "straight"), _metrics(run), strict=True):
         for k in ("epoch", "loss", "train_acc", "val_acc", "test_acc"):
             assert ra[k] == rb[k], (ra["epoch"], k)
+
+
+def test_a_second_run_in_a_run_directory_in_use_is_refused(parts, tmp_path):
+    """Two runs in one run directory at once. Before the lock, a --resume of a run still training trained beside
+    it, and a --force run deleted its files and wrote its own: a real run of each on Cora left a checkpoint of
+    epoch 222 (the resume's, written after the first run's of epoch 246), metrics.jsonl and summary.json of 20
+    epochs (the --force run's; the first run's metrics went to a deleted file), every job exiting 0 or stopped.
+    Now the second one is refused on every rank, naming the directory and the first run's rank 0, and nothing of
+    the first run is touched; once it has ended the directory is free (no lock file left) and --resume continues
+    it."""
+    run, pids = tmp_path / "run", tmp_path / "pids"
+    pids.mkdir()
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-m", MOD, "--parts", str(parts / "p2"),
+           "--out", str(run), "--epochs", "100000", "--checkpoint-every", "1", *FAST]
+    second = []
+
+    def second_runs_then_stop(proc):
+        # (--time-limit: without the lock, each would stop after its first epoch instead of running on)
+        second.append(train(2, None, None, "--resume", run, "--time-limit", "0.1", check=False, timeout=120))
+        second.append(train(2, parts / "p2", run, "--force", "--epochs", "100000", "--time-limit", "0.1",
+                            check=False, timeout=120))
+        proc.send_signal(signal.SIGTERM)
+    proc, err = _signalled(cmd, {"G3_TEST_PIDFILE": str(pids)}, second_runs_then_stop,
+                           ready=lambda: (run / "checkpoint.pt").exists())
+    holder = f"process {(pids / 'rank-0.pid').read_text().strip()} on {socket.gethostname()}"
+    for p in second:
+        assert p.returncode == 1, p.stderr
+        lines = error_lines(p.stderr)
+        assert lines == {r: [f"g3-train: error: [rank {r}] {run}: another g3-train run is using this run directory "
+                             f"({holder} holds .g3-train.lock); wait for it to end, or choose another --out"]
+                         for r in (0, 1)}, p.stderr
+    assert proc.returncode == 75, err
+    e = torch.load(run / "checkpoint.pt", weights_only=True)["epoch"]
+    assert [r["epoch"] for r in _metrics(run)] == list(range(1, e + 1))
+    assert sorted(x.name for x in run.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.jsonl"]
+    train(2, None, None, "--resume", run, "--epochs", e + 1)
+    assert [r["epoch"] for r in _metrics(run)] == list(range(1, e + 2))
+    assert ".g3-train.lock" not in {x.name for x in run.iterdir()}
 
 
 def test_stop_signal_during_start_up_stops_after_the_first_epoch(parts, tmp_path):

@@ -485,3 +485,61 @@ def test_check_compatible_refuses_each_model_setting_and_changed_part_files():
     with pytest.raises(CheckpointError) as e:
         check_compatible("ck.pt", ck, replace(cfg, epochs=3), meta)
     assert str(e.value) == "ck.pt: already at epoch 4, beyond --epochs 3"
+
+
+def test_run_lock_one_holder_at_a_time(tmp_path, monkeypatch, caplog):
+    """RUN/.g3-train.lock (flock): a second holder is refused naming the first one's process; a lock file left
+    by a killed run (not locked) is taken over; a directory holding only such a file is an empty run directory; a
+    file removed by its holder while we locked it is not held; where the file system has no locks, the run goes
+    on with a warning and leaves no file."""
+    import errno
+    import fcntl
+    import socket
+
+    from mpi4py import MPI
+
+    from g3mpi.train import TrainConfig, prepare_run_dir
+    from g3mpi.train.rundir import LOCK_NAME, RunDirBusy, RunLock
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOCK_NAME).write_text("4242 gone-host\n")          # left by a run that was killed
+    with RunLock() as first:
+        first.acquire(run)
+        assert (run / LOCK_NAME).read_text() == f"{os.getpid()} {socket.gethostname()}\n"
+        with pytest.raises(RunDirBusy) as e:
+            RunLock().acquire(run)
+        assert str(e.value) == (f"{run}: another g3-train run is using this run directory (process {os.getpid()} on "
+                                f"{socket.gethostname()} holds {LOCK_NAME}); wait for it to end, or choose another "
+                                "--out")
+        cfg = TrainConfig(parts=str(tmp_path), out=str(run), epochs=4, force=True)
+        with RunLock() as second:
+            assert prepare_run_dir(MPI.COMM_SELF, cfg, lock=second) == (None, str(e.value))
+            assert prepare_run_dir(MPI.COMM_SELF, cfg, resume_epoch=2, lock=second) == (None, str(e.value))
+    assert list(run.iterdir()) == []
+    (run / LOCK_NAME).write_text("4242 gone-host\n")
+    with RunLock() as lock:   # a new run (no --force) in a directory with only a stale lock file in it
+        assert prepare_run_dir(MPI.COMM_SELF, cfg.replace(force=False), lock=lock) == (run, None)
+        assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME, "config.toml"]
+    assert [p.name for p in run.iterdir()] == ["config.toml"]
+
+    real_flock, removed = fcntl.flock, []
+
+    def holder_leaves(fd, op):   # the previous holder removes the file between our open and our lock
+        real_flock(fd, op)
+        if not removed:
+            removed.append((run / LOCK_NAME).unlink())
+    monkeypatch.setattr(fcntl, "flock", holder_leaves)
+    with RunLock() as lock:
+        lock.acquire(run)         # the file it locked was gone: it locks the one in place instead
+        monkeypatch.setattr(fcntl, "flock", real_flock)
+        assert removed and (run / LOCK_NAME).exists()
+        with pytest.raises(RunDirBusy):
+            RunLock().acquire(run)
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with RunLock() as lock:
+        lock.acquire(run)
+    assert [p.name for p in run.iterdir()] == ["config.toml"]
+    assert f"{run / LOCK_NAME}: cannot be locked (Function not implemented)" in caplog.text

@@ -177,11 +177,15 @@ def main(argv=None, comm=None) -> int:
     # import is most of a rank's start-up (seconds, far more on a busy node), and a signal there was swallowed.
     with StopSignals() as stop:
         args = vars(build_parser(comm.rank).parse_args(argv))
-        return _run(comm, args, own_world, stop)
+        from g3mpi.train.rundir import RunLock
+        with RunLock() as lock:   # rank 0 takes it when it prepares the run directory
+            return _run(comm, args, own_world, stop, lock)
 
 
-def _run(comm, args: dict, own_world: bool, stop) -> int:
-    """g3-train after its arguments are parsed, with ``stop`` (a StopSignals) active; returns the exit status."""
+def _run(comm, args: dict, own_world: bool, stop, lock) -> int:
+    """g3-train after its arguments are parsed, with ``stop`` (a StopSignals) active; returns the exit status.
+    ``lock``: the run directory's :class:`~g3mpi.train.rundir.RunLock`, released when the caller's block ends
+    (here, before a failure ends the job)."""
     from g3mpi.comm.consistency import check_neighbours
     from g3mpi.comm.watchdog import Watchdog
     from g3mpi.format import FormatError, part_name, read_meta, read_part
@@ -317,7 +321,7 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
             log.warning("%s", line)
     run_dir, err = prepare_run_dir(comm, cfg, resume_epoch=ckpt["epoch"] if ckpt else None,
                                    resume_eval_every=ckpt["config"].get("eval_every") if ckpt else None,
-                                   watchdog=watchdog)
+                                   watchdog=watchdog, lock=lock)
     if err:
         _error(comm, err)
         trainer.close()
@@ -340,9 +344,11 @@ def _run(comm, args: dict, own_world: bool, stop) -> int:
         watchdog.barrier("exit after a training fault (every rank's line is out before the job ends)")
         return 1
     except OutputError as e:  # a file of the run directory (often on rank 0 alone): one line, end the job
+        lock.release()   # (MPI_Abort ends the process before the caller could)
         abort_job(comm, _line(comm, str(e)))
         return 1
     except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
+        lock.release()
         abort_job(comm, _line(comm, _failure("training", e, cfg, part)))
         return 1
     if summary.get("stopped"):

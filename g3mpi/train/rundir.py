@@ -10,8 +10,12 @@ waits has its deadline: a rank that never takes or hands on its turn ends the jo
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
+import logging
 import os
+import socket
 import statistics
 from pathlib import Path
 
@@ -24,11 +28,17 @@ from g3mpi.format.common import failure_reason
 
 from .checkpoint import write_torch
 
+log = logging.getLogger("g3mpi.train")
+
 PREDICTIONS_FORMAT = "g3mpi-predictions"
 #: the node splits, and the keys of their accuracies in metrics.jsonl and summary.json
 SPLITS = ("train", "val", "test")
 ACCURACY_KEYS = tuple(f"{s}_acc" for s in SPLITS)
 _TOKEN_TAG = 7301
+#: the lock file of a run directory (held by the rank 0 of the run that uses it)
+LOCK_NAME = ".g3-train.lock"
+#: flock's errors on a file system that has no locks (Lustre without ``-o flock``, NFS without a lock daemon)
+_NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
 
 
 class OutputError(Exception):
@@ -64,6 +74,71 @@ def save_state_dict(path, state: dict) -> None:
     a failed write is an :class:`OutputError` naming ``path``."""
     with writing(path, RuntimeError):
         write_torch(path, {k: v.detach().cpu().clone() for k, v in state.items()})
+
+
+class RunDirBusy(Exception):
+    """Another g3-train run holds the run directory's lock; the message names the directory and its holder."""
+
+
+class RunLock:
+    """``RUN/.g3-train.lock``: one run at a time in a run directory. Rank 0 takes it (``flock``, exclusive) before
+    it writes anything there and holds it until the process ends; a second run, new (``--force`` too) or
+    ``--resume``, is refused while the first one lives instead of writing over its files. The kernel releases the
+    lock when the process dies however it dies (SIGKILL, ``MPI_Abort``), so a crashed run leaves no lock to clear
+    by hand, at most the file, which the next run takes over. ``release`` (or leaving the ``with`` block) removes
+    the file. Where the file system has no locks, the run goes on with a warning."""
+
+    def __init__(self):
+        self._fd = None
+        self.path = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def acquire(self, run_dir) -> None:
+        """Hold the lock of ``run_dir`` (an existing directory); :class:`RunDirBusy` if another process holds it."""
+        path = Path(run_dir) / LOCK_NAME
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 200).decode("utf-8", "replace").strip()
+                os.close(fd)
+                holder = f"process {holder.replace(' ', ' on ', 1)}" if holder else "a process"
+                raise RunDirBusy(f"{run_dir}: another g3-train run is using this run directory ({holder} holds "
+                                 f"{path.name}); wait for it to end, or choose another --out") from None
+            except OSError as e:
+                os.close(fd)
+                if e.errno not in _NO_LOCKS:
+                    raise
+                path.unlink(missing_ok=True)
+                log.warning("%s: cannot be locked (%s): this run is not guarded against a second one started in "
+                            "%s", path, os.strerror(e.errno), run_dir)
+                return
+            # the holder before us may have removed the file between our open and our lock: hold the one in place
+            try:
+                here = os.stat(path)
+            except FileNotFoundError:
+                here = None
+            mine = os.fstat(fd)
+            if here is not None and (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino):
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+        self._fd, self.path = fd, path
+
+    def release(self) -> None:
+        """Remove the lock file and let go of the lock (a no-op when not held)."""
+        if self._fd is None:
+            return
+        self.path.unlink(missing_ok=True)
+        os.close(self._fd)
+        self._fd = None
 
 
 def _number(v) -> bool:

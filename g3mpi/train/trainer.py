@@ -33,8 +33,8 @@ from .config import TrainConfig, to_toml
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync
 from .plots import PLOTS, plot_run
-from .rundir import (SPLITS, MetricsLog, OutputError, read_metrics, rewind_metrics, run_timings, save_state_dict,
-                     write_json_atomic, write_predictions, write_text_atomic)
+from .rundir import (LOCK_NAME, SPLITS, MetricsLog, OutputError, RunDirBusy, RunLock, read_metrics, rewind_metrics,
+                     run_timings, save_state_dict, write_json_atomic, write_predictions, write_text_atomic)
 from .stop import STOP_SLOTS
 
 log = logging.getLogger("g3mpi.train")
@@ -461,25 +461,28 @@ class Trainer:
 
 
 def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None, resume_eval_every: int | None = None,
-                    watchdog: Watchdog | None = None) -> tuple[Path | None, str | None]:
+                    watchdog: Watchdog | None = None, lock: RunLock | None = None) -> tuple[Path | None, str | None]:
     """Rank 0 creates the run directory (refusing a non-empty one without ``force``) and writes config.toml.
     With ``resume_epoch`` (``--resume``) the directory is kept and metrics.jsonl is cut back to that epoch (the
     accuracies of an off-grid last epoch go too, under the ``--eval-every`` of the run that wrote them, when the
     resumed run trains further). Either way the temporary files of writes a crash interrupted (``.NAME.*.tmp``,
-    possibly a whole checkpoint's size) go. ``watchdog`` (on ``comm``) bounds the other ranks' wait for rank 0.
-    Returns (path, error) identically on every rank."""
+    possibly a whole checkpoint's size) go. Rank 0 takes ``lock`` (a :class:`RunLock`, held by the caller until
+    the run ends) before it changes anything there: a directory another run is using is refused. ``watchdog`` (on
+    ``comm``) bounds the other ranks' wait for rank 0. Returns (path, error) identically on every rank."""
     err = None
     out = Path(cfg.out)
     if comm.rank == 0:
         try:
             if resume_epoch is not None:
+                if lock is not None:
+                    lock.acquire(out)
                 _remove_interrupted_writes(out)
                 grid = (resume_eval_every or cfg.eval_every) if cfg.epochs > resume_epoch else 1
                 rewind_metrics(out / "metrics.jsonl", resume_epoch, grid)
                 write_text_atomic(out / "config.toml", _saved_config(cfg))
             else:
-                _create_run_dir(cfg, out)
-        except (OSError, ValueError, OutputError) as e:
+                _create_run_dir(cfg, out, lock)
+        except (OSError, ValueError, OutputError, RunDirBusy) as e:
             err = str(e)
         except Exception as e:  # noqa: BLE001 - the other ranks wait for rank 0's word below: never leave them waiting
             err = f"{out}: preparing the run directory failed: {type(e).__name__}: {e}"
@@ -487,19 +490,28 @@ def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None, res
     return (None if err else out), err
 
 
-def _create_run_dir(cfg: TrainConfig, out: Path) -> None:
+def _create_run_dir(cfg: TrainConfig, out: Path, lock: RunLock | None) -> None:
     if not cfg.out:
         raise ValueError("no run directory given (--out)")
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
+    if _occupied(out) and not cfg.force:   # (refused before the lock: nothing is written into another's directory)
+        raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
+    out.mkdir(parents=True, exist_ok=True)  # runs/NAME works in a fresh directory, as the launchers' default
+    if lock is not None:
+        lock.acquire(out)
+    if _occupied(out):   # looked at again under the lock: a run started at the same time may have written here
         if not cfg.force:
             raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
         for name in RUN_FILES:
             (out / name).unlink(missing_ok=True)
         _remove_interrupted_writes(out)
-    out.mkdir(parents=True, exist_ok=True)  # runs/NAME works in a fresh directory, as the launchers' default
     write_text_atomic(out / "config.toml", _saved_config(cfg))
+
+
+def _occupied(out: Path) -> bool:
+    """A directory with anything in it but a lock file (the one a run that was killed leaves behind)."""
+    return out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir())
 
 
 def _remove_interrupted_writes(out: Path) -> None:
