@@ -543,3 +543,20 @@ def test_run_lock_one_holder_at_a_time(tmp_path, monkeypatch, caplog):
         lock.acquire(run)
     assert [p.name for p in run.iterdir()] == ["config.toml"]
     assert f"{run / LOCK_NAME}: cannot be locked (Function not implemented)" in caplog.text
+
+
+def test_a_run_directory_that_cannot_be_made_is_named_with_the_reason(tmp_path):
+    """--out below a file (or on a read-only file system: a real run on a tmpfs remounted read-only said
+    "[Errno 30] Read-only file system: 'fs/run'" on every rank) gave Python's repr of the OSError; now the line
+    every rank prints names the path as every other output failure does."""
+    from mpi4py import MPI
+
+    from g3mpi.train import TrainConfig, prepare_run_dir
+    from g3mpi.train.rundir import RunLock
+    (tmp_path / "afile").write_text("x")
+    cfg = TrainConfig(parts=str(tmp_path), out=str(tmp_path / "afile" / "run"), epochs=4)
+    with RunLock() as lock:
+        assert prepare_run_dir(MPI.COMM_SELF, cfg, lock=lock) == (
+            None, f"{tmp_path}/afile/run: cannot be written: Not a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+

@@ -482,7 +482,9 @@ def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None, res
                 write_text_atomic(out / "config.toml", _saved_config(cfg))
             else:
                 _create_run_dir(cfg, out, lock)
-        except (OSError, ValueError, OutputError, RunDirBusy) as e:
+        except OSError as e:   # making the directory, its lock, removing old files: the file and the system's words
+            err = f"{e.filename or out}: cannot be written: {failure_reason(e)}"
+        except (ValueError, OutputError, RunDirBusy) as e:
             err = str(e)
         except Exception as e:  # noqa: BLE001 - the other ranks wait for rank 0's word below: never leave them waiting
             err = f"{out}: preparing the run directory failed: {type(e).__name__}: {e}"
