@@ -560,3 +560,21 @@ def test_a_run_directory_that_cannot_be_made_is_named_with_the_reason(tmp_path):
             None, f"{tmp_path}/afile/run: cannot be written: Not a directory")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
+
+def test_predictions_that_cannot_be_put_in_place_are_an_output_error(tmp_path, monkeypatch):
+    """Rank 0 syncs and renames predictions.h5 once every rank has written: a failure there (an fsync that
+    reports the full disk late, as NFS does) left the whole-size temporary and an OSError on rank 0 alone (the
+    job ended with its traceback); now it is the rank's OutputError naming the file, told to every rank, and
+    nothing is left."""
+    from mpi4py import MPI
+
+    from g3mpi.train.rundir import OutputError, write_predictions
+
+    def late_full_disk(fd):
+        raise OSError(28, os.strerror(28))
+    monkeypatch.setattr(os, "fsync", late_full_disk)
+    with pytest.raises(OutputError) as e:
+        write_predictions(MPI.COMM_SELF, tmp_path / "predictions.h5", np.array([1, 0]), np.ones((2, 3)), 2)
+    assert str(e.value) == (f"{tmp_path / 'predictions.h5'}: cannot be written: No space left on device (on rank 0, "
+                            "putting the file in place)")
+    assert list(tmp_path.iterdir()) == []

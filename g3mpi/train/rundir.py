@@ -296,11 +296,14 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
             err = wd.recv_text(size - 1, _TOKEN_TAG, f"{what} (rank {size - 1} writes last and hands the file back "
                                                      "to rank 0)", turns=size - 1)
     if rank == 0:
-        if err is None:
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        else:
+        try:
+            if err is None:
+                with open(tmp, "rb+") as fh:
+                    os.fsync(fh.fileno())   # (where a full disk may show first: NFS, delayed allocation)
+                os.replace(tmp, path)
+        except OSError as e:
+            err = f"{failure_reason(e)} (on rank 0, putting the file in place)"
+        if err is not None:
             Path(tmp).unlink(missing_ok=True)
     err = wd.bcast_text(err, 0, f"{what} (rank 0 puts the file in place once every rank has written)", turns=size)
     if err is not None:
