@@ -833,13 +833,15 @@ def test_kill_one_rank_then_resume(parts, tmp_path):
     while any(_alive(p) for p in rank_pids) and time.monotonic() - t0 < 10:
         time.sleep(0.1)
     assert not any(_alive(p) for p in rank_pids), "orphan rank processes"
-    # the last checkpoint is intact and the run continues from it
+    # the last checkpoint is intact and the run continues from it, taking over the lock file the killed one left
     ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
     e = ckpt["epoch"]
     assert e >= 2 and e % 2 == 0
+    assert (run / ".g3-train.lock").read_text() == f"{rank_pids[0]} {socket.gethostname()}\n"
     train(3, None, None, "--resume", run, "--epochs", str(e + 2))
     assert [r["epoch"] for r in _metrics(run)] == list(range(1, e + 3))
     assert torch.load(run / "checkpoint.pt", weights_only=True)["epoch"] == e + 2
+    assert not (run / ".g3-train.lock").exists()
 
 
 @pytest.mark.parametrize("where", ["loss", "convs.1.lin_l.bias"])
