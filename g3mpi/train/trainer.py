@@ -492,7 +492,7 @@ def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None, res
     return (None if err else out), err
 
 
-def _create_run_dir(cfg: TrainConfig, out: Path, lock: RunLock | None) -> None:
+def _create_run_dir(cfg: TrainConfig, out: Path, lock: RunLock | None = None) -> None:
     if not cfg.out:
         raise ValueError("no run directory given (--out)")
     if out.exists() and not out.is_dir():
