@@ -16,7 +16,7 @@ from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, Graph, 
                           open_graph, part_name, write_meta, write_node_map, write_part)
 from g3mpi.format.common import LargeFeatures, failure_reason
 from g3mpi.format.graph import check_finite_rows
-from g3mpi.format.partition import NODE_MAP_NAME, PartFeatures
+from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, PartFeatures
 
 from .termination import raise_if_terminated
 
@@ -307,7 +307,7 @@ def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, ext
         if features is not None:   # written with each part; else streamed once the parts are written
             g = dataclasses.replace(g, features=features)
     files, stats = {}, []
-    with atomic_dir(out_dir, force) as tmp:
+    with atomic_dir(out_dir, META_NAME, force) as tmp:
         it = build_parts(g, assignment, num_parts, partition_id)
         for part, new_to_orig, offsets in (progress(it, total=num_parts) if progress else it):
             files[part_name(part.part_id)] = write_part(tmp / part_name(part.part_id), part, atomic=False)

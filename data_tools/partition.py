@@ -5,7 +5,8 @@
     g3-partition graph.h5 --parts 16 --method g3 --bandwidth 10Gbit --out parts16/
 
 The graph's checksums and indices are validated before use; the output directory appears atomically and
-only when complete (``--force`` replaces an existing one). See docs/PARTITION.md.
+only when complete (``--force`` replaces an earlier partition, never a directory of the user's). See
+docs/PARTITION.md.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from g3mpi.format import FormatError, graph_fingerprint, load_graph
+from g3mpi.format import META_NAME, FormatError, graph_fingerprint, load_graph
 from g3mpi.format.common import check_output
 from g3mpi.log import setup_tool_logging
 
@@ -76,7 +77,8 @@ def parse_args(argv) -> PartitionConfig:
     ap.add_argument("--seed", type=int, default=0,
                     help="seed of METIS / the permutation / g3 tie-breaking, 0 .. 2**63-1 (METIS's 64-bit integer; "
                          "numpy's generators need it >= 0)")
-    ap.add_argument("--force", action="store_true", help="replace an existing output directory")
+    ap.add_argument("--force", action="store_true",
+                    help="replace an earlier partition (a directory with meta.json) or an empty directory at --out")
     ap.add_argument("--balance", choices=BALANCES,
                     help="METIS vertex weights (metis only, default nodes; g3 balances nodes and edges itself)")
     ap.add_argument("--objective", choices=OBJECTIVES,
@@ -198,7 +200,7 @@ def check_out_path(graph: Path, out: Path) -> None:
 
 def run(cfg: PartitionConfig) -> dict:
     check_out_path(cfg.graph, cfg.out)
-    check_output(cfg.out, cfg.force)  # fail before the expensive work
+    check_output(cfg.out, cfg.force, META_NAME)  # fail before the expensive work
     t0 = time.time()
     g = load_graph(cfg.graph, features=False)   # the parts' features are copied from the file block by block
     n = g.num_nodes

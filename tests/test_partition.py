@@ -429,14 +429,41 @@ def test_output_exists_without_force(rand_h5, tmp_path):
     _, path = rand_h5
     out = tmp_path / "out"
     out.mkdir()
-    (out / "keep.txt").write_text("mine")
     p = partition(path, out, 2, "metis", check=False)
-    assert_fails(p, "out", "--force")
-    assert [f.name for f in out.iterdir()] == ["keep.txt"]
+    assert_fails(p, "out", "output already exists (use --force")
+    partition(path, out, 2, "metis", None, 0, "--force")  # an empty directory is replaced
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    p = partition(path, out, 3, "metis", check=False)
+    assert_fails(p, "out", "output already exists (use --force")
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
     assert sorted(f.name for f in tmp_path.iterdir()) == ["out"], "nothing left behind"
-    partition(path, out, 2, "metis", None, 0, "--force")
-    assert (out / "meta.json").exists() and not (out / "keep.txt").exists()
+    partition(path, out, 3, "metis", None, 0, "--force")  # an earlier partition is replaced
+    assert json.loads((out / "meta.json").read_text())["num_parts"] == 3
+    assert sorted(f.name for f in out.iterdir()) == ["meta.json", "node_map.h5", *(part_name(i) for i in range(3))]
     assert sorted(f.name for f in tmp_path.iterdir()) == ["out"]
+
+
+def test_force_replaces_only_a_partition(rand_h5, tmp_path):
+    """--force replaces a partition directory (one with meta.json) or an empty directory, never a directory or
+    file of the user's that --out named by mistake (before, `--out ~/results --force` deleted ~/results with
+    everything in it, and a file was replaced by the partition)."""
+    _, path = rand_h5
+    mine = tmp_path / "results"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    (mine / "sub" / "meta.json").write_text("{}")          # a meta.json deeper down does not make it a partition
+    afile = tmp_path / "afile"
+    afile.write_text("mine too")
+    for out, why in ((mine, "is a directory with no meta.json (not one this tool wrote) and not empty"),
+                     (afile, "is a file, not an output directory")):
+        for force in ((), ("--force",)):
+            p = partition(path, out, 2, "metis", None, 0, *force, check=False)
+            assert p.stderr.strip().splitlines()[-1] == (f"g3-partition: error: {out}: {why}: not replaced, even "
+                                                         f"with --force (remove it yourself or choose another output)")
+            assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert (mine / "notes.txt").read_text() == "mine" and (mine / "sub" / "meta.json").read_text() == "{}"
+    assert sorted(f.name for f in mine.iterdir()) == ["notes.txt", "sub"] and afile.read_text() == "mine too"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["afile", "results"], "nothing left behind"
 
 
 def test_output_would_overwrite_the_input(rand_h5, tmp_path, monkeypatch):
@@ -1055,10 +1082,10 @@ def test_atomic_dir_replaces_in_one_step_or_restores(monkeypatch, tmp_path):
     from g3mpi.format import common
     out = tmp_path / "out"
     out.mkdir()
-    (out / "old.txt").write_text("old")
-    with common.atomic_dir(out, force=True) as tmp:
-        (tmp / "new.txt").write_text("new")
-    assert [f.name for f in out.iterdir()] == ["new.txt"] and [f.name for f in tmp_path.iterdir()] == ["out"]
+    (out / "meta.json").write_text("old")
+    with common.atomic_dir(out, "meta.json", force=True) as tmp:
+        (tmp / "meta.json").write_text("new")
+    assert [f.read_text() for f in out.iterdir()] == ["new"] and [f.name for f in tmp_path.iterdir()] == ["out"]
     monkeypatch.setattr(common, "exchange", lambda a, b: False)
     real = os.replace
 
@@ -1068,27 +1095,67 @@ def test_atomic_dir_replaces_in_one_step_or_restores(monkeypatch, tmp_path):
         real(a, b)
     monkeypatch.setattr(common.os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
-        with common.atomic_dir(out, force=True) as tmp:
-            (tmp / "newer.txt").write_text("newer")
-    assert [f.name for f in out.iterdir()] == ["new.txt"] and [f.name for f in tmp_path.iterdir()] == ["out"]
+        with common.atomic_dir(out, "meta.json", force=True) as tmp:
+            (tmp / "meta.json").write_text("newer")
+    assert [f.read_text() for f in out.iterdir()] == ["new"] and [f.name for f in tmp_path.iterdir()] == ["out"]
     monkeypatch.setattr(common.os, "replace", real)
-    with common.atomic_dir(out, force=True) as tmp:      # the two-step path itself
-        (tmp / "newest.txt").write_text("newest")
-    assert [f.name for f in out.iterdir()] == ["newest.txt"] and [f.name for f in tmp_path.iterdir()] == ["out"]
+    with common.atomic_dir(out, "meta.json", force=True) as tmp:      # the two-step path itself
+        (tmp / "meta.json").write_text("newest")
+    assert [f.read_text() for f in out.iterdir()] == ["newest"] and [f.name for f in tmp_path.iterdir()] == ["out"]
 
 
 @pytest.mark.parametrize("swap", [True, False])
-def test_atomic_dir_replaces_a_file_leaving_nothing_beside(monkeypatch, tmp_path, swap):
-    """--force with a file at the output path: the file is replaced by the directory, and nothing is left beside
-    it (the one-step swap left the old file behind as .NAME.HOST-PID.*.tmp)."""
+def test_atomic_dir_replaces_only_its_own_kind(monkeypatch, tmp_path, swap):
+    """atomic_dir with force replaces an empty directory (nothing left beside it, either way it renames), and
+    refuses, even with force, a file and a non-empty directory without the marker, leaving them as they were
+    (before, a file was replaced and a directory of the user's deleted)."""
     from g3mpi.format import common
     if not swap:
         monkeypatch.setattr(common, "exchange", lambda a, b: False)
     out = tmp_path / "out"
-    out.write_text("a file")
-    with common.atomic_dir(out, force=True) as tmp:
-        (tmp / "new.txt").write_text("new")
-    assert [f.name for f in out.iterdir()] == ["new.txt"] and [f.name for f in tmp_path.iterdir()] == ["out"]
+    out.mkdir()
+    with common.atomic_dir(out, "meta.json", force=True) as tmp:
+        (tmp / "meta.json").write_text("new")
+    assert [f.name for f in out.iterdir()] == ["meta.json"] and [f.name for f in tmp_path.iterdir()] == ["out"]
+    afile, adir = tmp_path / "afile", tmp_path / "adir"
+    afile.write_text("a file")
+    adir.mkdir()
+    (adir / "notes.txt").write_text("mine")
+    for path, why in ((afile, "is a file, not an output directory"),
+                      (adir, "is a directory with no meta.json (not one this tool wrote) and not empty")):
+        with pytest.raises(FormatError) as e:
+            with common.atomic_dir(path, "meta.json", force=True) as tmp:
+                (tmp / "meta.json").write_text("new")
+        assert str(e.value) == f"{path}: {why}: not replaced, even with --force (remove it yourself or choose " \
+                               f"another output)"
+    assert afile.read_text() == "a file" and [f.read_text() for f in adir.iterdir()] == ["mine"]
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["adir", "afile", "out"]
+
+
+def test_atomic_file_replaces_only_a_file(tmp_path):
+    """atomic_file with force (every file g3mpi writes: a graph.h5, a run directory's files, a plot, a benchmark's
+    JSON) replaces a regular file and refuses anything else, leaving it as it was: before, a directory at the
+    path was deleted with everything in it."""
+    from g3mpi.format import common
+    out = tmp_path / "out.json"
+    out.write_text("old")
+    common.write_json(out, {"a": 1})
+    assert json.loads(out.read_text()) == {"a": 1}
+    adir = tmp_path / "adir"
+    adir.mkdir()
+    (adir / "notes.txt").write_text("mine")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, why in ((adir, "is a directory, not an output file"),
+                      (fifo, "is not a regular file (a device, FIFO or socket?), not an output file")):
+        for force in (False, True):
+            with pytest.raises(FormatError) as e:
+                with common.atomic_file(path, force=force) as tmp:
+                    tmp.write_text("new")
+            assert str(e.value) == f"{path}: {why}: not replaced, even with --force (remove it yourself or " \
+                                   f"choose another output)"
+    assert [f.read_text() for f in adir.iterdir()] == ["mine"] and fifo.is_fifo()
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["adir", "fifo", "out.json"], "nothing left behind"
 
 
 def _partition_killed_by(signum, graph_path, out):

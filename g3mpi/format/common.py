@@ -183,14 +183,39 @@ class IncrementalSha256:
         return self._h.hexdigest()
 
 
-def check_output(path: os.PathLike | str, force: bool) -> Path:
-    """Refuse to replace an existing output unless ``force``; return the path."""
+def check_output(path: os.PathLike | str, force: bool, marker: str | None = None) -> Path:
+    """Refuse an existing output unless ``force``, and even with it anything this writer would not have written
+    there: with ``marker`` None (a file output) anything but a regular file; with ``marker`` (a directory output,
+    e.g. a partition's ``meta.json``) anything but an empty directory or one that holds the file ``marker``. So
+    ``--force`` replaces an earlier output, never a directory (or a device, or a file) of the user's that
+    ``--out`` named by mistake. Returns the path."""
     path = Path(path)
-    if path.exists() and not force:
-        raise FormatError(path, "output already exists (use --force to replace it)")
+    if path.exists():
+        why = _not_an_output(path, marker)
+        if why:
+            raise FormatError(path, f"{why}: not replaced, even with --force (remove it yourself or choose another "
+                                    f"output)")
+        if not force:
+            raise FormatError(path, "output already exists (use --force to replace it)")
     if not path.parent.exists():
         raise FormatError(path, f"output directory {path.parent} does not exist")
     return path
+
+
+def _not_an_output(path: Path, marker: str | None) -> str | None:
+    """Why the existing ``path`` is not an output that a writer of :func:`check_output`'s kind would have left
+    (None if it is one)."""
+    if marker is None:
+        if path.is_dir():
+            return "is a directory, not an output file"
+        if not path.is_file():
+            return "is not a regular file (a device, FIFO or socket?), not an output file"
+        return None
+    if not path.is_dir():
+        return "is a file, not an output directory"
+    if (path / marker).is_file() or not any(path.iterdir()):
+        return None
+    return f"is a directory with no {marker} (not one this tool wrote) and not empty"
 
 
 @contextlib.contextmanager
@@ -211,9 +236,7 @@ def atomic_file(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        if path.is_dir():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        os.replace(tmp, path)   # never over a directory: check_output refused one, os.replace refuses one made since
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -245,7 +268,7 @@ def write_json(path: os.PathLike | str, obj, sort_keys: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
+def atomic_dir(path: os.PathLike | str, marker: str, force: bool = False) -> Iterator[Path]:
     """Yield a temporary directory beside ``path``; it replaces ``path`` only if the block succeeds. Its files
     and itself are fsync'ed before the rename, and the parent directory after it: after a crash or a power loss
     ``path`` is the old directory or the complete new one (a crash while the block runs leaves the temporary
@@ -253,9 +276,11 @@ def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
 
     An existing ``path`` is swapped with the new directory in one step (Linux ``renameat2(RENAME_EXCHANGE)``)
     and then removed; where the filesystem cannot swap, it is moved aside and the new one renamed in, and an
-    error or Ctrl-C between the two renames moves it back."""
+    error or Ctrl-C between the two renames moves it back. ``marker`` is the file the block writes that marks
+    the directory as this writer's: only an existing directory that holds it, or an empty one, is replaced
+    (:func:`check_output`)."""
     remove_stale_temporaries(path)
-    path = check_output(path, force)
+    path = check_output(path, force, marker)
     tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
@@ -267,7 +292,7 @@ def atomic_dir(path: os.PathLike | str, force: bool = False) -> Iterator[Path]:
         if not path.exists():
             os.replace(tmp, path)
         elif exchange(tmp, path):
-            _remove(tmp)   # now the old directory, or the file that --force replaced
+            _remove(tmp)   # now the old directory
         else:
             old = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".old", dir=path.parent))
             os.replace(path, old / "x")
