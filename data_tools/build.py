@@ -14,8 +14,7 @@ import numpy as np
 
 from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, Graph, PartData, atomic_dir, index_dtype,
                           open_graph, part_name, write_meta, write_node_map, write_part)
-from g3mpi.format.common import LargeFeatures, failure_reason
-from g3mpi.format.graph import check_finite_rows
+from g3mpi.format.common import LargeFeatures, check_finite_features, failure_reason
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, PartFeatures
 
 from .termination import raise_if_terminated
@@ -198,7 +197,7 @@ def feature_rows(graph_path, ds, lo: int, hi: int, large: LargeFeatures | None =
     except OSError as e:   # the file changed since it was validated
         raise FormatError(graph_path, f"features rows {lo}..{hi - 1} cannot be read: {e}") from None
     if large is not None and not np.isfinite(large.scan(block, lo)):   # (one pass when they are finite)
-        check_finite_rows(graph_path, block, lo, ": the runtime would refuse the parts")
+        check_finite_features(graph_path, np.asarray(ds[lo:hi]), lo, note=": the runtime would refuse the parts")
     return block
 
 

@@ -675,6 +675,65 @@ def test_graph_features_not_finite_refused_by_load_graph(tmp_path):
     assert load_graph(path, features=False).features is None
 
 
+def test_features_not_finite_one_message_everywhere(copy, tmp_path):
+    """Every reader and writer of features refuses a value that is not finite as float32 with one message naming
+    the file, the node (an input file's row), the column and the value as stored. Before: three wordings, and
+    four checks, by g3-prepare's writer ("features contain NaN or Inf (first at row 13)"), its importers
+    ("features contain NaN or Inf (first at row 13, column 2)", "feature 1e+300 at row 13, column 2 does not fit
+    in float32"), load_graph and g3-partition ("features of node 17 are not finite as float32 (NaN, Inf or beyond
+    float32's range)", the value not shown), a part file's reader ("features contain NaN or Inf", no node)."""
+    from data_tools.build import feature_rows
+    from data_tools.importers.common import check_features as check_input_features
+    from g3mpi.format import GraphWriter, load_graph
+    from g3mpi.format.common import LargeFeatures
+    from g3mpi.format.graph import check_features
+    why = "NaN, Inf or beyond float32's range)"
+    g = random_graph(n=40, seed=1)
+    x = g.features.astype(np.float64)
+    x[13, 2] = 1e300
+    path = tmp_path / "w.h5"
+    with pytest.raises(FormatError) as e:     # g3-prepare's writer, given float64 blocks
+        with GraphWriter(path, num_nodes=40, feature_dim=x.shape[1], num_classes=3, source="test") as w:
+            w.write_csr(g.indptr, g.indices)
+            w.write_features(0, x[:8])
+            w.write_features(8, x[8:])
+    assert str(e.value) == f"{path}: features of node 13 are not finite as float32 (column 2: 1e+300; {why}"
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["p2"]
+    for bad, shown in ((1e300, "1e+300"), (-np.inf, "-inf"), (np.nan, "nan")):     # g3-prepare's importers
+        x[13, 2] = bad
+        with pytest.raises(FormatError) as e:
+            check_input_features("x.npy", x, 40)
+        assert str(e.value) == f"x.npy: features of row 13 are not finite as float32 (column 2: {shown}; {why}"
+
+    def edit(f):
+        y = f["features"][()].astype(np.float64)
+        y[17, 3] = -1e39
+        replace_ds(f, "features", y)
+    path = _graph_file(tmp_path, edit)
+    want = f"{path}: features of node 17 are not finite as float32 (column 3: -1e+39; {why}"
+    with pytest.raises(FormatError) as e:     # load_graph
+        load_graph(path)
+    assert str(e.value) == want
+    with h5py.File(path) as f:
+        with pytest.raises(FormatError) as e:     # g3-inspect's streaming check
+            check_features(path, f["features"])
+        assert str(e.value) == want
+        with pytest.raises(FormatError) as e:     # g3-partition's copy into the parts
+            feature_rows(path, f["features"], 10, 40, LargeFeatures())
+        assert str(e.value) == f"{want}: the runtime would refuse the parts"
+    part = read_part(copy, 1)
+
+    def edit_part_features(f):
+        y = f["features"][()]
+        y[3, 1] = np.nan
+        replace_ds(f, "features", y)
+    edit_part(copy, 1, edit_part_features)
+    with pytest.raises(FormatError) as e:     # a part file's reader (the node by its new global ID)
+        read_part(copy, 1)
+    assert str(e.value) == (f"{copy / part_name(1)}: features of node {part.owned_start + 3} are not finite as "
+                            f"float32 (column 1: nan; {why}")
+
+
 def test_graph_orig_ids_of_the_wrong_length(tmp_path):
     """orig_ids (one original ID per node) was read without a check of its length."""
     from g3mpi.format import load_graph

@@ -162,7 +162,7 @@ def _nan_feature(d, root):
     x = read_ds(d, 0, "features")
     x[3, 2] = np.nan
     rewrite_part(d, 0, features=x)
-    return 0, "part-00000.h5", "features contain NaN"
+    return 0, "part-00000.h5", "features of node 3 are not finite as float32 (column 2: nan; "
 
 
 def _bad_send_row(d, root):

@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from g3mpi.format import FormatError, GraphWriter, index_dtype
+from g3mpi.format.common import check_finite_features
 from g3mpi.format.graph import MASKS, check_node_data
 
 from ..termination import raise_if_terminated
@@ -142,22 +143,8 @@ def check_features(path, x: np.ndarray, num_nodes: int) -> None:
         raise FormatError(path, f"features have {x.shape[0]} rows but the graph has {num_nodes} nodes")
     if not np.issubdtype(x.dtype, np.number) or np.issubdtype(x.dtype, np.complexfloating):
         raise FormatError(path, f"features have non-numeric dtype {x.dtype}")
-    # float64 values beyond float32's range would become Inf when stored as float32
-    big = None
-    if np.issubdtype(x.dtype, np.floating) and np.finfo(x.dtype).max > np.finfo(np.float32).max:
-        big = np.finfo(np.float32).max
     for s in range(0, len(x), 1 << 16):
-        blk = x[s:s + (1 << 16)]
-        bad = ~np.isfinite(blk)
-        if bad.any():
-            r, c = np.argwhere(bad)[0]
-            raise FormatError(path, f"features contain NaN or Inf (first at row {s + int(r)}, column {int(c)})")
-        if big is not None:
-            bad = np.abs(blk) > big
-            if bad.any():
-                r, c = np.argwhere(bad)[0]
-                raise FormatError(path, f"feature {float(blk[r, c]):g} at row {s + int(r)}, column {int(c)} does "
-                                        f"not fit in float32 (|x| <= {float(big):.4g})")
+        check_finite_features(path, np.asarray(x[s:s + (1 << 16)]), s, rows="row")
 
 
 def check_labels(path, y: np.ndarray, num_nodes: int, num_classes: int | None) -> int:

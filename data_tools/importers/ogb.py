@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from g3mpi.format import FormatError, index_dtype
+from g3mpi.format.common import check_finite_features
 
 from .common import RawGraph, check_labels, check_masks, progress
 from .textio import _lines, data_line_number, open_text, read_table, split_fields
@@ -162,11 +163,7 @@ def feature_stream(feat_f: Path, n: int, dim: int, quiet: bool, origin: str = ""
         for a in read_table(feat_f, delimiter=",", dtype=np.float32, ncols=dim, comments=None):
             if w + len(a) > n:
                 raise FormatError(feat_f, f"more than {n} rows: the graph has {n} nodes{origin}")
-            bad = ~np.isfinite(a)
-            if bad.any():
-                r, col = np.argwhere(bad)[0]
-                raise FormatError(feat_f, f"line {line_of(feat_f, w + int(r))}: features contain NaN or Inf, or a "
-                                          f"value beyond float32 (first at row {w + int(r)}, column {int(col)})")
+            check_finite_features(feat_f, a, w, rows=lambda r: f"row {r} (line {line_of(feat_f, r)})")
             yield w, a
             w += len(a)
             bar.update(len(a))

@@ -15,7 +15,7 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -49,10 +49,10 @@ class LargeFeatures:
     """The feature rows that reach :data:`FLOAT32_SQUARE_LIMIT` in magnitude, found over row blocks: finite, so
     valid, but too large for float32 training (g3-train stops once the gradients they scale pass the same limit).
     The one check of every reader and writer of features (g3-prepare's writer, a graph file's loaders,
-    g3-partition, a part file's reader): :meth:`scan` each block in turn (NaN and Inf are the caller's to refuse
-    first, or with what :meth:`scan` returns), then :meth:`warn` once, one line naming the file, the number of
-    such nodes and the first. Two reductions per block (max and min), no temporary array unless a block holds
-    such a value."""
+    g3-partition, a part file's reader): :meth:`scan` each block in turn (NaN and Inf are the caller's to refuse,
+    by :func:`check_finite_features`, first or when :meth:`scan` returns one), then :meth:`warn` once, one line
+    naming the file, the number of such nodes and the first. Two reductions per block (max and min), no
+    temporary array unless a block holds such a value."""
 
     def __init__(self):
         self.nodes = 0               # rows found so far
@@ -86,6 +86,28 @@ class LargeFeatures:
                     "(g3-train stops if the summed gradients pass 2^64); scale them, or replace such values (a fill "
                     "value for missing data?)", path, self.nodes, self.peak, self.first, orig)
         return True
+
+
+def check_finite_features(path, block: np.ndarray, start: int = 0, rows: str | Callable[[int], str] = "node",
+                          note: str = "") -> None:
+    """The one check that features are finite, of every reader and writer of features (g3-prepare's importers and
+    writer, a graph file's loaders, g3-partition, a part file's reader): FormatError naming ``path``, the first
+    row of the 2-D ``block`` (``start`` + its row, called ``rows``: "node" for a graph's or a part's node IDs,
+    "row" for an input file's rows; or a function of it that names it, e.g. with its line in a text file), its
+    column and its value, if ``block`` holds a value that is not finite as float32: NaN, an infinity, or (in a
+    wider type, float64) one beyond float32's range, which float32 would hold as an infinity; ``note`` ends the
+    message. Pass the block as read, before any conversion to float32,
+    so that the message shows the value the file holds; a caller that has scanned the block with
+    :class:`LargeFeatures` calls this only when :meth:`LargeFeatures.scan` returned NaN or Inf."""
+    if not np.issubdtype(block.dtype, np.floating):
+        return   # integers are finite, and every int64 is within float32's range
+    with np.errstate(over="ignore"):
+        bad = ~np.isfinite(block.astype(np.float32, copy=False))
+    if bad.any():
+        r, c = (int(i) for i in np.argwhere(bad)[0])
+        row = f"{rows} {start + r}" if isinstance(rows, str) else rows(start + r)
+        raise FormatError(path, f"features of {row} are not finite as float32 (column {c}: "
+                                f"{float(block[r, c]):g}; NaN, Inf or beyond float32's range){note}")
 
 
 class FormatError(Exception):

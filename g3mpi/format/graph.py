@@ -9,7 +9,8 @@ import h5py
 import numpy as np
 
 from .common import (FORMAT_VERSION, GRAPH_FORMAT, H5_READ_ERRORS, STREAM_BYTES, FormatError, IncrementalSha256,
-                     LargeFeatures, array_sha256, as_int64, atomic_file, attr_kind, dataset_sha256, h5_attr_str,
+                     LargeFeatures, array_sha256, as_int64, atomic_file, attr_kind, check_finite_features,
+                     dataset_sha256, h5_attr_str,
                      index_dtype, row_chunks, shown, supported_version, unreadable)
 
 MASKS = ("train_mask", "val_mask", "test_mask")
@@ -83,17 +84,8 @@ def check_sorted_rows(path, indptr: np.ndarray, indices: np.ndarray, what: str =
                                 "row sorted)")
 
 
-def check_finite_rows(path, block: np.ndarray, start: int, note: str = "") -> None:
-    """Raise FormatError naming the first node (``start`` + its row) of a float32 feature ``block`` that is not
-    finite (NaN, Inf, or float64 beyond float32's range once converted); ``note`` ends the message."""
-    bad = ~np.isfinite(block)
-    if bad.any():
-        raise FormatError(path, f"features of node {start + int(np.argwhere(bad)[0, 0])} are not finite as "
-                                f"float32 (NaN, Inf or beyond float32's range){note}")
-
-
 def check_features(path, ds, orig_ids: np.ndarray | None = None) -> None:
-    """:func:`check_finite_rows` over a whole features dataset ``ds`` (h5py, or an array), read in row blocks,
+    """:func:`check_finite_features` over a whole features dataset ``ds`` (h5py, or an array), read in row blocks,
     never whole; then the warning of :class:`LargeFeatures` if some reach 2^64 in magnitude (``orig_ids``: the
     graph's, to name the first such node's original ID too)."""
     step = max(1, STREAM_BYTES // max(1, ds.dtype.itemsize * (ds.shape[1] if ds.ndim == 2 else 1)))
@@ -102,7 +94,7 @@ def check_features(path, ds, orig_ids: np.ndarray | None = None) -> None:
         with np.errstate(over="ignore"):
             block = np.asarray(ds[lo:lo + step], dtype=np.float32)
         if not np.isfinite(large.scan(block, lo)):   # (one pass when they are finite)
-            check_finite_rows(path, block, lo)
+            check_finite_features(path, np.asarray(ds[lo:lo + step]), lo)   # as stored: the value it names
     large.warn(path, orig_ids)
 
 
@@ -206,7 +198,9 @@ class GraphWriter:
         self._done.add("csr")
 
     def write_features(self, start: int, block: np.ndarray) -> None:
-        block = np.asarray(block, dtype=np.float32)
+        given = np.asarray(block)
+        with np.errstate(over="ignore"):
+            block = given.astype(np.float32, copy=False)
         if start != self._feat_next:
             raise ValueError(f"feature blocks must arrive in order: got row {start}, expected {self._feat_next}")
         if block.ndim != 2 or block.shape[1] != self.f:
@@ -214,8 +208,7 @@ class GraphWriter:
         if start + len(block) > self.n:
             raise FormatError(self.path, f"feature rows ({start + len(block)}+) exceed the number of nodes ({self.n})")
         if not np.isfinite(self._large.scan(block, start)):
-            r = int(np.argwhere(~np.isfinite(block))[0, 0]) + start
-            raise FormatError(self.path, f"features contain NaN or Inf (first at row {r})")
+            check_finite_features(self.path, given, start)
         self.feat[start:start + len(block)] = block
         self._feat_hash.update(block)
         self._feat_next = start + len(block)

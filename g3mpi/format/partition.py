@@ -20,7 +20,8 @@ import numpy as np
 from h5py import h5a, h5d, h5p, h5s, h5t
 
 from .common import (FORMAT_VERSION, H5_READ_ERRORS, PART_FORMAT, PARTITION_FORMAT, FormatError,
-                     IncrementalSha256, LargeFeatures, array_sha256, as_int64, atomic_file, attr_kind, check_output,
+                     IncrementalSha256, LargeFeatures, array_sha256, as_int64, atomic_file, attr_kind,
+                     check_finite_features, check_output,
                      file_sha256, h5_attr_str, is_int, row_chunks, shown, supported_version, unreadable)
 from .graph import check_csr, first_unsorted_row
 from .probe import probe_structure
@@ -455,13 +456,14 @@ def check_part(path, part: PartData, meta: dict) -> None:
 
 
 def _check_feature_range(path, part: PartData) -> None:
-    """FormatError if a feature is NaN or infinite; the warning of :class:`LargeFeatures` (naming the file, the
+    """FormatError if a feature is NaN or infinite (:func:`check_finite_features`, naming the node by its new
+    global ID); the warning of :class:`LargeFeatures` (naming the file, the
     first such node and its original ID) if some reach 2^64 in magnitude. Two reductions (max and min: NaN
     propagates through both), no temporary array unless there is something to report."""
     x = part.features
     large = LargeFeatures()
     if not np.isfinite(large.scan(x, part.owned_start)):
-        raise FormatError(path, "features contain NaN or Inf")
+        check_finite_features(path, x, part.owned_start)
     large.warn(path, part.orig_ids, part.owned_start)
 
 
