@@ -120,6 +120,33 @@ def test_run_directory(small_parts, tmp_path):
     assert p.returncode != 0 and "exists" in p.stderr
 
 
+def test_nocomm_is_exact_on_one_rank(small_parts, tmp_path):
+    """On one rank there is no halo for the nocomm schedule to skip: its run is the pipelined run, bit for bit,
+    and its summary says valid (it said "schedule nocomm skips the halo exchange: timings only, results are
+    wrong"). On two ranks it still says invalid."""
+    g, root = small_parts
+    args = ["--epochs", "6", "--eval-every", "2", "--dropout", "0.5", "--seed", "3", "--no-plots"]
+    train(1, root / "p1", tmp_path / "pipelined", *args)
+    train(1, root / "p1", tmp_path / "nocomm", *args, "--schedule", "nocomm")
+    a = torch.load(tmp_path / "pipelined" / "model.pt", weights_only=True)
+    b = torch.load(tmp_path / "nocomm" / "model.pt", weights_only=True)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with h5py.File(tmp_path / "pipelined" / "predictions.h5") as fa, h5py.File(tmp_path / "nocomm" /
+                                                                               "predictions.h5") as fb:
+        assert np.array_equal(fa["logits"][:], fb["logits"][:]) and np.array_equal(fa["pred"][:], fb["pred"][:])
+    results = ("epochs", "best_epoch", "train_acc", "val_acc", "test_acc", "final_loss", "split_sizes", "valid")
+    sa, sb = (json.loads((tmp_path / r / "summary.json").read_text()) for r in ("pipelined", "nocomm"))
+    assert {k: sb[k] for k in results} == {k: sa[k] for k in results} and sa["valid"] is True
+    assert "invalid_reason" not in sb and sb["schedule"] == "nocomm"
+    losses = [[json.loads(x).get("loss") for x in (tmp_path / r / "metrics.jsonl").read_text().splitlines()]
+              for r in ("pipelined", "nocomm")]
+    assert losses[0] == losses[1] and len(losses[0]) == 6
+    train(2, root / "p2", tmp_path / "nocomm2", *args, "--schedule", "nocomm")
+    s2 = json.loads((tmp_path / "nocomm2" / "summary.json").read_text())
+    assert (s2["valid"], s2["invalid_reason"]) == (False, "schedule nocomm skips the halo exchange: timings only, "
+                                                          "results are wrong")
+
+
 def test_saved_config_never_forces_and_on_off_settings_undo_both_ways(small_parts, tmp_path):
     """RUN/config.toml saves force off, so a rerun with --config RUN/config.toml --out OTHER refuses an existing
     OTHER unless told (before, a run made with --force saved force = true and the rerun silently replaced

@@ -9,7 +9,7 @@ Modes:
       chunk while the gradients for our rows arrive.
   ``blocking``: exchange, wait for everything, then compute (the baseline).
   ``nocomm``: skip the exchange and compute on whatever the halo buffers hold (measurement only: compute time
-      without communication; results are wrong).
+      without communication; results are wrong, except on one rank, which has no halo).
 
 Neighbour partial results are computed in arrival order but summed in a fixed order (local, then neighbours by
 rank), so the result does not depend on which message lands first, not even in rounding.

@@ -52,7 +52,7 @@ class TrainConfig:
     patience: int = 0               # stop after this many evaluations without a better validation accuracy (0: never)
     seed: int = 0
     threads: int = 1                # torch threads per rank
-    schedule: str = "pipelined"     # pipelined | blocking | nocomm (nocomm: timing only, results invalid)
+    schedule: str = "pipelined"     # pipelined | blocking | nocomm (nocomm: timing only, results invalid on P > 1)
     chunk_rows: int = 0             # rows per aggregation chunk (0: from the feature width; <0: no chunking)
     sim_net: str = ""               # simulated network BANDWIDTH,LATENCY, e.g. "10Gbit,20us" ("" = off)
     input_cache: bool = True        # compute the first layer's aggregation of the constant input once (GNN)

@@ -441,15 +441,15 @@ class Trainer:
             log.warning("%s: cannot be read back for the summary's timings: %s", run_dir / "metrics.jsonl",
                         failure_reason(e))
             timings = run_timings([])
+        exact = cfg.schedule != "nocomm" or comm.size == 1   # one rank has no halo for nocomm to skip
         summary = dict(
             model=cfg.model, world_size=comm.size, num_parts=self.meta["num_parts"],
             partition_method=self.meta.get("method"), num_nodes=self.part.num_nodes, num_edges=self.part.num_edges,
             epochs=epoch, best_epoch=best["epoch"], train_acc=best["accs"].get("train_acc"),
             val_acc=best["accs"].get("val_acc"), test_acc=best["accs"].get("test_acc"),
             final_loss=last_loss, **timings, peak_rss_bytes_max=rss,
-            schedule=cfg.schedule, sim_net=cfg.sim_net or None, valid=cfg.schedule != "nocomm",
-            split_sizes=self.split_sizes)
-        if cfg.schedule == "nocomm":
+            schedule=cfg.schedule, sim_net=cfg.sim_net or None, valid=exact, split_sizes=self.split_sizes)
+        if not exact:
             summary["invalid_reason"] = "schedule nocomm skips the halo exchange: timings only, results are wrong"
         write_json_atomic(run_dir / "summary.json", summary)
         return summary
