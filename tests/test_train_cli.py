@@ -250,6 +250,46 @@ def test_resumed_run_warns_only_about_its_own_command_line(small_parts, tmp_path
                            "nothing is replaced"], p.stderr
 
 
+def test_resume_with_settings_without_effect_warns_and_goes_on(small_parts, tmp_path):
+    """--resume with a setting that differs from the run's but has no effect on it (heads, out_heads and
+    attn_dropout for GCN, momentum with Adam, activation with one layer) gets the warning any run gets for it, one
+    line on rank 0, and the run goes on, computing what it computes without them (it was refused as an
+    "incompatible configuration"); a setting that would change the model or the results is still refused, named
+    alone. A value that differs from the run's is named even at its default (--heads 8 after --heads 4)."""
+    import shutil
+    _, root = small_parts
+
+    def warnings(p):
+        return [x.split(" WARNING g3mpi: ")[1] for x in p.stderr.splitlines() if " WARNING " in x]
+    train(2, root / "p2", tmp_path / "a", "--epochs", "2", "--heads", "4", "--no-plots")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    shutil.copytree(tmp_path / "a", tmp_path / "c")
+    run_mpi(2, MOD, "--resume", tmp_path / "a", "--epochs", "4", "--no-progress")
+    p = run_mpi(2, MOD, "--resume", tmp_path / "b", "--epochs", "4", "--no-progress", "--heads", "8", "--out-heads",
+                "2", "--attn-dropout", "0.3", "--momentum", "0.9")
+    gcn = "the model is gcn, and attention"
+    assert warnings(p) == [f"command line: --heads 8 has no effect: {gcn} heads are GAT's",
+                           f"command line: --out-heads 2 has no effect: {gcn} heads are GAT's",
+                           f"command line: --attn-dropout 0.3 has no effect: {gcn} dropout is GAT's",
+                           "command line: --momentum 0.9 has no effect: the optimizer is adam, and momentum is SGD's "
+                           "(optimizer sgd)"], p.stderr
+    a = torch.load(tmp_path / "a" / "model.pt", weights_only=True)
+    b = torch.load(tmp_path / "b" / "model.pt", weights_only=True)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    losses = [[json.loads(x)["loss"] for x in (tmp_path / r / "metrics.jsonl").read_text().splitlines()]
+              for r in "ab"]
+    assert losses[0] == losses[1] and len(losses[0]) == 4
+    assert tomllib.loads((tmp_path / "b" / "config.toml").read_text())["heads"] == 8
+    before = (tmp_path / "c" / "checkpoint.pt").read_bytes()
+    p = run_mpi(2, MOD, "--resume", tmp_path / "c", "--epochs", "4", "--no-progress", "--heads", "8", "--dropout",
+                "0.1", "--hidden", "4", check=False)
+    assert p.returncode != 0 and warnings(p) == []
+    assert sorted(x for x in p.stderr.splitlines() if x.startswith("g3-train: error:")) == [
+        f"g3-train: error: [rank {r}] {tmp_path / 'c' / 'checkpoint.pt'}: incompatible configuration: hidden = 16 in "
+        f"the checkpoint but 4 now; dropout = 0.5 in the checkpoint but 0.1 now" for r in (0, 1)], p.stderr
+    assert (tmp_path / "c" / "checkpoint.pt").read_bytes() == before
+
+
 def test_config_that_cannot_be_read(small_parts, tmp_path):
     """Every rank names the file in one line and exits 2, before any run directory: a directory, and a file whose
     read fails (/proc/self/mem: EIO, even for root; it was a traceback on every rank)."""

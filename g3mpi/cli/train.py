@@ -193,7 +193,7 @@ def _run(comm, args: dict, own_world: bool, stop, lock) -> int:
     from g3mpi.train import ConfigError, Trainer, prepare_run_dir
     from g3mpi.train.checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, check_restorable,
                                         load_checkpoint, load_model_state, state_mismatch)
-    from g3mpi.train.config import config_and_origins, ineffective_settings
+    from g3mpi.train.config import config_and_origins, ineffective_settings, settings_without_effect
     from g3mpi.train.faults import TestHooks, TrainingFault
     from g3mpi.train.rundir import OutputError
     from g3mpi.train.stop import EXIT_STOPPED
@@ -276,7 +276,8 @@ def _run(comm, args: dict, own_world: bool, stop, lock) -> int:
         try:
             ckpt = load_checkpoint(f"{resume}/{CHECKPOINT_NAME}")
             check_compatible(f"{resume}/{CHECKPOINT_NAME}", ckpt, cfg, meta,
-                             finished=Path(resume, "summary.json").exists())
+                             finished=Path(resume, "summary.json").exists(),
+                             idle=settings_without_effect(cfg, world_size=comm.size, resuming=True))
         except CheckpointError as e:
             err = str(e)
         if not _agree(watchdog, err, "could not resume from the checkpoint", "checkpoint"):
@@ -317,7 +318,8 @@ def _run(comm, args: dict, own_world: bool, stop, lock) -> int:
         trainer.start_from(init)
     if comm.rank == 0:   # settings the user gave that change nothing here: one line each, and the run goes on
         for line in ineffective_settings(cfg, given, world_size=comm.size, resuming=bool(resume),
-                                         input_cache_applies=trainer.model.input_cache_applies):
+                                         input_cache_applies=trainer.model.input_cache_applies,
+                                         saved=ckpt["config"] if ckpt else None):
             log.warning("%s", line)
     run_dir, err = prepare_run_dir(comm, cfg, resume_epoch=ckpt["epoch"] if ckpt else None,
                                    resume_eval_every=ckpt["config"].get("eval_every") if ckpt else None,

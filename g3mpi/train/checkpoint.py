@@ -39,7 +39,8 @@ from g3mpi.format.common import fsync_path, is_int
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = "g3mpi-checkpoint"
 CHECKPOINT_VERSION = 1
-#: settings a resumed run must share with its checkpoint (the rest, e.g. epochs, threads, schedule, may change)
+#: settings a resumed run must share with its checkpoint (the rest, e.g. epochs, threads, schedule, may change; so
+#: may those of these that have no effect on the run, e.g. heads for GCN or momentum with Adam, with a warning)
 RESUME_KEYS = ("model", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout", "activation",
                "optimizer", "lr", "weight_decay", "momentum", "seed")
 
@@ -287,10 +288,12 @@ def _check_layout(path, ckpt: dict) -> None:
          f"best's accs must map {', '.join(ACC_KEYS)} to numbers")
 
 
-def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False) -> None:
-    """Refuse to resume from a checkpoint of another partition or of an incompatible configuration, or, when the
-    run ``finished`` (its summary.json exists), from its last checkpoint with nothing left to train. A run whose
-    last checkpoint was written but whose outputs were not (a full disk, a kill) may resume: it only writes them."""
+def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False, idle=()) -> None:
+    """Refuse to resume from a checkpoint of another partition or of an incompatible configuration (a setting of
+    ``RESUME_KEYS`` that differs, naming each; not one in ``idle``, the settings without effect on this run,
+    ``config.settings_without_effect``, which g3-train warns about as on any run), or, when the run ``finished``
+    (its summary.json exists), from its last checkpoint with nothing left to train. A run whose last checkpoint
+    was written but whose outputs were not (a full disk, a kill) may resume: it only writes them."""
     saved, now = ckpt["partition"], partition_fingerprint(meta)
     if saved["partition_id"] != now["partition_id"]:
         why = other_graph(saved, now, cfg.parts)
@@ -304,7 +307,7 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False) 
                          if saved["files"].get(k) != now["files"].get(k))
         raise CheckpointError(path, f"the partition's files changed since the checkpoint: {', '.join(changed)}")
     diffs = [f"{k} = {ckpt['config'].get(k)!r} in the checkpoint but {getattr(cfg, k)!r} now"
-             for k in RESUME_KEYS if ckpt["config"].get(k) != getattr(cfg, k)]
+             for k in RESUME_KEYS if ckpt["config"].get(k) != getattr(cfg, k) and k not in idle]
     if diffs:
         raise CheckpointError(path, "incompatible configuration: " + "; ".join(diffs))
     if cfg.epochs < ckpt["epoch"]:

@@ -199,18 +199,27 @@ def config_and_origins(toml_path: str | None = None,
 
 
 def ineffective_settings(cfg: TrainConfig, given: dict[str, Given], *, world_size: int, resuming: bool = False,
-                         input_cache_applies: bool = True) -> list[str]:
-    """One line for each setting in ``given`` (:func:`config_and_origins`) whose value is not its default but has
-    no effect on this run, saying where it was given and why (the run goes on; its results are those without it).
+                         input_cache_applies: bool = True, saved: dict | None = None) -> list[str]:
+    """One line for each setting in ``given`` (:func:`config_and_origins`) whose value is not its default (with
+    ``saved``, a resumed run's settings as its checkpoint records them: or not the saved value) but has no effect
+    on this run, saying where it was given and why (the run goes on; its results are those without it).
     ``world_size``: the number of ranks; ``resuming``: the run continues from a checkpoint; ``input_cache_applies``:
     the model's first layer has a parameter-free product of the input to keep (``GNN.input_cache_applies``)."""
-    why = _no_effect(cfg, world_size, resuming, input_cache_applies)
+    why = settings_without_effect(cfg, world_size=world_size, resuming=resuming,
+                                  input_cache_applies=input_cache_applies)
+
+    def changed(f) -> bool:
+        value = getattr(cfg, f.name)
+        return value != f.default or (saved is not None and saved.get(f.name, f.default) != value)
     return [f"{given[f.name].show(getattr(cfg, f.name))} has no effect: {why[f.name]}"
-            for f in fields(cfg) if f.name in why and f.name in given and getattr(cfg, f.name) != f.default]
+            for f in fields(cfg) if f.name in why and f.name in given and changed(f)]
 
 
-def _no_effect(cfg: TrainConfig, world_size: int, resuming: bool, input_cache_applies: bool) -> dict[str, str]:
-    """Why each setting that has no effect with these others, on ``world_size`` ranks, has none (by key)."""
+def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool,
+                            input_cache_applies: bool = True) -> dict[str, str]:
+    """Why each setting that has no effect with these others, on ``world_size`` ranks, has none (by key): the
+    warnings of :func:`ineffective_settings`, and the settings a resumed run may change (``checkpoint.RESUME_KEYS``
+    that are idle here). ``input_cache_applies`` decides only ``input_cache``'s entry."""
     why = {}
     if cfg.optimizer != "sgd":
         why["momentum"] = f"the optimizer is {cfg.optimizer}, and momentum is SGD's (optimizer sgd)"
