@@ -70,8 +70,9 @@ def mean_max(ax, total, unit: str, noun: str) -> list:
 
 def legend_above(ax, handles, ncol: int, title: str | None = None) -> None:
     """The legend of ``handles`` above the panel, outside its data (constrained layout makes room for it), row
-    by row in ``ncol`` columns. A panel with a legend takes its ``title`` as the legend's: an axes title would
-    sit on top of the legend. With no handles the title is the panel's own."""
+    by row in ``ncol`` columns, clear of the top y tick label (which stands half its height above the panel when
+    the tick is at the top). A panel with a legend takes its ``title`` as the legend's: an axes title would sit on
+    top of the legend. With no handles the title is the panel's own."""
     if not handles:
         if title:
             ax.set_title(title, fontsize=LEGEND_FONTSIZE + 1)
@@ -79,9 +80,12 @@ def legend_above(ax, handles, ncol: int, title: str | None = None) -> None:
     rows = -(-len(handles) // max(1, ncol))
     # matplotlib fills a legend column by column: handing it the entries column by column keeps them in rows
     handles = [handles[i] for c in range(ncol) for i in range(c, rows * ncol, ncol) if i < len(handles)]
-    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.01), ncol=ncol, frameon=False,
-              fontsize=LEGEND_FONTSIZE, title=title, title_fontsize=LEGEND_FONTSIZE + 1, borderaxespad=0,
-              handlelength=1.6, columnspacing=1.5)
+    from matplotlib import rcParams
+    from matplotlib.font_manager import FontProperties
+    tick_points = FontProperties(size=rcParams["ytick.labelsize"]).get_size_in_points()
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol, frameon=False,
+              fontsize=LEGEND_FONTSIZE, title=title, title_fontsize=LEGEND_FONTSIZE + 1,
+              borderaxespad=0.75 * tick_points / LEGEND_FONTSIZE, handlelength=1.6, columnspacing=1.5)
 
 
 def index_axis(ax, n: int, label: str) -> None:

@@ -273,6 +273,71 @@ print(plot_vs_pyg(res, Path({str(tmp_path)!r})), "matplotlib.pyplot" in sys.modu
     assert (tmp_path / "vs-pyg.png").read_bytes()[:8] == PNG
 
 
+def _bench_results(P: int) -> dict:
+    """Suite results as the plots read them, for P ranks (the tallest bars at the panels' left and right ends,
+    where a legend inside the panel would sit)."""
+    rng = np.random.default_rng(P)
+
+    def ranks(scale):
+        return list(scale * (1 + rng.random(P)))
+
+    def breakdown():
+        return dict(rank_compute_s=ranks(1.0), rank_blocked_s=ranks(0.3), rank_idle_s=ranks(0.1))
+    models = ("gcn", "sage", "gat")
+    return {
+        "vs-pyg": dict(models={m: dict(median_epoch_s={"g3mpi": 1.0 + i, "pyg-csr": 2.0, "pyg-coo": 2.5 - i,
+                                                       "pyg-sparse": 1.5}) for i, m in enumerate(models)}),
+        "kernels": dict(models={m: dict(epoch_median_s=1.0 + i, spmm_sum_s=0.5, gemm_sum_s=0.3, other_sum_s=0.1)
+                                for i, m in enumerate(models)}),
+        "bytes": dict(lower_bound=dict(per_rank=ranks(1e6)),
+                      models={m: dict(designs={d: dict(rank_bytes_sent=ranks(2e6))
+                                               for d in ("g3", "g3-original", "replicate-all")}) for m in models}),
+        "schedules": dict(ranks=P, sim_net="10Gbit,20us",
+                          models={m: dict(epoch_time_median_s=dict(pipelined=1.0, blocking=1.2, nocomm=0.9),
+                                          schedules={s: breakdown() for s in ("pipelined", "blocking", "nocomm")})
+                                  for m in models[:2]}),
+        "scaling": dict(model="gcn", real={"1x2": dict(epoch_time_median_s=1.0), "2x1": dict(epoch_time_median_s=0.8)},
+                        oversubscribed=dict(runs={str(p): dict(epoch_time_median_s=1.0 / p, **breakdown())
+                                                  for p in (1, 2, 4, 8)})),
+        "memory": dict(models={m: dict(ranks=[dict(rank=r, rss_data=float(3 << 30),
+                                                   theoretical={c: float(1 << 29) for c in ("part", "matrices",
+                                                                "exchange", "activations", "params")})
+                                              for r in range(P)]) for m in models}),
+        "partitions": dict(model="gcn", ranks=P, sim_net="10Gbit,20us",
+                           partitions={k: dict(epoch_time_median_s=1.0, **breakdown())
+                                       for k in ("metis", "random", "g3")}),
+    }
+
+
+@pytest.mark.parametrize("P", [1, 2, 8])
+def test_bench_plot_legends_clear_of_the_data(P, tmp_path, monkeypatch):
+    """Every benchmark plot's legend lies above its panel, outside every panel's data area, inside the figure and
+    clear of the titles, tick labels and other legends (tests/plot_layout.py, as the run plots and g3-inspect's
+    are checked). Before, the grouped bars (vs-pyg, bytes), kernels and memory drew theirs inside the panel,
+    over the bars."""
+    from tests.plot_layout import check_legends, rendered
+    from g3mpi.bench import plots
+    drawn = {}
+
+    def save(fig, path):
+        drawn[Path(path).name] = fig
+        return str(path)
+    monkeypatch.setattr(plots, "_save", save)
+    for suite, res in _bench_results(P).items():
+        plots.PLOTS[suite](res, tmp_path)
+    want = {"vs-pyg.png": 1, "kernels.png": 1, "scaling.png": 0, "scaling-breakdown.png": 1, "partitions.png": 3,
+            **{f"bytes-{m}.png": 1 for m in ("gcn", "sage", "gat")},
+            **{f"memory-{m}.png": 1 for m in ("gcn", "sage", "gat")},
+            **{f"schedules-{m}.png": 3 for m in ("gcn", "sage")}}
+    assert sorted(drawn) == sorted(want)
+    for name, fig in drawn.items():
+        legends = check_legends(fig, rendered(fig, 110), want[name])
+        assert all(leg.get_title().get_text() for leg in legends), name    # each names its panel
+    assert sorted(t.get_text() for t in drawn["memory-gat.png"].axes[0].get_legend().get_texts()) == [
+        "peak RSS - baseline", "theoretical: activations", "theoretical: exchange", "theoretical: matrices",
+        "theoretical: params", "theoretical: part"]
+
+
 def test_write_json_is_atomic_and_leaves_nothing_behind(tmp_path):
     # it used to leave its temporary file beside the target when the write failed (and never fsync'ed it)
     from g3mpi.bench.common import BenchError, write_json

@@ -1,13 +1,14 @@
 """PNG plots of the suites' JSON, drawn like the run plots with :func:`g3mpi.plotting.figure` (matplotlib's object
-API, constrained layout: no display, no pyplot state). One function per suite; each returns the list of files it
-wrote."""
+API, constrained layout: no display, no pyplot state), every legend above its panel, clear of the bars
+(:func:`g3mpi.plotting.legend_above`, titled with the panel's title). One function per suite; each returns the
+list of files it wrote."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
 
-from g3mpi.plotting import figure, rank_breakdown
+from g3mpi.plotting import figure, legend_above, rank_breakdown
 
 
 def _save(fig, path: Path) -> str:
@@ -16,15 +17,15 @@ def _save(fig, path: Path) -> str:
 
 
 def _bars(ax, groups, series, values, ylabel, title):
-    """Grouped bars: values[s][g] for every series s and group g."""
+    """Grouped bars: values[s][g] for every series s and group g; the legend, titled ``title``, above the panel
+    (up to four entries a row)."""
     x = np.arange(len(groups))
     w = 0.8 / max(1, len(series))
-    for i, s in enumerate(series):
-        ax.bar(x + (i - (len(series) - 1) / 2) * w, [values[s][g] or 0 for g in groups], w, label=s)
+    handles = [ax.bar(x + (i - (len(series) - 1) / 2) * w, [values[s][g] or 0 for g in groups], w, label=s)
+               for i, s in enumerate(series)]
     ax.set_xticks(x, groups)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+    legend_above(ax, handles, ncol=min(4, len(series)), title=title)
 
 
 def plot_vs_pyg(res: dict, out: Path) -> list:
@@ -43,15 +44,14 @@ def plot_kernels(res: dict, out: Path) -> list:
     ax = fig.subplots()
     x = np.arange(len(models))
     m = [res["models"][k] for k in models]
-    ax.bar(x - 0.2, [v["epoch_median_s"] for v in m], 0.4, label="epoch")
+    handles = [ax.bar(x - 0.2, [v["epoch_median_s"] for v in m], 0.4, label="epoch")]
     sp, ge, ot = ([v[k] for v in m] for k in ("spmm_sum_s", "gemm_sum_s", "other_sum_s"))
-    ax.bar(x + 0.2, sp, 0.4, label="kernels: spmm")
-    ax.bar(x + 0.2, ge, 0.4, bottom=sp, label="kernels: gemm")
-    ax.bar(x + 0.2, ot, 0.4, bottom=np.add(sp, ge), label="kernels: other")
+    handles.append(ax.bar(x + 0.2, sp, 0.4, label="kernels: spmm"))
+    handles.append(ax.bar(x + 0.2, ge, 0.4, bottom=sp, label="kernels: gemm"))
+    handles.append(ax.bar(x + 0.2, ot, 0.4, bottom=np.add(sp, ge), label="kernels: other"))
     ax.set_xticks(x, models)
     ax.set_ylabel("seconds")
-    ax.set_title("epoch vs sum of isolated kernels (one rank)")
-    ax.legend(fontsize=8)
+    legend_above(ax, handles, ncol=4, title="epoch vs sum of isolated kernels (one rank)")
     return [_save(fig, out / "kernels.png")]
 
 
@@ -123,16 +123,17 @@ def plot_memory(res: dict, out: Path) -> list:
         ax = fig.subplots()
         x = np.arange(len(rk))
         bottom = np.zeros(len(rk))
+        handles = []
         for c in cats:
             v = np.array([r["theoretical"][c] for r in rk]) / 2**20
-            ax.bar(x - 0.2, v, 0.4, bottom=bottom, label=f"theoretical: {c}")
+            handles.append(ax.bar(x - 0.2, v, 0.4, bottom=bottom, label=f"theoretical: {c}"))
             bottom += v
-        ax.bar(x + 0.2, [r["rss_data"] / 2**20 for r in rk], 0.4, label="peak RSS - baseline", color="k")
+        handles.append(ax.bar(x + 0.2, [r["rss_data"] / 2**20 for r in rk], 0.4, label="peak RSS - baseline",
+                              color="k"))
         ax.set_xticks(x, [str(r["rank"]) for r in rk])
         ax.set_xlabel("rank")
         ax.set_ylabel("MiB")
-        ax.set_title(f"{model}: peak RSS vs theoretical data size")
-        ax.legend(fontsize=7)
+        legend_above(ax, handles, ncol=3, title=f"{model}: peak RSS vs theoretical data size")
         files.append(_save(fig, out / f"memory-{model}.png"))
     return files
 
