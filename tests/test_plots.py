@@ -71,14 +71,40 @@ def test_resumed_on_fewer_ranks_shows_the_latest_ranks():
 def test_force_replaces_the_plots(tmp_path):
     """--force replaces a run directory's files, the plots included: a new run with --no-plots (or one that
     fails before its end) must not keep the plots of the run it replaced; a crash's temporary plot goes too."""
-    from g3mpi.train.config import TrainConfig
+    from g3mpi.train.config import TrainConfig, to_toml
     from g3mpi.train.trainer import _create_run_dir
     out = tmp_path / "run"
     out.mkdir()
     for name in (*PLOTS, "metrics.jsonl", ".training.png.abc123.tmp"):
         (out / name).write_text("old run")
+    (out / "config.toml").write_text(to_toml(TrainConfig(parts=str(tmp_path), out=str(out))))
     _create_run_dir(TrainConfig(parts=str(tmp_path), out=str(out), force=True, plots=False), out)
     assert sorted(p.name for p in out.iterdir()) == ["config.toml"]
+
+
+def test_force_keeps_the_files_of_a_directory_that_is_not_a_run(tmp_path):
+    """--force removes the run files only in a run directory (its config.toml reads as g3-train's): a directory
+    of the user's that --out named by mistake keeps its config.toml and model.pt (before, --force deleted every
+    file there named like a run file). A directory with none of those names takes the run beside its files."""
+    from g3mpi.train.config import TrainConfig
+    from g3mpi.train.trainer import _create_run_dir
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "config.toml").write_text("[tool]\nname = 'mine'\n")
+    (out / "model.pt").write_text("my model")
+    with pytest.raises(ValueError) as e:
+        _create_run_dir(TrainConfig(parts=str(tmp_path), out=str(out), force=True), out)
+    assert str(e.value) == (f"{out}: not a run directory (its config.toml is not g3-train's) but holds model.pt, "
+                            "config.toml: not replaced, even with --force (remove them yourself or choose another "
+                            "--out)")
+    assert {p.name: p.read_text() for p in out.iterdir()} == {"config.toml": "[tool]\nname = 'mine'\n",
+                                                              "model.pt": "my model"}
+    (out / "config.toml").unlink()
+    (out / "model.pt").unlink()
+    (out / "notes.txt").write_text("mine")
+    _create_run_dir(TrainConfig(parts=str(tmp_path), out=str(out), force=True), out)
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "notes.txt"]
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_records_with_values_of_other_types_are_skipped(tmp_path):

@@ -29,7 +29,7 @@ from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.sched import Schedule
 
 from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
-from .config import TrainConfig, to_toml
+from .config import ConfigError, TrainConfig, config_from, to_toml
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync
 from .plots import PLOTS, plot_run
@@ -505,6 +505,7 @@ def _create_run_dir(cfg: TrainConfig, out: Path, lock: RunLock | None = None) ->
     if _occupied(out):   # looked at again under the lock: a run started at the same time may have written here
         if not cfg.force:
             raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
+        _check_replaceable(out)
         for name in RUN_FILES:
             (out / name).unlink(missing_ok=True)
         _remove_interrupted_writes(out)
@@ -514,6 +515,22 @@ def _create_run_dir(cfg: TrainConfig, out: Path, lock: RunLock | None = None) ->
 def _occupied(out: Path) -> bool:
     """A directory with anything in it but a lock file (the one a run that was killed leaves behind)."""
     return out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir())
+
+
+def _check_replaceable(out: Path) -> None:
+    """ValueError unless ``--force`` may remove the run files in the non-empty directory ``out``: none there, or
+    a run directory's (its config.toml, written first, reads as g3-train's). A file of the user's that bears one
+    of their names (a config.toml, a model.pt) in a directory that ``--out`` named by mistake is kept."""
+    present = [name for name in RUN_FILES if os.path.lexists(out / name)]
+    if not present:
+        return
+    try:
+        config_from(str(out / "config.toml"))
+        return
+    except ConfigError:
+        why = "its config.toml is not g3-train's" if "config.toml" in present else "it has no config.toml"
+    raise ValueError(f"{out}: not a run directory ({why}) but holds {', '.join(present)}: not replaced, even with "
+                     f"--force (remove them yourself or choose another --out)")
 
 
 def _remove_interrupted_writes(out: Path) -> None:
