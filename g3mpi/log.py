@@ -3,9 +3,17 @@ the data tools' ``PROG: [warning: ]message`` lines (:func:`setup_tool_logging`).
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import sys
 
 _FORMAT = "%(asctime)s [rank %(rank)s/%(size)s] %(levelname)s %(name)s: %(message)s"
+
+
+def node_name() -> str:
+    """The node this process runs on, for the log: SLURM's node name where slurmd started it (several slurmd may
+    share a host, as on the local test cluster), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 class _RankFilter(logging.Filter):

@@ -1,159 +1,29 @@
 """jobs/ on a real SLURM started by the tests: the local cluster script itself, then the batch jobs.
 
-One module-scoped cluster (jobs/slurm/local-cluster.sh) under its own temporary directory and free ports, so it
-cannot collide with a cluster somebody else started; it is always stopped at the end and its daemons are checked
-to be gone. Needs root and slurm-wlm (installed with apt-get when missing); otherwise every test here skips and
-says why (under G3_NO_SKIP=1, as in .ci/run, it fails instead).
+One module-scoped cluster of one node (tests/slurm_cluster.py: its own temporary directory and free ports, always
+stopped, its daemons checked to be gone). Needs root and slurm-wlm (installed with apt-get when missing); otherwise
+every test here skips and says why (under G3_NO_SKIP=1, as in .ci/run, it fails instead).
 """
 from __future__ import annotations
 
 import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
-import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from conftest import CORA, REPO, skip_or_fail, tool_env
+from conftest import CORA
+from slurm_cluster import (DAEMONS, JOBS, LOCAL_CLUSTER, Cluster, Job, free_port,  # noqa: F401 (for other tests)
+                           local_cluster, mpich_segment)
+from slurm_cluster import alive as _alive
 from test_jobs import small_partition
-
-JOBS = REPO / "jobs"
-LOCAL_CLUSTER = JOBS / "slurm" / "local-cluster.sh"
-DAEMONS = ("munged", "slurmctld", "slurmd")
-
-
-def unavailable_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "the local SLURM needs root (SlurmUser=root, munged as user munge)"
-    if not shutil.which("slurmctld") and not shutil.which("apt-get"):
-        return "slurm-wlm is not installed and apt-get is not available to install it"
-    if not shutil.which("runuser"):
-        return "runuser (util-linux) is missing: munged cannot be started as user munge"
-    return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Job:
-    jobid: str
-    returncode: int
-    exit_code: str  # SLURM's ExitCode=status:signal
-    log: str
-    stderr: str
-
-
-def mpich_segment(jobid: str, step: int) -> str:
-    """MPICH's shared-memory segment of a SLURM job step: mpich_shm_<FNV-1a of "jobid.stepid">_<node>."""
-    h = 2166136261
-    for c in f"{jobid}.{step}".encode():
-        h = ((h ^ c) * 16777619) & 0xFFFFFFFF
-    return f"mpich_shm_{h:x}_0"
-
-
-@dataclass
-class Cluster:
-    dir: Path
-    env: dict
-    aborted_segments: list = field(default_factory=list)
-
-    def run(self, *cmd, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=self.env, timeout=timeout, **kw)
-
-    def pids(self) -> dict:
-        files = {"munged": self.dir / "munge" / "munged.pid", "slurmctld": self.dir / "run" / "slurmctld.pid",
-                 "slurmd": self.dir / "run" / "slurmd.pid"}
-        return {name: int(f.read_text()) for name, f in files.items() if f.exists() and f.read_text().strip()}
-
-    def job_env(self, **extra) -> dict:
-        env = dict(self.env)
-        env.update({k: str(v) for k, v in extra.items()})
-        return env
-
-    def submit(self, script, *args, opts=(), cwd: Path, env: dict | None = None) -> str:
-        """sbatch without waiting; returns the job ID."""
-        p = subprocess.run(["sbatch", "--parsable", *opts, str(script), *map(str, args)], capture_output=True,
-                           text=True, env=env or self.env, cwd=cwd, timeout=60)
-        assert p.returncode == 0, f"sbatch failed: {p.stderr}"
-        return p.stdout.strip().split(";")[0]
-
-    def sbatch_wait(self, script, *args, opts=(), cwd: Path, env: dict | None = None, timeout: float = 900,
-                    name: str | None = None) -> Job:
-        """sbatch --wait: the command's exit status is the job's."""
-        cmd = ["sbatch", "--parsable", "--wait", *opts, str(script), *map(str, args)]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env or self.env, cwd=cwd, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.cancel_all()
-            raise AssertionError(f"{' '.join(cmd)} did not finish within {timeout}s")
-        jobid = p.stdout.strip().split(";")[0].strip()
-        assert jobid.isdigit(), f"no job ID from sbatch: {p.stdout!r} {p.stderr!r}"
-        return self.job(jobid, cwd, p.returncode, p.stderr, name or Path(script).stem)
-
-    def fields(self, jobid: str) -> dict:
-        """scontrol show job's KEY=VALUE fields of a job."""
-        show = self.run("scontrol", "show", "job", jobid, "-o").stdout
-        return dict(kv.split("=", 1) for kv in show.split() if "=" in kv)
-
-    def job(self, jobid: str, cwd: Path, returncode: int = -1, stderr: str = "", name: str = "") -> Job:
-        fields = self.fields(jobid)
-        log_path = Path(fields.get("StdOut", cwd / f"{name}-{jobid}.out"))
-        log = log_path.read_text() if log_path.exists() else f"<no log at {log_path}>"
-        return Job(jobid, returncode, fields.get("ExitCode", "?"), log, stderr)
-
-    def cancel_all(self):
-        ids = self.run("squeue", "-h", "-o", "%i").stdout.split()
-        if ids:
-            self.run("scancel", *ids)
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    reason = unavailable_reason()
-    if reason:
-        skip_or_fail(reason)
-    d = Path(tempfile.mkdtemp(prefix="g3-slurm-test-", dir="/tmp"))
-    d.chmod(0o755)  # munged runs as user munge and must reach its directory below this one
-    env = {k: v for k, v in tool_env().items() if not k.startswith("SLURM_")}
-    env.update(G3_SLURM_DIR=str(d), G3_SLURM_CTLD_PORT=str(free_port()), G3_SLURM_SLURMD_PORT=str(free_port()),
-               G3_SLURM_CPUS=str(max(2, len(os.sched_getaffinity(0)))), SLURM_CONF=str(d / "slurm.conf"),
-               G3_PYTHON=sys.executable)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    c = Cluster(d, env)
-    try:
-        p = c.run("bash", LOCAL_CLUSTER, "start", timeout=600)
-        if p.returncode == 3:
-            skip_or_fail(f"local SLURM unavailable: {p.stderr.strip().splitlines()[-1]}")
-        assert p.returncode == 0, f"local-cluster.sh start failed:\n{p.stderr}"
+    with local_cluster(1, G3_SLURM_CPUS=max(2, len(os.sched_getaffinity(0)))) as c:
         yield c
-    finally:
-        pids = c.pids()
-        p = c.run("bash", LOCAL_CLUSTER, "stop", timeout=120)
-        left = [f"{name} (pid {pid})" for name, pid in pids.items() if _alive(pid, name)]
-        stale = [seg for seg in c.aborted_segments if Path("/dev/shm", seg).exists()]
-        shutil.rmtree(d, ignore_errors=True)
-        assert p.returncode == 0, f"local-cluster.sh stop failed:\n{p.stderr}"
-        assert not left, f"daemons still running after stop: {left}"
-        assert not stale, f"MPICH segments of aborted steps left in /dev/shm: {stale}"
-
-
-def _alive(pid: int, name: str) -> bool:
-    try:
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        state = next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                     if line.startswith("State:"))
-    except (OSError, StopIteration):
-        return False
-    return comm == name and state != "Z"
 
 
 # ---- the local cluster itself --------------------------------------------------------------------------------

@@ -189,7 +189,7 @@ def _run(comm, args: dict, own_world: bool, stop, lock) -> int:
     from g3mpi.comm.consistency import check_neighbours
     from g3mpi.comm.watchdog import Watchdog
     from g3mpi.format import FormatError, part_name, read_meta, read_part
-    from g3mpi.log import setup_logging
+    from g3mpi.log import node_name, setup_logging
     from g3mpi.train import ConfigError, Trainer, prepare_run_dir
     from g3mpi.train.checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, check_restorable,
                                         load_checkpoint, load_model_state, state_mismatch)
@@ -291,8 +291,8 @@ def _run(comm, args: dict, own_world: bool, stop, lock) -> int:
             err = str(e)
         if not _agree(watchdog, err, "could not read the initial model", "initial model"):
             return 1
-    log.info("part %d: %d owned, %d halo, %d local edges; model %s", part.part_id, part.num_owned,
-             part.num_halo, int(part.indptr[-1]), cfg.model)
+    log.info("part %d on node %s: %d owned, %d halo, %d local edges; model %s", part.part_id, node_name(),
+             part.num_owned, part.num_halo, int(part.indptr[-1]), cfg.model)
     # the model is built before the run directory is made, so that parameters that do not fit it leave no run
     try:
         trainer = Trainer(cfg, comm, part, meta, stop=stop, watchdog=watchdog, hooks=hooks, split_sizes=split_sizes)

@@ -240,11 +240,13 @@ g3_check_world() {
     g3_mpi_command "$n" "$hostfile" "$ppn"
     local launch=("${G3_LAUNCH[@]}")
     # rank 0 of each world reports every member of its world in one write (lines from different processes
-    # written piecewise would interleave): one world of N gives N lines of size N, N singletons N lines of size 1
+    # written piecewise would interleave): one world of N gives N lines of size N, N singletons N lines of size 1.
+    # Each names its node: SLURM's node name under srun (several slurmd may share a host), else the host's.
     local probe='import os, sys
 from mpi4py import MPI
 c = MPI.COMM_WORLD
-me = " ".join(["g3-probe", str(c.rank), str(c.size), MPI.Get_processor_name(), os.environ.get("OMP_NUM_THREADS", "-")])
+node = os.environ.get("SLURMD_NODENAME") or MPI.Get_processor_name()
+me = " ".join(["g3-probe", str(c.rank), str(c.size), node, os.environ.get("OMP_NUM_THREADS", "-")])
 everyone = c.gather(me, root=0)
 if c.rank == 0:
     sys.stdout.write("".join(line + "\n" for line in everyone))
