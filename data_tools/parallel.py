@@ -94,6 +94,7 @@ def run(cfg, comm) -> dict | None:
     t1 = time.time()
     lg = local_graph(comm, bounds, sl.indptr, sl.indices, bool(sl.attrs["symmetric"]))
     parts, info = stream_partition(comm, lg, cfg.parts, seed=cfg.seed, imbalance=cfg.node_imbalance,
+                                   order=cfg.stream_order,
                                    log=lambda m: say(comm, m))
     t_part = time.time() - t1
     rss_part = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]
@@ -104,7 +105,7 @@ def run(cfg, comm) -> dict | None:
         edge_seconds = float(edge_seconds[0])
     model = CostModel(edge_seconds=edge_seconds, bandwidth=cfg.bandwidth,
                       width=cfg.width or max(1, int(sl.attrs["feature_dim"])))
-    extra = dict(info, ranks=comm.size, partition_seconds=round(t_part, 3), load_seconds=round(t_load, 3),
+    extra = dict(info, ranks=comm.size, stream_order=cfg.stream_order, partition_seconds=round(t_part, 3), load_seconds=round(t_load, 3),
                  cost_model=model.to_dict(), peak_rss_mib_partition=[round(float(x), 1) for x in rss_part],
                  graph_sha256=graph_fingerprint(cfg.graph) if comm.rank == 0 else None)
     partition_id = allgather_text(comm, uuid.uuid4().hex if comm.rank == 0 else None)[0]

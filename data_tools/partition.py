@@ -43,7 +43,7 @@ MAX_WIDTH = 2**24
 #: options of one method only (``PartitionConfig`` field -> method); the cost model's options (--bandwidth,
 #: --edge-seconds, --width, --calibrate) apply to every method, since meta.json's estimates use them
 METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3 stream", edge_imbalance="g3",
-                      max_iters="g3", cost_slack="g3", start="g3", start_balance="g3")
+                      max_iters="g3", cost_slack="g3", start="g3", start_balance="g3", stream_order="stream")
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ class PartitionConfig:
     start: str = "auto"
     start_balance: str = "auto"
     objective: str = "cut"
+    stream_order: str = "degree"
     bandwidth: float = 10e9 / 8
     edge_seconds: float = DEFAULT_EDGE_SECONDS
     width: int | None = None
@@ -85,6 +86,9 @@ def parse_args(argv) -> PartitionConfig:
     ap.add_argument("--objective", choices=OBJECTIVES,
                     help="what METIS minimises: the edge cut, or the total communication volume (k-way; metis only, "
                          "default cut)")
+    ap.add_argument("--stream-order", choices=("degree", "natural", "random"),
+                    help="order in which each rank streams its rows: most neighbours first, row order, or seeded "
+                         "random (stream only; default degree)")
     g = ap.add_argument_group("g3 refinement and cost model")
     g.add_argument("--node-imbalance", type=float,
                    help="max owned nodes per part / mean, finite and >= 1 (g3, stream; default 1.10)")
@@ -132,7 +136,8 @@ def parse_args(argv) -> PartitionConfig:
     return PartitionConfig(graph=a.graph, parts=a.parts, method=a.method, out=a.out, seed=a.seed, force=a.force,
                            balance=a.balance, node_imbalance=a.node_imbalance, edge_imbalance=a.edge_imbalance,
                            max_iters=a.max_iters, cost_slack=a.cost_slack, start=a.start,
-                           start_balance=a.start_balance, objective=a.objective, bandwidth=bw,
+                           start_balance=a.start_balance, objective=a.objective, stream_order=a.stream_order,
+                           bandwidth=bw,
                            edge_seconds=a.edge_seconds, width=a.width, calibrate=a.calibrate,
                            progress=not a.no_progress)
 

@@ -86,10 +86,13 @@ def test_deterministic_for_seed_and_ranks(rand_h5, tmp_path):
     assert np.array_equal(assignment_of(tmp_path / "a"), assignment_of(tmp_path / "b"))
 
 
-def test_node_imbalance_option(rand_h5, tmp_path):
+@pytest.mark.parametrize("order", ["natural", "random"])
+def test_node_imbalance_and_order_options(order, rand_h5, tmp_path):
     _, path = rand_h5
-    stream(2, path, tmp_path / "p", 4, "--node-imbalance", "1.02")
-    assert read_meta(tmp_path / "p")["quality"]["node_imbalance"] <= 1.02 + 1e-9
+    stream(2, path, tmp_path / "p", 4, "--node-imbalance", "1.02", "--stream-order", order)
+    meta = read_meta(tmp_path / "p")
+    assert meta["quality"]["node_imbalance"] <= 1.02 + 1e-9 and meta["stream_order"] == order
+    run_module("data_tools.inspection", tmp_path / "p")
 
 
 def damaged(src, dst, edit):
