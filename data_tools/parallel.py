@@ -55,6 +55,14 @@ def guarded(comm, fn, *args):
     return out
 
 
+def on_root(comm, fn, *args):
+    """:func:`guarded` ``fn(*args)`` on rank 0 only (its result there, None elsewhere)."""
+    if comm.rank == 0:
+        return guarded(comm, fn, *args)
+    agree(comm, None)
+    return None
+
+
 def num_nodes_of(path) -> int:
     with open_graph(path) as f:
         try:
@@ -76,10 +84,7 @@ def run(cfg, comm) -> dict | None:
     from .slices import read_slice
 
     t0 = time.time()
-    if comm.rank == 0:
-        guarded(comm, check_target, cfg)
-    else:
-        agree(comm, None)
+    on_root(comm, check_target, cfg)
     n = guarded(comm, num_nodes_of, cfg.graph)
     if cfg.parts > max(1, n):
         raise FormatError(cfg.graph, f"cannot split {n} nodes into {cfg.parts} parts (--parts must be <= N)")
@@ -89,13 +94,11 @@ def run(cfg, comm) -> dict | None:
     if not allreduce(comm, np.array([sl.masks["train_mask"].sum()], dtype=np.int64))[0]:
         say(comm, f"warning: {cfg.graph}: no training nodes (no labels, or an empty train mask): g3-train will "
                   f"refuse this partition")
-    e = int(sl.num_edges)
-    say(comm, f"{n} nodes, {e} edges; stream into {cfg.parts} parts on {comm.size} rank(s)")
+    say(comm, f"{n} nodes, {sl.num_edges} edges; stream into {cfg.parts} parts on {comm.size} rank(s)")
     t1 = time.time()
     lg = local_graph(comm, bounds, sl.indptr, sl.indices, bool(sl.attrs["symmetric"]))
     parts, info = stream_partition(comm, lg, cfg.parts, seed=cfg.seed, imbalance=cfg.node_imbalance,
-                                   order=cfg.stream_order,
-                                   log=lambda m: say(comm, m))
+                                   order=cfg.stream_order, log=lambda m: say(comm, m))
     t_part = time.time() - t1
     rss_part = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]
     edge_seconds = cfg.edge_seconds
@@ -105,9 +108,10 @@ def run(cfg, comm) -> dict | None:
         edge_seconds = float(edge_seconds[0])
     model = CostModel(edge_seconds=edge_seconds, bandwidth=cfg.bandwidth,
                       width=cfg.width or max(1, int(sl.attrs["feature_dim"])))
-    extra = dict(info, ranks=comm.size, stream_order=cfg.stream_order, partition_seconds=round(t_part, 3), load_seconds=round(t_load, 3),
-                 cost_model=model.to_dict(), peak_rss_mib_partition=[round(float(x), 1) for x in rss_part],
-                 graph_sha256=graph_fingerprint(cfg.graph) if comm.rank == 0 else None)
+    extra = dict(info, ranks=comm.size, stream_order=cfg.stream_order, partition_seconds=round(t_part, 3),
+                 load_seconds=round(t_load, 3), cost_model=model.to_dict(),
+                 peak_rss_mib_partition=[round(float(x), 1) for x in rss_part],
+                 graph_sha256=on_root(comm, graph_fingerprint, cfg.graph))
     partition_id = allgather_text(comm, uuid.uuid4().hex if comm.rank == 0 else None)[0]
     meta = write(comm, cfg, sl, lg, parts, partition_id, extra)
     rss_all = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]

@@ -16,11 +16,12 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from g3mpi.format import FORMAT_VERSION, PARTITION_FORMAT, PartData, index_dtype, part_name, write_meta, write_part
+from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, PartData, index_dtype, part_name, write_meta,
+                          write_part)
 from g3mpi.format.common import failure_reason
 from g3mpi.format.partition import NODE_MAP_NAME, NodeMapWriter, owner_of
 
-from .build import cut_edges, localize, part_stats, summarize
+from .build import cut_edges, exchange_lists, localize, part_stats, summarize
 from .mpi_util import agree, allreduce, alltoallv, exchange_counts
 from .slices import GraphSlice
 from .termination import raise_if_terminated
@@ -156,22 +157,13 @@ def build_my_parts(comm, sl: GraphSlice, rows: dict, offsets: np.ndarray, P: int
         s, e = int(offsets[p]), int(offsets[p + 1])
         a, b, ip, local = csr.pop(p)
         h = halos.pop(p)
-        owner = owner_of(offsets, h)
-        recv_parts, recv_counts = np.unique(owner, return_counts=True)
-        recv_offsets = np.zeros(len(recv_parts) + 1, dtype=np.int64)
-        np.cumsum(recv_counts, out=recv_offsets[1:])
-        sp = sorted(sends[p])
-        send_rows = np.concatenate([sends[p][q] for q in sp]) if sp else np.zeros(0, dtype=np.int64)
-        send_offsets = np.zeros(len(sp) + 1, dtype=np.int64)
-        np.cumsum([len(sends[p][q]) for q in sp], out=send_offsets[1:])
-        del sends[p]
+        lists = exchange_lists(owner_of(offsets, h), sends.pop(p))
         hd = halo_deg.pop(p)
         yield PartData(
             part_id=p, num_parts=P, num_nodes=n, num_edges=num_edges, feature_dim=F,
             num_classes=int(sl.attrs["num_classes"]), owned_start=s, owned_end=e, partition_id=partition_id,
             indptr=ip, indices=local.astype(index_dtype(e - s + len(h)), copy=False),
-            halo_ids=h, recv_parts=recv_parts.astype(np.int32), recv_offsets=recv_offsets,
-            send_parts=np.asarray(sp, dtype=np.int32), send_offsets=send_offsets, send_rows=send_rows.astype(np.int64),
+            halo_ids=h, **lists,
             in_degree=np.concatenate([rows["in_deg"][a:b], hd[:, 0]]),
             out_degree=np.concatenate([rows["out_deg"][a:b], hd[:, 1]]),
             self_loops=rows["loops"][a:b], features=np.ascontiguousarray(rows["features"][a:b]),
@@ -198,7 +190,7 @@ def write_parts(comm, tmp, sl: GraphSlice, rows: dict, offsets: np.ndarray, P: i
             continue
         try:
             files[part_name(part.part_id)] = write_part(tmp / part_name(part.part_id), part, atomic=False)
-        except (OSError, RuntimeError) as e:   # (h5py reports a failed flush as a RuntimeError)
+        except (OSError, RuntimeError, FormatError) as e:   # (h5py reports a failed flush as a RuntimeError)
             err = f"{tmp / part_name(part.part_id)}: cannot be written: {failure_reason(e)}"
             continue
         st = part_stats(part)

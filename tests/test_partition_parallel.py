@@ -15,21 +15,12 @@ import numpy as np
 import pytest
 
 from conftest import run_module, run_mpi
-from partition_graphs import random_graph, write
-from test_partition import expected_edges, reassemble
+from test_partition import expected_edges, rand_h5, reassemble  # noqa: F401 - rand_h5: a fixture
 from data_tools.build import write_partition
 from data_tools.slices import read_slice
 from data_tools.mpi_util import rank_bounds
 from g3mpi.format import FormatError, array_sha256, load_graph, read_meta, read_node_map, read_part
 from g3mpi.format.partition import ARRAYS, SCALARS
-
-
-@pytest.fixture(scope="module")
-def rand_h5(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rand") / "rand.h5"
-    g = random_graph(n=400, m=2500, seed=5)
-    write(g, path)
-    return g, path
 
 
 def stream(R, graph, out, P, *extra, check=True):
