@@ -172,3 +172,14 @@ def test_output_refused_on_every_rank(rand_h5, tmp_path):
     assert p.returncode != 0 and (out / "keep.txt").exists()
     assert "[rank 0]" in p.stderr and "[rank 1]" in p.stderr
     assert json.dumps(sorted(x.name for x in out.iterdir())) == '["keep.txt"]'
+
+
+def test_without_mpiexec_and_too_many_parts(rand_h5, tmp_path):
+    """Started without mpiexec it is one rank (MPI's singleton start); --parts above N is refused on every rank."""
+    g, path = rand_h5
+    run_module("data_tools.partition", path, "--parts", 3, "--method", "stream", "--out", tmp_path / "one",
+               "--no-progress")
+    run_module("data_tools.inspection", tmp_path / "one")
+    p = stream(2, path, tmp_path / "many", g.num_nodes + 1, check=False)
+    assert p.returncode != 0 and p.stderr.count(f"cannot split {g.num_nodes} nodes") == 2, p.stderr
+    assert not (tmp_path / "many").exists()
