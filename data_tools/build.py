@@ -114,6 +114,22 @@ def graph_feature_dim(g: Graph) -> int:
     return int(g.attrs["feature_dim"]) if g.features is None else int(g.features.shape[1])
 
 
+def exchange_lists(halo_owner: np.ndarray, sends: dict) -> dict:
+    """A part's receive and send lists (PartData's ``recv_*`` and ``send_*``): ``halo_owner`` is the owning part
+    of each halo row (ascending), ``sends`` maps each part q to the owned rows q needs, in the order of q's halo
+    slice for this part."""
+    recv_parts, recv_counts = np.unique(halo_owner, return_counts=True)
+    recv_offsets = np.zeros(len(recv_parts) + 1, dtype=np.int64)
+    np.cumsum(recv_counts, out=recv_offsets[1:])
+    sp = sorted(sends)
+    send_rows = np.concatenate([sends[q] for q in sp]) if sp else np.zeros(0, dtype=np.int64)
+    send_offsets = np.zeros(len(sp) + 1, dtype=np.int64)
+    np.cumsum([len(sends[q]) for q in sp], out=send_offsets[1:])
+    return dict(recv_parts=recv_parts.astype(np.int32), recv_offsets=recv_offsets,
+                send_parts=np.asarray(sp, dtype=np.int32), send_offsets=send_offsets,
+                send_rows=send_rows.astype(np.int64))
+
+
 def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: str):
     """Yield (PartData, new_to_orig, offsets) pieces: one PartData per part, built from the whole graph.
 
@@ -156,13 +172,7 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
         h = halos[p]
         ip, local = csrs[p]
         csrs[p] = halos[p] = None     # released as soon as the part is written
-        recv_parts, recv_counts = np.unique(owner[h], return_counts=True)
-        recv_offsets = np.zeros(len(recv_parts) + 1, dtype=np.int64)
-        np.cumsum(recv_counts, out=recv_offsets[1:])
-        sp = sorted(sends[p])
-        send_rows = np.concatenate([sends[p][q] for q in sp]) if sp else np.zeros(0, dtype=np.int64)
-        send_offsets = np.zeros(len(sp) + 1, dtype=np.int64)
-        np.cumsum([len(sends[p][q]) for q in sp], out=send_offsets[1:])
+        lists = exchange_lists(owner[h], sends[p])
         sends[p] = None
         orig = new_to_orig[s:e]
         orig_all = np.concatenate([orig, new_to_orig[h]])
@@ -171,9 +181,7 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
             feature_dim=feature_dim, num_classes=int(g.attrs["num_classes"]), owned_start=s, owned_end=e,
             partition_id=partition_id,
             indptr=ip, indices=local,
-            halo_ids=h, recv_parts=recv_parts.astype(np.int32), recv_offsets=recv_offsets,
-            send_parts=np.asarray(sp, dtype=np.int32), send_offsets=send_offsets,
-            send_rows=send_rows.astype(np.int64), in_degree=in_deg[orig_all], out_degree=out_deg[orig_all],
+            halo_ids=h, **lists, in_degree=in_deg[orig_all], out_degree=out_deg[orig_all],
             self_loops=loops[orig],
             features=None if g.features is None else np.ascontiguousarray(g.features[orig], dtype=np.float32),
             labels=g.labels[orig].astype(np.int64),

@@ -3,6 +3,7 @@
     g3-partition graph.h5 --parts 4 --method metis --balance nodes --out parts/
     g3-partition graph.h5 --parts 8 --method random --seed 1 --out parts8/
     g3-partition graph.h5 --parts 16 --method g3 --bandwidth 10Gbit --out parts16/
+    mpiexec -n 4 g3-partition graph.h5 --parts 8 --method stream --out parts8/   (each rank reads a slice)
 
 The graph's checksums and indices are validated before use; the output directory appears atomically and
 only when complete (``--force`` replaces an earlier partition, never a directory of the user's). See
@@ -41,8 +42,8 @@ MAX_SEED = 2**63 - 1
 MAX_WIDTH = 2**24
 #: options of one method only (``PartitionConfig`` field -> method); the cost model's options (--bandwidth,
 #: --edge-seconds, --width, --calibrate) apply to every method, since meta.json's estimates use them
-METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3", edge_imbalance="g3", max_iters="g3",
-                      cost_slack="g3", start="g3", start_balance="g3")
+METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3 stream", edge_imbalance="g3",
+                      max_iters="g3", cost_slack="g3", start="g3", start_balance="g3", stream_order="stream")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class PartitionConfig:
     start: str = "auto"
     start_balance: str = "auto"
     objective: str = "cut"
+    stream_order: str = "degree"
     bandwidth: float = 10e9 / 8
     edge_seconds: float = DEFAULT_EDGE_SECONDS
     width: int | None = None
@@ -84,9 +86,12 @@ def parse_args(argv) -> PartitionConfig:
     ap.add_argument("--objective", choices=OBJECTIVES,
                     help="what METIS minimises: the edge cut, or the total communication volume (k-way; metis only, "
                          "default cut)")
+    ap.add_argument("--stream-order", choices=("degree", "natural", "random"),
+                    help="order in which each rank streams its rows: most neighbours first, row order, or seeded "
+                         "random (stream only; default degree)")
     g = ap.add_argument_group("g3 refinement and cost model")
     g.add_argument("--node-imbalance", type=float,
-                   help="max owned nodes per part / mean, finite and >= 1 (g3; default 1.10)")
+                   help="max owned nodes per part / mean, finite and >= 1 (g3, stream; default 1.10)")
     g.add_argument("--edge-imbalance", type=float,
                    help="max local edges per part / mean, finite and >= 1 (g3; default 1.10)")
     g.add_argument("--max-iters", type=int, help="refinement iterations at most, >= 0 (g3; default 100)")
@@ -115,8 +120,9 @@ def parse_args(argv) -> PartitionConfig:
     a = ap.parse_args(argv)
     # an option of another method than the one chosen is refused, not silently ignored
     for dest, method in METHOD_OPTIONS.items():
-        if getattr(a, dest) is not None and a.method != method:
+        if getattr(a, dest) is not None and a.method not in method.split():
             opt = "--" + dest.replace("_", "-")
+            method = " or ".join(method.split())
             hint = {"balance": " (g3 balances nodes and edges itself)", "objective": " (g3: --start volume)"}
             ap.error(f"{opt} applies to --method {method}, not {a.method}"
                      + (hint.get(dest, "") if a.method == "g3" else ""))
@@ -130,7 +136,8 @@ def parse_args(argv) -> PartitionConfig:
     return PartitionConfig(graph=a.graph, parts=a.parts, method=a.method, out=a.out, seed=a.seed, force=a.force,
                            balance=a.balance, node_imbalance=a.node_imbalance, edge_imbalance=a.edge_imbalance,
                            max_iters=a.max_iters, cost_slack=a.cost_slack, start=a.start,
-                           start_balance=a.start_balance, objective=a.objective, bandwidth=bw,
+                           start_balance=a.start_balance, objective=a.objective, stream_order=a.stream_order,
+                           bandwidth=bw,
                            edge_seconds=a.edge_seconds, width=a.width, calibrate=a.calibrate,
                            progress=not a.no_progress)
 
@@ -250,6 +257,9 @@ def run(cfg: PartitionConfig) -> dict:
 def main(argv=None) -> int:
     cfg = parse_args(argv)
     setup_tool_logging(PROG)
+    if cfg.method == "stream":   # every rank of the MPI job (mpiexec -n R g3-partition ...)
+        from .parallel import main as parallel_main
+        return parallel_main(cfg)
     try:
         with terminate_as_interrupt():
             run(cfg)

@@ -73,13 +73,15 @@ def first_unsorted_row(indptr: np.ndarray, down: np.ndarray) -> tuple[int, int] 
     return int(np.searchsorted(indptr, pos, side="right")) - 1, pos
 
 
-def check_sorted_rows(path, indptr: np.ndarray, indices: np.ndarray, what: str = "graph CSR") -> None:
+def check_sorted_rows(path, indptr: np.ndarray, indices: np.ndarray, what: str = "graph CSR",
+                      first_row: int = 0) -> None:
     """FormatError naming the first row of a CSR whose sources (``indices``, checked in range) are not in
-    ascending order, as docs/FORMAT.md keeps them (duplicate edges, adjacent, are allowed)."""
+    ascending order, as docs/FORMAT.md keeps them (duplicate edges, adjacent, are allowed). ``first_row``: the
+    file's row of the CSR's row 0 (a slice of a graph's rows)."""
     bad = first_unsorted_row(indptr, indices[1:] < indices[:-1]) if len(indices) > 1 else None
     if bad is not None:
         r, pos = bad
-        raise FormatError(path, f"{what}: the sources of row {r} are not in ascending order (node "
+        raise FormatError(path, f"{what}: the sources of row {first_row + r} are not in ascending order (node "
                                 f"{int(indices[pos - 1])} before node {int(indices[pos])}; the format keeps every "
                                 "row sorted)")
 

@@ -197,6 +197,8 @@ class PartFeatures:
     (``append``), the dataset's checksum set by ``close``, which returns the whole file's sha256. The file is
     made durable by the directory it is written in (``atomic_dir`` fsyncs every file before the rename)."""
 
+    DTYPE, WHAT = np.float32, "features"
+
     def __init__(self, path):
         self.path = Path(path)
         self._f = h5py.File(self.path, "r+")
@@ -205,7 +207,7 @@ class PartFeatures:
         self._hash = IncrementalSha256()
 
     def append(self, rows: np.ndarray) -> None:
-        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        rows = np.ascontiguousarray(rows, dtype=self.DTYPE)
         if len(rows):
             self._ds[self._rows:self._rows + len(rows)] = rows
             self._hash.update(rows)
@@ -215,7 +217,7 @@ class PartFeatures:
         want = self._ds.shape[0]
         if self._rows != want:
             self._f.close()
-            raise FormatError(self.path, f"features: {self._rows} of {want} rows were written")
+            raise FormatError(self.path, f"{self.WHAT}: {self._rows} of {want} rows were written")
         self._ds.attrs["sha256"] = self._hash.hexdigest()
         self._f.close()
         return file_sha256(self.path)
@@ -512,6 +514,24 @@ def write_node_map(path, new_to_orig: np.ndarray, force: bool = False) -> str:
             ds = f.create_dataset("new_to_orig", data=np.asarray(new_to_orig, dtype=np.int64))
             ds.attrs["sha256"] = array_sha256(np.asarray(new_to_orig, dtype=np.int64))
     return file_sha256(path)
+
+
+class NodeMapWriter(PartFeatures):
+    """Write a ``node_map.h5`` of ``num_nodes`` entries in pieces, in order (``append``), never holding it whole:
+    the file :func:`write_node_map` writes (a contiguous ``new_to_orig``, its checksum taken as the pieces pass).
+    Written in place, for a file inside a directory written atomically (``atomic_dir``); ``close`` returns its
+    sha256, ``close_on_error`` closes it as it is."""
+
+    DTYPE, WHAT = np.int64, "new_to_orig"
+
+    def __init__(self, path, num_nodes: int):
+        self.path = Path(path)
+        self._f = h5py.File(check_output(self.path, force=False), "w")
+        self._f.attrs["format"] = NODE_MAP_FORMAT
+        self._f.attrs["version"] = FORMAT_VERSION
+        self._ds = self._f.create_dataset("new_to_orig", shape=(num_nodes,), dtype=np.int64)
+        self._rows = 0
+        self._hash = IncrementalSha256()
 
 
 def read_node_map(dirpath, meta: dict | None = None) -> np.ndarray:

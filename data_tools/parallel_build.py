@@ -1,0 +1,285 @@
+"""Write a partition directory from ranks that each hold a slice of the graph and its nodes' parts.
+
+The parallel twin of :func:`data_tools.build.build_parts`: the same relabelling (new IDs grouped by part, original
+order within a part) and the same part files, but no rank holds the whole graph. Part p is written by rank
+``p % R``: every rank sends it the rows of its slice that part p owns (new IDs, relabelled in-edges without self
+loops, degrees, labels, masks, features; Alltoallv), the writer builds the local CSR and halo
+(:func:`~data_tools.build.localize`), and asks the writers of the halo's owners for the halo's degrees; those
+requests are the owners' send lists. Rank 0 writes ``node_map.h5`` from the parts' original IDs, received in part
+order one part at a time, and ``meta.json``.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, PartData, index_dtype, part_name, write_meta,
+                          write_part)
+from g3mpi.format.common import failure_reason
+from g3mpi.format.partition import NODE_MAP_NAME, NodeMapWriter, owner_of
+
+from .build import cut_edges, exchange_lists, localize, part_stats, summarize
+from .mpi_util import agree, allreduce, alltoallv, exchange_counts
+from .slices import GraphSlice
+from .termination import raise_if_terminated
+
+#: message tag of the parts' original IDs sent to rank 0 for the node map
+NODE_MAP_TAG = 31
+
+
+def relabel_local(comm, own_parts: np.ndarray, P: int) -> tuple[np.ndarray, np.ndarray]:
+    """(new IDs of this rank's rows, offsets [P+1]): part p owns new IDs offsets[p]..offsets[p+1]-1, in original
+    order; the ranks' rows are in original order, so a node's new ID is its part's offset, plus its part's nodes
+    on the ranks before (an exclusive scan of P-vectors), plus its rank among this rank's nodes of the part."""
+    counts = np.bincount(own_parts, minlength=P).astype(np.int64)
+    sizes = allreduce(comm, counts)
+    before = np.zeros(P, dtype=np.int64)
+    comm.Exscan(counts, before)
+    if comm.rank == 0:
+        before[:] = 0
+    offsets = np.zeros(P + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    order = np.argsort(own_parts, kind="stable")
+    within = np.empty(len(own_parts), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    within[order] = np.arange(len(own_parts)) - starts[own_parts[order]]
+    return offsets[own_parts] + before[own_parts] + within, offsets
+
+
+class OwnRows:
+    """This rank's rows as the part files see them: new IDs, relabelled in-edges without self loops sorted by new
+    ID within a row, the global degrees without self loops, self loops."""
+
+    def __init__(self, comm, sl: GraphSlice, lg, new_ids: np.ndarray):
+        n_own = sl.num_rows
+        deg = np.diff(sl.indptr)
+        rows = np.repeat(np.arange(n_own, dtype=np.int64), deg)
+        gid = sl.indices
+        loop = gid == rows + sl.lo
+        self.loops = np.bincount(rows[loop], minlength=n_own).astype(np.int64)
+        self.in_deg = deg - self.loops
+        # local column of every source (own row or ghost; the ghosts hold every source outside the slice)
+        inside = (gid >= sl.lo) & (gid < sl.hi)
+        local = np.where(inside, gid - sl.lo, 0)
+        local[~inside] = n_own + np.searchsorted(lg.ghosts, gid[~inside])
+        out_all = np.bincount(local[~loop], minlength=n_own + len(lg.ghosts)).astype(np.int64)
+        self.out_deg = out_all[:n_own].copy()
+        lg.plan.push_add(out_all[n_own:], self.out_deg)
+        all_new = np.concatenate([new_ids, lg.plan.pull(new_ids)])
+        cols, rows = all_new[local[~loop]], rows[~loop]
+        order = np.lexsort((cols, rows))
+        self.cols = cols[order]
+        self.row_len = np.bincount(rows, minlength=n_own).astype(np.int64)
+        self.new_ids = new_ids
+
+
+def gather_rows(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Positions of the entries of ``rows`` (in that order) in a CSR with row pointer ``ptr``."""
+    d = ptr[rows + 1] - ptr[rows]
+    return np.repeat(ptr[rows] - np.cumsum(d) + d, d) + np.arange(int(d.sum()), dtype=np.int64)
+
+
+def shuffle(comm, sl: GraphSlice, own: OwnRows, own_parts: np.ndarray) -> dict:
+    """Every row to the writer of its part (rank ``part % R``); returns the rows this rank writes, sorted by new
+    ID: ``new_ids, orig, in_deg, out_deg, loops, labels, masks, features`` and their CSR ``ptr``/``cols``."""
+    R = comm.size
+    dest = own_parts % R
+    order = np.lexsort((own_parts, dest))          # by writer, then part; original order within a part
+    counts = np.bincount(dest, minlength=R).astype(np.int64)
+    rc = exchange_counts(comm, counts)
+    ptr = np.zeros(sl.num_rows + 1, dtype=np.int64)
+    np.cumsum(own.row_len, out=ptr[1:])
+    edge_counts = np.bincount(dest, weights=own.row_len, minlength=R).astype(np.int64)
+    got = {}
+    fields = dict(new_ids=own.new_ids, orig=sl.lo + np.arange(sl.num_rows, dtype=np.int64), in_deg=own.in_deg,
+                  out_deg=own.out_deg, loops=own.loops, labels=sl.labels, row_len=own.row_len,
+                  features=sl.features, **{k: v for k, v in sl.masks.items()})
+    for k, v in fields.items():
+        got[k] = alltoallv(comm, np.asarray(v)[order], counts, rc)
+    cols = alltoallv(comm, own.cols[gather_rows(ptr, order)], edge_counts, exchange_counts(comm, edge_counts))
+    # received grouped by source rank; sorted by new ID, a part's rows are contiguous and in original order
+    by_new = np.argsort(got["new_ids"], kind="stable")
+    rptr = np.zeros(len(by_new) + 1, dtype=np.int64)
+    np.cumsum(got["row_len"], out=rptr[1:])
+    got = {k: v[by_new] for k, v in got.items()}
+    got["cols"] = cols[gather_rows(rptr, by_new)]
+    got["ptr"] = np.zeros(len(by_new) + 1, dtype=np.int64)
+    np.cumsum(got["row_len"], out=got["ptr"][1:])
+    return got
+
+
+def my_parts(comm, P: int) -> list[int]:
+    return list(range(comm.rank, P, comm.size))
+
+
+def build_my_parts(comm, sl: GraphSlice, rows: dict, offsets: np.ndarray, P: int, partition_id: str,
+                   num_edges: int):
+    """Yield the PartData of every part this rank writes (halo degrees and send lists exchanged collectively
+    first, so the yields need no communication)."""
+    R = comm.size
+    mine = my_parts(comm, P)
+    pos_of = rows["new_ids"]                      # sorted: the rows of my parts, by new ID
+    csr, halos = {}, {}
+    for p in mine:
+        s, e = int(offsets[p]), int(offsets[p + 1])
+        a, b = np.searchsorted(pos_of, (s, e))
+        ip = rows["ptr"][a:b + 1] - rows["ptr"][a]
+        local, h = localize(rows["cols"][rows["ptr"][a]:rows["ptr"][b]], s, e)
+        csr[p] = (a, b, ip, local)
+        halos[p] = h
+    # requests for the halo's degrees, to the writers of their owners; they are the owners' send lists
+    req_q = np.concatenate([np.full(len(halos[p]), p, dtype=np.int64) for p in mine]) if mine else np.zeros(0, np.int64)
+    req_id = np.concatenate([halos[p] for p in mine]) if mine else np.zeros(0, np.int64)
+    dest = owner_of(offsets, req_id) % R
+    order = np.argsort(dest, kind="stable")
+    counts = np.bincount(dest, minlength=R).astype(np.int64)
+    rc = exchange_counts(comm, counts)
+    in_q = alltoallv(comm, req_q[order], counts, rc)
+    in_id = alltoallv(comm, req_id[order], counts, rc)
+    at = np.searchsorted(pos_of, in_id)
+    deg = np.stack([rows["in_deg"][at], rows["out_deg"][at]], axis=1)
+    back = np.empty((len(req_id), 2), dtype=np.int64)
+    back[order] = alltoallv(comm, deg, rc, counts)
+    halo_deg, done = {}, 0
+    for p in mine:
+        halo_deg[p] = back[done:done + len(halos[p])]
+        done += len(halos[p])
+    owner_p = owner_of(offsets, in_id)
+    sends = {p: {} for p in mine}
+    s_order = np.lexsort((in_id, in_q, owner_p))
+    for p, q, ids in _groups(owner_p[s_order], in_q[s_order], in_id[s_order]):
+        sends[p][q] = ids - offsets[p]
+    n, F = sl.num_nodes, sl.features.shape[1]
+    for p in mine:
+        s, e = int(offsets[p]), int(offsets[p + 1])
+        a, b, ip, local = csr.pop(p)
+        h = halos.pop(p)
+        lists = exchange_lists(owner_of(offsets, h), sends.pop(p))
+        hd = halo_deg.pop(p)
+        yield PartData(
+            part_id=p, num_parts=P, num_nodes=n, num_edges=num_edges, feature_dim=F,
+            num_classes=int(sl.attrs["num_classes"]), owned_start=s, owned_end=e, partition_id=partition_id,
+            indptr=ip, indices=local.astype(index_dtype(e - s + len(h)), copy=False),
+            halo_ids=h, **lists,
+            in_degree=np.concatenate([rows["in_deg"][a:b], hd[:, 0]]),
+            out_degree=np.concatenate([rows["out_deg"][a:b], hd[:, 1]]),
+            self_loops=rows["loops"][a:b], features=np.ascontiguousarray(rows["features"][a:b]),
+            labels=rows["labels"][a:b], train_mask=rows["train_mask"][a:b], val_mask=rows["val_mask"][a:b],
+            test_mask=rows["test_mask"][a:b], orig_ids=rows["orig"][a:b])
+
+
+def _groups(p: np.ndarray, q: np.ndarray, ids: np.ndarray):
+    """(p, q, ids) for each run of equal (p, q) in the sorted pairs."""
+    if not len(p):
+        return
+    cut = np.flatnonzero((np.diff(p) != 0) | (np.diff(q) != 0)) + 1
+    for a, b in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(p)]])):
+        yield int(p[a]), int(q[a]), ids[a:b]
+
+
+def write_parts(comm, tmp, sl: GraphSlice, rows: dict, offsets: np.ndarray, P: int, partition_id: str,
+                num_edges: int) -> tuple[dict, list]:
+    """Write this rank's part files into ``tmp``; returns ({file: sha256}, [part stats]). Every rank arrives at
+    the agreement after its writes, failed or not (RankFailed on every rank if one failed)."""
+    files, stats, err = {}, [], None
+    for part in build_my_parts(comm, sl, rows, offsets, P, partition_id, num_edges):
+        if err is not None:
+            continue
+        try:
+            files[part_name(part.part_id)] = write_part(tmp / part_name(part.part_id), part, atomic=False)
+        except (OSError, RuntimeError, FormatError) as e:   # (h5py reports a failed flush as a RuntimeError)
+            err = f"{tmp / part_name(part.part_id)}: cannot be written: {failure_reason(e)}"
+            continue
+        st = part_stats(part)
+        st["cut_edges"] = cut_edges(part)
+        stats.append(st)
+    agree(comm, err)
+    return files, stats
+
+
+def write_node_map(comm, path, rows: dict, offsets: np.ndarray, P: int) -> str | None:
+    """``node_map.h5`` written by rank 0 from every part's original IDs, received in part order (one part held at
+    a time); returns its sha256 on rank 0 (None elsewhere). A failure on rank 0 is agreed on by every rank."""
+    err, sha = None, None
+    if comm.rank == 0:
+        writer = None
+        try:
+            writer = NodeMapWriter(path, int(offsets[-1]))
+        except (OSError, RuntimeError) as e:
+            err = f"{path}: cannot be written: {failure_reason(e)}"
+        for p in range(P):
+            s, e = int(offsets[p]), int(offsets[p + 1])
+            if p % comm.size == 0:
+                a, b = np.searchsorted(rows["new_ids"], (s, e))
+                ids = rows["orig"][a:b]
+            else:
+                ids = np.empty(e - s, dtype=np.int64)
+                comm.Recv([ids, MPI.INT64_T], source=p % comm.size, tag=NODE_MAP_TAG)
+            if err is None:
+                try:
+                    writer.append(ids)
+                except (OSError, RuntimeError) as ex:
+                    err = f"{path}: cannot be written: {failure_reason(ex)}"
+        if err is None:
+            try:
+                sha = writer.close()
+            except (OSError, RuntimeError) as ex:
+                err = f"{path}: cannot be written: {failure_reason(ex)}"
+        elif writer is not None:
+            writer.close_on_error()
+    else:
+        for p in my_parts(comm, P):
+            a, b = np.searchsorted(rows["new_ids"], (int(offsets[p]), int(offsets[p + 1])))
+            comm.Send([np.ascontiguousarray(rows["orig"][a:b]), MPI.INT64_T], dest=0, tag=NODE_MAP_TAG)
+    agree(comm, err)
+    return sha
+
+
+def gather_json(comm, obj) -> list | None:
+    """Every rank's JSON-able ``obj`` on rank 0 (a list in rank order), None elsewhere: text, not pickles."""
+    data = np.frombuffer(json.dumps(obj).encode(), dtype=np.uint8)
+    sizes = np.zeros(comm.size, dtype=np.int64) if comm.rank == 0 else None
+    comm.Gather(np.array([data.size], dtype=np.int64), sizes, root=0)
+    if comm.rank != 0:
+        comm.Gatherv([data, MPI.BYTE], None, root=0)
+        return None
+    displs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    buf = np.empty(int(sizes.sum()), dtype=np.uint8)
+    comm.Gatherv([data, MPI.BYTE], [buf, (sizes, displs), MPI.BYTE], root=0)
+    return [json.loads(bytes(buf[d:d + n])) for d, n in zip(displs.tolist(), sizes.tolist())]
+
+
+def write_partition_parallel(comm, tmp, sl: GraphSlice, lg, own_parts: np.ndarray, P: int, *, partition_id: str,
+                             method: str, seed: int, extra_meta: dict) -> dict | None:
+    """Write the whole partition into the directory ``tmp`` (every rank; rank 0 writes meta.json): returns meta on
+    rank 0, None elsewhere. ``lg``: the :class:`~data_tools.partitioners.stream.LocalGraph` (its ghosts)."""
+    t0 = time.time()
+    new_ids, offsets = relabel_local(comm, own_parts, P)
+    own = OwnRows(comm, sl, lg, new_ids)
+    loops = int(allreduce(comm, np.array([own.loops.sum()], dtype=np.int64))[0])
+    rows = shuffle(comm, sl, own, own_parts)
+    del own
+    files, stats = write_parts(comm, tmp, sl, rows, offsets, P, partition_id, sl.num_edges - loops)
+    sha = write_node_map(comm, tmp / NODE_MAP_NAME, rows, offsets, P)
+    got = gather_json(comm, dict(files=files, stats=stats))
+    if comm.rank != 0:
+        return None
+    for g in got:
+        files.update(g["files"])
+    stats = sorted((s for g in got for s in g["stats"]), key=lambda s: s["part"])
+    files[NODE_MAP_NAME] = sha
+    m = sum(s["local_edges"] for s in stats)
+    a = sl.attrs
+    meta = dict(format=PARTITION_FORMAT, version=FORMAT_VERSION, num_parts=P, method=method, seed=seed,
+                partition_id=partition_id, num_nodes=sl.num_nodes, num_edges=m, num_edges_input=sl.num_edges,
+                feature_dim=int(a["feature_dim"]), num_classes=int(a["num_classes"]),
+                graph_source=str(a.get("source", "")), offsets=[int(o) for o in offsets], files=files,
+                quality=summarize(stats, sl.num_nodes, m), parts=stats, build_seconds=round(time.time() - t0, 3))
+    meta.update(extra_meta)
+    write_meta(tmp, meta)
+    raise_if_terminated()
+    return meta
+

@@ -1,0 +1,315 @@
+"""``stream``: a rank-parallel streaming partitioner (Fennel over batches, then balanced label propagation).
+
+Every rank holds only its slice of the graph (:class:`LocalGraph`: its rows' neighbours in the symmetrised graph,
+as local columns ``[own rows | ghosts]``) and the parts of its own nodes and of its ghosts; part sizes are
+Allreduced, nothing of length N or E is ever on one rank.
+
+1. Streaming (Fennel, Tsourakakis et al., WSDM 2014): the ranks walk their rows, most neighbours first, in
+   ``batches`` synchronous steps. Before each step the ghosts' parts are pulled from their owners (Alltoallv);
+   each rank then places its step's nodes, :data:`CHUNK` at a time, in the part maximising ``neighbours there -
+   alpha * gamma * size^(gamma-1)``, counting the other ranks' placements of this step as equal to its own. A
+   rank fills a part only up to its share of the part's room under the cap (the room split in proportion to the
+   nodes each rank places in the step), so the cap holds whatever the ranks decide together.
+2. Refinement: ``rounds`` of label propagation. Each node's best other part (most neighbours) and gain
+   (neighbours there - neighbours in its own part) are computed; half of the nodes (a seeded coin per node and
+   round, so that neighbours seldom swap together) with a positive gain ask to move. The room of each part under
+   the cap is split among the ranks in proportion to their requests (Allreduce of a P-vector), and each rank moves
+   its best requests within its share. Sizes never pass the cap.
+
+Deterministic for a given seed and number of ranks R; the result depends on R (which rows stream together, and
+the shares, do), see docs/PARTITION.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..mpi_util import GhostPlan, allgather_rows, allreduce, alltoallv, exchange_counts
+
+#: Fennel's exponent (the paper's choice)
+GAMMA = 1.5
+#: nodes placed together (their counts of neighbours' parts are taken at once); bounds a chunk's k x P matrix too
+CHUNK = 1024
+#: rows x parts of one dense count matrix at most in the refinement
+COUNT_CELLS = 1 << 22
+#: Fennel's alpha times this: measured on R-MAT 16 (8 parts, 4 ranks) against 0.25 .. 4, the lowest cut
+ALPHA_SCALE = 2.0
+#: refinement stops when a round moves at most this fraction of the nodes
+MIN_MOVED = 1e-4
+
+
+@dataclass
+class LocalGraph:
+    """One rank's rows of the symmetrised graph without self loops: row i (global node ``lo + i``) lists its
+    neighbours as local columns (``< num_own``: own rows; else ghost ``col - num_own``, global ID ``ghosts[j]``)."""
+
+    num_nodes: int
+    lo: int
+    num_own: int
+    indptr: np.ndarray
+    cols: np.ndarray
+    ghosts: np.ndarray
+    plan: GhostPlan
+
+
+def local_graph(comm, bounds: np.ndarray, indptr: np.ndarray, indices: np.ndarray, symmetric: bool) -> LocalGraph:
+    """The symmetrised neighbourhoods of this rank's rows (graph rows ``bounds[rank]:bounds[rank+1]``, an in-edge
+    CSR ``indptr``/``indices`` of global sources). Unless the graph is ``symmetric``, each edge u->v is also sent to
+    u's owner (Alltoallv), so that u sees v. Self loops are dropped; duplicate edges stay (they weigh more)."""
+    lo, hi = int(bounds[comm.rank]), int(bounds[comm.rank + 1])
+    n_own = hi - lo
+    rows = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(indptr))
+    src = indices.astype(np.int64, copy=False)
+    if not symmetric:
+        owner = np.searchsorted(bounds, src, side="right") - 1
+        order = np.argsort(owner, kind="stable")
+        counts = np.bincount(owner, minlength=comm.size).astype(np.int64)
+        pairs = np.stack([src[order], rows[order]], axis=1)
+        del order, owner
+        back = alltoallv(comm, pairs, counts, exchange_counts(comm, counts))
+        rows, src = np.concatenate([rows, back[:, 0]]), np.concatenate([src, back[:, 1]])
+        del pairs, back
+    keep = rows != src
+    rows, src = rows[keep], src[keep]
+    order = np.argsort(rows, kind="stable")
+    rows, src = rows[order], src[order]
+    del order, keep
+    out = (src < lo) | (src >= hi)
+    ghosts = np.unique(src[out])
+    cols = np.where(out, 0, src - lo)
+    cols[out] = n_own + np.searchsorted(ghosts, src[out])
+    ptr = np.zeros(n_own + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows - lo, minlength=n_own), out=ptr[1:])
+    plan = GhostPlan(comm, bounds, ghosts)
+    return LocalGraph(num_nodes=int(bounds[-1]), lo=lo, num_own=n_own, indptr=ptr,
+                      cols=cols.astype(np.int32 if n_own + len(ghosts) < 2**31 else np.int64), ghosts=ghosts,
+                      plan=plan)
+
+
+def neighbour_counts(lg: LocalGraph, parts: np.ndarray, rows: np.ndarray, P: int) -> np.ndarray:
+    """[len(rows), P]: neighbours of the own ``rows`` in each part (``parts`` of own rows and ghosts; -1: not
+    placed)."""
+    d = lg.indptr[rows + 1] - lg.indptr[rows]
+    pos = np.repeat(lg.indptr[rows] - np.cumsum(d) + d, d) + np.arange(int(d.sum()), dtype=np.int64)
+    p = parts[lg.cols[pos]].astype(np.int64)
+    r = np.repeat(np.arange(len(rows), dtype=np.int64), d)
+    ok = p >= 0
+    return np.bincount(r[ok] * P + p[ok], minlength=len(rows) * P).reshape(len(rows), P)
+
+
+def row_chunks(rows: np.ndarray, P: int):
+    """``rows`` in pieces whose count matrices hold at most :data:`COUNT_CELLS` cells."""
+    step = max(1, COUNT_CELLS // P)
+    for a in range(0, len(rows), step):
+        yield rows[a:a + step]
+
+
+def share(mine: np.ndarray, wanted: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """This rank's share of each part's ``room``: all it ``mine`` asks for where the ranks ask ``wanted`` <= room
+    in total, else ``floor(room * mine / wanted)`` (never more than the room altogether)."""
+    over = wanted > room
+    out = mine.copy()
+    out[over] = (np.maximum(room[over], 0) * mine[over]) // np.maximum(wanted[over], 1)
+    return out
+
+
+def coin(gid: np.ndarray, salt: int) -> np.ndarray:
+    """A seeded pseudo-random bit per global node ID (splitmix64's finaliser)."""
+    x = gid.astype(np.uint64) + np.uint64(salt & (2**64 - 1))
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return ((x ^ (x >> np.uint64(31))) & np.uint64(1)).astype(bool)
+
+
+def place(score: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """Each row's best column (part) of ``score`` [k, P] such that column p is chosen at most ``left[p]`` times
+    (the higher scores first); rows that fit nowhere take their best column regardless (-1 never)."""
+    k, P = score.shape
+    choice = np.full(k, -1, dtype=np.int64)
+    score = score.astype(np.float64, copy=True)
+    left = left.copy()
+    todo = np.arange(k)
+    for _ in range(P):
+        if not len(todo) or not (left > 0).any():
+            break
+        s = score[todo]
+        s[:, left <= 0] = -np.inf
+        best = np.argmax(s, axis=1)
+        val = s[np.arange(len(todo)), best]
+        order = np.lexsort((-val, best))
+        best_o = best[order]
+        starts = np.searchsorted(best_o, np.arange(P))
+        rank_in = np.arange(len(todo)) - starts[best_o]
+        ok = rank_in < left[best_o]
+        chosen = todo[order[ok]]
+        choice[chosen] = best_o[ok]
+        left -= np.bincount(best_o[ok], minlength=P)
+        rejected = order[~ok]
+        score[todo[rejected], best[rejected]] = -np.inf
+        todo = todo[rejected]
+    if len(todo):
+        choice[todo] = np.argmax(score[todo] if (left > 0).any() else np.zeros((len(todo), P)), axis=1)
+    return choice
+
+
+def stream_partition(comm, lg: LocalGraph, P: int, *, seed: int = 0, imbalance: float = 1.10, batches: int = 16,
+                     rounds: int = 20, alpha_scale: float = ALPHA_SCALE, order: str = "degree",
+                     log=None) -> tuple[np.ndarray, dict]:
+    """Parts [num_own] of this rank's rows (see the module docstring), and meta entries (the same on every rank).
+    ``alpha_scale`` multiplies Fennel's alpha; ``order``: :func:`stream_order`."""
+    R, n = comm.size, lg.num_nodes
+    n_own = lg.num_own
+    cap = max(math.ceil(n / P), int(math.floor(imbalance * n / P)))
+    parts = np.full(n_own + len(lg.ghosts), -1, dtype=np.int32)
+    edges = int(allreduce(comm, np.array([len(lg.cols)], dtype=np.int64))[0])
+    alpha = alpha_scale * math.sqrt(P) * (edges / 2) / max(1.0, n ** GAMMA)
+    seq = stream_order(lg, order, seed)
+    steps = np.linspace(0, n_own, batches + 1).astype(np.int64)
+    for t in range(batches):
+        parts[n_own:] = lg.plan.pull(parts[:n_own])
+        batch = seq[steps[t]:steps[t + 1]]
+        own = parts[:n_own]
+        sizes = allreduce(comm, np.bincount(own[own >= 0], minlength=P).astype(np.int64))
+        # the room under the cap split in proportion to the nodes each rank places in this step
+        left = split(cap - sizes, allgather_rows(comm, np.array([len(batch)], dtype=np.int64))[:, 0], comm.rank)
+        added = np.zeros(P, dtype=np.int64)
+        for c0 in range(0, len(batch), CHUNK):
+            rows = batch[c0:c0 + CHUNK]
+            counts = neighbour_counts(lg, parts, rows, P)
+            penalty = alpha * GAMMA * (sizes + R * added).astype(np.float64) ** (GAMMA - 1)
+            choice = place(counts - penalty[None, :], left - added)
+            parts[rows] = choice
+            added += np.bincount(choice, minlength=P)
+    own = parts[:n_own]
+    sizes = allreduce(comm, np.bincount(own, minlength=P).astype(np.int64))
+    cut0 = cut_edges(comm, lg, parts)
+    sizes = rebalance(comm, lg, parts, sizes, cap, P)
+    moved_total, done = 0, 0
+    for done in range(1, rounds + 1):
+        moved, sizes = refine_round(comm, lg, parts, sizes, cap, P, salt=seed * 1_000_003 + done)
+        moved_total += moved
+        if moved <= n * MIN_MOVED:
+            break
+    cut1 = cut_edges(comm, lg, parts)
+    if log is not None:
+        log(f"stream: {cut0} cut (symmetrised) edges after streaming, {cut1} after {done} refinement round(s) "
+            f"moving {moved_total} nodes")
+    return parts[:n_own].astype(np.int64), dict(stream_batches=batches, stream_rounds=done,
+                                               stream_moved=moved_total, stream_cut_streamed=cut0,
+                                               stream_cut_refined=cut1, stream_cap=cap)
+
+
+def stream_order(lg: LocalGraph, order: str, seed: int) -> np.ndarray:
+    """The order in which a rank streams its rows: ``natural`` (row order), ``degree`` (most neighbours first,
+    ties in row order) or ``random`` (seeded by the seed and the rows' first global ID)."""
+    if order == "degree":
+        return np.argsort(-np.diff(lg.indptr), kind="stable")
+    if order == "random":
+        return np.random.default_rng([seed, lg.lo]).permutation(lg.num_own)
+    return np.arange(lg.num_own)
+
+
+def cut_edges(comm, lg: LocalGraph, parts: np.ndarray) -> int:
+    """Edges of the symmetrised graph between parts, each counted once per direction (ghosts pulled first)."""
+    parts[lg.num_own:] = lg.plan.pull(parts[:lg.num_own])
+    r = np.repeat(np.arange(lg.num_own), np.diff(lg.indptr))
+    return int(allreduce(comm, np.array([(parts[r] != parts[lg.cols]).sum()], dtype=np.int64))[0])
+
+
+def best_moves(lg: LocalGraph, parts: np.ndarray, P: int, rows: np.ndarray,
+               allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(best other part, gain) of the own ``rows``: the part (among ``allowed`` [P] bool, if given) with most
+    neighbours outside the row's own, and that count minus its neighbours inside (ghosts' parts current)."""
+    best = np.zeros(len(rows), dtype=np.int64)
+    gain = np.zeros(len(rows), dtype=np.int64)
+    done = 0
+    for chunk in row_chunks(rows, P):
+        c = neighbour_counts(lg, parts, chunk, P)
+        i = np.arange(len(chunk))
+        here = c[i, parts[chunk]].copy()
+        c[i, parts[chunk]] = -1
+        if allowed is not None:
+            c[:, ~allowed] = -2
+        b = np.argmax(c, axis=1)
+        best[done:done + len(chunk)] = b
+        gain[done:done + len(chunk)] = c[i, b] - here
+        done += len(chunk)
+    return best, gain
+
+
+def take(want: np.ndarray, key: np.ndarray, candidates: np.ndarray, quota: np.ndarray, P: int) -> np.ndarray:
+    """The candidates (indices) to move: per target part ``want[c]``, the ``quota[p]`` of highest ``key``."""
+    order = np.lexsort((-key[candidates], want[candidates]))
+    c = candidates[order]
+    tgt = want[c]
+    starts = np.searchsorted(tgt, np.arange(P))
+    return c[(np.arange(len(c)) - starts[tgt]) < quota[tgt]]
+
+
+def split(room: np.ndarray, need: np.ndarray, rank: int) -> np.ndarray:
+    """This rank's share of each part's ``room`` [P] when the ranks need ``need`` [R] in all: in proportion
+    (rounded down; the parts left over go to the ranks in turn), the same split on every rank."""
+    room = np.maximum(room, 0)
+    total = max(1, int(need.sum()))
+    shares = (room[None, :] * need[:, None]) // total                    # [R, P]
+    rest = room - shares.sum(axis=0)
+    order = np.argsort(-need, kind="stable")
+    pos = np.empty(len(need), dtype=np.int64)
+    pos[order] = np.arange(len(need))
+    return shares[rank] + (pos[rank] < rest)
+
+
+def refine_round(comm, lg: LocalGraph, parts: np.ndarray, sizes: np.ndarray, cap: int, P: int,
+                 salt: int) -> tuple[int, np.ndarray]:
+    """One round of balanced label propagation (module docstring, 2.); returns (nodes moved, new sizes)."""
+    n_own = lg.num_own
+    parts[n_own:] = lg.plan.pull(parts[:n_own])
+    best, gain = best_moves(lg, parts, P, np.arange(n_own))
+    gids = lg.lo + np.arange(n_own, dtype=np.int64)
+    cand = np.flatnonzero((gain > 0) & coin(gids, salt))
+    mine = np.bincount(best[cand], minlength=P).astype(np.int64)
+    go = take(best, gain, cand, share(mine, allreduce(comm, mine), cap - sizes), P)
+    delta = np.bincount(best[go], minlength=P) - np.bincount(parts[go], minlength=P)
+    parts[go] = best[go]
+    moved = allreduce(comm, np.array([len(go)], dtype=np.int64))[0]
+    return int(moved), sizes + allreduce(comm, delta.astype(np.int64))
+
+
+def rebalance(comm, lg: LocalGraph, parts: np.ndarray, sizes: np.ndarray, cap: int, P: int) -> np.ndarray:
+    """Move nodes out of parts above ``cap`` (streaming may overfill one when every part's room ran out) into parts
+    with room, fewest neighbours lost first; returns the new sizes. Each rank moves its share of a part's excess,
+    in proportion to its nodes there (its share of the room likewise)."""
+    for _ in range(P):
+        excess = np.maximum(sizes - cap, 0)
+        if not excess.any():
+            return sizes
+        n_own = lg.num_own
+        parts[n_own:] = lg.plan.pull(parts[:n_own])
+        own = parts[:n_own]
+        counts = allgather_rows(comm, np.bincount(own, minlength=P).astype(np.int64))   # [R, P]
+        out_all = -((-excess[None, :] * counts) // np.maximum(sizes, 1)[None, :])   # (rounded up)
+        out_quota = out_all[comm.rank]
+        room = np.maximum(cap - sizes, 0)
+        # the room split in proportion to the nodes each rank must move out
+        leaving = out_all.sum(axis=1)
+        in_quota = (room * leaving[comm.rank]) // max(1, int(leaving.sum())) + 1
+        cand = np.flatnonzero(excess[own] > 0)
+        target, gain = best_moves(lg, parts, P, cand, allowed=room > 0)
+        key = np.zeros(n_own, dtype=np.int64)
+        key[cand] = gain
+        go = take(own.astype(np.int64), key, cand, out_quota, P)
+        pick = np.searchsorted(cand, go)
+        dest = np.full(len(go), -1, dtype=np.int64)
+        # the best part with room first, then the others with room in turn (each rank's share of the room)
+        order = np.argsort(-gain[pick], kind="stable")
+        for i in order:
+            t = target[pick[i]]
+            if in_quota[t] <= 0:
+                t = int(np.argmax(in_quota))
+            dest[i] = t
+            in_quota[t] -= 1
+        parts[go] = dest
+        sizes = allreduce(comm, np.bincount(parts[:n_own], minlength=P).astype(np.int64))
+    return sizes

@@ -1,0 +1,185 @@
+"""g3-partition --method stream under mpiexec: every rank reads a slice, the ranks write the parts in parallel.
+
+The partition must be one that g3-inspect accepts, reassemble into the exact input graph, and hold the same part
+files as the serial writer given the same assignment; bad input in one rank's slice stops every rank, naming the
+file and the row, with nothing written.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import run_module, run_mpi
+from test_partition import expected_edges, rand_h5, reassemble  # noqa: F401 - rand_h5: a fixture
+from data_tools.build import write_partition
+from data_tools.slices import read_slice
+from data_tools.mpi_util import rank_bounds
+from g3mpi.format import FormatError, array_sha256, load_graph, read_meta, read_node_map, read_part
+from g3mpi.format.partition import ARRAYS, SCALARS
+
+
+def stream(R, graph, out, P, *extra, check=True):
+    return run_mpi(R, "data_tools.partition", graph, "--parts", P, "--method", "stream", "--out", out,
+                   "--no-progress", *extra, check=check, timeout=120)
+
+
+def assignment_of(parts_dir) -> np.ndarray:
+    meta = read_meta(parts_dir)
+    new_to_orig = read_node_map(parts_dir, meta)
+    a = np.empty(meta["num_nodes"], dtype=np.int64)
+    a[new_to_orig] = np.repeat(np.arange(meta["num_parts"]), np.diff(meta["offsets"]))
+    return a
+
+
+@pytest.mark.parametrize("R,P", [(1, 4), (2, 4), (3, 4), (4, 4), (3, 8)])
+def test_parallel_partition_valid_exact_and_as_serial(R, P, rand_h5, tmp_path):
+    g, path = rand_h5
+    out = tmp_path / "parts"
+    p = stream(R, path, out, P)
+    assert "peak RSS per rank (MiB): partition stage" in p.stderr
+    rss = p.stderr.split("partition stage ")[1].split(";")[0].split()
+    assert len(rss) == R and all(float(x) > 0 for x in rss)
+    run_module("data_tools.inspection", out)        # g3-inspect accepts it (exit 0)
+    src, dst, feats, labels, masks = reassemble(out)
+    want_src, want_dst = expected_edges(g)
+    assert np.array_equal(src, want_src) and np.array_equal(dst, want_dst)
+    assert np.array_equal(feats, g.features) and np.array_equal(labels, g.labels)
+    for k, m in masks.items():
+        assert np.array_equal(m, getattr(g, k)), k
+    meta = read_meta(out)
+    assert meta["method"] == "stream" and meta["ranks"] == R and meta["num_parts"] == P
+    assert meta["quality"]["node_imbalance"] <= 1.10 + 1e-9
+    assert len(meta["peak_rss_mib_partition"]) == R
+    # the serial writer, given the same assignment, writes the same parts
+    ref = tmp_path / "serial"
+    ref_meta = write_partition(load_graph(path), assignment_of(out), P, ref, method="stream", seed=0)
+    assert ref_meta["offsets"] == meta["offsets"] and ref_meta["quality"] == meta["quality"]
+    assert ref_meta["parts"] == meta["parts"]
+    assert np.array_equal(read_node_map(ref), read_node_map(out))
+    for q in range(P):
+        a, b = read_part(out, q), read_part(ref, q)
+        for k in ARRAYS:
+            x, y = getattr(a, k), getattr(b, k)
+            assert x.dtype == y.dtype and np.array_equal(x, y), (q, k)
+        for k in SCALARS:
+            assert k == "partition_id" or getattr(a, k) == getattr(b, k), (q, k)
+
+
+def test_deterministic_for_seed_and_ranks(rand_h5, tmp_path):
+    _, path = rand_h5
+    stream(3, path, tmp_path / "a", 5, "--seed", "7")
+    stream(3, path, tmp_path / "b", 5, "--seed", "7")
+    assert np.array_equal(assignment_of(tmp_path / "a"), assignment_of(tmp_path / "b"))
+
+
+@pytest.mark.parametrize("order", ["natural", "random"])
+def test_node_imbalance_and_order_options(order, rand_h5, tmp_path):
+    _, path = rand_h5
+    stream(2, path, tmp_path / "p", 4, "--node-imbalance", "1.02", "--stream-order", order)
+    meta = read_meta(tmp_path / "p")
+    assert meta["quality"]["node_imbalance"] <= 1.02 + 1e-9 and meta["stream_order"] == order
+    run_module("data_tools.inspection", tmp_path / "p")
+
+
+def damaged(src, dst, edit):
+    """A copy of the graph ``src`` with ``edit(h5py.File)`` applied and the edited datasets' checksums renewed (so
+    that the content checks, not the checksum, must find the damage)."""
+    shutil.copy(src, dst)
+    with h5py.File(dst, "r+") as f:
+        for name in edit(f):
+            f[name].attrs["sha256"] = array_sha256(f[name][()])
+    return dst
+
+
+def rows_of_rank(n, R, r):
+    b = rank_bounds(n, R)
+    return int(b[r]), int(b[r + 1])
+
+
+def assert_stopped(p, R, out, *fragments):
+    assert p.returncode != 0
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("g3-partition: error:")]
+    assert sorted({ln.split("[rank ")[1].split("]")[0] for ln in lines}) == [str(r) for r in range(R)], p.stderr
+    for frag in fragments:
+        assert any(frag in ln for ln in lines), (frag, p.stderr)
+    assert "Traceback" not in p.stderr
+    assert not out.exists() and not list(out.parent.glob(f".{out.name}*"))
+
+
+def test_out_of_range_index_in_one_ranks_rows(rand_h5, tmp_path):
+    g, path = rand_h5
+    R = 4
+    lo, hi = rows_of_rank(g.num_nodes, R, 2)
+    row = next(v for v in range(lo, hi) if g.indptr[v + 1] > g.indptr[v])
+
+    def edit(f):
+        ind = f["indices"][()]
+        ind[g.indptr[row + 1] - 1] = g.num_nodes + 5    # the row's last source: the row stays sorted
+        f["indices"][...] = ind
+        return ["indices"]
+    bad = damaged(path, tmp_path / "bad.h5", edit)
+    out = tmp_path / "parts"
+    t = time.time()
+    p = stream(R, bad, out, 4, check=False)
+    assert time.time() - t < 60
+    assert_stopped(p, R, out, f"[rank 2] {bad}: graph CSR: row {row} has source {g.num_nodes + 5} out of range")
+
+
+def test_nan_feature_row_in_one_ranks_rows(rand_h5, tmp_path):
+    g, path = rand_h5
+    R = 3
+    lo, hi = rows_of_rank(g.num_nodes, R, 2)
+    row = (lo + hi) // 2
+
+    def edit(f):
+        x = f["features"][()]
+        x[row, 1] = np.nan
+        f["features"][...] = x
+        return ["features"]
+    bad = damaged(path, tmp_path / "nan.h5", edit)
+    out = tmp_path / "parts"
+    p = stream(R, bad, out, 8, check=False)
+    assert_stopped(p, R, out, f"[rank 2] {bad}: features of node {row} are not finite")
+
+
+def test_unsorted_row_named_by_its_graph_row(rand_h5, tmp_path):
+    g, path = rand_h5
+    lo, hi = rows_of_rank(g.num_nodes, 2, 1)
+    row = next(v for v in range(lo, hi) if g.indptr[v + 1] - g.indptr[v] >= 2)
+
+    def edit(f):
+        ind = f["indices"][()]
+        a = g.indptr[row]
+        ind[a], ind[a + 1] = ind[a + 1], ind[a]
+        f["indices"][...] = ind
+        return ["indices"]
+    bad = damaged(path, tmp_path / "unsorted.h5", edit)
+    with pytest.raises(FormatError, match=f"sources of row {row} are not in ascending order"):
+        read_slice(bad, rank_bounds(g.num_nodes, 2), 1, verify=False)
+
+
+def test_output_refused_on_every_rank(rand_h5, tmp_path):
+    _, path = rand_h5
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    p = stream(2, path, out, 2, check=False)
+    assert p.returncode != 0 and (out / "keep.txt").exists()
+    assert "[rank 0]" in p.stderr and "[rank 1]" in p.stderr
+    assert json.dumps(sorted(x.name for x in out.iterdir())) == '["keep.txt"]'
+
+
+def test_without_mpiexec_and_too_many_parts(rand_h5, tmp_path):
+    """Started without mpiexec it is one rank (MPI's singleton start); --parts above N is refused on every rank."""
+    g, path = rand_h5
+    run_module("data_tools.partition", path, "--parts", 3, "--method", "stream", "--out", tmp_path / "one",
+               "--no-progress")
+    run_module("data_tools.inspection", tmp_path / "one")
+    p = stream(2, path, tmp_path / "many", g.num_nodes + 1, check=False)
+    assert p.returncode != 0 and p.stderr.count(f"cannot split {g.num_nodes} nodes") == 2, p.stderr
+    assert not (tmp_path / "many").exists()
