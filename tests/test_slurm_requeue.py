@@ -72,7 +72,8 @@ def test_time_limit_stops_requeues_and_ends_bit_identical(cluster, tmp_path):
     assert 1 <= stopped < 130 and (run / "checkpoint.pt").exists() and not (run / "summary.json").exists(), log
     assert re.search(f"stopped by (the time-limit warning \\(SIGUSR1\\)|the job's time limit \\(--time-limit \\d+, "
                      f"40 s before its end\\)) with {run}/checkpoint.pt written: job {jobid} requeued", log), log
-    # the restart: a limit long enough for the rest of the run, and no 120 s hold
+    # the restart: a limit long enough for the rest of the run, and no 120 s hold (once the first start is gone)
+    _poll(cluster, jobid, lambda f: f.get("JobState") in ("PENDING", "RUNNING"), 120, "pending again")
     p = cluster.run("scontrol", "update", f"JobId={jobid}", "TimeLimit=10", "StartTime=now")
     assert p.returncode == 0, p.stderr
     ref = tmp_path / "ref"
