@@ -34,6 +34,8 @@ setup(
             "g3-inspect=data_tools.inspection:main",
             "g3-train=g3mpi.cli.train:main",
             "g3-bench=g3mpi.bench.cli:main",
+            "g3-sweep=g3mpi.cli.sweep:main",
+            "g3-report=g3mpi.cli.report:main",
         ]
     },
 )

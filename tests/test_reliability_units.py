@@ -225,7 +225,7 @@ def test_checkpoint_atomic_and_weights_only(tmp_path, monkeypatch):
         load_checkpoint(tmp_path / "missing.pt")
 
 
-def test_fault_hooks(tmp_path):
+def test_fault_hooks(tmp_path, monkeypatch):
     assert TestHooks.from_env(0, {}) == TestHooks(rank=0)
     h = TestHooks.from_env(1, {"G3_TEST_STALL": "1:3:2.5", "G3_TEST_NAN": "1:4:convs.0.bias",
                                 "G3_TEST_PIDFILE": str(tmp_path)})
@@ -233,6 +233,13 @@ def test_fault_hooks(tmp_path):
     assert (tmp_path / "rank-1.pid").read_text().strip().isdigit()
     assert TestHooks.from_env(0, {"G3_TEST_STALL": "1:3:2.5"}).stall is None
     assert TestHooks.from_env(2, {"G3_TEST_STALL": "2:predictions:1"}).stall == ("predictions", 1.0)
+    every = TestHooks.from_env(1, {"G3_TEST_STALL": "*:every:0.5"})
+    slept = []
+    monkeypatch.setattr("g3mpi.train.faults.time.sleep", slept.append)
+    for epoch in (1, 2, 9):
+        every.epoch_start(epoch)
+    every.stall_at("predictions")
+    assert slept == [0.5, 0.5, 0.5]
     with pytest.raises(ValueError, match="G3_TEST_STALL.*startup, predictions"):
         TestHooks.from_env(0, {"G3_TEST_STALL": "1:later:2"})
     with pytest.raises(ValueError, match="G3_TEST_NAN"):

@@ -5,8 +5,9 @@ hold, e.g. the allreduced gradient buffer), so the command line can print one li
 cleanly, without ``MPI_Abort``. Anything else raised on one rank is a local failure and aborts the job.
 
 Test-only hooks (environment variables, read once when a trainer starts; never set them in production):
-  ``G3_TEST_STALL=RANK:WHEN:SECONDS``   rank RANK (``*``: every rank) sleeps SECONDS at the start of epoch WHEN,
-                                        or at the point WHEN names (``STALL_POINTS``: ``startup``, before the
+  ``G3_TEST_STALL=RANK:WHEN:SECONDS``   rank RANK (``*``: every rank) sleeps SECONDS at the start of epoch WHEN
+                                        (``every``: of every epoch, a slow run of known length for time-limit
+                                        tests), or at the point WHEN names (``STALL_POINTS``: ``startup``, before the
                                         start-up halo check; ``predictions``, in its turn writing
                                         predictions.h5, before it writes; ``exit``, after a stop, just before
                                         the process exits with 75) (watchdog and launcher tests)
@@ -25,6 +26,8 @@ import torch
 
 #: the named points where G3_TEST_STALL can make a rank sleep (besides the start of an epoch)
 STALL_POINTS = ("startup", "predictions", "exit")
+#: G3_TEST_STALL's WHEN for the start of every epoch
+EVERY_EPOCH = "every"
 
 
 class TrainingFault(RuntimeError):
@@ -72,12 +75,12 @@ class TestHooks:
                 r = rank if r == "*" else int(r)
             except ValueError:
                 raise ValueError(f"G3_TEST_STALL={env['G3_TEST_STALL']!r}: RANK must be a rank or *") from None
-            if e not in STALL_POINTS:
+            if e not in (*STALL_POINTS, EVERY_EPOCH):
                 try:
                     e = int(e)
                 except ValueError:
-                    raise ValueError(f"G3_TEST_STALL={env['G3_TEST_STALL']!r}: WHEN must be an epoch or one of "
-                                     f"{', '.join(STALL_POINTS)}") from None
+                    raise ValueError(f"G3_TEST_STALL={env['G3_TEST_STALL']!r}: WHEN must be an epoch, "
+                                     f"{EVERY_EPOCH} or one of {', '.join(STALL_POINTS)}") from None
             stall = (e, s) if r == rank else None
         if env.get("G3_TEST_NAN"):
             r, e, *what = _parse("G3_TEST_NAN", env["G3_TEST_NAN"], 2, (int, int, str))
@@ -88,7 +91,7 @@ class TestHooks:
         return cls(rank=rank, stall=stall, nan=nan)
 
     def epoch_start(self, epoch: int) -> None:
-        self.stall_at(epoch)
+        self.stall_at(EVERY_EPOCH if self.stall and self.stall[0] == EVERY_EPOCH else epoch)
 
     def stall_at(self, when) -> None:
         """Sleep here if G3_TEST_STALL names this rank and ``when`` (an epoch or one of STALL_POINTS)."""

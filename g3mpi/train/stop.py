@@ -1,8 +1,9 @@
 """Stopping at an epoch boundary on a signal, with a checkpoint, so that ``--resume`` continues the run.
 
 A batch job that reaches its time limit is killed: SLURM sends SIGTERM to every task, then SIGKILL ``KillWait``
-seconds later (30 s by default), and ``sbatch --signal=USR1@T`` (``jobs/slurm/train.sbatch`` asks for it) sends
-SIGUSR1 ``T`` seconds before the limit. ``scancel --signal=USR1 JOB`` and ``kill`` do the same by hand, and
+seconds later (30 s by default), and ``sbatch --signal=USR1@T`` sends SIGUSR1 ``T`` seconds before the limit
+(``jobs/slurm/train.sbatch`` asks for ``B:USR1``, to its batch shell, which forwards it to the ranks and requeues
+the job). ``scancel --signal=USR1 JOB`` and ``kill`` do the same by hand, and
 MPICH's ``mpiexec`` forwards SIGTERM and SIGUSR1 to every rank. Without a handler all epochs since the last
 checkpoint would be lost.
 

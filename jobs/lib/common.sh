@@ -26,6 +26,10 @@
 # anything else is an error naming the variable.
 #   G3_TIMEOUT      a time limit for the stage's command (timeout(1) syntax, e.g. 90m); SLURM jobs have --time.
 #                   g3-train stops with a checkpoint (SIGTERM; SIGUSR1 through srun); status 124
+#   G3_STOP_MARGIN  train.sbatch and sweep.sbatch: g3-train stops (checkpoint, then requeue) this many seconds
+#                   before the job's end (--time-limit from the time left; default 120, as --signal=B:USR1@120;
+#                   0: only on the signal). g3_train_job below
+#   G3_REQUEUE      1 (default): a train job stopped by its time limit requeues itself and resumes; 0: it exits 75
 #   G3_KILL_AFTER   with G3_TIMEOUT: how long the stopped command may take to finish its epoch, write its
 #                   checkpoint and exit before SIGKILL (timeout(1) syntax; default 60s). Raise it when one epoch
 #                   takes longer than that: a kill before the checkpoint loses every epoch since the last one.
@@ -322,7 +326,15 @@ g3_run() {
         return 0
     fi
     local t0=$SECONDS
-    "$@" || rc=$?
+    if ((${G3_FORWARD_SIGNALS:-0})); then
+        # in the background, so that the batch shell's traps (g3_stop_traps) run while it works
+        "$@" &
+        G3_CHILD=$!
+        g3_wait_child || rc=$?
+        G3_CHILD=
+    else
+        "$@" || rc=$?
+    fi
     if ((rc == 0)); then
         g3_log "done in $((SECONDS - t0)) s"
     else
@@ -485,4 +497,124 @@ g3_stage() {
     launch=("${G3_LAUNCH[@]}")
     # python -m mpi4py: an uncaught exception on any rank calls MPI_Abort, so no rank is left waiting
     g3_run "${launch[@]}" "$G3_PY" -m mpi4py -m "$module" "${tool_args[@]}"
+}
+
+# ---- time limits: stop with a checkpoint, requeue, resume (train.sbatch, sweep.sbatch) --------------------
+
+# g3_stop_traps: the batch shell takes SIGUSR1 (sbatch --signal=B:USR1@T, the time-limit warning, or
+# `scancel --batch --signal=USR1 JOB`) as "stop and requeue" and forwards it to the running step's launcher (srun
+# forwards it to every task; mpiexec to every rank), and SIGTERM (scancel, the end of the job) as "cancelled":
+# never requeued. g3_run then runs its command in the background so that the traps run while it works.
+g3_stop_traps() {
+    G3_WARNED=0 G3_CANCELLED=0 G3_TRAPPED=0 G3_CHILD= G3_FORWARD_SIGNALS=1
+    trap 'G3_TRAPPED=1; G3_WARNED=1; g3_log "SIGUSR1 (time-limit warning): stopping after the current epoch"
+          [[ -z $G3_CHILD ]] || kill -USR1 "$G3_CHILD" 2>/dev/null || true' USR1
+    trap 'G3_TRAPPED=1; G3_CANCELLED=1
+          g3_log "SIGTERM (scancel or the job'"'"'s end): the job will not be requeued"' TERM
+}
+
+# g3_wait_child: wait for G3_CHILD through the trapped signals (each interrupts `wait`); its exit status
+g3_wait_child() {
+    local rc again
+    while :; do
+        G3_TRAPPED=0
+        rc=0
+        wait "$G3_CHILD" || rc=$?
+        ((G3_TRAPPED)) || return "$rc"
+        kill -0 "$G3_CHILD" 2>/dev/null && continue
+        # it ended as the trap came: its status, unless this wait already collected it (127: nothing to wait for)
+        again=0
+        wait "$G3_CHILD" || again=$?
+        ((again == 127)) && return "$rc"
+        return "$again"
+    done
+}
+
+# g3_seconds_left: seconds until the job's end (squeue's time left: M:SS, H:MM:SS or D-HH:MM:SS); status 1 when
+# the job has no time limit, 2 when squeue cannot say (asked twice: slurmctld may be busy)
+g3_seconds_left() {
+    local left q
+    # (the first element of an array has the array's job ID, which names every element: pick this job's line)
+    q=(squeue -h -j "${SLURM_JOB_ID:?}" -o "%A %L")
+    left=$("${q[@]}" 2>/dev/null) || { sleep 2; left=$("${q[@]}"); } || return 2
+    left=$(awk -v id="$SLURM_JOB_ID" '$1 == id { print $2 }' <<<"$left")
+    [[ $left != UNLIMITED && $left != NOT_SET ]] || return 1
+    awk -v t="$left" 'BEGIN { d = 0
+        if (t ~ /^[0-9]+-/) { d = substr(t, 1, index(t, "-") - 1); t = substr(t, index(t, "-") + 1) }
+        if (t !~ /^[0-9]+(:[0-9]+)*$/) exit 2
+        n = split(t, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i]
+        print d * 86400 + s }'
+}
+
+# g3_run_dir_of ARGS...: the run directory of g3-train with these arguments (as g3_args_train completes them)
+g3_run_dir_of() {
+    g3_args_train "$@"
+    g3_opt_value --resume "${G3_ARGS[@]}" || g3_opt_value --out "${G3_ARGS[@]}"
+}
+
+# g3_train_job RANKS PPN ARGS...: g3-train as a batch job that survives its time limit. It stops (a checkpoint,
+# status 75) G3_STOP_MARGIN seconds before the job's end (--time-limit, unless ARGS or G3_TIMEOUT give one) or on
+# SIGUSR1 to the batch shell; then the job requeues itself (`scontrol requeue`: same job ID, so the same default
+# run directory, and the same options) and its restart (SLURM_RESTART_COUNT > 0) resumes the run directory from
+# its checkpoint with RUN/config.toml's settings. A SIGTERM (scancel) or a stop signal sent to the ranks only
+# (`scancel --signal=USR1 JOB`) never requeues: the job exits 75 and says how to continue.
+g3_train_job() {
+    local n=$1 ppn=$2 run limit="" margin=${G3_STOP_MARGIN:-120} left t0=$SECONDS rc=0
+    shift 2
+    local args=("$@")
+    [[ $margin =~ ^[0-9]+$ ]] || g3_die "G3_STOP_MARGIN must be a whole number of seconds, got '$margin'"
+    g3_flag G3_REQUEUE 1 || true
+    g3_stop_traps
+    run=$(g3_run_dir_of "${args[@]}") || exit 1
+    if ((${SLURM_RESTART_COUNT:-0} > 0)); then
+        if [[ -f $run/checkpoint.pt ]]; then
+            g3_log "restart ${SLURM_RESTART_COUNT} of job ${SLURM_JOB_ID}: resuming $run from its checkpoint"
+            # RUN/config.toml holds the run's settings as the first start resolved them
+            args=(--resume "$run")
+            local G3_TRAIN_ARGS="" G3_CONFIG=""
+        else
+            g3_log "restart ${SLURM_RESTART_COUNT} of job ${SLURM_JOB_ID}: $run has no checkpoint yet:" \
+                "starting as submitted"
+        fi
+    fi
+    if ((margin > 0)) && [[ -z ${G3_TIMEOUT:-} ]] && ! g3_has_opt --time-limit ${G3_TRAIN_ARGS:-} "${args[@]}"; then
+        local got=0
+        left=$(g3_seconds_left) || got=$?
+        if ((got == 0 && left > margin)); then
+            limit=$((left - margin))
+            args+=(--time-limit "$limit")
+        elif ((got == 0)); then
+            g3_log "warning: the job has $left s left, not more than G3_STOP_MARGIN=$margin: no stop before its end"
+        elif ((got == 2)); then
+            g3_log "warning: squeue cannot tell the job's time left: it stops only on SIGUSR1 (--signal=B:USR1@T)"
+        fi
+    fi
+    g3_stage train "$n" "" "$ppn" "${args[@]}" || rc=$?
+    ((rc == 75)) || return "$rc"
+    local why="" again="sbatch [the same options] jobs/slurm/train.sbatch --resume $run"
+    if ((G3_CANCELLED)); then
+        g3_log "stopped after SIGTERM (scancel): not requeued; continue with: $again"
+        return 75
+    elif ((G3_WARNED)); then
+        why="the time-limit warning (SIGUSR1)"
+    elif [[ -n $limit ]] && ((SECONDS - t0 >= limit)); then
+        why="the job's time limit (--time-limit $limit, $margin s before its end)"
+    else
+        g3_log "stopped by a signal to the ranks: not requeued; continue with: $again"
+        return 75
+    fi
+    if ! g3_flag G3_REQUEUE 1; then
+        g3_log "stopped by $why; G3_REQUEUE=0: not requeued; continue with: $again"
+        return 75
+    fi
+    # an array element by its array name: the array's own job ID (which one element has) would requeue them all
+    local me=$SLURM_JOB_ID
+    [[ -z ${SLURM_ARRAY_TASK_ID:-} ]] || me=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}
+    if ! scontrol requeue "$me"; then
+        g3_log "error: stopped by $why, but scontrol requeue $me failed (submitted with --no-requeue," \
+            "or JobRequeue=0 and no --requeue?); continue with: $again"
+        return 75
+    fi
+    g3_log "stopped by $why with $run/checkpoint.pt written: job $me requeued, its restart resumes $run"
+    return 0
 }
