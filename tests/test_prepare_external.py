@@ -161,3 +161,45 @@ def test_rmat_skip_ahead_any_block(monkeypatch, chunk):
     perm = g.permutation(32)
     np.testing.assert_array_equal(s, perm[u])
     np.testing.assert_array_equal(d, perm[v])
+
+
+def fail(*args) -> str:
+    """g3-prepare in this process, expected to fail with one line on stderr: that line."""
+    o, e = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+        rc = prep.main([str(a) for a in args] + ["--quiet"])
+    lines = e.getvalue().strip().splitlines()
+    assert rc == 1 and len(lines) == 1, e.getvalue()
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", ["rows", "node_ids", "ogb"])
+def test_bad_id_in_a_late_block(tmp_path, monkeypatch, case):
+    """An out-of-range ID in a later block of a spooled (on-disk) edge list: the message names the file and the
+    line, as with the whole list in memory, and nothing is left behind."""
+    from data_tools.importers import textio
+    monkeypatch.setattr(textio, "CHUNK_BYTES", 1000)      # after a first chunk of 4096 lines, chunks of 256
+    rng = np.random.default_rng(7)
+    e = rng.integers(0, 200, size=(6000, 2))
+    e[5500, 1] = 999
+    if case == "ogb":
+        make_ogb(tmp_path / "d", n=200, f=3)
+        import gzip
+        with gzip.open(tmp_path / "d" / "raw" / "edge.csv.gz", "wt") as f:
+            f.write("".join(f"{u},{v}\n" for u, v in e))
+        args = ["ogb", tmp_path / "d"]
+        where = f"{tmp_path / 'd' / 'raw' / 'edge.csv.gz'}: line 5501: node ID 999 out of range [0, 200)"
+    else:
+        (tmp_path / "e.txt").write_text("# edges\n" + "".join(f"{u} {v}\n" for u, v in e))
+        np.save(tmp_path / "y.npy", rng.integers(0, 3, 200))
+        args = ["edgelist", tmp_path / "e.txt", "--labels", tmp_path / "y.npy"]
+        if case == "node_ids":
+            np.save(tmp_path / "ids.npy", np.arange(200))
+            args += ["--node-ids", tmp_path / "ids.npy"]
+        where = f"{tmp_path / 'e.txt'}: line 5502: node ID 999 " + \
+            (f"is not in {tmp_path / 'ids.npy'}" if case == "node_ids" else "out of range [0, 200)")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    mem = fail(*args, "--out", tmp_path / "g.h5")
+    ext = fail(*args, "--out", tmp_path / "g.h5", "--memory-budget", "1K")
+    assert mem == ext and mem.startswith(f"g3-prepare: error: {where}"), (mem, ext)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
