@@ -5,9 +5,11 @@ masks; ``write_raw_graph`` then builds the in-edge CSR (``build_in_csr``), appli
 (symmetrize, self-loop policy, deduplication, feature row-normalisation), draws a split if the input
 has none, and writes everything through ``g3mpi.format.GraphWriter`` (atomic, validated, checksummed).
 
-Memory: the CSR is built by counting in-degrees and then filling rows chunk by chunk (no COO copy of
-the edge list beyond the input arrays), then sorting / deduplicating each block of rows in place. Features
-can arrive as row blocks from a generator, so they never sit in memory next to the edge list.
+Memory: edges arrive as arrays or as an ``EdgeStream`` of blocks (generated, or spooled by the importer). A graph
+whose in-memory build fits in ``--memory-budget`` is built here by counting in-degrees and then filling rows
+chunk by chunk (no COO copy of the edge list beyond the input arrays), then sorting / deduplicating each block
+of rows in place; a larger one out of core (``external``), to the same file. Features can arrive as row blocks
+from a generator, so they never sit in memory next to the edge list.
 """
 from __future__ import annotations
 
@@ -398,9 +400,9 @@ def feature_blocks_of(raw: RawGraph) -> Iterator[tuple[int, np.ndarray]]:
 # ---------------------------------------------------------------------------------------------- writing
 
 def in_memory_bytes(num_nodes: int, num_edges: int, stored: int, itemsize: int) -> int:
-    """Estimated peak of the in-memory build: the (src, dst) arrays, the unsorted CSR of ``stored`` entries and
-    the O(N) arrays (in-degrees, indptr, next slot)."""
-    return itemsize * (2 * num_edges + stored) + 24 * num_nodes
+    """Estimated peak of the in-memory build: the (src, dst) arrays, the unsorted CSR of ``stored`` entries, the
+    O(N) arrays (in-degrees, indptr, next slot) and one sort block (its int64 keys, rows and columns)."""
+    return itemsize * (2 * num_edges + stored) + 24 * num_nodes + 40 * min(stored, SORT_BLOCK)
 
 
 def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None = None, meter=None) -> dict:

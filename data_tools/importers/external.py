@@ -139,10 +139,12 @@ def build_csr_external(writer, num_nodes: int, edge_blocks: Callable[[], Iterato
 
     def pairs_stream():
         """(dst, src) pairs of every stored edge before compaction, as build_in_csr's chunks(); counts in-degrees."""
+        step = min(EDGE_CHUNK, block_edges)        # the bucketing's temporaries stay within a block too
+
         def emit(s, d):
-            for a in range(0, len(s), EDGE_CHUNK):
-                p = np.empty((min(EDGE_CHUNK, len(s) - a), 2), dtype=idt)
-                p[:, 0], p[:, 1] = d[a:a + EDGE_CHUNK], s[a:a + EDGE_CHUNK]
+            for a in range(0, len(s), step):
+                p = np.empty((min(step, len(s) - a), 2), dtype=idt)
+                p[:, 0], p[:, 1] = d[a:a + step], s[a:a + step]
                 deg[:] += np.bincount(p[:, 0], minlength=n)
                 yield p
         for s, d in progress(edge_blocks(), desc="bucket edges", disable=True if quiet else None):
@@ -150,8 +152,8 @@ def build_csr_external(writer, num_nodes: int, edge_blocks: Callable[[], Iterato
             if symmetrize:
                 yield from emit(d, s)
         if add:
-            for a in range(0, n, EDGE_CHUNK):
-                r = np.arange(a, min(n, a + EDGE_CHUNK), dtype=idt)
+            for a in range(0, n, step):
+                r = np.arange(a, min(n, a + step), dtype=idt)
                 yield from emit(r, r)
 
     total_in = num_edges * (2 if symmetrize else 1) + (n if add else 0)
