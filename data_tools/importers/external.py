@@ -88,16 +88,21 @@ class EdgeSpool:
             self._path.unlink(missing_ok=True)
 
 
-def _distribute(pairs_blocks, starts: np.ndarray, directory: Path, tag: str) -> list[Path]:
+def _distribute(pairs_blocks, starts: np.ndarray, directory: Path, tag: str, width: int | None = None) -> list[Path]:
     """Append each (dst, src) pair of ``pairs_blocks`` ([k, 2] arrays) to the file of its row range: bucket i
-    holds the rows [starts[i], starts[i+1]). Returns the bucket files (made empty where no pair falls)."""
+    holds the rows [starts[i], starts[i+1]) (``width``: all ranges have that width, starting at 0). Returns the
+    bucket files (made empty where no pair falls)."""
     paths = [directory / f"{tag}.{i}.bin" for i in range(len(starts))]
     for p in paths:
         p.touch()
+    small = np.uint16 if len(starts) <= 1 << 16 else np.int64     # a radix sort of 2-byte keys: 2x faster
     for pairs in pairs_blocks:
         if not len(pairs):
             continue
-        b = np.searchsorted(starts, pairs[:, 0], side="right") - 1
+        if width is not None:
+            b = (pairs[:, 0] // width).astype(small)
+        else:
+            b = (np.searchsorted(starts, pairs[:, 0], side="right") - 1).astype(small)
         order = np.argsort(b, kind="stable")
         counts = np.bincount(b, minlength=len(starts))
         pairs = pairs[order]
@@ -161,7 +166,7 @@ def build_csr_external(writer, num_nodes: int, edge_blocks: Callable[[], Iterato
     width = max(1, -(-n // nb))
     starts = np.arange(0, max(n, 1), width, dtype=np.int64)
     with stage("edges"):
-        buckets = _distribute(pairs_stream(), starts, directory, "bucket")
+        buckets = _distribute(pairs_stream(), starts, directory, "bucket", width)
     ends = np.r_[starts[1:], n]
     indptr0 = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(deg, out=indptr0[1:])
