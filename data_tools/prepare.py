@@ -188,7 +188,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--memory-budget", type=parse_size, metavar="SIZE",
                    help="build the CSR in memory when its estimate fits in SIZE, else out of core in sorts of "
                         f"SIZE / {BLOCK_BYTES_PER_EDGE} B edges (e.g. 512M; default "
-                        f"{PrepareOptions.memory_budget >> 30}G)")
+                        f"{PrepareOptions.memory_budget >> 20}M)")
     g.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bars and no summary line on stderr (the JSON summary on stdout stays)")
 

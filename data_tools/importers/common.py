@@ -35,8 +35,9 @@ EDGE_CHUNK = 1 << 22
 SORT_BLOCK = 1 << 23
 #: feature rows written at once
 FEATURE_BLOCK_BYTES = 32 << 20
-#: default of --memory-budget: graphs whose in-memory build fits in it are built in memory
-MEMORY_BUDGET = 2 << 30
+#: default of --memory-budget: graphs whose in-memory build fits in it are built in memory (measured: the
+#: out-of-core build is no slower from 2^18 nodes on, docs/PREPARE.md)
+MEMORY_BUDGET = 256 << 20
 #: bytes per edge of one out-of-core sort block: the (dst, src) pairs read back (2 x 4 B), the int64 key, row and
 #: column of each, the compaction's masks and the cast columns (docs/PREPARE.md, Memory)
 BLOCK_BYTES_PER_EDGE = 48
