@@ -65,6 +65,12 @@ def test_rmat_out_of_core_same_file(tmp_path, opts):
     both_ways(tmp_path, "rmat", "--scale", 8, "--edge-factor", 6, "--feature-dim", 3, "--seed", 2, *opts)
 
 
+def test_sbm_out_of_core_same_file(tmp_path):
+    """A generator that hands over whole arrays (and merges duplicates): the out-of-core build reads them in blocks."""
+    both_ways(tmp_path, "sbm", "--nodes", 300, "--classes", 3, "--feature-dim", 2, "--avg-degree", 6, "--self-loops",
+              "add")
+
+
 @pytest.mark.parametrize("opts", GRAPH_OPTIONS[:3])
 def test_edgelist_out_of_core_same_file(tmp_path, opts):
     rng = np.random.default_rng(5)
