@@ -19,8 +19,10 @@ from g3mpi.cli.options import from_options
 from g3mpi.format import FormatError, check_output, json_text
 from g3mpi.log import setup_tool_logging
 
-from .importers.common import PrepareOptions, RawGraph, write_raw_graph
+from .importers.common import BLOCK_BYTES_PER_EDGE, PrepareOptions, RawGraph, write_raw_graph
+from .importers.external import work_dir
 from .importers.sbm import DEFAULT_HOMOPHILY, DEFAULT_NOISE
+from .stages import StageMeter
 from .termination import exit_after_failed_write, interruption, terminate_as_interrupt
 
 PROG = "g3-prepare"
@@ -37,7 +39,7 @@ class NpzSource:
     input: Path
     num_classes: int | None = None      # None: max label + 1
 
-    def load(self, opts: PrepareOptions) -> RawGraph:
+    def load(self, opts: PrepareOptions, work: Path | None = None) -> RawGraph:
         from .importers.npz import load_npz
         return load_npz(self.input, num_classes=self.num_classes)
 
@@ -50,9 +52,10 @@ class OgbSource:
     split: str | None = None            # scheme under split/ (None: the only / first one)
     num_classes: int | None = None      # None: max label + 1
 
-    def load(self, opts: PrepareOptions) -> RawGraph:
+    def load(self, opts: PrepareOptions, work: Path | None = None) -> RawGraph:
         from .importers.ogb import load_ogb
-        return load_ogb(self.input, split=self.split, num_classes=self.num_classes, quiet=opts.quiet)
+        return load_ogb(self.input, split=self.split, num_classes=self.num_classes, quiet=opts.quiet,
+                        spool_dir=work, spool_limit=opts.memory_budget // 2)
 
 
 @dataclass(frozen=True)
@@ -69,12 +72,12 @@ class EdgelistSource:
     feature_dim: int = 0                # random features per node when there is no features file
     num_classes: int | None = None      # None: max label + 1
 
-    def load(self, opts: PrepareOptions) -> RawGraph:
+    def load(self, opts: PrepareOptions, work: Path | None = None) -> RawGraph:
         from .importers.edgelist import load_edgelist
         return load_edgelist(self.input, delimiter=self.delimiter, header=self.header, features=self.features,
                              labels=self.labels, masks=self.masks, node_ids=self.node_ids,
                              feature_dim=self.feature_dim, num_classes=self.num_classes, seed=opts.seed,
-                             quiet=opts.quiet)
+                             quiet=opts.quiet, spool_dir=work, spool_limit=opts.memory_budget // 2)
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ class SbmSource:
     p_out: float | None = None
     noise: float = DEFAULT_NOISE
 
-    def load(self, opts: PrepareOptions) -> RawGraph:
+    def load(self, opts: PrepareOptions, work: Path | None = None) -> RawGraph:
         from .importers.sbm import generate_sbm
         return generate_sbm(self.nodes, self.classes, self.feature_dim, avg_degree=self.avg_degree,
                             homophily=self.homophily, p_in=self.p_in, p_out=self.p_out, noise=self.noise,
@@ -107,7 +110,7 @@ class RmatSource:
     classes: int = 16
     noise: float = 1.0
 
-    def load(self, opts: PrepareOptions) -> RawGraph:
+    def load(self, opts: PrepareOptions, work: Path | None = None) -> RawGraph:
         from .importers.rmat import generate_rmat
         return generate_rmat(self.scale, self.edge_factor, self.feature_dim, num_classes=self.classes,
                              noise=self.noise, seed=opts.seed, quiet=opts.quiet)
@@ -133,9 +136,33 @@ class PrepareConfig:
             raise ValueError(f"--train and --val must be fractions with train + val <= 1 (got {o.train}, {o.val})")
         if o.seed < 0:
             raise ValueError(f"--seed must be >= 0 (numpy's seed sequences take non-negative integers), got {o.seed}")
+        if o.memory_budget < 1:
+            raise ValueError(f"--memory-budget must be at least 1 byte, got {o.memory_budget}")
         c = getattr(self.source, "num_classes", None)
         if c is not None and c < 1:
             raise ValueError(f"--num-classes must be >= 1, got {c}")
+
+
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as ``512M``, ``2G``, ``1.5G`` or ``4096`` (binary units K, M, G, T; a trailing
+    ``B`` or ``iB`` is accepted)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1:] if t[-1:] in SIZE_UNITS else ""
+    try:
+        value = float(t[:len(t) - len(unit)])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G)") from None
+    if not value >= 0 or value * SIZE_UNITS[unit] >= 2 ** 63:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G)")
+    return int(value * SIZE_UNITS[unit])
+
+
+def record_path(out: Path) -> Path:
+    """The JSON record of a g3-prepare run beside its output: ``OUT.prepare.json``."""
+    return out.with_name(out.name + ".prepare.json")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -158,6 +185,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "the rest is test")
     g.add_argument("--seed", type=int,
                    help=f"seed of generators and random splits, >= 0 (default {PrepareOptions.seed})")
+    g.add_argument("--memory-budget", type=parse_size, metavar="SIZE",
+                   help="build the CSR in memory when its estimate fits in SIZE, else out of core in sorts of "
+                        f"SIZE / {BLOCK_BYTES_PER_EDGE} B edges (e.g. 512M; default "
+                        f"{PrepareOptions.memory_budget >> 20}M)")
     g.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bars and no summary line on stderr (the JSON summary on stdout stays)")
 
@@ -260,14 +291,25 @@ def prepare(cfg: PrepareConfig, split_options: tuple[str, ...] = ()) -> dict:
     check_output(cfg.out, cfg.options.force)          # fail before any heavy work
     check_not_an_input(cfg)
     t0 = time.perf_counter()
-    raw = cfg.source.load(cfg.options)
-    if split_options and raw.masks is not None:
-        where = getattr(cfg.source, "input", cfg.out)
-        print(f"{PROG}: warning: {where}: the input has its own split: {' and '.join(split_options)} (used only "
-              f"for an input without one) ignored", file=sys.stderr)
-    summary = write_raw_graph(cfg.out, raw, cfg.options)
+    meter = StageMeter()
+    with work_dir(cfg.out) as work:                  # spilled edges and buckets, removed whatever happens
+        with meter.stage("read"):
+            raw = cfg.source.load(cfg.options, work)
+        if split_options and raw.masks is not None:
+            where = getattr(cfg.source, "input", cfg.out)
+            print(f"{PROG}: warning: {where}: the input has its own split: {' and '.join(split_options)} (used "
+                  f"only for an input without one) ignored", file=sys.stderr)
+        summary = write_raw_graph(cfg.out, raw, cfg.options, work, meter)
+        del raw
     summary["seconds"] = round(time.perf_counter() - t0, 3)
     summary["out"] = str(cfg.out)
+    record = record_path(cfg.out)
+    meter.write(record, out=str(cfg.out), **{k: summary[k] for k in ("num_nodes", "num_edges", "build",
+                                                                    "memory_budget", "block_edges", "seconds")})
+    if not cfg.options.quiet:
+        meter.report(log)
+    summary["stages"] = meter.records
+    summary["record"] = str(record)
     return summary
 
 

@@ -220,7 +220,7 @@ def test_generators_follow_the_seed():
     def draw(gen, seed):
         raw = gen(seed)
         x = np.concatenate([b for _, b in raw.feature_blocks()])
-        return sorted_pairs(raw.src, raw.dst), raw.labels, x
+        return sorted_pairs(*raw.edge_stream().arrays()), raw.labels, x
 
     for gen in (lambda seed: generate_sbm(300, 1, 4, avg_degree=6, seed=seed, quiet=True),
                 lambda seed: generate_sbm(300, 3, 4, avg_degree=6, seed=seed, quiet=True),

@@ -5,12 +5,15 @@ masks; ``write_raw_graph`` then builds the in-edge CSR (``build_in_csr``), appli
 (symmetrize, self-loop policy, deduplication, feature row-normalisation), draws a split if the input
 has none, and writes everything through ``g3mpi.format.GraphWriter`` (atomic, validated, checksummed).
 
-Memory: the CSR is built by counting in-degrees and then filling rows chunk by chunk (no COO copy of
-the edge list beyond the input arrays), then sorting / deduplicating each block of rows in place. Features
-can arrive as row blocks from a generator, so they never sit in memory next to the edge list.
+Memory: edges arrive as arrays or as an ``EdgeStream`` of blocks (generated, or spooled by the importer). A graph
+whose in-memory build fits in ``--memory-budget`` is built here by counting in-degrees and then filling rows
+chunk by chunk (no COO copy of the edge list beyond the input arrays), then sorting / deduplicating each block
+of rows in place; a larger one out of core (``external``), to the same file. Features can arrive as row blocks
+from a generator, so they never sit in memory next to the edge list.
 """
 from __future__ import annotations
 
+import contextlib
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -23,6 +26,7 @@ from g3mpi.format import FormatError, GraphWriter, index_dtype
 from g3mpi.format.common import check_finite_features
 from g3mpi.format.graph import MASKS, check_node_data
 
+from ..stages import StageMeter
 from ..termination import raise_if_terminated
 
 #: edges handled at once when counting / filling the CSR
@@ -31,6 +35,12 @@ EDGE_CHUNK = 1 << 22
 SORT_BLOCK = 1 << 23
 #: feature rows written at once
 FEATURE_BLOCK_BYTES = 32 << 20
+#: default of --memory-budget: graphs whose in-memory build fits in it are built in memory (measured: the
+#: out-of-core build is no slower from 2^18 nodes on, docs/PREPARE.md)
+MEMORY_BUDGET = 256 << 20
+#: bytes per edge of one out-of-core sort block: the (dst, src) pairs read back (2 x 4 B), the int64 key, row and
+#: column of each, the compaction's masks and the cast columns (docs/PREPARE.md, Memory)
+BLOCK_BYTES_PER_EDGE = 48
 
 
 def progress(iterable=None, **kw):
@@ -46,14 +56,46 @@ def progress(iterable=None, **kw):
 FeatureBlocks = Callable[[], Iterator[tuple[int, np.ndarray]]]
 
 
+def _nothing() -> None:
+    pass
+
+
+@dataclass
+class EdgeStream:
+    """An importer's edges, by node row and checked in range, as (src, dst) blocks: ``blocks()`` starts a pass."""
+
+    num_edges: int
+    blocks: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]
+    dtype: np.dtype
+    close: Callable[[], None] = _nothing       # frees what holds the edges (a spool's file)
+
+    @classmethod
+    def of_arrays(cls, src: np.ndarray, dst: np.ndarray) -> "EdgeStream":
+        def blocks():
+            for s in range(0, len(src), EDGE_CHUNK):
+                yield src[s:s + EDGE_CHUNK], dst[s:s + EDGE_CHUNK]
+        return cls(len(src), blocks, np.result_type(src.dtype, dst.dtype))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole (src, dst) arrays, filled block by block (the in-memory build)."""
+        src = np.empty(self.num_edges, dtype=self.dtype)
+        dst = np.empty(self.num_edges, dtype=self.dtype)
+        w = 0
+        for s, d in self.blocks():
+            src[w:w + len(s)], dst[w:w + len(d)] = s, d
+            w += len(s)
+        assert w == self.num_edges
+        return src, dst
+
+
 @dataclass
 class RawGraph:
     """An imported graph before CSR construction: edges by node row, node data, provenance."""
 
     path: str                      # the input named in error messages
     num_nodes: int
-    src: np.ndarray                # int [E] source row of each edge (u -> v means u is a source of v)
-    dst: np.ndarray                # int [E] target row
+    src: np.ndarray | None         # int [E] source row of each edge (u -> v means u is a source of v) ...
+    dst: np.ndarray | None         # int [E] target row; both None when ``edges`` holds them
     feature_dim: int
     features: np.ndarray | None = None          # [N, F] (any real dtype, possibly a memory map) ...
     feature_blocks: FeatureBlocks | None = None  # ... or generated in row blocks
@@ -65,6 +107,10 @@ class RawGraph:
     symmetric: bool = False                     # edges already contain both directions (no need to symmetrize)
     simple: bool = False                        # merge duplicate edges whatever the options (generators)
     extra_attrs: dict = field(default_factory=dict)
+    edges: EdgeStream | None = None             # ... or the edges in blocks (generated, or spooled by the importer)
+
+    def edge_stream(self) -> EdgeStream:
+        return self.edges if self.edges is not None else EdgeStream.of_arrays(self.src, self.dst)
 
 
 @dataclass(frozen=True)
@@ -80,6 +126,7 @@ class PrepareOptions:
     seed: int = 0
     force: bool = False
     quiet: bool = False
+    memory_budget: int = MEMORY_BUDGET   # bytes: in-memory CSR build up to it, else out of core in blocks
 
 
 # ---------------------------------------------------------------------------------------------- NumPy files
@@ -281,19 +328,9 @@ def build_in_csr(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, symmetrize
         rloc = np.repeat(np.arange(r1 - r0, dtype=np.int64), deg_blk)
         key = rloc * n + indices[a:b].astype(np.int64)
         key.sort()                                 # rows stay grouped, so rloc is unchanged by the sort
-        cols = key - rloc * n
-        if need_compact:
-            keep = np.ones(len(key), dtype=bool)
-            same = key[1:] == key[:-1]
-            is_self = cols == rloc + r0
-            if dedup:
-                keep[1:] &= ~same
-            if drop_self:
-                keep &= ~is_self
-            if add:
-                keep[1:] &= ~(same & is_self[1:])
-            cols = cols[keep]
-            new_deg[r0:r1] = np.bincount(rloc[keep], minlength=r1 - r0)
+        cols, counts = _compact_rows(key, rloc, r0, r1, n, dedup=dedup, drop_self=drop_self, add=add)
+        if counts is not None:
+            new_deg[r0:r1] = counts
         indices[w:w + len(cols)] = cols
         w += len(cols)
         del key, rloc, cols
@@ -302,6 +339,27 @@ def build_in_csr(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, symmetrize
         np.cumsum(new_deg, out=indptr[1:])
     assert int(indptr[-1]) == w
     return indptr, indices[:w]
+
+
+def _compact_rows(key: np.ndarray, rloc: np.ndarray, r0: int, r1: int, n: int, *, dedup: bool, drop_self: bool,
+                  add: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """The columns of rows r0..r1-1 from their sorted keys ``rloc * n + column`` (``rloc``: row - r0 of each),
+    less the duplicates (``dedup``), the self loops (``drop_self``) or all but one copy of each self loop
+    (``add``); and the rows' new counts (None when nothing is dropped). One step of both CSR builds (in memory
+    here, out of core in ``external``), so they agree bit for bit."""
+    cols = key - rloc * n
+    if not (dedup or drop_self or add):
+        return cols, None
+    keep = np.ones(len(key), dtype=bool)
+    same = key[1:] == key[:-1]
+    is_self = cols == rloc + r0
+    if dedup:
+        keep[1:] &= ~same
+    if drop_self:
+        keep &= ~is_self
+    if add:
+        keep[1:] &= ~(same & is_self[1:])
+    return cols[keep], np.bincount(rloc[keep], minlength=r1 - r0)
 
 
 def _row_blocks(indptr: np.ndarray, max_edges: int) -> list[tuple[int, int]]:
@@ -342,36 +400,75 @@ def feature_blocks_of(raw: RawGraph) -> Iterator[tuple[int, np.ndarray]]:
 
 # ---------------------------------------------------------------------------------------------- writing
 
-def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions) -> dict:
-    """Build the CSR of ``raw`` with ``opts`` and write graph.h5 atomically. Returns a summary dict."""
+def in_memory_bytes(num_nodes: int, num_edges: int, stored: int, itemsize: int) -> int:
+    """Estimated peak of the in-memory build: the (src, dst) arrays, the unsorted CSR of ``stored`` entries, the
+    O(N) arrays (in-degrees, indptr, next slot) and one sort block (its int64 keys, rows and columns)."""
+    return itemsize * (2 * num_edges + stored) + 24 * num_nodes + 40 * min(stored, SORT_BLOCK)
+
+
+def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None = None, meter=None) -> dict:
+    """Build the CSR of ``raw`` with ``opts`` and write graph.h5 atomically. Returns a summary dict.
+
+    The CSR is built in memory when :func:`in_memory_bytes` fits in ``opts.memory_budget``, else out of core
+    (``external.build_csr_external``, temporaries in ``work`` or a directory made beside ``out``) in sorts of
+    ``memory_budget / BLOCK_BYTES_PER_EDGE`` edges: the same file either way. ``meter``: a StageMeter that
+    measures the stages edges, csr, features and nodes (the labels, masks and the commit)."""
+    from .external import build_csr_external, work_dir
+    meter = meter if meter is not None else StageMeter()
     n = raw.num_nodes
     labels = raw.labels if raw.labels is not None else np.full(n, -1, dtype=np.int64)
     labels = np.asarray(labels, dtype=np.int64)
     masks = raw.masks if raw.masks is not None else random_split(labels, opts.train, opts.val, opts.seed)
 
-    indptr, indices = build_in_csr(n, raw.src, raw.dst, symmetrize=opts.symmetrize and not raw.symmetric,
-                                   self_loops=opts.self_loops, dedup=opts.dedup or raw.simple,
-                                   quiet=opts.quiet)
-    # the edge list is no longer needed: free it before features are generated
-    raw.src = raw.dst = None
+    stream = raw.edge_stream()
+    symmetrize = opts.symmetrize and not raw.symmetric
+    dedup = opts.dedup or raw.simple
+    stored = stream.num_edges * (2 if symmetrize else 1) + (n if opts.self_loops == "add" else 0)
+    in_memory = in_memory_bytes(n, stream.num_edges, stored, np.dtype(index_dtype(n)).itemsize) <= opts.memory_budget
+    block_edges = max(1, opts.memory_budget // BLOCK_BYTES_PER_EDGE)
     symmetric = bool(opts.symmetrize or raw.symmetric)
     source = raw.source
     with GraphWriter(out, num_nodes=n, feature_dim=raw.feature_dim, num_classes=raw.num_classes,
                      source=source, symmetric=symmetric, self_loops=opts.self_loops, force=opts.force,
                      extra_attrs=dict(raw.extra_attrs, deduplicated=bool(opts.dedup or opts.symmetrize or raw.simple),
                                       normalized_features=bool(opts.normalize_features))) as w:
-        w.write_csr(indptr, indices)
-        bar = progress(total=n, desc="features", unit="rows", disable=True if opts.quiet else None)
-        for start, blk in feature_blocks_of(raw):
-            if opts.normalize_features:
-                blk = normalize_rows(blk)
-            w.write_features(start, blk)
-            bar.update(len(blk))
-            raise_if_terminated()
-        bar.close()
+        if in_memory:
+            with meter.stage("edges"):
+                src, dst = (raw.src, raw.dst) if raw.edges is None else stream.arrays()
+                stream.close()
+            with meter.stage("csr"):
+                indptr, indices = build_in_csr(n, src, dst, symmetrize=symmetrize, self_loops=opts.self_loops,
+                                               dedup=dedup, quiet=opts.quiet)
+                # the edge list is no longer needed: free it before features are generated
+                raw.src = raw.dst = src = dst = None
+                w.write_csr(indptr, indices)
+                num_edges = int(indptr[-1])
+                del indptr, indices
+        else:
+            with (contextlib.nullcontext(work) if work is not None else work_dir(out)) as d:
+                num_edges = build_csr_external(w, n, stream.blocks, symmetrize=symmetrize,
+                                               self_loops=opts.self_loops, dedup=dedup, block_edges=block_edges,
+                                               directory=d, num_edges=stream.num_edges, quiet=opts.quiet,
+                                               meter=meter)
+            stream.close()
+            raw.src = raw.dst = None
+        with meter.stage("features"):
+            bar = progress(total=n, desc="features", unit="rows", disable=True if opts.quiet else None)
+            for start, blk in feature_blocks_of(raw):
+                if opts.normalize_features:
+                    blk = normalize_rows(blk)
+                w.write_features(start, blk)
+                bar.update(len(blk))
+                raise_if_terminated()
+            bar.close()
+        nodes = meter.stage("nodes")
+        nodes.__enter__()                 # left after the commit (the writer's exit: close, fsync, rename)
         w.write_nodes(labels, masks["train_mask"], masks["val_mask"], masks["test_mask"], raw.orig_ids)
         raise_if_terminated()          # a SIGTERM whose exception was lost in a callback: do not commit the file
-    return dict(num_nodes=n, num_edges=int(indptr[-1]), feature_dim=raw.feature_dim,
+    nodes.__exit__(None, None, None)
+    return dict(num_nodes=n, num_edges=num_edges, feature_dim=raw.feature_dim,
                 num_classes=raw.num_classes, symmetric=symmetric, self_loops=opts.self_loops,
                 train=int(masks["train_mask"].sum()), val=int(masks["val_mask"].sum()),
-                test=int(masks["test_mask"].sum()), source=source)
+                test=int(masks["test_mask"].sum()), source=source,
+                build="in-memory" if in_memory else "out-of-core", memory_budget=int(opts.memory_budget),
+                block_edges=None if in_memory else int(block_edges))

@@ -27,8 +27,9 @@ import numpy as np
 from g3mpi.format import FormatError, index_dtype
 from g3mpi.format.graph import MASKS
 
-from .common import (FEATURE_BLOCK_BYTES, NUMPY_READ_ERRORS, RawGraph, check_features, check_labels, check_masks,
-                     load_numpy, progress)
+from .common import (FEATURE_BLOCK_BYTES, NUMPY_READ_ERRORS, EdgeStream, RawGraph, check_features, check_labels,
+                     check_masks, load_numpy, progress)
+from .external import EdgeSpool
 from .textio import COMMENTS, _lines, _strip, data_line_number, open_text, read_table, split_fields
 
 #: what ``auto`` looks for in the first data line, in this order (none of them: whitespace)
@@ -88,17 +89,20 @@ def load_masks(path: Path) -> dict:
                                     f"{e}") from None
 
 
-def read_edges(path: Path, delimiter, skip: int, quiet: bool) -> tuple[np.ndarray, np.ndarray]:
+def read_edges(path: Path, delimiter, skip: int, quiet: bool, spool: EdgeSpool, distinct: bool) -> np.ndarray | None:
+    """Parse the edge list block by block into ``spool`` (int64 IDs as written); ``distinct``: return the sorted
+    distinct IDs too (merged as they come, so neither the IDs nor a sorted copy of them is ever held whole)."""
     bar = progress(desc="read edges", unit="lines", disable=True if quiet else None)
-    src_chunks, dst_chunks = [], []
+    ids, pending, held = np.zeros(0, dtype=np.int64), [], 0
     for a in read_table(path, delimiter=delimiter, dtype=np.int64, usecols=(0, 1), skip=skip, bar=bar):
-        src_chunks.append(a[:, 0].copy())
-        dst_chunks.append(a[:, 1].copy())
+        spool.append(a[:, 0], a[:, 1])
+        if distinct:
+            pending.append(np.unique(a))
+            held += len(pending[-1])
+            if held > max(len(ids), 1 << 22):      # amortised: each ID is merged O(log) times
+                ids, pending, held = np.unique(np.concatenate([ids, *pending])), [], 0
     bar.close()
-    if not src_chunks:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    src, dst = np.concatenate(src_chunks), np.concatenate(dst_chunks)
-    return src, dst
+    return np.unique(np.concatenate([ids, *pending])) if distinct else None
 
 
 def _first_bad(src: np.ndarray, dst: np.ndarray, bad_src: np.ndarray, bad_dst: np.ndarray) -> tuple[int, int]:
@@ -110,7 +114,8 @@ def _first_bad(src: np.ndarray, dst: np.ndarray, bad_src: np.ndarray, bad_dst: n
 def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, features: Path | None = None,
                   labels: Path | None = None, masks: Path | None = None, node_ids: Path | None = None,
                   feature_dim: int = 0, num_classes: int | None = None, seed: int = 0,
-                  quiet: bool = False) -> RawGraph:
+                  quiet: bool = False, spool_dir: Path | None = None, spool_limit: int = 1 << 30) -> RawGraph:
+    """``spool_dir``: where the parsed edges go beyond ``spool_limit`` bytes (None: kept in memory)."""
     path = Path(path)
     if node_ids is not None and features is None and labels is None:   # the options first, then the files
         raise ValueError("--node-ids needs --features or --labels (it names their rows)")
@@ -125,11 +130,8 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
     y = load_numpy(labels, "labels", archive=False) if labels is not None else None
     ids = load_numpy(node_ids, "node IDs", archive=False) if node_ids is not None else None
 
-    src, dst = read_edges(path, delim, skip, quiet)
-
-    def bad_line(k: int, msg: str) -> FormatError:
-        return FormatError(path, f"line {data_line_number(path, k, skip=skip)}: {msg}")
-
+    spool = EdgeSpool(np.int64, spool_dir, spool_limit)     # its file, if any, goes with spool_dir
+    orig_ids = read_edges(path, delim, skip, quiet, spool, distinct=x is None and y is None)
     rows = None
     if x is not None:
         rows = x.shape[0] if x.ndim else 0
@@ -137,41 +139,7 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
         if rows is not None and y.shape[:1] != (rows,):
             raise FormatError(labels, f"labels have {y.shape[0] if y.ndim else 0} rows but features have {rows}")
         rows = y.shape[0] if y.ndim else 0
-
-    orig_ids = None
-    if rows is None and len(src) == 0:
-        raise FormatError(path, "no edges found (and no --features/--labels to define the nodes)")
-    if rows is None:                                   # nodes = the distinct IDs, in increasing order
-        orig_ids = np.union1d(np.unique(src), np.unique(dst))
-        n = len(orig_ids)
-        for a in (src, dst):
-            a[:] = np.searchsorted(orig_ids, a)
-    elif ids is not None:                              # rows named by --node-ids
-        if ids.ndim != 1 or len(ids) != rows or not np.issubdtype(ids.dtype, np.integer):
-            raise FormatError(node_ids, f"expected integer node IDs of shape [{rows}], "
-                                        f"got {ids.dtype} {list(ids.shape)}")
-        order = np.argsort(ids, kind="stable")
-        sorted_ids = ids[order].astype(np.int64)
-        dup = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
-        if len(dup):
-            raise FormatError(node_ids, f"node ID {int(sorted_ids[dup[0]])} appears more than once")
-        n = rows
-        pos = [np.minimum(np.searchsorted(sorted_ids, a), max(n - 1, 0)) for a in (src, dst)]
-        miss = [(sorted_ids[p] != a) if n else np.ones(len(a), dtype=bool) for p, a in zip(pos, (src, dst))]
-        if miss[0].any() or miss[1].any():
-            k, v = _first_bad(src, dst, *miss)
-            raise bad_line(k, f"node ID {v} is not in {node_ids}")
-        src, dst = order[pos[0]], order[pos[1]]
-        orig_ids = ids.astype(np.int64)
-    else:                                              # IDs are the rows of --features / --labels
-        n = rows
-        bs, bd = (src < 0) | (src >= n), (dst < 0) | (dst >= n)
-        if bs.any() or bd.any():
-            k, v = _first_bad(src, dst, bs, bd)
-            raise bad_line(k, f"node ID {v} out of range [0, {n}) (the rows of --features/--labels)")
-    idt = index_dtype(n)
-    src, dst = src.astype(idt), dst.astype(idt)
-
+    edges, n, orig_ids = _node_rows(path, skip, spool, rows, orig_ids, ids, node_ids)
     feature_blocks = None
     if x is not None:
         check_features(features, x, n)             # in row blocks: the memory map is never read whole
@@ -193,9 +161,69 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
                 if m.shape != (n,):
                     raise FormatError(masks, f"{k} has shape {list(m.shape)}, expected [{n}]")
             mk = check_masks(masks, mk, y)
-    return RawGraph(path=str(path), num_nodes=n, src=src, dst=dst, feature_dim=int(feature_dim), features=x,
+    return RawGraph(path=str(path), num_nodes=n, src=None, dst=None, edges=edges, feature_dim=int(feature_dim),
+                    features=x,
                     feature_blocks=feature_blocks, labels=y, num_classes=c, masks=mk, orig_ids=orig_ids,
                     source=f"edgelist:{path.name}")
+
+
+def _node_rows(path: Path, skip: int, spool: EdgeSpool, rows: int | None, orig_ids: np.ndarray | None,
+               ids: np.ndarray | None, node_ids: Path | None) -> tuple[EdgeStream, int, np.ndarray | None]:
+    """(the spooled edges by node row, N, orig_ids): the rows are the distinct IDs (``orig_ids``, when ``rows``
+    is None), the IDs of --node-ids (``ids``), or the rows of --features/--labels; every edge is checked here, in
+    one pass over the spool, naming the line of the first bad one; the stream maps its blocks to rows."""
+    def bad_line(k: int, msg: str) -> FormatError:
+        return FormatError(path, f"line {data_line_number(path, k, skip=skip)}: {msg}")
+
+    def check(bad_of, msg_of):
+        k0 = 0
+        for src, dst in spool.blocks():
+            bs, bd = bad_of(src), bad_of(dst)
+            if bs.any() or bd.any():
+                k, v = _first_bad(src, dst, bs, bd)
+                raise bad_line(k0 + k, msg_of(v))
+            k0 += len(src)
+
+    if rows is None and spool.num_edges == 0:
+        raise FormatError(path, "no edges found (and no --features/--labels to define the nodes)")
+    if rows is None:                                   # nodes = the distinct IDs, in increasing order
+        n = len(orig_ids)
+
+        def to_rows(a):
+            return np.searchsorted(orig_ids, a)
+    elif ids is not None:                              # rows named by --node-ids
+        if ids.ndim != 1 or len(ids) != rows or not np.issubdtype(ids.dtype, np.integer):
+            raise FormatError(node_ids, f"expected integer node IDs of shape [{rows}], "
+                                        f"got {ids.dtype} {list(ids.shape)}")
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order].astype(np.int64)
+        dup = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
+        if len(dup):
+            raise FormatError(node_ids, f"node ID {int(sorted_ids[dup[0]])} appears more than once")
+        n = rows
+
+        def pos_of(a):
+            return np.minimum(np.searchsorted(sorted_ids, a), max(n - 1, 0))
+
+        check(lambda a: (sorted_ids[pos_of(a)] != a) if n else np.ones(len(a), dtype=bool),
+              lambda v: f"node ID {v} is not in {node_ids}")
+
+        def to_rows(a):
+            return order[pos_of(a)]
+        orig_ids = ids.astype(np.int64)
+    else:                                              # IDs are the rows of --features / --labels
+        n = rows
+        check(lambda a: (a < 0) | (a >= n), lambda v: f"node ID {v} out of range [0, {n}) (the rows of "
+                                                      "--features/--labels)")
+
+        def to_rows(a):
+            return a
+    idt = index_dtype(n)
+
+    def blocks():
+        for src, dst in spool.blocks():
+            yield to_rows(src).astype(idt), to_rows(dst).astype(idt)
+    return EdgeStream(spool.num_edges, blocks, np.dtype(idt), spool.close), n, orig_ids
 
 
 def random_feature_blocks(n: int, dim: int, seed: int):

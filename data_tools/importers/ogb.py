@@ -25,7 +25,8 @@ import numpy as np
 from g3mpi.format import FormatError, index_dtype
 from g3mpi.format.common import check_finite_features
 
-from .common import RawGraph, check_labels, check_masks, progress
+from .common import EdgeStream, RawGraph, check_labels, check_masks, progress
+from .external import EdgeSpool
 from .textio import _lines, data_line_number, open_text, read_table, split_fields
 
 SPLIT_FILES = (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test"))
@@ -78,7 +79,9 @@ def _concat(chunks, ncols: int, dtype) -> np.ndarray:
     return np.concatenate(chunks) if chunks else np.zeros((0, ncols), dtype=dtype)
 
 
-def load_ogb(path, split: str | None = None, num_classes: int | None = None, quiet: bool = False) -> RawGraph:
+def load_ogb(path, split: str | None = None, num_classes: int | None = None, quiet: bool = False,
+             spool_dir: Path | None = None, spool_limit: int = 1 << 30) -> RawGraph:
+    """``spool_dir``: where the parsed edges go beyond ``spool_limit`` bytes (None: kept in memory)."""
     root = Path(path)
     if not root.exists():
         raise FormatError(root, "no such directory")
@@ -129,25 +132,31 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     del y
     c = check_labels(label_f, labels, n, num_classes)
 
-    bar = progress(desc="read edges", unit="lines", disable=True if quiet else None)
-    e = _concat(read_table(edge_f, delimiter=",", dtype=np.int64, usecols=(0, 1), comments=None, bar=bar), 2,
-                np.int64)
-    bar.close()
-    if num_edges is not None and len(e) != num_edges:       # an uncompressed edge.csv cut short, or two appended
-        raise FormatError(edge_f, f"{len(e)} edges but {ne_f.name} says {num_edges} (truncated or extended file?)")
-    bad = (e < 0) | (e >= n)
-    if bad.any():
-        r, col = np.argwhere(bad)[0]
-        raise FormatError(edge_f, f"line {line_of(edge_f, int(r))}: node ID {int(e[r, col])} out of range [0, {n})"
-                                  f"{origin}")
     idt = index_dtype(n)
-    src, dst = e[:, 0].astype(idt), e[:, 1].astype(idt)
-    del e
+    spool = EdgeSpool(idt, spool_dir, spool_limit)     # its file, if any, goes with spool_dir
+    bar = progress(desc="read edges", unit="lines", disable=True if quiet else None)
+    first_bad, count = None, 0                     # (row, ID) of the first bad edge: reported after the count check
+    for e in read_table(edge_f, delimiter=",", dtype=np.int64, usecols=(0, 1), comments=None, bar=bar):
+        if first_bad is None:
+            bad = (e < 0) | (e >= n)
+            if bad.any():
+                r, col = np.argwhere(bad)[0]
+                first_bad = (count + int(r), int(e[r, col]))
+            else:
+                spool.append(e[:, 0], e[:, 1])
+        count += len(e)
+    bar.close()
+    if num_edges is not None and count != num_edges:        # an uncompressed edge.csv cut short, or two appended
+        raise FormatError(edge_f, f"{count} edges but {ne_f.name} says {num_edges} (truncated or extended file?)")
+    if first_bad is not None:
+        r, v = first_bad
+        raise FormatError(edge_f, f"line {line_of(edge_f, r)}: node ID {v} out of range [0, {n}){origin}")
+    edges = EdgeStream(spool.num_edges, spool.blocks, np.dtype(idt), spool.close)
 
     masks, scheme = read_split(root, split, n, origin)
     if masks is not None:
         masks = check_masks(root / "split" / scheme, masks, labels)
-    return RawGraph(path=str(root), num_nodes=n, src=src, dst=dst, feature_dim=feature_dim,
+    return RawGraph(path=str(root), num_nodes=n, src=None, dst=None, edges=edges, feature_dim=feature_dim,
                     feature_blocks=feature_stream(feat_f, n, feature_dim, quiet, origin), labels=labels, num_classes=c,
                     masks=masks,
                     source=f"ogb:{root.name}" + (f",split={scheme}" if scheme else ""))

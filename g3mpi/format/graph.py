@@ -199,6 +199,37 @@ class GraphWriter:
         self.attrs["num_edges"] = int(indptr[-1])
         self._done.add("csr")
 
+    def write_csr_rows(self, indptr: np.ndarray, rows) -> None:
+        """The CSR as :meth:`write_csr` writes it (same datasets, dtypes, layout and checksums), with its indices
+        arriving in consecutive row blocks ``(r0, r1, indices of rows r0..r1-1)`` (an out-of-core build): each
+        block is checked (range, sorted rows) as it is written, never the whole edge list at once."""
+        indptr = np.asarray(indptr, dtype=np.int64)
+        if len(indptr) != self.n + 1:
+            raise FormatError(self.path, f"indptr has {len(indptr)} entries, expected {self.n + 1}")
+        if indptr[0] != 0 or np.any(np.diff(indptr) < 0):
+            raise FormatError(self.path, "graph CSR: indptr must start at 0 and be non-decreasing")
+        self._put("indptr", indptr)
+        idt = index_dtype(self.n)
+        ds = self.h5.create_dataset("indices", shape=(int(indptr[-1]),), dtype=idt)
+        digest, nxt = IncrementalSha256(), 0
+        for r0, r1, cols in rows:
+            cols = np.asarray(cols, dtype=idt)
+            a, b = int(indptr[r0]), int(indptr[r1])
+            if r0 != nxt or b - a != len(cols):
+                raise ValueError(f"CSR row blocks must arrive in order and match indptr: rows {r0}..{r1} with "
+                                 f"{len(cols)} indices, expected row {nxt} and {b - a}")
+            local = indptr[r0:r1 + 1] - a
+            check_csr(self.path, local, cols, self.n, "graph CSR")
+            check_sorted_rows(self.path, local, cols, first_row=r0)
+            ds[a:b] = cols
+            digest.update(cols)
+            nxt = r1
+        if nxt != self.n and int(indptr[-1]) != int(indptr[nxt]):
+            raise ValueError(f"CSR row blocks end at row {nxt}, expected {self.n}")
+        ds.attrs["sha256"] = digest.hexdigest()
+        self.attrs["num_edges"] = int(indptr[-1])
+        self._done.add("csr")
+
     def write_features(self, start: int, block: np.ndarray) -> None:
         given = np.asarray(block)
         with np.errstate(over="ignore"):
