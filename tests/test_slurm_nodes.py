@@ -83,7 +83,7 @@ def test_job_that_can_never_run_is_refused(cluster, tmp_path, opts, why):
 
 
 def test_cora_trains_on_two_nodes(cluster, tmp_path):
-    """prepare -> partition into 4 -> train with sbatch -N 2 -n 4 (2 ranks per node) under srun --mpi=pmi2."""
+    """prepare -> partition into 4 -> train with a plain sbatch -N 2 -n 4 (2 ranks per node) under srun --mpi=pmi2."""
     if not CORA.exists():
         pytest.skip(f"{CORA} not found (the tests expect ../shared/datasets beside the repository)")
     env = cluster.job_env(G3_GRAPH="cora.h5", G3_NUM_PARTS=4, G3_PARTS="parts", G3_OUT="run")
@@ -94,7 +94,7 @@ def test_cora_trains_on_two_nodes(cluster, tmp_path):
                           opts=("--cpus-per-task=1", f"--dependency=afterok:{prep}", *dep), cwd=tmp_path, env=env)
     train = cluster.sbatch_wait(JOBS / "slurm" / "train.sbatch", "--model", "gcn", "--epochs", 200, "--hidden", 16,
                                 "--dropout", 0.5, "--lr", 0.01, "--weight-decay", 5e-4, "--seed", 0,
-                                opts=(f"--nodes={NODES}", "--ntasks=4", "--ntasks-per-node=2",
+                                opts=(f"--nodes={NODES}", "--ntasks=4",
                                       f"--dependency=afterok:{part}", *dep),
                                 cwd=tmp_path, env=env, timeout=1200, name="g3-train")
     for stage, job in (("prepare", cluster.job(prep, tmp_path, name="g3-prepare")),
