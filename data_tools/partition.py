@@ -30,7 +30,7 @@ from g3mpi.units import parse_bandwidth
 from .build import OutputWriteError, write_partition
 from .partitioners import BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, random_partition
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
-from .partitioners.metis import strip_self_loops
+from .partitioners.metis import MetisError, strip_self_loops
 from .termination import exit_after_failed_write, interruption, terminate_as_interrupt
 
 PROG = "g3-partition"
@@ -40,6 +40,8 @@ MAX_PARTS = 1024
 MAX_SEED = 2**63 - 1
 #: largest --width: rows x width x 4 bytes stays within int64 for up to 2^36 rows
 MAX_WIDTH = 2**24
+#: the hint of a partitioning that failed or ran out of memory (the path whose memory scales with the ranks)
+SCALE_HINT = "for graphs this large use the parallel path: mpiexec -n R g3-partition --method stream ..."
 #: options of one method only (``PartitionConfig`` field -> method); the cost model's options (--bandwidth,
 #: --edge-seconds, --width, --calibrate) apply to every method, since meta.json's estimates use them
 METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3 stream", edge_imbalance="g3",
@@ -271,8 +273,11 @@ def main(argv=None) -> int:
     except FormatError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
+    except MetisError as e:
+        print(f"{PROG}: error: {cfg.graph}: --method {cfg.method}: {e}; {SCALE_HINT}", file=sys.stderr)
+        return 1
     except MemoryError:
-        print(f"{PROG}: error: {cfg.graph}: out of memory", file=sys.stderr)
+        print(f"{PROG}: error: {cfg.graph}: out of memory (--method {cfg.method}); {SCALE_HINT}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
         print(f"{PROG}: error: {cfg.out}: {interruption(e)} (no output written)", file=sys.stderr)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import h5py
@@ -1073,6 +1074,81 @@ def test_partition_on_a_full_disk(cora_h5, tmp_path):
                                                 "File too large"
     assert "Traceback" not in p.stderr
     assert sorted(f.name for f in tmp_path.iterdir()) == []
+
+
+SCALE_HINT = "for graphs this large use the parallel path: mpiexec -n R g3-partition --method stream ..."
+
+
+def _partition_patched(patch: str, graph_path, out, method):
+    """The g3-partition command (its own main, argv from the command line) after ``patch`` (Python code) ran."""
+    import subprocess
+    import sys
+    from conftest import tool_env
+    code = f"import os, sys\n{patch}from data_tools.partition import main\nsys.exit(main())\n"
+    return subprocess.run([sys.executable, "-c", code, str(graph_path), "--parts", "3", "--method", method,
+                           "--out", str(out), "--no-progress"], capture_output=True, text=True, env=tool_env(),
+                          timeout=120)
+
+
+@pytest.mark.parametrize("method", ["metis", "g3"])
+def test_a_failing_partitioning_library_is_one_line(method, rand_h5, tmp_path):
+    """pymetis failing as it did after 29 minutes on a 67M-edge R-MAT (``RuntimeError: Caught an unknown
+    exception!``, a traceback): one line naming the graph, the method, the graph's size, the exception and what
+    METIS printed, with the hint to the parallel path; exit 1, nothing written, nothing on stdout."""
+    g, path = rand_h5
+    patch = ("import pymetis\n"
+             "def part_graph(*a, **k):\n"
+             "    os.write(1, b'***Memory allocation failed for SetupCtrl: ctrl->tpwgts.\\n')\n"
+             "    raise RuntimeError('Caught an unknown exception!')\n"
+             "pymetis.part_graph = part_graph\n")
+    p = _partition_patched(patch, path, tmp_path / "parts", method)
+    assert p.returncode == 1 and "Traceback" not in p.stderr and "Memory" not in p.stdout, p.stderr
+    line = p.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(re.escape(f"g3-partition: error: {path}: --method {method}: METIS failed after ") +
+                        r"\d+ s on 300 nodes, \d+ symmetric adjacency entries: " +
+                        re.escape("RuntimeError: Caught an unknown exception! (METIS said: Memory allocation "
+                                  f"failed for SetupCtrl: ctrl->tpwgts.); {SCALE_HINT}"), line), line
+    assert sorted(f.name for f in tmp_path.iterdir()) == []
+
+
+def test_partitioning_out_of_memory_is_one_line(rand_h5, tmp_path):
+    """A MemoryError in a partitioner's own library calls (numpy here): the line names the graph and the method
+    and gives the hint; exit 1, nothing written."""
+    _, path = rand_h5
+    patch = ("import data_tools.partitioners as partitioners\n"
+             "def random_partition(*a, **k):\n"
+             "    raise MemoryError\n"
+             "partitioners.random_partition = random_partition\n")
+    p = _partition_patched(patch, path, tmp_path / "parts", "random")
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == (f"g3-partition: error: {path}: out of memory (--method random); "
+                                                 f"{SCALE_HINT}")
+    assert sorted(f.name for f in tmp_path.iterdir()) == []
+
+
+def test_graph_beyond_metis_idx_is_refused_up_front(rand_h5, tmp_path, monkeypatch, capsys):
+    """A graph whose adjacency or summed vertex weights this pymetis's idx_t cannot count is refused before METIS
+    runs (this build's idx_t is 64-bit; an 8-bit one stands in for a 32-bit build with a graph beyond 2^31
+    entries)."""
+    import pymetis
+    from data_tools.partitioners.metis import MetisError, check_idx_range
+    _, path = rand_h5
+
+    def part_graph(*a, **k):
+        raise AssertionError("METIS ran")
+    monkeypatch.setattr(pymetis, "zero_copy_dtype", lambda: np.dtype(np.int8))
+    monkeypatch.setattr(pymetis, "part_graph", part_graph)
+    assert partition_main([str(path), "--parts", "3", "--method", "metis", "--out", str(tmp_path / "parts"),
+                           "--no-progress"]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.fullmatch(re.escape(f"g3-partition: error: {path}: --method metis: the graph (300 nodes, ") +
+                        r"\d+ symmetric adjacency entries\) " +
+                        re.escape(f"is too large for this METIS build: its adjacency entries exceed the 8-bit idx_t "
+                                  f"(at most 127); {SCALE_HINT}"), line), line
+    assert sorted(f.name for f in tmp_path.iterdir()) == []
+    check_idx_range(127, 127, "s")
+    with pytest.raises(MetisError, match=r"its summed vertex weights exceed the 8-bit idx_t \(at most 127\)"):
+        check_idx_range(10, 128, "s")
 
 
 def test_atomic_dir_replaces_in_one_step_or_restores(monkeypatch, tmp_path):

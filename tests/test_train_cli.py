@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import tomllib
 from pathlib import Path
 
@@ -315,6 +316,38 @@ def test_bad_command_line(small_parts, tmp_path):
         assert sorted(x for x in p.stderr.splitlines() if "error" in x) == [
             f"g3-train: error: [rank {r}] {what} (g3-train --help lists the options)" for r in (0, 1)], p.stderr
         assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("case", ["cli", "config"])
+def test_bad_configuration_on_one_rank_stops_every_rank(case, small_parts, tmp_path):
+    """Rank 1 alone has a bad command line or config file (tests/mpi_config_check.py; mpiexec gives every rank the
+    same): it names its error, rank 0, which read its own and went on to the ranks' configuration check, names
+    rank 1; both exit 2 there, without waiting for a deadline, before any run directory."""
+    _, root = small_parts
+    p = run_mpi(2, "tests.mpi_config_check", case, root / "p2", tmp_path / "run", check=False, timeout=120)
+    assert p.returncode == 2 and "timeout" not in p.stderr, p.stderr
+    lines = sorted(x for x in p.stderr.splitlines() if "error" in x)
+    what = ("argument --epochs: invalid int value: 'ten' (g3-train --help lists the options)" if case == "cli"
+            else "/nonexistent/g3-config.toml: ")
+    assert len(lines) == 2 and lines[0] == ("g3-train: error: [rank 0] stopping: rank(s) [1] could not read the "
+                                            "command line or the configuration"), p.stderr
+    assert lines[1].startswith(f"g3-train: error: [rank 1] {what}"), p.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_configuration_does_not_wait_for_a_rank_that_never_checks(small_parts, tmp_path):
+    """Rank 1's command line is bad and rank 0 never reaches the configuration check (it sleeps 120 s): rank 1
+    prints its error, waits the check's limit (2 s here) and ends the job with status 2 and a line saying so."""
+    _, root = small_parts
+    t0 = time.monotonic()
+    p = run_mpi(2, "tests.mpi_config_check", "absent", root / "p2", tmp_path / "run", check=False, timeout=120)
+    assert time.monotonic() - t0 < 60 and p.returncode == 2, p.stderr
+    lines = [x for x in p.stderr.splitlines() if x.startswith("g3-train: error:")]
+    assert lines[0] == ("g3-train: error: [rank 1] argument --epochs: invalid int value: 'ten' (g3-train --help "
+                        "lists the options)"), p.stderr
+    assert re.fullmatch(r"g3-train: error: \[rank 1\] communication timeout: blocked \d+\.\d s \(the configuration "
+                        r"check's limit 2\) waiting for the other ranks \(some rank never arrived\) in the "
+                        r"configuration check; aborting the job", lines[1]), p.stderr
 
 
 def test_empty_paths_are_refused(small_parts, tmp_path):

@@ -17,6 +17,7 @@ import ctypes
 import os
 import sys
 import tempfile
+import time
 
 import numpy as np
 import pymetis
@@ -27,6 +28,12 @@ BALANCES = ("nodes", "edges", "both", "train")
 #: the symmetrized graph, i.e. the sum over nodes of the number of other parts holding a neighbour: the total
 #: halo rows (= total send rows) when the graph is symmetric, an upper bound of them otherwise
 OBJECTIVES = ("cut", "volume")
+
+
+class MetisError(RuntimeError):
+    """METIS could not partition the graph: the library failed (pybind11 turns what it throws into e.g.
+    ``RuntimeError: Caught an unknown exception!``), or the graph does not fit its index type. The text is one
+    line: what failed, the graph's size, and what METIS printed."""
 
 
 def strip_self_loops(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -98,10 +105,20 @@ def metis_partition(indptr, indices, num_parts: int, *, balance: str = "nodes", 
         return np.zeros(n, dtype=np.int64), dict(balance=balance, metis_objective=objective, metis_edge_cut=0)
     xadj, adjncy = sym if sym is not None else symmetrize(indptr, indices)
     vw = vertex_weights(balance, np.asarray(in_degree), np.asarray(train_mask))
+    size = f"{n} nodes, {len(adjncy)} symmetric adjacency entries"
+    check_idx_range(len(adjncy), n if vw is None else int(vw.sum()), size)
     opts = pymetis.Options(seed=int(seed), objtype=OBJECTIVES.index(objective))  # METIS_OBJTYPE_CUT = 0, VOL = 1
+    failure, t0 = None, time.monotonic()
     with c_stdout_captured() as said:
-        res = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), vweights=vw, options=opts,
-                                 recursive=recursive)
+        try:
+            res = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), vweights=vw, options=opts,
+                                     recursive=recursive)
+        except Exception as e:  # noqa: BLE001 - whatever the library raised is reported as one line
+            failure = e
+    if failure is not None:
+        printed = "; ".join(summarise_messages(said[0])) if said else ""
+        raise MetisError(f"METIS failed after {time.monotonic() - t0:.0f} s on {size}: {type(failure).__name__}: "
+                         f"{str(failure).strip() or 'no message'}" + (f" (METIS said: {printed})" if printed else ""))
     part = np.asarray(res.vertex_part, dtype=np.int64)
     part, filled = fill_empty_parts(part, num_parts, np.diff(xadj))
     # METIS returns its objective's value (the edge cut, or the total communication volume) of its own assignment
@@ -112,6 +129,17 @@ def metis_partition(indptr, indices, num_parts: int, *, balance: str = "nodes", 
     if said:
         info["metis_messages"] = summarise_messages(said[0])
     return part, info
+
+
+def check_idx_range(entries: int, total_weight: int, size: str) -> None:
+    """MetisError when this pymetis's ``idx_t`` (32 or 64 bits, fixed when it was built) cannot count the
+    adjacency entries or the summed vertex weight, which METIS would overflow instead of refusing."""
+    dtype = pymetis.zero_copy_dtype()
+    top = int(np.iinfo(dtype).max)
+    if max(entries, total_weight) > top:
+        what = "adjacency entries" if entries > top else "summed vertex weights"
+        raise MetisError(f"the graph ({size}) is too large for this METIS build: its {what} exceed the "
+                         f"{dtype.itemsize * 8}-bit idx_t (at most {top})")
 
 
 @contextlib.contextmanager

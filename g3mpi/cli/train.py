@@ -21,27 +21,29 @@ from mpi4py import MPI
 from g3mpi.comm.abort import abort_job, write_line
 
 PROG = "g3-train"
+#: how long a rank whose command line or configuration is bad waits for the others at the configuration check
+#: (they may still be importing torch on a busy node) before it ends the job alone, its line already out
+CONFIG_CHECK_TIMEOUT_S = 60.0
+
+
+class BadCommandLine(Exception):
+    """A command line argparse refused; the text is its one line, without the program and rank."""
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad command line is one line naming the rank, as every other error of g3-train
-    (``g3-train: error: [rank r] argument --epochs: invalid int value: 'ten' ...``), not the usage on every rank."""
-
-    def __init__(self, *args, rank: int | None = None, **kw):
-        super().__init__(*args, **kw)
-        self.rank = rank
+    (``g3-train: error: [rank r] argument --epochs: invalid int value: 'ten' ...``), not the usage on every rank:
+    :class:`BadCommandLine`, which :func:`main` reports after the ranks' configuration check."""
 
     def error(self, message: str):
-        where = "" if self.rank is None else f"[rank {self.rank}] "
-        write_line(f"{self.prog}: error: {where}{message} ({self.prog} --help lists the options)")
-        sys.exit(2)
+        raise BadCommandLine(f"{message} ({self.prog} --help lists the options)")
 
 
-def build_parser(rank: int | None = None) -> argparse.ArgumentParser:
-    """g3-train's options; ``rank`` (this process's) is named in the line of a bad command line."""
+def build_parser() -> argparse.ArgumentParser:
+    """g3-train's options (a bad command line raises :class:`BadCommandLine`)."""
     from g3mpi.train.config import ACTIVATIONS, LOG_LEVELS, MODELS, MODES, OPTIMIZERS   # the choices' one home
     ap = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
-                 formatter_class=argparse.RawDescriptionHelpFormatter, rank=rank)
+                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", help="partition directory (meta.json + part-*.h5)")
     ap.add_argument("--out", help="run directory to create")
     ap.add_argument("--config", help="TOML file with settings (command-line options override it)")
@@ -163,6 +165,33 @@ def _agree(watchdog, err: str | None, what: str, check: str) -> bool:
     return False
 
 
+def _config_check(comm, err: str | None, timeout: float, own_world: bool) -> bool:
+    """Every rank's first collective, once it has read its command line and configuration (``err``: why it could
+    not, or None): True if every rank could. Else every rank has printed one line, its own error or which ranks
+    failed, and on its own COMM_WORLD finalized MPI, so that no rank's exit cuts another's line off (under
+    ``python -m mpi4py`` the first non-zero exit aborts the job); the caller then exits with status 2. A rank that
+    failed waits at most CONFIG_CHECK_TIMEOUT_S for the others, then ends the job alone; one that did not waits as
+    at the other start-up checks (``timeout``: --comm-timeout)."""
+    import numpy as np
+
+    from g3mpi.comm.watchdog import Watchdog
+    if err:
+        _error(comm, err)   # first: the line stands whatever the other ranks do
+    failed = np.zeros(comm.size, dtype=np.uint8)
+    req = comm.Iallgather(np.array([err is not None], dtype=np.uint8), failed)
+    wd = (Watchdog(comm, CONFIG_CHECK_TIMEOUT_S, prog=PROG, limit="the configuration check's limit", code=2) if err
+          else Watchdog(comm, timeout, prog=PROG))
+    wd.wait_collective([req], "configuration check")
+    if not failed.any():
+        return True
+    if not err:
+        ranks = np.flatnonzero(failed).tolist()
+        _error(comm, f"stopping: rank(s) {ranks} could not read the command line or the configuration")
+    if own_world:
+        MPI.Finalize()
+    return False
+
+
 def main(argv=None, comm=None) -> int:
     """Run g3-train on ``comm`` (default COMM_WORLD, the program's own). Returns the exit status: 0, 1 (errors),
     2 (bad configuration) or 75 (stopped by a signal after writing the checkpoint)."""
@@ -176,7 +205,11 @@ def main(argv=None, comm=None) -> int:
     # recorded before training stops it after its first epoch. Before the parser too, which imports torch: that
     # import is most of a rank's start-up (seconds, far more on a busy node), and a signal there was swallowed.
     with StopSignals() as stop:
-        args = vars(build_parser(comm.rank).parse_args(argv))
+        try:
+            args = vars(build_parser().parse_args(argv))
+        except BadCommandLine as e:
+            _config_check(comm, str(e), 0.0, own_world)
+            return 2
         from g3mpi.train.rundir import RunLock
         with RunLock() as lock:   # rank 0 takes it when it prepares the run directory
             return _run(comm, args, own_world, stop, lock)
@@ -223,7 +256,9 @@ def _run(comm, args: dict, own_world: bool, stop, lock) -> int:
         if not cfg.out:
             raise ConfigError("no run directory given (--out)")
     except ConfigError as e:
-        _error(comm, str(e))
+        _config_check(comm, str(e), 0.0, own_world)
+        return 2
+    if not _config_check(comm, None, cfg.comm_timeout, own_world):
         return 2
     log = setup_logging(comm, cfg.log_level)
     stop.stop_after(cfg.time_limit)

@@ -54,14 +54,18 @@ def decode_text(buf: np.ndarray) -> str | None:
 
 class Watchdog:
     """Deadline-bounded waits for one rank. ``context`` (e.g. ``"epoch 12"``) is added to the message. ``abort``
-    (a callable taking the exit code) replaces ``comm.Abort`` in tests."""
+    (a callable taking the exit code) replaces ``comm.Abort`` in tests. ``limit``: what the message names as the
+    deadline's setting; ``code``: the exit status of the job it ends."""
 
-    def __init__(self, comm, timeout: float, prog: str = "g3mpi", abort=None):
+    def __init__(self, comm, timeout: float, prog: str = "g3mpi", abort=None, limit: str = "--comm-timeout",
+                 code: int = 1):
         self.comm = comm
         self.timeout = float(timeout)
         self.prog = prog
         self.context = ""
         self._abort = abort
+        self.limit = limit
+        self.code = code
 
     @property
     def active(self) -> bool:
@@ -112,6 +116,9 @@ class Watchdog:
 
     def wait_collective(self, reqs: list, what: str, turns: int = 1) -> None:
         """Wait for non-blocking collectives (every rank takes part) with a deadline (``turns`` x the timeout)."""
+        if not self.active:
+            MPI.Request.Waitall(reqs)
+            return
         self._poll(lambda: (MPI.Request.Testall(reqs), None),
                    lambda waited: self._message(waited, None, what, turns), turns)
 
@@ -200,10 +207,10 @@ class Watchdog:
         else:
             who = "a neighbour"
         ctx = f", {self.context}" if self.context else ""
-        limit = f"--comm-timeout {self.timeout:g}" + (f" x {turns} turns" if turns > 1 else "")
+        limit = f"{self.limit} {self.timeout:g}" + (f" x {turns} turns" if turns > 1 else "")
         return (f"communication timeout: blocked {waited:.1f} s ({limit}) waiting for {who} in the {what}{ctx}; "
                 "aborting the job")
 
     def fire(self, message: str) -> None:
-        abort_job(self.comm, f"{self.prog}: error: [rank {self.comm.rank}] {message}", abort=self._abort)
-        raise SystemExit(1)  # only reached when a test replaces the abort
+        abort_job(self.comm, f"{self.prog}: error: [rank {self.comm.rank}] {message}", self.code, abort=self._abort)
+        raise SystemExit(self.code)  # only reached when a test replaces the abort
