@@ -92,10 +92,9 @@ def start_up_sums(part, watchdog: Watchdog) -> tuple[dict, bool]:
     training, validation and test nodes of the whole graph (``{"train": ..., "val": ..., "test": ...}``), and
     whether the parts own every original node ID exactly once. Each part checks its own IDs on load (in range,
     strictly increasing); that no two parts own the same ID is the sum of the parts' :func:`id_checksum` against
-    that of ``range(N)``, whose share each rank computes."""
-    comm = watchdog.comm
-    N, r, P = part.num_nodes, comm.rank, comm.size
-    ids = (id_checksum(part.orig_ids) - range_checksum(r * N // P, (r + 1) * N // P)) % (1 << 64)
+    that of ``range(N)``, whose share each rank computes: that of its own new-ID range, as long as its original
+    IDs (the new ranges of the parts tile ``range(N)``), so a rank's work is O(owned), whatever N is."""
+    ids = (id_checksum(part.orig_ids) - range_checksum(part.owned_start, part.owned_end)) % (1 << 64)
     sums = np.array([int(getattr(part, f"{s}_mask").sum()) for s in SPLITS] + [ids], dtype=np.uint64)
     watchdog.allreduce(sums, what="start-up check 'split sizes'")   # (uint64 sums wrap: the checksum's modulus)
     return dict(zip(SPLITS, map(int, sums[:len(SPLITS)]))), int(sums[-1]) == 0
