@@ -425,9 +425,8 @@ class Trainer:
         write_predictions(comm, run_dir / "predictions.h5", self.part.orig_ids, logits, self.part.num_nodes,
                           attrs=dict(model=cfg.model, best_epoch=best["epoch"], partition_id=self.part.partition_id),
                           watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
-        rss = np.array([peak_rss_bytes()], dtype=np.int64)
-        self.watchdog.allreduce(rss, op=MPI.MAX, what="peak memory")
-        rss = int(rss[0])
+        peaks = np.empty(comm.size, dtype=np.int64) if rank == 0 else None
+        self.watchdog.gather(np.array([peak_rss_bytes()], dtype=np.int64), peaks, 0, "peak memory gather")
         if rank != 0:
             return {}
         save_state_dict(run_dir / "model.pt", self.model.state_dict())
@@ -446,7 +445,7 @@ class Trainer:
             partition_method=self.meta.get("method"), num_nodes=self.part.num_nodes, num_edges=self.part.num_edges,
             epochs=epoch, best_epoch=best["epoch"], train_acc=best["accs"].get("train_acc"),
             val_acc=best["accs"].get("val_acc"), test_acc=best["accs"].get("test_acc"),
-            final_loss=last_loss, **timings, peak_rss_bytes_max=rss,
+            final_loss=last_loss, **timings, peak_rss_bytes_max=int(peaks.max()), rank_peak_rss_bytes=peaks.tolist(),
             schedule=cfg.schedule, sim_net=cfg.sim_net or None, valid=exact, split_sizes=self.split_sizes)
         if not exact:
             summary["invalid_reason"] = "schedule nocomm skips the halo exchange: timings only, results are wrong"
