@@ -99,6 +99,7 @@ def test_run_directory(small_parts, tmp_path):
               "epoch_time_median_s", "bytes_sent_per_epoch", "peak_rss_bytes_max"):
         assert s[k] is not None, k
     assert s["world_size"] == 2 and s["epochs"] == 5 and s["valid"] is True
+    assert len(s["rank_peak_rss_bytes"]) == 2 and max(s["rank_peak_rss_bytes"]) == s["peak_rss_bytes_max"] > 0
     with h5py.File(out / "predictions.h5") as f:
         lg, pred = f["logits"][:], f["pred"][:]
     assert lg.shape == (g.num_nodes, 4) and np.isfinite(lg).all()

@@ -181,13 +181,16 @@ def dataset_sha256(ds) -> str:
 
 
 def file_sha256(path: os.PathLike | str) -> str:
+    """SHA-256 of a whole file, read into one buffer of at most :data:`STREAM_BYTES` (no larger than the file:
+    ``f.read(STREAM_BYTES)`` would allocate all of it for every block, also for a file of a few KiB)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
+        buf = memoryview(bytearray(max(1, min(STREAM_BYTES, os.fstat(f.fileno()).st_size))))
         while True:
-            b = f.read(STREAM_BYTES)
-            if not b:
+            n = f.readinto(buf)
+            if not n:
                 break
-            h.update(b)
+            h.update(buf[:n])
     return h.hexdigest()
 
 

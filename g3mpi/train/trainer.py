@@ -92,10 +92,9 @@ def start_up_sums(part, watchdog: Watchdog) -> tuple[dict, bool]:
     training, validation and test nodes of the whole graph (``{"train": ..., "val": ..., "test": ...}``), and
     whether the parts own every original node ID exactly once. Each part checks its own IDs on load (in range,
     strictly increasing); that no two parts own the same ID is the sum of the parts' :func:`id_checksum` against
-    that of ``range(N)``, whose share each rank computes."""
-    comm = watchdog.comm
-    N, r, P = part.num_nodes, comm.rank, comm.size
-    ids = (id_checksum(part.orig_ids) - range_checksum(r * N // P, (r + 1) * N // P)) % (1 << 64)
+    that of ``range(N)``, whose share each rank computes: that of its own new-ID range, as long as its original
+    IDs (the new ranges of the parts tile ``range(N)``), so a rank's work is O(owned), whatever N is."""
+    ids = (id_checksum(part.orig_ids) - range_checksum(part.owned_start, part.owned_end)) % (1 << 64)
     sums = np.array([int(getattr(part, f"{s}_mask").sum()) for s in SPLITS] + [ids], dtype=np.uint64)
     watchdog.allreduce(sums, what="start-up check 'split sizes'")   # (uint64 sums wrap: the checksum's modulus)
     return dict(zip(SPLITS, map(int, sums[:len(SPLITS)]))), int(sums[-1]) == 0
@@ -426,9 +425,8 @@ class Trainer:
         write_predictions(comm, run_dir / "predictions.h5", self.part.orig_ids, logits, self.part.num_nodes,
                           attrs=dict(model=cfg.model, best_epoch=best["epoch"], partition_id=self.part.partition_id),
                           watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
-        rss = np.array([peak_rss_bytes()], dtype=np.int64)
-        self.watchdog.allreduce(rss, op=MPI.MAX, what="peak memory")
-        rss = int(rss[0])
+        peaks = np.empty(comm.size, dtype=np.int64) if rank == 0 else None
+        self.watchdog.gather(np.array([peak_rss_bytes()], dtype=np.int64), peaks, 0, "peak memory gather")
         if rank != 0:
             return {}
         save_state_dict(run_dir / "model.pt", self.model.state_dict())
@@ -447,7 +445,7 @@ class Trainer:
             partition_method=self.meta.get("method"), num_nodes=self.part.num_nodes, num_edges=self.part.num_edges,
             epochs=epoch, best_epoch=best["epoch"], train_acc=best["accs"].get("train_acc"),
             val_acc=best["accs"].get("val_acc"), test_acc=best["accs"].get("test_acc"),
-            final_loss=last_loss, **timings, peak_rss_bytes_max=rss,
+            final_loss=last_loss, **timings, peak_rss_bytes_max=int(peaks.max()), rank_peak_rss_bytes=peaks.tolist(),
             schedule=cfg.schedule, sim_net=cfg.sim_net or None, valid=exact, split_sizes=self.split_sizes)
         if not exact:
             summary["invalid_reason"] = "schedule nocomm skips the halo exchange: timings only, results are wrong"

@@ -1,0 +1,61 @@
+"""The per-rank memory model of a training run (docs/RUNTIME.md, Memory per rank): bytes a rank needs, from its part's
+counts and the model's widths, never from the whole graph's.
+
+Terms (bytes): ``part`` the part file's arrays as loaded; ``matrices`` the aggregation CSR and its transpose
+(int64 indices, float32 values, GCN's and GAT's self loops included); ``exchange`` the halo and send buffers of
+every layer's exchange (twice where a gradient flows back); ``activations`` what autograd keeps for backward in
+one training step (the coefficients counted with saved-tensor hooks, ``g3mpi.bench.worker.saved_activation_bytes``,
+at several widths); ``params`` parameters, gradients and Adam's two moments. The peak adds the gradients of the
+activations during backward, at most as large as the activations themselves, and the process's ``baseline``
+(interpreter, torch, numpy, scipy, h5py, MPI).
+"""
+from __future__ import annotations
+
+#: resident memory of a g3-train rank before any graph data (measured: 2 ranks on a 200-node graph, 356 MiB)
+BASELINE_BYTES = 356 << 20
+
+
+def layer_widths(model: str, feature_dim: int, hidden: int, num_classes: int, layers: int = 2, heads: int = 8,
+                 out_heads: int = 1) -> list[tuple[int, int, int]]:
+    """(input width, output width, heads) of each layer, as ``g3mpi.nn.GNN`` builds them."""
+    out, d = [], feature_dim
+    for i in range(layers):
+        last = i == layers - 1
+        ch = num_classes if last else hidden
+        h = (out_heads if last else heads) if model == "gat" else 1
+        out.append((d, ch * h if model == "gat" and not last else ch, h))
+        d = out[-1][1]
+    return out
+
+
+def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
+                num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1) -> dict:
+    """Bytes of each term for one rank (``owned``, ``halo``, ``send`` rows and ``edges`` local in-edges, as in
+    meta.json's ``parts``), with ``peak`` = baseline + data + activations twice + params."""
+    n, h, s, e, F, C = owned, halo, send, edges, feature_dim, num_classes
+    widths = layer_widths(model, F, hidden, C, layers, heads, out_heads)
+    part = n * (51 + 4 * F) + 24 * h + 8 * s + 4 * e + 8
+    nnz = e if model == "sage" else e + n
+    matrices = 24 * nnz + 8 * (2 * n + h)
+    exchanged = 0
+    for i, (a, b, k) in enumerate(widths):
+        if model == "gat":   # transformed features and the source attention term, one message
+            exchanged += 2 * (b * (k if i == len(widths) - 1 else 1) + k)
+        else:   # the narrower side travels; the raw input of an aggregate-first first layer has no gradient
+            exchanged += min(a, b) * (1 if i == 0 and a <= b else 2)
+    exchange = 4 * (h + s) * exchanged
+    hidden_in = sum(a for a, _, _ in widths[1:])
+    if model == "gat":
+        activations = 4 * n * (F + 4.5 * hidden_in + 4 * C) + (e + n) * (16 * sum(k for _, _, k in widths) + 16)
+    else:
+        activations = 4 * n * (F + 3 * hidden_in + 3 * C)
+    params = 0
+    for i, (a, b, k) in enumerate(widths):
+        if model == "gat":   # weight, source and target attention, bias; the last layer's heads are averaged
+            lin = k * b if i == len(widths) - 1 else b
+            params += a * lin + 2 * lin + b
+        else:   # SAGE: a root weight beside the neighbours' one
+            params += (2 if model == "sage" else 1) * a * b + b
+    terms = dict(part=part, matrices=matrices, exchange=exchange, activations=int(activations), params=16 * params)
+    terms["peak"] = BASELINE_BYTES + sum(terms.values()) + terms["activations"]
+    return terms
