@@ -256,12 +256,27 @@ def run(cfg: PartitionConfig) -> dict:
     return meta
 
 
+def serial_on_many_ranks(method: str) -> bool:
+    """True, after a line on every rank, when a serial method is started as several MPI processes: each would
+    partition the whole graph and write the same output."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        return False
+    print(f"{PROG}: error: [rank {comm.rank}] --method {method} is serial: run it as one process, or use "
+          f"--method stream on {comm.size} ranks", file=sys.stderr, flush=True)
+    comm.Barrier()   # every rank's line is out before any exits (under python -m mpi4py the first exit aborts)
+    return True
+
+
 def main(argv=None) -> int:
     cfg = parse_args(argv)
     setup_tool_logging(PROG)
     if cfg.method == "stream":   # every rank of the MPI job (mpiexec -n R g3-partition ...)
         from .parallel import main as parallel_main
         return parallel_main(cfg)
+    if serial_on_many_ranks(cfg.method):
+        return 2
     try:
         with terminate_as_interrupt():
             run(cfg)
