@@ -175,7 +175,19 @@ def test_resume_takes_the_runs_partition_and_directory(tmp_path):
 
 def test_serial_stages_refuse_several_ranks():
     p = launcher("partition", "-n", 2, "--", "g.h5")
-    assert p.returncode == 1 and "serial program" in p.stderr
+    assert p.returncode == 1 and "g3-partition --method metis is a serial program" in p.stderr
+    p = launcher("prepare", "-n", 2, "--", "npz", "x.npz")
+    assert p.returncode == 1 and "g3-prepare is a serial program" in p.stderr
+
+
+def test_stream_partition_runs_on_several_ranks(tmp_path):
+    p = launcher("partition", "-n", 3, "--dry-run", "--", tmp_path / "g.h5", "--method", "stream")
+    assert p.returncode == 0, p.stderr
+    cmd = shlex.split(p.stdout.strip().splitlines()[-1])
+    assert cmd[:3] == [mpiexec(), "-n", "3"]
+    i = cmd.index(sys.executable)
+    assert cmd[i + 1:i + 6] == ["-m", "mpi4py", "-m", "data_tools.partition", str(tmp_path / "g.h5")]
+    assert "--method" in cmd and cmd[cmd.index("--method") + 1] == "stream"
 
 
 def test_bad_arguments_fail_clearly():

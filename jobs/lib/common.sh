@@ -463,8 +463,13 @@ g3_stage() {
     [[ -z $ppn ]] || g3_positive "ranks per node" "$ppn"
     [[ -z $hostfile || -r $hostfile ]] || g3_die "hostfile $hostfile: no such readable file"
     "g3_args_$stage" "$@"
-    local tool_args=("${G3_ARGS[@]}") launch=()
-    if ! g3_is_mpi_stage "$stage"; then
+    local tool_args=("${G3_ARGS[@]}") launch=() method
+    if [[ $stage == partition ]] && ((n > 1)); then
+        # the stream method is the one partitioner that runs on several ranks (each reads a slice of the graph)
+        method=$(g3_opt_value --method "${tool_args[@]}")
+        [[ $method == stream ]] || g3_die "g3-partition --method $method is a serial program: run it with 1 task," \
+            "not $n (--method stream runs on several)"
+    elif ! g3_is_mpi_stage "$stage"; then
         ((n == 1)) || g3_die "g3-$stage is a serial program: run it with 1 task, not $n"
         g3_check_module "$module"
         g3_log "$stage on $(hostname -s), $G3_THREADS thread(s)"
