@@ -127,7 +127,12 @@ def main(argv=None) -> int:
         "rmat", "--scale", a.scale, "--edge-factor", a.edge_factor, "--feature-dim", a.feature_dim, "--classes",
         a.classes, "--memory-budget", a.memory_budget, "--out", graph, "--force", "--quiet"], work, graph))
     record = json.loads(Path(f"{graph}.prepare.json").read_text())
-    stages[-1]["tool_stages"] = record["stages"]
+    # g3-prepare resets its high-water mark at each of its stages (to measure them apart), so wait4 sees only
+    # the last one's: its own record holds the whole run's peak
+    prep = stages[-1]
+    prep["tool_stages"] = record["stages"]
+    prep["peak_rss_bytes"] = [max(prep["peak_rss_bytes"][0], int(record["total"]["peak_rss_bytes"]))]
+    prep["peak_rss_bytes_max"] = prep["peak_rss_bytes_sum"] = prep["peak_rss_bytes"][0]
     num_edges = int(record["num_edges"])
 
     def partition(name: str, method: str, parts: int, ranks: int) -> Path:

@@ -8,6 +8,8 @@ from ``wait4``, which also covers children it waited for), its wall time and exi
 status. Under mpiexec every rank gets a wrapper of its own, so DIR ends with one record per rank, measured from
 outside the tool (no tool's own bookkeeping counted or missed). The wrapper itself never initialises MPI: file
 descriptors are inherited, so the child finds the launcher's PMI connection. SIGINT and SIGTERM are passed on.
+A tool that resets its own high-water mark (``/proc/self/clear_refs``, as g3-prepare's per-stage meter does) is
+seen here only from its last reset on: take such a tool's own record.
 """
 from __future__ import annotations
 

@@ -39,6 +39,8 @@ def test_scale_benchmark_small(tmp_path):
         assert s["peak_rss_bytes_sum"] == sum(s["peak_rss_bytes"]) and s["bytes_written"] > 0, s
     assert [s["ranks"] for s in rec["stages"]] == [1, 2, 1, 2, 2]
     assert rec["graph"]["num_nodes"] == 512
+    prep = json.loads((tmp_path / "w" / "graph.h5.prepare.json").read_text())   # its stages reset VmHWM
+    assert rec["stages"][0]["peak_rss_bytes"][0] >= prep["total"]["peak_rss_bytes"]
     stream, metis, ratio = rec["quality"]
     for q, d in ((stream, "parts-stream-4"), (metis, "parts-metis-4")):
         meta = json.loads((tmp_path / "w" / d / "meta.json").read_text())
