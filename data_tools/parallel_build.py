@@ -163,6 +163,7 @@ def build_my_parts(comm, sl: GraphSlice, rows: dict, offsets: np.ndarray, P: int
         local, h = localize(rows["cols"][rows["ptr"][a]:rows["ptr"][b]], s, e, block=BLOCK_EDGES)
         csr[p] = (a, b, ip, local)
         halos[p] = h
+    del rows["cols"]     # (held as the parts' local columns from here on)
     # requests for the halo's degrees, to the writers of their owners; they are the owners' send lists
     req_q = np.concatenate([np.full(len(halos[p]), p, dtype=np.int64) for p in mine]) if mine else np.zeros(0, np.int64)
     req_id = np.concatenate([halos[p] for p in mine]) if mine else np.zeros(0, np.int64)
