@@ -151,7 +151,7 @@ def my_parts(comm, P: int) -> list[int]:
 def build_my_parts(comm, sl: GraphSlice, rows: dict, offsets: np.ndarray, P: int, partition_id: str,
                    num_edges: int):
     """Yield the PartData of every part this rank writes (halo degrees and send lists exchanged collectively
-    first, so the yields need no communication)."""
+    first, so the yields need no communication). ``rows["cols"]`` is dropped once the parts are localized."""
     R = comm.size
     mine = my_parts(comm, P)
     pos_of = rows["new_ids"]                      # sorted: the rows of my parts, by new ID
