@@ -98,14 +98,20 @@ def part_csr(indptr, indices, rows: np.ndarray, first: int, orig_to_new: np.ndar
                         else np.zeros(0, dtype=orig_to_new.dtype))
 
 
-def localize(cols: np.ndarray, s: int, e: int) -> tuple[np.ndarray, np.ndarray]:
+def localize(cols: np.ndarray, s: int, e: int, block: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(local indices, halo) of a part owning new IDs [s, e): owned columns become 0..e-s-1, the others
-    e-s + their rank in the sorted halo (the distinct columns outside [s, e))."""
-    outside = (cols < s) | (cols >= e)
-    halo = np.unique(cols[outside]).astype(np.int64)
+    e-s + their rank in the sorted halo (the distinct columns outside [s, e)). ``block``: columns handled at
+    once (None: all), bounding the temporaries; the result is the same."""
+    block = max(1, block or len(cols))
+    pieces = [cols[a:a + block] for a in range(0, len(cols), block)]
+    halo = np.unique(np.concatenate([np.zeros(0, dtype=np.int64)]
+                                    + [np.unique(c[(c < s) | (c >= e)]) for c in pieces])).astype(np.int64)
     local = np.empty(len(cols), dtype=index_dtype(e - s + len(halo)))
-    local[~outside] = cols[~outside] - s
-    local[outside] = (e - s) + np.searchsorted(halo, cols[outside])
+    for a, c in zip(range(0, len(cols), block), pieces):
+        outside = (c < s) | (c >= e)
+        out = local[a:a + len(c)]
+        out[~outside] = c[~outside] - s
+        out[outside] = (e - s) + np.searchsorted(halo, c[outside])
     return local, halo
 
 

@@ -23,6 +23,7 @@ from g3mpi.format.partition import NODE_MAP_NAME, NodeMapWriter, owner_of
 
 from .build import cut_edges, exchange_lists, localize, part_stats, summarize
 from .mpi_util import agree, allreduce, alltoallv, exchange_counts
+from .partitioners.stream import BLOCK_EDGES, row_blocks
 from .slices import GraphSlice
 from .termination import raise_if_terminated
 
@@ -51,28 +52,36 @@ def relabel_local(comm, own_parts: np.ndarray, P: int) -> tuple[np.ndarray, np.n
 
 class OwnRows:
     """This rank's rows as the part files see them: new IDs, relabelled in-edges without self loops sorted by new
-    ID within a row, the global degrees without self loops, self loops."""
+    ID within a row, the global degrees without self loops, self loops. Built :data:`BLOCK_EDGES` edges at a time
+    (``cols`` int32 where the IDs fit)."""
 
-    def __init__(self, comm, sl: GraphSlice, lg, new_ids: np.ndarray):
+    def __init__(self, comm, sl: GraphSlice, lg, new_ids: np.ndarray, block_edges: int = BLOCK_EDGES):
         n_own = sl.num_rows
         deg = np.diff(sl.indptr)
-        rows = np.repeat(np.arange(n_own, dtype=np.int64), deg)
-        gid = sl.indices
-        loop = gid == rows + sl.lo
-        self.loops = np.bincount(rows[loop], minlength=n_own).astype(np.int64)
+        all_new = np.concatenate([new_ids, lg.plan.pull(new_ids)]).astype(index_dtype(sl.num_nodes))
+        self.loops = np.zeros(n_own, dtype=np.int64)
+        out_all = np.zeros(n_own + len(lg.ghosts), dtype=np.int64)
+        self.cols = np.empty(len(sl.indices), dtype=all_new.dtype)     # (self loops aside: trimmed below)
+        at = 0
+        for a, b in row_blocks(sl.indptr, block_edges):
+            rows = np.repeat(np.arange(a, b, dtype=np.int64), deg[a:b])
+            gid = sl.indices[sl.indptr[a]:sl.indptr[b]]
+            loop = gid == rows + sl.lo
+            self.loops[a:b] = np.bincount(rows[loop] - a, minlength=b - a)
+            # local column of every source (own row or ghost; the ghosts hold every source outside the slice)
+            inside = (gid >= sl.lo) & (gid < sl.hi)
+            local = np.where(inside, gid - sl.lo, 0)
+            local[~inside] = n_own + np.searchsorted(lg.ghosts, gid[~inside])
+            local, rows = local[~loop], rows[~loop]
+            out_all += np.bincount(local, minlength=len(out_all))
+            c = all_new[local]
+            self.cols[at:at + len(c)] = c[np.lexsort((c, rows))]
+            at += len(c)
         self.in_deg = deg - self.loops
-        # local column of every source (own row or ghost; the ghosts hold every source outside the slice)
-        inside = (gid >= sl.lo) & (gid < sl.hi)
-        local = np.where(inside, gid - sl.lo, 0)
-        local[~inside] = n_own + np.searchsorted(lg.ghosts, gid[~inside])
-        out_all = np.bincount(local[~loop], minlength=n_own + len(lg.ghosts)).astype(np.int64)
         self.out_deg = out_all[:n_own].copy()
         lg.plan.push_add(out_all[n_own:], self.out_deg)
-        all_new = np.concatenate([new_ids, lg.plan.pull(new_ids)])
-        cols, rows = all_new[local[~loop]], rows[~loop]
-        order = np.lexsort((cols, rows))
-        self.cols = cols[order]
-        self.row_len = np.bincount(rows, minlength=n_own).astype(np.int64)
+        self.cols = self.cols[:at] if at < len(self.cols) else self.cols
+        self.row_len = self.in_deg.copy()
         self.new_ids = new_ids
 
 
@@ -82,9 +91,23 @@ def gather_rows(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.repeat(ptr[rows] - np.cumsum(d) + d, d) + np.arange(int(d.sum()), dtype=np.int64)
 
 
+def gather_values(ptr: np.ndarray, rows: np.ndarray, values: np.ndarray, block_edges: int = BLOCK_EDGES):
+    """``values[gather_rows(ptr, rows)]``, the positions made :data:`BLOCK_EDGES` at a time."""
+    d = ptr[rows + 1] - ptr[rows]
+    out = np.empty(int(d.sum()), dtype=values.dtype)
+    cuts = np.searchsorted(np.cumsum(d), np.arange(block_edges, len(out), block_edges), side="left").tolist()
+    at = 0
+    for a, b in zip([0, *cuts], [*cuts, len(rows)]):
+        v = values[gather_rows(ptr, rows[a:b])]
+        out[at:at + len(v)] = v
+        at += len(v)
+    return out
+
+
 def shuffle(comm, sl: GraphSlice, own: OwnRows, own_parts: np.ndarray) -> dict:
     """Every row to the writer of its part (rank ``part % R``); returns the rows this rank writes, sorted by new
-    ID: ``new_ids, orig, in_deg, out_deg, loops, labels, masks, features`` and their CSR ``ptr``/``cols``."""
+    ID: ``new_ids, orig, in_deg, out_deg, loops, labels, masks, features`` and their CSR ``ptr``/``cols``. Each
+    field is sent and reordered on its own; the slice's features and ``own.cols`` are released once sent."""
     R = comm.size
     dest = own_parts % R
     order = np.lexsort((own_parts, dest))          # by writer, then part; original order within a part
@@ -93,19 +116,29 @@ def shuffle(comm, sl: GraphSlice, own: OwnRows, own_parts: np.ndarray) -> dict:
     ptr = np.zeros(sl.num_rows + 1, dtype=np.int64)
     np.cumsum(own.row_len, out=ptr[1:])
     edge_counts = np.bincount(dest, weights=own.row_len, minlength=R).astype(np.int64)
-    got = {}
-    fields = dict(new_ids=own.new_ids, orig=sl.lo + np.arange(sl.num_rows, dtype=np.int64), in_deg=own.in_deg,
-                  out_deg=own.out_deg, loops=own.loops, labels=sl.labels, row_len=own.row_len,
-                  features=sl.features, **{k: v for k, v in sl.masks.items()})
-    for k, v in fields.items():
-        got[k] = alltoallv(comm, np.asarray(v)[order], counts, rc)
-    cols = alltoallv(comm, own.cols[gather_rows(ptr, order)], edge_counts, exchange_counts(comm, edge_counts))
     # received grouped by source rank; sorted by new ID, a part's rows are contiguous and in original order
-    by_new = np.argsort(got["new_ids"], kind="stable")
+    got_ids = alltoallv(comm, own.new_ids[order], counts, rc)
+    by_new = np.argsort(got_ids, kind="stable")
+    got = dict(new_ids=got_ids[by_new])
+    del got_ids
+    fields = dict(orig=sl.lo + np.arange(sl.num_rows, dtype=np.int64), in_deg=own.in_deg, out_deg=own.out_deg,
+                  loops=own.loops, labels=sl.labels, row_len=own.row_len, features=sl.features, **sl.masks)
+    for k in list(fields):
+        send = np.asarray(fields.pop(k))[order]
+        if k == "features":
+            sl.features = None
+        got[k] = alltoallv(comm, send, counts, rc)[by_new]
+        del send
     rptr = np.zeros(len(by_new) + 1, dtype=np.int64)
-    np.cumsum(got["row_len"], out=rptr[1:])
-    got = {k: v[by_new] for k, v in got.items()}
-    got["cols"] = cols[gather_rows(rptr, by_new)]
+    received = np.empty_like(by_new)
+    received[by_new] = np.arange(len(by_new))
+    np.cumsum(got["row_len"][received], out=rptr[1:])   # the rows' CSR as received
+    send = gather_values(ptr, order, own.cols)
+    own.cols = None
+    cols = alltoallv(comm, send, edge_counts, exchange_counts(comm, edge_counts))
+    del send
+    got["cols"] = gather_values(rptr, by_new, cols)
+    del cols
     got["ptr"] = np.zeros(len(by_new) + 1, dtype=np.int64)
     np.cumsum(got["row_len"], out=got["ptr"][1:])
     return got
@@ -118,7 +151,7 @@ def my_parts(comm, P: int) -> list[int]:
 def build_my_parts(comm, sl: GraphSlice, rows: dict, offsets: np.ndarray, P: int, partition_id: str,
                    num_edges: int):
     """Yield the PartData of every part this rank writes (halo degrees and send lists exchanged collectively
-    first, so the yields need no communication)."""
+    first, so the yields need no communication). ``rows["cols"]`` is dropped once the parts are localized."""
     R = comm.size
     mine = my_parts(comm, P)
     pos_of = rows["new_ids"]                      # sorted: the rows of my parts, by new ID
@@ -127,9 +160,10 @@ def build_my_parts(comm, sl: GraphSlice, rows: dict, offsets: np.ndarray, P: int
         s, e = int(offsets[p]), int(offsets[p + 1])
         a, b = np.searchsorted(pos_of, (s, e))
         ip = rows["ptr"][a:b + 1] - rows["ptr"][a]
-        local, h = localize(rows["cols"][rows["ptr"][a]:rows["ptr"][b]], s, e)
+        local, h = localize(rows["cols"][rows["ptr"][a]:rows["ptr"][b]], s, e, block=BLOCK_EDGES)
         csr[p] = (a, b, ip, local)
         halos[p] = h
+    del rows["cols"]     # (held as the parts' local columns from here on)
     # requests for the halo's degrees, to the writers of their owners; they are the owners' send lists
     req_q = np.concatenate([np.full(len(halos[p]), p, dtype=np.int64) for p in mine]) if mine else np.zeros(0, np.int64)
     req_id = np.concatenate([halos[p] for p in mine]) if mine else np.zeros(0, np.int64)
@@ -152,7 +186,7 @@ def build_my_parts(comm, sl: GraphSlice, rows: dict, offsets: np.ndarray, P: int
     s_order = np.lexsort((in_id, in_q, owner_p))
     for p, q, ids in _groups(owner_p[s_order], in_q[s_order], in_id[s_order]):
         sends[p][q] = ids - offsets[p]
-    n, F = sl.num_nodes, sl.features.shape[1]
+    n, F = sl.num_nodes, rows["features"].shape[1]
     for p in mine:
         s, e = int(offsets[p]), int(offsets[p + 1])
         a, b, ip, local = csr.pop(p)
@@ -255,10 +289,13 @@ def gather_json(comm, obj) -> list | None:
 def write_partition_parallel(comm, tmp, sl: GraphSlice, lg, own_parts: np.ndarray, P: int, *, partition_id: str,
                              method: str, seed: int, extra_meta: dict) -> dict | None:
     """Write the whole partition into the directory ``tmp`` (every rank; rank 0 writes meta.json): returns meta on
-    rank 0, None elsewhere. ``lg``: the :class:`~data_tools.partitioners.stream.LocalGraph` (its ghosts)."""
+    rank 0, None elsewhere. ``lg``: the :class:`~data_tools.partitioners.stream.LocalGraph` (its ghosts). To bound
+    the memory, the slice's indices and features and ``lg``'s edges are released (set to None) once used."""
     t0 = time.time()
+    lg.indptr = lg.cols = None     # (only the ghosts and their plan are needed from here on)
     new_ids, offsets = relabel_local(comm, own_parts, P)
     own = OwnRows(comm, sl, lg, new_ids)
+    sl.indices = None
     loops = int(allreduce(comm, np.array([own.loops.sum()], dtype=np.int64))[0])
     rows = shuffle(comm, sl, own, own_parts)
     del own

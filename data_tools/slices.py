@@ -15,7 +15,7 @@ import numpy as np
 
 from g3mpi.format import FormatError, open_graph
 from g3mpi.format.common import (H5_READ_ERRORS, LargeFeatures, STREAM_BYTES, as_int64, check_finite_features,
-                                 dataset_sha256, h5_attr_str, unreadable)
+                                 dataset_sha256, h5_attr_str, index_dtype, unreadable)
 from g3mpi.format.graph import MASKS, check_node_data, check_sorted_rows
 
 
@@ -29,7 +29,7 @@ class GraphSlice:
     lo: int                  # this rank's rows lo .. hi-1
     hi: int
     indptr: np.ndarray       # int64 [hi-lo+1], from 0
-    indices: np.ndarray      # int64 [indptr[-1]], sources (global row IDs)
+    indices: np.ndarray      # int32 (as stored where N < 2^31) or int64 [indptr[-1]], sources (global row IDs)
     features: np.ndarray     # float32 [hi-lo, F]
     labels: np.ndarray       # int64 [hi-lo]
     masks: dict              # name -> bool [hi-lo]
@@ -85,7 +85,7 @@ def _read(path, f, bounds, rank, verify) -> GraphSlice:
     if len(down) or indptr[0] < 0 or indptr[-1] > e:
         where = f"at row {lo + int(down[0])}" if len(down) else f"in rows {lo}..{hi - 1} (outside [0, {e}])"
         raise FormatError(path, f"graph CSR: indptr is not non-decreasing {where}")
-    indices = as_int64(path, "indices", f["indices"][indptr[0]:indptr[-1]])
+    indices = as_int64(path, "indices", f["indices"][indptr[0]:indptr[-1]], keep_int32=True)
     indptr = indptr - indptr[0]
     bad = np.flatnonzero((indices < 0) | (indices >= n))
     if len(bad):
@@ -93,6 +93,7 @@ def _read(path, f, bounds, rank, verify) -> GraphSlice:
         raise FormatError(path, f"graph CSR: row {row_of(indptr, pos, lo)} has source {int(indices[pos])} out of "
                                 f"range [0, {n})")
     check_sorted_rows(path, indptr, indices, first_row=lo)
+    indices = indices.astype(index_dtype(n), copy=False)       # int32 where the IDs fit: half the memory
     labels = as_int64(path, "labels", f["labels"][lo:hi])
     masks = {m: f[m][lo:hi] for m in MASKS}
     check_node_data(path, hi - lo, labels, int(attrs["num_classes"]), masks)

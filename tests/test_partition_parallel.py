@@ -196,3 +196,9 @@ def test_serial_method_on_several_ranks_is_refused(method, rand_h5, tmp_path):
         assert (f"g3-partition: error: [rank {r}] --method {method} is serial: run it as one process, or use "
                 f"--method stream on 2 ranks") in p.stderr, p.stderr
     assert not (tmp_path / "parts").exists()
+
+
+@pytest.mark.parametrize("R", [1, 3])
+def test_blocked_passes_match_the_direct_construction(R, rand_h5):
+    _, path = rand_h5
+    run_mpi(R, "tests.mpi_stream_blocks", path, timeout=120)

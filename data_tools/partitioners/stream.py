@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from g3mpi.format import index_dtype
+
 from ..mpi_util import GhostPlan, allgather_rows, allreduce, alltoallv, exchange_counts
 
 #: Fennel's exponent (the paper's choice)
@@ -38,6 +40,8 @@ COUNT_CELLS = 1 << 22
 ALPHA_SCALE = 2.0
 #: refinement stops when a round moves at most this fraction of the nodes
 MIN_MOVED = 1e-4
+#: edges handled at once by a pass with per-edge temporaries (int64 positions, masks): bounds a rank's peak memory
+BLOCK_EDGES = 1 << 20
 
 
 @dataclass
@@ -54,49 +58,126 @@ class LocalGraph:
     plan: GhostPlan
 
 
-def local_graph(comm, bounds: np.ndarray, indptr: np.ndarray, indices: np.ndarray, symmetric: bool) -> LocalGraph:
+def row_blocks(indptr: np.ndarray, block_edges: int):
+    """Row ranges ``(a, b)`` of a CSR covering every row in order, each with about ``block_edges`` edges (one row
+    more than that only when a single row has more)."""
+    n = len(indptr) - 1
+    cuts = np.searchsorted(indptr, np.arange(block_edges, int(indptr[-1]), block_edges), side="left")
+    edges = np.unique(np.concatenate([[0], cuts, [n]]))
+    for a, b in zip(edges[:-1].tolist(), edges[1:].tolist()):
+        yield a, b
+
+
+def ranks_within(keys: np.ndarray, num_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """(stable order of ``keys``, each sorted entry's rank among the entries of its key); the keys' counts are
+    ``np.bincount(keys, minlength=num_keys)``."""
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    starts = np.zeros(num_keys + 1, dtype=np.int64)
+    np.cumsum(np.bincount(k, minlength=num_keys), out=starts[1:])
+    return order, np.arange(len(k), dtype=np.int64) - starts[k]
+
+
+def local_graph(comm, bounds: np.ndarray, indptr: np.ndarray, indices: np.ndarray, symmetric: bool,
+                block_edges: int = BLOCK_EDGES) -> LocalGraph:
     """The symmetrised neighbourhoods of this rank's rows (graph rows ``bounds[rank]:bounds[rank+1]``, an in-edge
     CSR ``indptr``/``indices`` of global sources). Unless the graph is ``symmetric``, each edge u->v is also sent to
-    u's owner (Alltoallv), so that u sees v. Self loops are dropped; duplicate edges stay (they weigh more)."""
+    u's owner (Alltoallv), so that u sees v. Self loops are dropped; duplicate edges stay (they weigh more). A row
+    lists its in-edges first (file order), then the edges received (by sending rank, in its file order).
+
+    Built in blocks of ``block_edges`` edges (counting sorts into preallocated int32 arrays where IDs fit), so
+    that the temporaries stay bounded: the result does not depend on the block size."""
     lo, hi = int(bounds[comm.rank]), int(bounds[comm.rank + 1])
-    n_own = hi - lo
-    rows = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(indptr))
-    src = indices.astype(np.int64, copy=False)
+    n_own, n = hi - lo, int(bounds[-1])
+    dt = index_dtype(n)
+    own_deg = np.zeros(n_own, dtype=np.int64)       # in-edges without self loops
+    for a, b in row_blocks(indptr, block_edges):
+        r = np.repeat(np.arange(a, b, dtype=dt), np.diff(indptr[a:b + 1]))
+        own_deg[a:b] = np.bincount(r[indices[indptr[a]:indptr[b]] != r + lo] - a, minlength=b - a)
+    back_rows, back_nb = np.zeros(0, dtype=dt), np.zeros(0, dtype=dt)
     if not symmetric:
-        owner = np.searchsorted(bounds, src, side="right") - 1
-        order = np.argsort(owner, kind="stable")
-        counts = np.bincount(owner, minlength=comm.size).astype(np.int64)
-        pairs = np.stack([src[order], rows[order]], axis=1)
-        del order, owner
-        back = alltoallv(comm, pairs, counts, exchange_counts(comm, counts))
-        rows, src = np.concatenate([rows, back[:, 0]]), np.concatenate([src, back[:, 1]])
-        del pairs, back
-    keep = rows != src
-    rows, src = rows[keep], src[keep]
-    order = np.argsort(rows, kind="stable")
-    rows, src = rows[order], src[order]
-    del order, keep
-    out = (src < lo) | (src >= hi)
-    ghosts = np.unique(src[out])
-    cols = np.where(out, 0, src - lo)
-    cols[out] = n_own + np.searchsorted(ghosts, src[out])
+        back_rows, back_nb = send_reverse(comm, bounds, indptr, indices, block_edges)
+    back_deg = np.bincount(back_rows - lo, minlength=n_own).astype(np.int64)
     ptr = np.zeros(n_own + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows - lo, minlength=n_own), out=ptr[1:])
+    np.cumsum(own_deg + back_deg, out=ptr[1:])
+    nb = np.empty(int(ptr[-1]), dtype=dt)          # global neighbour IDs, then local columns (in place)
+    for a, b in row_blocks(indptr, block_edges):
+        r = np.repeat(np.arange(a, b, dtype=dt), np.diff(indptr[a:b + 1]))
+        src = indices[indptr[a]:indptr[b]]
+        keep = src != r + lo
+        r, src = r[keep] - a, src[keep]
+        first = np.zeros(b - a, dtype=np.int64)
+        np.cumsum(own_deg[a:b - 1], out=first[1:])
+        nb[ptr[a + r] + np.arange(len(r), dtype=np.int64) - first[r]] = src
+    # the received edges after each row's own, in arrival order (a counting sort, block by block)
+    filled = own_deg.copy()
+    for a in range(0, len(back_rows), block_edges):
+        r = (back_rows[a:a + block_edges] - lo).astype(np.int64)
+        order, within = ranks_within(r, n_own)
+        nb[ptr[r[order]] + filled[r[order]] + within] = back_nb[a:a + block_edges][order]
+        filled += np.bincount(r, minlength=n_own)
+    del back_rows, back_nb
+    ghosts = np.unique(np.concatenate([np.unique(g[(g < lo) | (g >= hi)]) for g in blocks_of(nb, block_edges)]
+                                      + [np.zeros(0, dtype=dt)])).astype(np.int64)
+    for g in blocks_of(nb, block_edges):
+        out = (g < lo) | (g >= hi)
+        g[out] = n_own + np.searchsorted(ghosts, g[out])
+        g[~out] -= lo
     plan = GhostPlan(comm, bounds, ghosts)
-    return LocalGraph(num_nodes=int(bounds[-1]), lo=lo, num_own=n_own, indptr=ptr,
-                      cols=cols.astype(np.int32 if n_own + len(ghosts) < 2**31 else np.int64), ghosts=ghosts,
-                      plan=plan)
+    return LocalGraph(num_nodes=n, lo=lo, num_own=n_own, indptr=ptr, cols=nb, ghosts=ghosts, plan=plan)
+
+
+def blocks_of(a: np.ndarray, block: int):
+    """Views of ``a`` of ``block`` entries (the last one shorter)."""
+    for s in range(0, len(a), block):
+        yield a[s:s + block]
+
+
+def send_reverse(comm, bounds: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
+                 block_edges: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every in-edge u->v of this rank's rows (self loops aside) sent to u's owner as the pair (u, v); returns the
+    pairs received (rows u of this rank, neighbours v), by sending rank, each in its file order."""
+    lo, R = int(bounds[comm.rank]), comm.size
+    dt = index_dtype(int(bounds[-1]))
+    counts = np.zeros(R, dtype=np.int64)
+    for a, b in row_blocks(indptr, block_edges):
+        r = np.repeat(np.arange(lo + a, lo + b, dtype=dt), np.diff(indptr[a:b + 1]))
+        src = indices[indptr[a]:indptr[b]]
+        counts += np.bincount(np.searchsorted(bounds, src[src != r], side="right") - 1, minlength=R)
+    us, vs = np.empty(int(counts.sum()), dtype=dt), np.empty(int(counts.sum()), dtype=dt)
+    filled = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    for a, b in row_blocks(indptr, block_edges):
+        r = np.repeat(np.arange(lo + a, lo + b, dtype=dt), np.diff(indptr[a:b + 1]))
+        src = indices[indptr[a]:indptr[b]]
+        keep = src != r
+        r, src = r[keep], src[keep]
+        owner = np.searchsorted(bounds, src, side="right") - 1
+        order, within = ranks_within(owner, R)
+        at = filled[owner[order]] + within
+        us[at], vs[at] = src[order], r[order]
+        filled += np.bincount(owner, minlength=R)
+    recv = exchange_counts(comm, counts)
+    us = alltoallv(comm, us, counts, recv)
+    return us, alltoallv(comm, vs, counts, recv)
 
 
 def neighbour_counts(lg: LocalGraph, parts: np.ndarray, rows: np.ndarray, P: int) -> np.ndarray:
     """[len(rows), P]: neighbours of the own ``rows`` in each part (``parts`` of own rows and ghosts; -1: not
-    placed)."""
+    placed). Counted :data:`BLOCK_EDGES` edges at a time (a few high-degree rows may hold millions)."""
     d = lg.indptr[rows + 1] - lg.indptr[rows]
-    pos = np.repeat(lg.indptr[rows] - np.cumsum(d) + d, d) + np.arange(int(d.sum()), dtype=np.int64)
-    p = parts[lg.cols[pos]].astype(np.int64)
-    r = np.repeat(np.arange(len(rows), dtype=np.int64), d)
-    ok = p >= 0
-    return np.bincount(r[ok] * P + p[ok], minlength=len(rows) * P).reshape(len(rows), P)
+    out = np.zeros((len(rows), P), dtype=np.int64)
+    cuts = np.searchsorted(np.cumsum(d), np.arange(BLOCK_EDGES, int(d.sum()), BLOCK_EDGES), side="left")
+    for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(rows)]):
+        if a == b:
+            continue
+        db = d[a:b]
+        pos = np.repeat(lg.indptr[rows[a:b]] - np.cumsum(db) + db, db) + np.arange(int(db.sum()), dtype=np.int64)
+        p = parts[lg.cols[pos]]
+        del pos
+        r = np.repeat(np.arange(b - a, dtype=np.int64), db)
+        ok = p >= 0
+        out[a:b] = np.bincount(r[ok] * P + p[ok], minlength=(b - a) * P).reshape(b - a, P)
+    return out
 
 
 def row_chunks(rows: np.ndarray, P: int):
@@ -214,8 +295,11 @@ def stream_order(lg: LocalGraph, order: str, seed: int) -> np.ndarray:
 def cut_edges(comm, lg: LocalGraph, parts: np.ndarray) -> int:
     """Edges of the symmetrised graph between parts, each counted once per direction (ghosts pulled first)."""
     parts[lg.num_own:] = lg.plan.pull(parts[:lg.num_own])
-    r = np.repeat(np.arange(lg.num_own), np.diff(lg.indptr))
-    return int(allreduce(comm, np.array([(parts[r] != parts[lg.cols]).sum()], dtype=np.int64))[0])
+    cut = 0
+    for a, b in row_blocks(lg.indptr, BLOCK_EDGES):
+        r = np.repeat(np.arange(a, b), np.diff(lg.indptr[a:b + 1]))
+        cut += int((parts[r] != parts[lg.cols[lg.indptr[a]:lg.indptr[b]]]).sum())
+    return int(allreduce(comm, np.array([cut], dtype=np.int64))[0])
 
 
 def best_moves(lg: LocalGraph, parts: np.ndarray, P: int, rows: np.ndarray,
