@@ -13,7 +13,6 @@ Every combination is checked as a configuration when the grid is read, so a bad 
 """
 from __future__ import annotations
 
-import itertools
 import math
 import re
 import tomllib
