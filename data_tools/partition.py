@@ -257,8 +257,11 @@ def run(cfg: PartitionConfig) -> dict:
 
 
 def serial_on_many_ranks(method: str) -> bool:
-    """True, after a line on every rank, when a serial method is started as several MPI processes: each would
-    partition the whole graph and write the same output."""
+    """True, after a line on every rank, when a serial method runs on several MPI ranks (``python -m mpi4py``, as
+    the launchers in jobs/ start every tool): each would partition the whole graph and write the same output. A
+    serial run never initialises MPI here (MPI_Init can fail where the tool needs nothing of it)."""
+    if "mpi4py" not in sys.modules:   # not started by mpi4py's runner
+        return False
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     if comm.size == 1:
