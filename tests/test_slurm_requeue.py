@@ -52,6 +52,24 @@ def _job_processes(jobid: str) -> list[str]:
     return found
 
 
+def _wait_step_daemons_gone(cluster, jobid: str, timeout: float) -> None:
+    """While the requeued job is pending, until no ``slurmstepd: [JOBID.STEP]`` process of its first start is left
+    (fails after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while cluster.fields(jobid).get("JobState") == "PENDING":
+        left = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and f"[{jobid}.".encode() in (proc / "cmdline").read_bytes():
+                    left.append(proc.name)
+            except OSError:
+                pass
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"job {jobid}: step daemons {left} still there after {timeout}s"
+        time.sleep(0.5)
+
+
 def test_time_limit_stops_requeues_and_ends_bit_identical(cluster, tmp_path):
     """--time=1 (the shortest SLURM limit) on a run that needs more: 130 epochs of at least 0.5 s each (every rank
     sleeps that long at each epoch's start). g3-train stops 40 s before the job's end (G3_STOP_MARGIN, the
@@ -74,6 +92,9 @@ def test_time_limit_stops_requeues_and_ends_bit_identical(cluster, tmp_path):
                      f"40 s before its end\\)) with {run}/checkpoint.pt written: job {jobid} requeued", log), log
     # the restart: a limit long enough for the rest of the run, and no 120 s hold (once the first start is gone)
     _poll(cluster, jobid, lambda f: f.get("JobState") in ("PENDING", "RUNNING"), 120, "pending again")
+    # the restart's steps reuse the first start's step IDs: forced to start while a step daemon of the first is
+    # still cleaning up, the new step lost its PMI2 socket (named by job and step) and failed at MPI_Finalize
+    _wait_step_daemons_gone(cluster, jobid, timeout=120)
     p = cluster.run("scontrol", "update", f"JobId={jobid}", "TimeLimit=10", "StartTime=now")
     assert p.returncode == 0, p.stderr
     ref = tmp_path / "ref"
