@@ -48,6 +48,7 @@ def test_mpi_hello_job_has_world_size_two(cluster, tmp_path):
     script = tmp_path / "hello.sbatch"
     script.write_text("#!/bin/bash\n#SBATCH --job-name=hello\n#SBATCH --output=%x-%j.out\n#SBATCH --ntasks=2\n"
                       "#SBATCH --time=00:05:00\nset -euo pipefail\n"
+                      "export MPIR_CVAR_CH4_NETMOD=ofi\n"  # the pip MPICH under srun: docs/JOBS.md
                       'srun --mpi=pmi2 "$G3_PYTHON" -m mpi4py -c "from mpi4py import MPI; c = MPI.COMM_WORLD; '
                       "assert c.size == 2, c.size; print('hello', c.rank, c.size, flush=True)\"\n")
     job = cluster.sbatch_wait(script, cwd=tmp_path, timeout=300)

@@ -18,7 +18,9 @@ NODES = 2
 # the -N 2 job would not fit otherwise)
 HW_CPUS = len(os.sched_getaffinity(0))
 CPUS = max(2, HW_CPUS)
-HELLO = ('srun --mpi=pmi2 "$G3_PYTHON" -m mpi4py -c "import os; from mpi4py import MPI; c = MPI.COMM_WORLD; '
+# the pip MPICH under srun runs OFI (docs/JOBS.md, "srun or mpiexec")
+HELLO = ('MPIR_CVAR_CH4_NETMOD=ofi srun --mpi=pmi2 "$G3_PYTHON" -m mpi4py -c '
+         '"import os; from mpi4py import MPI; c = MPI.COMM_WORLD; '
          "print('hello', c.rank, c.size, os.environ['SLURMD_NODENAME'], flush=True)\"")
 
 
@@ -108,5 +110,7 @@ def test_cora_trains_on_two_nodes(cluster, tmp_path):
     assert Counter(placed.values()) == {name: 2 for name in names}, placed
     world = re.search(r"MPI world check passed: 4 ranks, one world of size 4 \((.*)\)", train.log)
     assert world and sorted(world.group(1).split()) == sorted(f"{name}:2" for name in names), train.log
+    # the pip MPICH's UCX addresses overflow Slurm's 1024-byte PMI-1 read at random: the job picks OFI
+    assert "srun: MPICH netmod ofi" in train.log, train.log
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["world_size"] == 4 and summary["test_acc"] >= 0.79, summary

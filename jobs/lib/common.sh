@@ -188,6 +188,25 @@ g3_mpiexec() {
     fi
 }
 
+# g3_srun_netmod: under srun, an MPICH built with both the UCX and the OFI netmod (the pip wheel) runs OFI.
+# Slurm's pmi2 plugin reads a PMI-1 request with a single read of 1024 bytes; MPICH splits its address
+# exchange into values of up to 1024 characters, so a put line can exceed that and is cut, and the ranks
+# abort at start-up (UCX "addr version" assertion) whenever UCX's long addresses encode too long. OFI's
+# addresses are 16-byte sockaddrs: one short line per node. A netmod the user chose is kept.
+g3_srun_netmod() {
+    [[ -z ${MPIR_CVAR_CH4_NETMOD:-} ]] || return 0
+    g3_flag G3_DRY_RUN 0 && return 0
+    local device
+    device=$("$G3_PY" -c 'import mpi4py
+mpi4py.rc.initialize = False
+from mpi4py import MPI
+print(next((l.split(":", 1)[1] for l in MPI.Get_library_version().splitlines() if l.startswith("MPICH Device:")), ""))' 2>/dev/null) || return 0
+    if [[ $device == *ucx* && $device == *ofi* ]]; then
+        export MPIR_CVAR_CH4_NETMOD=ofi
+        g3_log "srun: MPICH netmod ofi (MPIR_CVAR_CH4_NETMOD; UCX addresses overflow Slurm's PMI-1 line)"
+    fi
+}
+
 # g3_mpi_command N [HOSTFILE [PPN]]: set the array G3_LAUNCH to the launcher prefix that starts N ranks
 g3_mpi_command() {
     local n=$1 hostfile=${2:-} ppn=${3:-} exe flavour launcher
@@ -204,6 +223,7 @@ g3_mpi_command() {
         [[ -z $ppn ]] || G3_LAUNCH+=(--ntasks-per-node="$ppn")
         # shellcheck disable=SC2206
         [[ -z ${G3_SRUN_ARGS:-} ]] || G3_LAUNCH+=($G3_SRUN_ARGS)
+        g3_srun_netmod
         return 0
     fi
     exe=$(g3_mpiexec) || exit 1
