@@ -351,3 +351,24 @@ def test_srun_command_in_an_allocation(tmp_path):
     p = launcher("train", "-n", 2, "--dry-run", "--", "--parts", parts, "--time-limit=30", G3_TIMEOUT="1.5h")
     cmd = shlex.split(p.stdout.strip().splitlines()[-1])
     assert cmd[cmd.index("1.5h") + 1:].count("--time-limit=30") == 1 and "--time-limit" not in cmd   # the caller's
+
+
+def test_requeued_train_job_restarts_by_its_checkpoint(tmp_path):
+    """A requeued train.sbatch (SLURM_RESTART_COUNT > 0; dry run, no SLURM) resumes RUN from its checkpoint; when the
+    first start stopped before writing one, it starts as submitted with --force: RUN holds that start's files."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text('parts = "p"\n')
+    env = dict(G3_DRY_RUN=1, SLURM_JOB_ID=7, SLURM_NTASKS=2, SLURM_RESTART_COUNT=1)
+
+    def command():
+        p = subprocess.run(["bash", str(JOBS / "slurm" / "train.sbatch"), "--parts", "p", "--out", "run"],
+                           capture_output=True, text=True, env=job_env(**env), timeout=120, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        return shlex.split(p.stdout.strip().splitlines()[-1]), p.stderr
+
+    cmd, log = command()
+    assert cmd.count("--force") == 1 and "--resume" not in cmd and "has no checkpoint yet" in log, log
+    (run / "checkpoint.pt").write_bytes(b"")
+    cmd, log = command()
+    assert cmd[cmd.index("--resume") + 1] == "run" and "--force" not in cmd and "--out" not in cmd, log

@@ -598,8 +598,10 @@ g3_train_job() {
             args=(--resume "$run")
             local G3_TRAIN_ARGS="" G3_CONFIG=""
         else
+            # the first start stopped before its first checkpoint: its partial files in RUN are this job's own
             g3_log "restart ${SLURM_RESTART_COUNT} of job ${SLURM_JOB_ID}: $run has no checkpoint yet:" \
-                "starting as submitted"
+                "starting as submitted, replacing what the first start wrote there"
+            g3_has_opt --force "${args[@]}" || args+=(--force)
         fi
     fi
     if ((margin > 0)) && [[ -z ${G3_TIMEOUT:-} ]] && ! g3_has_opt --time-limit ${G3_TRAIN_ARGS:-} "${args[@]}"; then
