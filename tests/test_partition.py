@@ -253,7 +253,7 @@ def test_write_part_same_file_as_h5py_high_level(tmp_path):
         write_part(tmp_path / "low.h5", pd, force=True)
         with h5py.File(tmp_path / "high.h5", "w") as f:   # write_part as it was, all high-level
             f.attrs["format"] = "g3mpi-part"
-            f.attrs["version"] = 1
+            f.attrs["version"] = 2
             for k in SCALARS:
                 f.attrs[k] = getattr(pd, k)
             for k in ARRAYS:
