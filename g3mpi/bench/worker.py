@@ -41,7 +41,7 @@ def warm_libraries(comm) -> None:
     import h5py
     import scipy.sparse as sp
 
-    from g3mpi.sched.blocks import spmm, to_torch_csr
+    from g3mpi.ops.blocks import spmm, to_torch_csr
     A = to_torch_csr(sp.random(64, 64, density=0.1, format="csr", dtype=np.float32, random_state=0))
     x = torch.randn(64, 32)
     w = torch.randn(32, 16, requires_grad=True)
@@ -83,7 +83,7 @@ def theoretical_bytes(trainer, part, saved_activations: int) -> dict:
     from g3mpi.format.partition import ARRAYS
     part_b = int(sum(np.asarray(getattr(part, k)).nbytes for k in ARRAYS))
     mat_b = 0
-    from g3mpi.sched import BlockMatrix
+    from g3mpi.ops.blocks import BlockMatrix
     for blk in trainer.graph._blocks.values():
         if not isinstance(blk, BlockMatrix):
             continue  # derived caches (row groups) index the same matrices

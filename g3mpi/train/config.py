@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from g3mpi.nn import ACTIVATIONS, MODELS
-from g3mpi.sched import MODES
+from g3mpi.sched import MODES, Schedule
 
 OPTIMIZERS = ("adam", "sgd")
 #: torch threads per rank at most (a larger count is a typo: OpenMP would abort allocating the pool)
@@ -232,9 +232,8 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
         why["activation"] = "with one layer there is no hidden layer (the last layer has no activation)"
     if cfg.model == "gat":
         why["chunk_rows"] = "GAT computes its attention without row chunks (GCN and SAGE chunk their products)"
-    elif cfg.chunk_rows < 0 and (world_size == 1 or cfg.schedule != "pipelined"):
-        who = "one rank, with no messages to poll for," if world_size == 1 else f"the {cfg.schedule} schedule"
-        why["chunk_rows"] = f"{who} computes without chunks unless chunk_rows is positive"
+    elif Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size):
+        why["chunk_rows"] = Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size)
     if world_size == 1:
         why["schedule"] = "one rank has no halo to exchange: every schedule computes the same way"
         why["sim_net"] = "one rank sends no messages"
