@@ -80,7 +80,7 @@ class Aggregation:
             for i in landed:
                 parts[i] = spmm(nbs[i].mat, rnd.halo(i))
 
-        if sched.mode == "blocking":
+        if sched.waits_first:
             compute(rnd.rest())
         out = _Local.apply(h, self, rnd, lambda: compute(rnd.landed()))
         compute(rnd.rest())

@@ -79,7 +79,7 @@ class HaloRound:
         if self.got[i] == self.expected[i] and sched.communicates:
             tr.send(i)
             self.sent[i] = True
-            if sched.mode == "blocking" and tr.all_sent:
+            if sched.waits_first and tr.all_sent:
                 sched.rest(tr)
 
     def add_received(self, grad: torch.Tensor) -> torch.Tensor:

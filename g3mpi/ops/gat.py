@@ -92,7 +92,7 @@ class GATAggregation:
                 parts[i] = _partial(nb.dst, nb.src, self.patterns[1][i], h[:, :H * C].reshape(-1, H, C),
                                     h[:, H * C:], a_dst.index_select(0, nb.rows), len(nb.rows), keep)
 
-        if sched.mode == "blocking":
+        if sched.waits_first:
             compute(rnd.rest())
         keep = None
         if drop:

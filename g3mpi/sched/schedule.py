@@ -20,6 +20,7 @@ aggregation, the inter-layer pipeline, forward and backward). The products thems
 from __future__ import annotations
 
 MODES = ("pipelined", "blocking", "nocomm")
+PIPELINED, BLOCKING, NOCOMM = MODES
 #: bytes of float32 output per row chunk when the chunk size follows the feature width
 CHUNK_BYTES = 1 << 20
 #: fewest rows of an automatic chunk (smaller ones cost more in calls than they gain in polls)
@@ -29,7 +30,7 @@ MIN_CHUNK_ROWS = 64
 class Schedule:
     """How layers interleave computation with their halo exchange (see the module docstring)."""
 
-    def __init__(self, mode: str = "pipelined", chunk_rows: int = 0, interlayer: bool = True):
+    def __init__(self, mode: str = PIPELINED, chunk_rows: int = 0, interlayer: bool = True):
         if mode not in MODES:
             raise ValueError(f"schedule {mode!r}: expected one of {', '.join(MODES)}")
         self.mode = mode
@@ -38,12 +39,17 @@ class Schedule:
 
     @property
     def communicates(self) -> bool:
-        return self.mode != "nocomm"
+        return self.mode != NOCOMM
+
+    @property
+    def waits_first(self) -> bool:
+        """Every message is waited for before the computation that needs it starts (the baseline)."""
+        return self.mode == BLOCKING
 
     @property
     def pipelines(self) -> bool:
         """Row-wise layers run the inter-layer pipeline (``g3mpi.ops.pipeline``)."""
-        return self.mode == "pipelined" and self.interlayer
+        return self.mode == PIPELINED and self.interlayer
 
     def rows_per_chunk(self, width: int, pending: int) -> int:
         """The chunk rule: rows per chunk of a product ``width`` floats wide, 0 = one chunk. A positive
@@ -51,21 +57,21 @@ class Schedule:
         CHUNK_BYTES of output) only in the pipelined schedule with messages to poll for (``pending``)."""
         if self.chunk_rows != 0:
             return max(0, self.chunk_rows)
-        if self.mode != "pipelined" or pending == 0:
+        if self.mode != PIPELINED or pending == 0:
             return 0
         return max(MIN_CHUNK_ROWS, CHUNK_BYTES // (4 * max(1, int(width))))
 
     @staticmethod
     def chunk_rows_idle(chunk_rows: int, mode: str, ranks: int) -> str | None:
         """Why a ``chunk_rows`` setting changes nothing under the rule above (None when it does)."""
-        if chunk_rows < 0 and (ranks == 1 or mode != "pipelined"):
+        if chunk_rows < 0 and (ranks == 1 or mode != PIPELINED):
             who = "one rank, with no messages to poll for," if ranks == 1 else f"the {mode} schedule"
             return f"{who} computes without chunks unless chunk_rows is positive"
         return None
 
     # -- waiting helpers ----------------------------------------------------------------------------------------
     def poll(self, transfer) -> list:
-        return transfer.test() if self.mode == "pipelined" else []
+        return transfer.test() if self.mode == PIPELINED else []
 
     def rest(self, transfer) -> list:
         """Everything not yet landed (blocking until it has); for nocomm, every index."""
