@@ -92,9 +92,9 @@ def _transpose_at(m: sp.csr_matrix, pos: np.ndarray, n: int) -> torch.Tensor:
 
 class NeighbourBlock:
     """Block of receive neighbour i: ``rows`` [r] owned rows with an edge from its halo slice;
-    ``mat`` [r, slice] and ``mat_t`` [slice, n_owned] (its transpose, columns = owned rows) as torch CSR; ``src``/``dst`` the same edges as COO
-    (source position in the slice, destination position in ``rows``; ``src`` shares ``mat``'s column indices,
-    ``dst`` is made on first use)."""
+    ``mat`` [r, slice] and ``mat_t`` [slice, n_owned] (its transpose, columns = owned rows) as torch CSR;
+    ``src``/``dst`` the same edges as COO (source position in the slice, destination position in ``rows``;
+    ``src`` shares ``mat``'s column indices, ``dst`` is made on first use)."""
 
     def __init__(self, rows: torch.Tensor, mat: torch.Tensor, mat_t: torch.Tensor):
         self.rows, self.mat, self.mat_t = rows, mat, mat_t
@@ -216,7 +216,8 @@ class BlockMatrix:
             del loc
             nbs = []
             for rows, m in self.neighbour_scipy():
-                nbs.append(NeighbourBlock(torch.from_numpy(rows), to_torch_csr(m), _transpose_at(m, rows, self.num_owned)))
+                nbs.append(NeighbourBlock(torch.from_numpy(rows), to_torch_csr(m),
+                                          _transpose_at(m, rows, self.num_owned)))
             self._torch = (local, local_t, nbs)
         return self._torch
 
