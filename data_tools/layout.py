@@ -57,7 +57,8 @@ def ranks_of_groups(comm, groups: np.ndarray) -> np.ndarray:
     original ranges: the parallel :func:`boundary_first_order`. Only the distinct groups travel (Allgatherv)."""
     from mpi4py import MPI
     uniq, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
-    sizes = np.array(comm.allgather(len(uniq)), dtype=np.int64)
+    sizes = np.zeros(comm.size, dtype=np.int64)
+    comm.Allgather(np.array([len(uniq)], dtype=np.int64), sizes)
     displ = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     all_g = np.empty(int(sizes.sum()), dtype=np.int64)
     all_c = np.empty(int(sizes.sum()), dtype=np.int64)
