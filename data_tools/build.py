@@ -12,17 +12,19 @@ from pathlib import Path
 
 import numpy as np
 
-from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, Graph, PartData, atomic_dir, index_dtype,
+from g3mpi.format import (PARTITION_FORMAT, PARTITION_VERSION, FormatError, Graph, PartData, atomic_dir, index_dtype,
                           open_graph, part_name, write_meta, write_node_map, write_part)
 from g3mpi.format.common import LargeFeatures, check_finite_features, failure_reason
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, PartFeatures
 
+from .layout import boundary_first_order, graph_order_keys
 from .termination import raise_if_terminated
 
 
-def relabel(assignment: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """New IDs grouped by part (stable within a part). Returns (new_to_orig, orig_to_new, offsets[P+1])."""
-    new_to_orig = np.argsort(assignment, kind="stable").astype(np.int64)
+def relabel(assignment: np.ndarray, num_parts: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """New IDs grouped by part, boundary-first within a part (``keys``: :func:`data_tools.layout.order_keys`).
+    Returns (new_to_orig, orig_to_new, offsets[P+1])."""
+    new_to_orig = boundary_first_order(assignment, keys)
     orig_to_new = np.empty_like(new_to_orig)
     orig_to_new[new_to_orig] = np.arange(len(new_to_orig), dtype=np.int64)
     counts = np.bincount(assignment, minlength=num_parts)
@@ -131,9 +133,11 @@ def exchange_lists(halo_owner: np.ndarray, sends: dict) -> dict:
     send_rows = np.concatenate([sends[q] for q in sp]) if sp else np.zeros(0, dtype=np.int64)
     send_offsets = np.zeros(len(sp) + 1, dtype=np.int64)
     np.cumsum([len(sends[q]) for q in sp], out=send_offsets[1:])
+    # boundary-first (data_tools.layout): the rows of the send lists are the owned rows 0 .. num_boundary-1
+    num_boundary = int(send_rows.max()) + 1 if len(send_rows) else 0
     return dict(recv_parts=recv_parts.astype(np.int32), recv_offsets=recv_offsets,
                 send_parts=np.asarray(sp, dtype=np.int32), send_offsets=send_offsets,
-                send_rows=send_rows.astype(np.int64))
+                send_rows=send_rows.astype(np.int64), num_boundary=num_boundary)
 
 
 def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: str):
@@ -149,7 +153,10 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
     if assignment.shape != (n,) or (n and (assignment.min() < 0 or assignment.max() >= num_parts)):
         raise ValueError(f"assignment must give every node a part in [0, {num_parts})")
     loops, in_deg, out_deg = degrees(g.indptr, g.indices, BLOCK_EDGES)
-    new_to_orig, orig_to_new, offsets = relabel(assignment, num_parts)
+    keys = graph_order_keys(g.indptr, g.indices, assignment, num_parts,
+                            row_blocks(np.diff(g.indptr), max(BLOCK_EDGES, n)))
+    new_to_orig, orig_to_new, offsets = relabel(assignment, num_parts, keys)
+    del keys
     orig_to_new = orig_to_new.astype(index_dtype(n))
     num_edges = int(in_deg.sum())
     feature_dim = graph_feature_dim(g)
@@ -232,9 +239,10 @@ def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offse
                     large: LargeFeatures) -> list[str]:
     """Copy the features from ``graph_path`` into part files written without them, reading the graph's rows in
     blocks of about :data:`FEATURE_BLOCK_BYTES` (never the whole matrix): part p's rows are
-    ``new_to_orig[offsets[p]:offsets[p+1]]``, increasing, so each block adds a contiguous run of them, in order.
-    Parts are filled :data:`FEATURE_GROUP` at a time, one pass over the graph per group; the first pass checks
-    the rows (``large``: :func:`feature_rows`). Returns each part file's sha256."""
+    ``new_to_orig[offsets[p]:offsets[p+1]]``, increasing within each key group of the boundary-first order, so a
+    block fills a few runs of rows of each part. Parts are filled :data:`FEATURE_GROUP` at a time, one pass over
+    the graph per group; the first pass checks the rows (``large``: :func:`feature_rows`). Returns each part
+    file's sha256."""
     shas = []
     with open_graph(graph_path) as f:
         ds = f["features"]
@@ -242,7 +250,8 @@ def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offse
         step = max(1, FEATURE_BLOCK_BYTES // max(1, 4 * width))
         for g0 in range(0, len(part_paths), FEATURE_GROUP):
             group = range(g0, min(g0 + FEATURE_GROUP, len(part_paths)))
-            rows = {p: new_to_orig[offsets[p]:offsets[p + 1]] for p in group}
+            by_orig = {p: np.argsort(new_to_orig[offsets[p]:offsets[p + 1]]) for p in group}   # local rows
+            rows = {p: new_to_orig[offsets[p]:offsets[p + 1]][by_orig[p]] for p in group}       # increasing
             writers = {p: PartFeatures(part_paths[p]) for p in group}
             try:
                 for lo in range(0, n, step):
@@ -251,7 +260,9 @@ def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offse
                     for p in group:
                         a, b = np.searchsorted(rows[p], (lo, hi))
                         if b > a:
-                            writers[p].append(block[rows[p][a:b] - lo])
+                            pos = by_orig[p][a:b]
+                            order = np.argsort(pos)
+                            writers[p].put(pos[order], block[rows[p][a:b][order] - lo])
                 shas += [writers.pop(p).close() for p in group]
             finally:
                 for w in writers.values():
@@ -335,7 +346,7 @@ def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, ext
                                                         large)):
                 files[name] = sha
         files[NODE_MAP_NAME] = write_node_map(tmp / NODE_MAP_NAME, new_to_orig)
-        meta = dict(format=PARTITION_FORMAT, version=FORMAT_VERSION, num_parts=num_parts, method=method, seed=seed,
+        meta = dict(format=PARTITION_FORMAT, version=PARTITION_VERSION, num_parts=num_parts, method=method, seed=seed,
                     partition_id=partition_id, num_nodes=g.num_nodes, num_edges=int(sum(s["local_edges"] for s in stats)),
                     num_edges_input=g.num_edges, feature_dim=graph_feature_dim(g),
                     num_classes=int(g.attrs["num_classes"]), graph_source=str(g.attrs.get("source", "")),

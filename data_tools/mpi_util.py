@@ -104,8 +104,12 @@ class GhostPlan:
 
     def push_add(self, ghost_values: np.ndarray, own: np.ndarray) -> None:
         """Add every rank's ``ghost_values`` to their owners' ``own`` (in place)."""
+        self.push_reduce(ghost_values, own, np.add)
+
+    def push_reduce(self, ghost_values: np.ndarray, own: np.ndarray, ufunc) -> None:
+        """Reduce every rank's ``ghost_values`` into their owners' ``own`` with ``ufunc`` (in place)."""
         got = alltoallv(self.comm, ghost_values, self.recv_counts, self.send_counts)
-        np.add.at(own, self.requested, got)
+        ufunc.at(own, self.requested, got)
 
 
 def peak_rss_mib() -> float:

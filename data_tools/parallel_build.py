@@ -1,9 +1,10 @@
 """Write a partition directory from ranks that each hold a slice of the graph and its nodes' parts.
 
-The parallel twin of :func:`data_tools.build.build_parts`: the same relabelling (new IDs grouped by part, original
-order within a part) and the same part files, but no rank holds the whole graph. Part p is written by rank
-``p % R``: every rank sends it the rows of its slice that part p owns (new IDs, relabelled in-edges without self
-loops, degrees, labels, masks, features; Alltoallv), the writer builds the local CSR and halo
+The parallel twin of :func:`data_tools.build.build_parts`: the same relabelling (new IDs grouped by part,
+boundary-first within a part: ``data_tools.layout``) and the same part files, but no rank holds the whole graph.
+Part p is written by rank ``p % R``: every rank sends it the rows of its slice that part p owns (new IDs,
+relabelled in-edges without self loops, degrees, labels, masks, features; Alltoallv), the writer builds the local
+CSR and halo
 (:func:`~data_tools.build.localize`), and asks the writers of the halo's owners for the halo's degrees; those
 requests are the owners' send lists. Rank 0 writes ``node_map.h5`` from the parts' original IDs, received in part
 order one part at a time, and ``meta.json``.
@@ -16,12 +17,13 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from g3mpi.format import (FORMAT_VERSION, PARTITION_FORMAT, FormatError, PartData, index_dtype, part_name, write_meta,
-                          write_part)
+from g3mpi.format import (PARTITION_FORMAT, PARTITION_VERSION, FormatError, PartData, index_dtype, part_name,
+                          write_meta, write_part)
 from g3mpi.format.common import failure_reason
 from g3mpi.format.partition import NODE_MAP_NAME, NodeMapWriter, owner_of
 
 from .build import cut_edges, exchange_lists, localize, part_stats, summarize
+from .layout import ranks_of_groups, slice_order_keys
 from .mpi_util import agree, allreduce, alltoallv, exchange_counts
 from .partitioners.stream import BLOCK_EDGES, row_blocks
 from .slices import GraphSlice
@@ -31,23 +33,13 @@ from .termination import raise_if_terminated
 NODE_MAP_TAG = 31
 
 
-def relabel_local(comm, own_parts: np.ndarray, P: int) -> tuple[np.ndarray, np.ndarray]:
-    """(new IDs of this rank's rows, offsets [P+1]): part p owns new IDs offsets[p]..offsets[p+1]-1, in original
-    order; the ranks' rows are in original order, so a node's new ID is its part's offset, plus its part's nodes
-    on the ranks before (an exclusive scan of P-vectors), plus its rank among this rank's nodes of the part."""
-    counts = np.bincount(own_parts, minlength=P).astype(np.int64)
-    sizes = allreduce(comm, counts)
-    before = np.zeros(P, dtype=np.int64)
-    comm.Exscan(counts, before)
-    if comm.rank == 0:
-        before[:] = 0
+def relabel_local(comm, own_parts: np.ndarray, P: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(new IDs of this rank's rows, offsets [P+1]): part p owns new IDs offsets[p]..offsets[p+1]-1, boundary-first
+    by ``keys`` (:func:`data_tools.layout.order_keys`), then in original order: the order of the serial writer."""
+    sizes = allreduce(comm, np.bincount(own_parts, minlength=P).astype(np.int64))
     offsets = np.zeros(P + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    order = np.argsort(own_parts, kind="stable")
-    within = np.empty(len(own_parts), dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    within[order] = np.arange(len(own_parts)) - starts[own_parts[order]]
-    return offsets[own_parts] + before[own_parts] + within, offsets
+    return ranks_of_groups(comm, own_parts.astype(np.int64) * (P * P + 1) + keys), offsets
 
 
 class OwnRows:
@@ -293,7 +285,7 @@ def write_partition_parallel(comm, tmp, sl: GraphSlice, lg, own_parts: np.ndarra
     the memory, the slice's indices and features and ``lg``'s edges are released (set to None) once used."""
     t0 = time.time()
     lg.indptr = lg.cols = None     # (only the ghosts and their plan are needed from here on)
-    new_ids, offsets = relabel_local(comm, own_parts, P)
+    new_ids, offsets = relabel_local(comm, own_parts, P, slice_order_keys(sl, lg, own_parts, P, BLOCK_EDGES))
     own = OwnRows(comm, sl, lg, new_ids)
     sl.indices = None
     loops = int(allreduce(comm, np.array([own.loops.sum()], dtype=np.int64))[0])
@@ -310,7 +302,7 @@ def write_partition_parallel(comm, tmp, sl: GraphSlice, lg, own_parts: np.ndarra
     files[NODE_MAP_NAME] = sha
     m = sum(s["local_edges"] for s in stats)
     a = sl.attrs
-    meta = dict(format=PARTITION_FORMAT, version=FORMAT_VERSION, num_parts=P, method=method, seed=seed,
+    meta = dict(format=PARTITION_FORMAT, version=PARTITION_VERSION, num_parts=P, method=method, seed=seed,
                 partition_id=partition_id, num_nodes=sl.num_nodes, num_edges=m, num_edges_input=sl.num_edges,
                 feature_dim=int(a["feature_dim"]), num_classes=int(a["num_classes"]),
                 graph_source=str(a.get("source", "")), offsets=[int(o) for o in offsets], files=files,

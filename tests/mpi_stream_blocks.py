@@ -60,7 +60,7 @@ def main(path) -> int:
         if not (np.array_equal(small.cols, big.cols) and small.cols.dtype == big.cols.dtype):
             bad.append(f"local_graph(symmetric={symmetric}): block sizes disagree")
     parts = np.arange(sl.num_rows) % 3
-    new_ids, _ = relabel_local(comm, parts, 3)
+    new_ids, _ = relabel_local(comm, parts, 3, np.zeros(len(parts), dtype=np.int64))
     a, b = OwnRows(comm, sl, big, new_ids, block_edges=3), OwnRows(comm, sl, big, new_ids)
     for k in ("loops", "in_deg", "out_deg", "cols", "row_len"):
         if not np.array_equal(getattr(a, k), getattr(b, k)):

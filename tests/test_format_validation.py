@@ -87,7 +87,7 @@ def test_original_id_listed_twice(copy):
         ids[1] = ids[0]
         replace_ds(f, "orig_ids", ids)
     edit_part(copy, 1, edit)
-    with pytest.raises(FormatError, match="part-00001.h5: original node IDs are not strictly increasing"):
+    with pytest.raises(FormatError, match="part-00001.h5: original node IDs are not distinct"):
         read_part(copy, 1)
 
 
@@ -204,9 +204,28 @@ def test_node_map_that_is_a_directory(copy):
 
 
 def test_unsupported_version_is_shown_as_a_number(copy):
-    """An HDF5 attribute comes back as a numpy scalar: the message shows 2, not np.int64(2)."""
-    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 2))
-    with pytest.raises(FormatError, match=r"part-00001.h5: format version 2 is not supported \(reads version 1\)"):
+    """An HDF5 attribute comes back as a numpy scalar: the message shows 3, not np.int64(3)."""
+    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 3))
+    with pytest.raises(FormatError, match=r"part-00001.h5: format version 3 is not supported \(reads version 2\)"):
+        read_part(copy, 1)
+
+
+def test_partition_of_version_1_asks_to_partition_again(copy):
+    """Version 1 kept owned rows in original order: the boundary-first row groups would be wrong on it."""
+    edit_meta(copy, version=1)
+    with pytest.raises(FormatError, match="meta.json: format version 1 is not supported .*partition the graph again"):
+        read_meta(copy)
+    edit_meta(copy, version=2)
+    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 1))
+    with pytest.raises(FormatError, match="part-00001.h5: format version 1 .*before owned rows were boundary-first"):
+        read_part(copy, 1)
+
+
+def test_send_rows_outside_the_boundary_block(copy):
+    """A send row past ``num_boundary`` (rows not boundary-first) is refused, naming the file."""
+    part = read_part(copy, 1)
+    edit_part(copy, 1, lambda f: f.attrs.__setitem__("num_boundary", int(part.send_rows.max())))
+    with pytest.raises(FormatError, match="part-00001.h5: send row .* is not in the boundary block"):
         read_part(copy, 1)
 
 

@@ -253,7 +253,7 @@ def test_write_part_same_file_as_h5py_high_level(tmp_path):
         write_part(tmp_path / "low.h5", pd, force=True)
         with h5py.File(tmp_path / "high.h5", "w") as f:   # write_part as it was, all high-level
             f.attrs["format"] = "g3mpi-part"
-            f.attrs["version"] = 1
+            f.attrs["version"] = 2
             for k in SCALARS:
                 f.attrs[k] = getattr(pd, k)
             for k in ARRAYS:
@@ -1333,3 +1333,27 @@ def test_partition_sigterm_lost_in_a_callback_still_stops(cora_h5, tmp_path):
     assert p.stderr.strip().splitlines()[-1] == f"g3-partition: error: {out}: terminated by SIGTERM (no output written)"
     assert "Exception ignored" not in p.stderr
     assert sorted(f.name for f in tmp_path.iterdir()) == []
+
+
+def test_parts_are_boundary_first_with_contiguous_send_lists():
+    """Owned rows 0 .. num_boundary-1 are exactly the send rows; with two neighbours each send list is one range
+    of rows (here a ring in 3 segments, every part between two others, plus a few one-way chords), and the
+    interior rows keep the original order."""
+    n, P = 60, 3
+    rng = np.random.default_rng(5)
+    ring = np.arange(n)
+    chords = rng.integers(0, n, (6, 2))
+    src = np.concatenate([ring, (ring + 1) % n, chords[:, 0]])
+    dst = np.concatenate([(ring + 1) % n, ring, chords[:, 1]])
+    f = rng.random((n, 2)).astype(np.float32)
+    y = np.arange(n) % 2
+    masks = [np.arange(n) % 3 == k for k in range(3)]
+    g = graph_from_edges(src, dst, f, y, masks, "ring")
+    assignment = np.array([2, 0, 1])[np.arange(n) // (n // P)]     # ring segments, parts out of ring order
+    for part, _, _ in build.build_parts(g, assignment, P, "b" * 32):
+        rows = [part.send_list(i) for i in range(len(part.send_parts))]
+        union = np.unique(np.concatenate(rows))
+        assert np.array_equal(union, np.arange(part.num_boundary)), part.part_id
+        assert len(rows) == 2 and all(np.array_equal(r, np.arange(r[0], r[-1] + 1)) for r in rows), part.part_id
+        assert np.all(np.diff(part.orig_ids[part.num_boundary:]) > 0)
+        assert part.num_boundary < part.num_owned

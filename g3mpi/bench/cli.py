@@ -164,6 +164,8 @@ def _models(text: str) -> tuple:
 
 def _sim_net(text: str) -> str:
     from g3mpi.comm.simnet import parse_sim_net
+    if text.lower() == "none":      # the real transport only: nothing to hide on one machine
+        return ""
     try:
         parse_sim_net(text)
     except ValueError as e:
@@ -202,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="GAT heads of hidden layers (hidden width = heads x channels: they must divide it)")
     ap.add_argument("--graph", choices=("sbm", "rmat"), help="generator of the multi-rank suites")
     ap.add_argument("--sim-net", type=_sim_net,
-                    help="schedules, partitions: simulated network BANDWIDTH,LATENCY")
+                    help="schedules, partitions: simulated network BANDWIDTH,LATENCY, or none")
     ap.add_argument("--balance", choices=("nodes", "edges", "both", "train"),
                     help="schedules: METIS vertex weights of the partition (default edges)")
     ap.add_argument("--repeats", type=_int(1),

@@ -2,7 +2,7 @@
 
 The kernels are the ones the model's maths needs, with the shapes g3mpi uses and on the same matrices
 (``DistGraph.blocks(kind).local`` and its precomputed transpose ``local_t``), with the runtime's sparse product
-(``g3mpi.sched.blocks.spmm``): per layer the SpMM forward
+(``g3mpi.ops.blocks.spmm``): per layer the SpMM forward
 (A @ H), the SpMM backward (A^T @ G, only where a gradient must flow), the GEMMs (X W^T forward; G^T X for
 the weight gradient; G W for the input gradient, except in the first layer), the bias and activation forward
 and backward; then the loss (cross-entropy over training rows, forward + backward) and the Adam step. Rounds
@@ -16,7 +16,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from g3mpi.sched.blocks import spmm
+from g3mpi.ops.blocks import spmm
 
 from .common import Sizes, median, progress, ratio
 from .pyg import epoch, g3_net, random_graph

@@ -39,7 +39,7 @@ def as_g3_original(model) -> None:
 def _csr(rows, cols, vals, shape):
     import scipy.sparse as sp
 
-    from g3mpi.sched.blocks import to_torch_csr
+    from g3mpi.ops.blocks import to_torch_csr
     m = sp.csr_matrix((vals.astype(np.float32), (rows, cols)), shape=shape)
     m.sum_duplicates()
     return to_torch_csr(m), to_torch_csr(m.T.tocsr())

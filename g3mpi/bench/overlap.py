@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from g3mpi.sched import BLOCKING, MODES, NOCOMM, PIPELINED
+
 from .common import Sizes, prepare_graph, prepare_parts, progress, ratio, run_worker, variant_summary, \
     worker_model_args
 
-SCHEDULES = ("pipelined", "blocking", "nocomm")
+SCHEDULES = MODES
 
 
 def run(sz: Sizes, work: Path, ranks: int = 4, sim_net: str = "10Gbit,20us", models=("gcn", "gat"),
@@ -33,8 +35,8 @@ def run(sz: Sizes, work: Path, ranks: int = 4, sim_net: str = "10Gbit,20us", mod
         d = {v["schedule"]: variant_summary(v) for v in out["variants"].values()}
         t = {s: d[s]["epoch_time_median_s"] for s in SCHEDULES}
         res["models"][model] = dict(schedules=d, epoch_time_median_s=t,
-                                    pipelined_vs_blocking=ratio(t["pipelined"], t["blocking"]),
-                                    pipelined_vs_nocomm=ratio(t["pipelined"], t["nocomm"]))
-        progress(f"schedules: {model}: pipelined {t['pipelined']:.3f}s, blocking {t['blocking']:.3f}s, "
-                 f"nocomm {t['nocomm']:.3f}s")
+                                    pipelined_vs_blocking=ratio(t[PIPELINED], t[BLOCKING]),
+                                    pipelined_vs_nocomm=ratio(t[PIPELINED], t[NOCOMM]))
+        progress(f"schedules: {model}: pipelined {t[PIPELINED]:.3f}s, blocking {t[BLOCKING]:.3f}s, "
+                 f"nocomm {t[NOCOMM]:.3f}s")
     return res

@@ -26,6 +26,7 @@ from mpi4py import MPI
 
 from g3mpi.bench.common import gather_json
 from g3mpi.cli.options import from_options
+from g3mpi.sched import BLOCKING, PIPELINED
 from g3mpi.comm.abort import abort_job
 from g3mpi.train.trainer import current_rss_bytes, peak_rss_bytes
 
@@ -41,7 +42,7 @@ def warm_libraries(comm) -> None:
     import h5py
     import scipy.sparse as sp
 
-    from g3mpi.sched.blocks import spmm, to_torch_csr
+    from g3mpi.ops.blocks import spmm, to_torch_csr
     A = to_torch_csr(sp.random(64, 64, density=0.1, format="csr", dtype=np.float32, random_state=0))
     x = torch.randn(64, 32)
     w = torch.randn(32, 16, requires_grad=True)
@@ -83,7 +84,7 @@ def theoretical_bytes(trainer, part, saved_activations: int) -> dict:
     from g3mpi.format.partition import ARRAYS
     part_b = int(sum(np.asarray(getattr(part, k)).nbytes for k in ARRAYS))
     mat_b = 0
-    from g3mpi.sched import BlockMatrix
+    from g3mpi.ops.blocks import BlockMatrix
     for blk in trainer.graph._blocks.values():
         if not isinstance(blk, BlockMatrix):
             continue  # derived caches (row groups) index the same matrices
@@ -149,7 +150,7 @@ class WorkerConfig:
     heads: int = 8
     # what is measured: every (design, schedule) pair, epoch by epoch in turn
     designs: tuple = ("g3",)            # of DESIGNS
-    schedules: tuple = ("pipelined",)
+    schedules: tuple = (PIPELINED,)
     sim_net: str = ""                   # simulated network BANDWIDTH,LATENCY ("": off)
     chunk_rows: int = 0
     epochs: int = 5                     # measured epochs (after a warm-up epoch)
@@ -237,7 +238,7 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
                 trainers.append(ref)
             dims = [part.feature_dim] + [cfg.hidden] * (cfg.layers - 1) + [part.num_classes]
             rr = ReplicateAllRunner(part, comm, cfg.model, dims, ref.model.state_dict(), ref.split_sizes["train"])
-            variants.append(Variant(d, d, "blocking", rr.step, rr.logits))
+            variants.append(Variant(d, d, BLOCKING, rr.step, rr.logits))
     check = {}
     if cfg.check:
         base = ref.logits()

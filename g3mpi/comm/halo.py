@@ -83,6 +83,13 @@ class HaloPlan:
             return np.zeros(0, dtype=np.int64)
         return np.unique(np.concatenate(self.send_idx))
 
+    @property
+    def send_ranges(self) -> list:
+        """Per send neighbour, (lo, hi) when its rows are the owned rows lo .. hi-1 (increasing: the part
+        format's boundary-first order makes most lists so), else None."""
+        return [(int(ix[0]), int(ix[-1]) + 1) if len(ix) and int(ix[-1]) - int(ix[0]) + 1 == len(ix) else None
+                for ix in self.send_idx]
+
 
 class Transfer:
     """One direction of an exchange: fixed peers and buffers, persistent requests, start / test / wait.
@@ -103,6 +110,8 @@ class Transfer:
         for b in list(send_bufs) + list(recv_bufs):
             if not b.flags.c_contiguous:
                 raise ValueError("exchange buffers must be contiguous")
+        self._tag = tag
+        self._view_sends = []     # (request, array, peer) of sends from the caller's arrays (``send(i, view)``)
         self._send_reqs = [comm.Send_init(b, p, tag) for b, p in zip(send_bufs, self.send_peers)]
         self._recv_reqs = [comm.Recv_init(b, p, tag) for b, p in zip(recv_bufs, self.recv_peers)]
         k = len(self.recv_peers)
@@ -143,15 +152,20 @@ class Transfer:
             MPI.Prequest.Startall(self._recv_reqs)
             self._posted = True
 
-    def send(self, i: int) -> None:
-        """Start sending buffer i (its content must be final and stay untouched until the next round)."""
+    def send(self, i: int, view: np.ndarray | None = None) -> None:
+        """Start sending buffer i (its content must be final and stay untouched until the next round), or
+        ``view`` in its place: rows of the caller's own array, shaped like buffer i, sent without a copy (kept
+        referenced, and untouched by the caller, until the sends complete)."""
         if self._sent[i]:
             raise RuntimeError(f"exchange {self.name}: buffer {i} sent twice in one round")
-        reqs = [self._send_reqs[i]]
+        reqs = [] if view is not None else [self._send_reqs[i]]
+        if view is not None:
+            self._view_sends.append((self.comm.Isend(view, self.send_peers[i], self._tag), view, self.send_peers[i]))
         if self.simnet is not None:
             self._stamp_out[i][0] = self.simnet.arrival(self.send_bytes[i], time.perf_counter())
             reqs.append(self._send_reqs[len(self.send_peers) + i])
-        MPI.Prequest.Startall(reqs)
+        if reqs:
+            MPI.Prequest.Startall(reqs)
         self._sent[i] = True
         self._send_active = True
         self.stats.bytes_sent += self.send_bytes[i]
@@ -218,7 +232,7 @@ class Transfer:
         if self._posted:
             self._poll_recvs()
         elif self._send_active:
-            MPI.Request.Testall(self._send_reqs)
+            MPI.Request.Testall(self._send_reqs + [v[0] for v in self._view_sends])
 
     def test(self) -> list:
         """Receive indices that have landed since the last call (never blocks)."""
@@ -279,13 +293,15 @@ class Transfer:
     def _finish_sends(self) -> None:
         if self._send_active:
             t0 = time.perf_counter()
+            k = len(self.send_peers)
+            reqs = self._send_reqs + [v[0] for v in self._view_sends]
             if self.watchdog is not None and self.watchdog.active:
-                k = len(self.send_peers)
-                self.watchdog.waitall(self._send_reqs, [self.send_peers[j % k] for j in range(len(self._send_reqs))],
-                                      self.name)
+                peers = [self.send_peers[j % k] for j in range(len(self._send_reqs))] + [v[2] for v in self._view_sends]
+                self.watchdog.waitall(reqs, peers, self.name)
             else:
-                while not MPI.Request.Testall(self._send_reqs):
+                while not MPI.Request.Testall(reqs):
                     time.sleep(POLL_SLEEP_S)
+            self._view_sends = []
             self.stats.blocked_s += time.perf_counter() - t0
             self.stats.add(self.name, "send_blocked_s", time.perf_counter() - t0)
             self._send_active = False
@@ -323,6 +339,7 @@ class HaloExchange:
         self._backward = None
         self._halo_grad = None
         self._grad_bufs = None
+        self._ranges = None
 
     def _shape(self, n: int) -> tuple:
         return (n, self.width)
@@ -363,18 +380,19 @@ class HaloExchange:
             n += self._halo_grad.nbytes + sum(b.nbytes for b in self._grad_bufs)
         return int(n)
 
-    def gather(self, h: np.ndarray, i: int, send_idx=None) -> None:
-        """Copy the rows send neighbour i needs into its send buffer (``send_idx``: positions of those rows
-        in ``h`` when ``h`` holds only some owned rows; default: ``h`` is every owned row)."""
-        idx = self.plan.send_idx[i] if send_idx is None else send_idx[i]
-        np.take(h, idx, axis=0, out=self.send_bufs[i])
-
-    def start_forward(self, h: np.ndarray, send_idx=None) -> None:
-        """Post the halo receives, gather every send buffer from ``h`` and send it at once."""
+    def start_forward(self, h: np.ndarray) -> None:
+        """Post the halo receives and send every neighbour its rows of ``h`` (row i = owned row i; rows past the
+        last send row may be missing): a contiguous range as a view of ``h``, other lists gathered into their
+        send buffer."""
         self.forward.post_recvs()
-        for i in range(len(self.send_bufs)):
-            self.gather(h, i, send_idx)
-            self.forward.send(i)
+        if self._ranges is None:
+            self._ranges = self.plan.send_ranges
+        for i, r in enumerate(self._ranges):
+            if r is not None and h.flags.c_contiguous:
+                self.forward.send(i, h[r[0]:r[1]])
+            else:
+                np.take(h, self.plan.send_idx[i], axis=0, out=self.send_bufs[i])
+                self.forward.send(i)
 
     def halo_slice(self, i: int) -> np.ndarray:
         return self.halo[self.plan.recv_slice(i)]

@@ -2,16 +2,18 @@
 
 Pure h5py + numpy: shared by ``data_tools`` (which writes) and the runtime (which reads one part per rank).
 """
-from .common import (FORMAT_VERSION, GRAPH_FORMAT, PART_FORMAT, PARTITION_FORMAT, FormatError, array_sha256,
-                     atomic_dir, atomic_file, check_output, file_sha256, index_dtype, json_text, write_json)
+from .common import (FORMAT_VERSION, GRAPH_FORMAT, PART_FORMAT, PARTITION_FORMAT, PARTITION_VERSION, FormatError,
+                     array_sha256, atomic_dir, atomic_file, check_output, file_sha256, index_dtype, json_text,
+                     write_json)
 from .graph import (Graph, GraphWriter, check_csr, graph_fingerprint, graph_summary, load_graph, open_graph,
                     write_graph)
 from .partition import (META_NAME, NODE_MAP_NAME, PartData, check_part, owner_of, part_name, read_meta,
                         read_node_map, read_part, write_meta, write_node_map, write_part)
 
 __all__ = [
-    "FORMAT_VERSION", "GRAPH_FORMAT", "PART_FORMAT", "PARTITION_FORMAT", "FormatError", "array_sha256", "atomic_dir",
-    "atomic_file", "check_output", "file_sha256", "index_dtype", "json_text", "write_json", "Graph", "GraphWriter",
+    "FORMAT_VERSION", "GRAPH_FORMAT", "PART_FORMAT", "PARTITION_FORMAT", "PARTITION_VERSION", "FormatError",
+    "array_sha256", "atomic_dir", "atomic_file", "check_output", "file_sha256", "index_dtype", "json_text",
+    "write_json", "Graph", "GraphWriter",
     "check_csr", "graph_fingerprint", "graph_summary", "load_graph", "open_graph", "write_graph", "META_NAME",
     "NODE_MAP_NAME", "PartData", "check_part", "owner_of", "part_name", "read_meta", "read_node_map", "read_part",
     "write_meta", "write_node_map", "write_part",

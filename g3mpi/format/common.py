@@ -20,6 +20,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 FORMAT_VERSION = 1
+#: partition directories (meta.json, node_map.h5, part files): 2 since owned rows are boundary-first
+PARTITION_VERSION = 2
 GRAPH_FORMAT = "g3mpi-graph"
 PART_FORMAT = "g3mpi-part"
 PARTITION_FORMAT = "g3mpi-partition"
@@ -450,10 +452,19 @@ def attr_kind(value) -> str | None:
     return None
 
 
-def supported_version(v) -> bool:
-    """``v`` (an HDF5 attribute or a JSON value) is the integer :data:`FORMAT_VERSION` (not a string, a float,
-    an array or ``true``, which Python compares equal to 1)."""
-    return attr_kind(v) == "int" and v == FORMAT_VERSION
+def supported_version(v, want: int = FORMAT_VERSION) -> bool:
+    """``v`` (an HDF5 attribute or a JSON value) is the integer ``want`` (not a string, a float, an array or
+    ``true``, which Python compares equal to 1)."""
+    return attr_kind(v) == "int" and v == want
+
+
+def version_refused(v, want: int) -> str:
+    """Why a file of version ``v`` is refused, for a reader of version ``want`` (a partition of version 1 has
+    its owned rows in original order: the runtime's boundary-first row groups would be wrong on it)."""
+    msg = f"format version {shown(v)} is not supported (reads version {want})"
+    if want == PARTITION_VERSION and attr_kind(v) == "int" and v == 1:
+        msg += "; written before owned rows were boundary-first: partition the graph again with g3-partition"
+    return msg
 
 
 def shown(value, width: int = 40) -> str:

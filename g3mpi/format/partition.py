@@ -2,10 +2,11 @@
 
 A part file holds everything one rank needs and nothing more. Local rows are numbered
 ``[owned rows | halo rows]``: owned row i is global (relabelled) node ``owned_start + i``; halo row
-``num_owned + j`` is global node ``halo_ids[j]``. Halo rows are grouped by owner part (ascending), one
-contiguous slice per receive neighbour, sorted by global ID within a slice, so the message from that
-neighbour lands in place. ``send_rows`` lists, per send neighbour, the owned local rows it needs, in
-the order of that neighbour's halo slice.
+``num_owned + j`` is global node ``halo_ids[j]``. Owned rows are boundary-first: rows ``0 .. num_boundary-1``
+are exactly the rows of the send lists, the interior rows follow (``data_tools.layout`` chooses the order).
+Halo rows are grouped by owner part (ascending), one contiguous slice per receive neighbour, sorted by global
+ID within a slice, so the message from that neighbour lands in place. ``send_rows`` lists, per send neighbour,
+the owned local rows it needs, in the order of that neighbour's halo slice (increasing).
 """
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ import h5py
 import numpy as np
 from h5py import h5a, h5d, h5p, h5s, h5t
 
-from .common import (FORMAT_VERSION, H5_READ_ERRORS, PART_FORMAT, PARTITION_FORMAT, FormatError,
+from .common import (H5_READ_ERRORS, PART_FORMAT, PARTITION_FORMAT, PARTITION_VERSION, FormatError,
                      IncrementalSha256, LargeFeatures, array_sha256, as_int64, atomic_file, attr_kind,
-                     check_finite_features, check_output,
-                     file_sha256, h5_attr_str, is_int, row_chunks, shown, supported_version, unreadable)
+                     check_finite_features, check_output, dataset_sha256, file_sha256, h5_attr_str, is_int,
+                     row_chunks, supported_version, unreadable, version_refused)
 from .graph import check_csr, first_unsorted_row
 from .probe import probe_structure
 
@@ -50,6 +51,7 @@ class PartData:
     owned_start: int
     owned_end: int
     partition_id: str
+    num_boundary: int         # owned rows 0 .. num_boundary-1 are the rows of the send lists (boundary-first)
     indptr: np.ndarray        # int64 [n_owned+1]
     indices: np.ndarray       # int32/int64 [local_edges], local columns in [0, n_owned+n_halo)
     halo_ids: np.ndarray      # int64 [n_halo], global IDs
@@ -86,7 +88,7 @@ class PartData:
 
 
 SCALARS = ("part_id", "num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes", "owned_start",
-           "owned_end", "partition_id")
+           "owned_end", "partition_id", "num_boundary")
 ARRAYS = tuple(f.name for f in fields(PartData) if f.name not in SCALARS)
 #: datasets a part file written before they existed lacks: read as all zeros (no self loops)
 OPTIONAL = ("self_loops",)
@@ -105,7 +107,7 @@ def write_part(path, part: PartData, force: bool = False, atomic: bool = True) -
         with h5py.File(tmp, "w") as f:
             root = f.id   # low-level calls: see _h5_attr
             _h5_attr(root, "format", PART_FORMAT)
-            _h5_attr(root, "version", FORMAT_VERSION)
+            _h5_attr(root, "version", PARTITION_VERSION)
             for k in SCALARS:
                 _h5_attr(root, k, getattr(part, k))
             for k in ARRAYS:
@@ -194,8 +196,9 @@ def _create_features(f: h5py.File, part: PartData) -> None:
 
 class PartFeatures:
     """Fill the ``features`` of a part file that :func:`write_part` wrote without them: rows appended in order
-    (``append``), the dataset's checksum set by ``close``, which returns the whole file's sha256. The file is
-    made durable by the directory it is written in (``atomic_dir`` fsyncs every file before the rename)."""
+    (``append``) or put at their rows (``put``), the dataset's checksum set by ``close``, which returns the whole
+    file's sha256. The file is made durable by the directory it is written in (``atomic_dir`` fsyncs every file
+    before the rename)."""
 
     DTYPE, WHAT = np.float32, "features"
 
@@ -213,12 +216,24 @@ class PartFeatures:
             self._hash.update(rows)
             self._rows += len(rows)
 
+    def put(self, pos: np.ndarray, rows: np.ndarray) -> None:
+        """Write ``rows`` at the dataset rows ``pos`` (distinct, increasing), one write per run of consecutive
+        rows; the checksum is then taken by reading the dataset back at ``close``."""
+        rows = np.asarray(rows, dtype=self.DTYPE)
+        if not len(pos):
+            return
+        cuts = np.flatnonzero(np.diff(pos) != 1) + 1
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(pos)]):
+            self._ds[int(pos[a]):int(pos[a]) + b - a] = rows[a:b]
+        self._rows += len(pos)
+        self._hash = None
+
     def close(self) -> str:
         want = self._ds.shape[0]
         if self._rows != want:
             self._f.close()
             raise FormatError(self.path, f"{self.WHAT}: {self._rows} of {want} rows were written")
-        self._ds.attrs["sha256"] = self._hash.hexdigest()
+        self._ds.attrs["sha256"] = dataset_sha256(self._ds) if self._hash is None else self._hash.hexdigest()
         self._f.close()
         return file_sha256(self.path)
 
@@ -250,9 +265,8 @@ def read_meta(dirpath) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != PARTITION_FORMAT:
         raise FormatError(path, f"format is {meta.get('format') if isinstance(meta, dict) else None!r}, "
                                 f"expected {PARTITION_FORMAT!r}")
-    if not supported_version(meta.get("version")):
-        raise FormatError(path, f"format version {shown(meta.get('version'))} is not supported "
-                                f"(this g3mpi reads version {FORMAT_VERSION})")
+    if not supported_version(meta.get("version"), PARTITION_VERSION):
+        raise FormatError(path, version_refused(meta.get("version"), PARTITION_VERSION))
     for k in ("num_parts", "offsets", "files", "partition_id", "num_nodes"):
         if k not in meta:
             raise FormatError(path, f"key {k!r} is missing")
@@ -337,9 +351,8 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
             if fmt != PART_FORMAT:
                 raise FormatError(path, f"format is {fmt!r}, expected {PART_FORMAT!r}")
             ver = f.attrs.get("version", -1)
-            if not supported_version(ver):
-                raise FormatError(path, f"format version {shown(ver)} is not supported "
-                                        f"(reads version {FORMAT_VERSION})")
+            if not supported_version(ver, PARTITION_VERSION):
+                raise FormatError(path, version_refused(ver, PARTITION_VERSION))
             kw = {}
             for k in SCALARS:
                 if k not in f.attrs:
@@ -440,6 +453,7 @@ def check_part(path, part: PartData, meta: dict) -> None:
     _check_row_order(path, part)
     if len(part.send_rows) and (part.send_rows.min() < 0 or part.send_rows.max() >= n):
         bad(f"send row out of range [0, {n})")
+    _check_boundary_first(path, part)
     if len(part.labels) and (part.labels.min() < -1 or part.labels.max() >= part.num_classes):
         bad(f"labels out of range [-1, {part.num_classes}): found {int(part.labels.min())}..{int(part.labels.max())}")
     for k in ("train_mask", "val_mask", "test_mask"):
@@ -448,13 +462,41 @@ def check_part(path, part: PartData, meta: dict) -> None:
             bad(f"{k} contains {unlabelled} unlabelled nodes")
     if n and (part.orig_ids.min() < 0 or part.orig_ids.max() >= N):
         bad(f"original node ID out of range [0, {N})")
-    if np.any(np.diff(part.orig_ids) <= 0):   # new IDs follow the original order: each original ID is owned once
-        bad("original node IDs are not strictly increasing (a node listed twice?)")
+    _check_original_ids(path, part)
     _check_feature_range(path, part)
     if np.any(part.in_degree < 0) or np.any(part.out_degree < 0) or np.any(part.self_loops < 0):
         bad("negative degree")
     if not np.array_equal(part.in_degree[:n], np.diff(part.indptr)):
         bad("in_degree of owned rows does not match the local CSR")
+
+
+def _check_boundary_first(path, part: PartData) -> None:
+    """FormatError unless owned rows ``0 .. num_boundary-1`` are exactly the rows of the send lists (each in
+    some list, every listed row among them) and each send list is increasing (its halo slice's order)."""
+    nb, n, rows = part.num_boundary, part.num_owned, part.send_rows
+    if not 0 <= nb <= n:
+        raise FormatError(path, f"num_boundary {nb} out of range [0, {n}]")
+    if len(rows) and rows.max() >= nb:
+        raise FormatError(path, f"send row {int(rows.max())} is not in the boundary block [0, {nb}) (owned rows "
+                                "must be boundary-first: partition the graph again with g3-partition)")
+    if nb and np.count_nonzero(np.bincount(rows, minlength=nb)) != nb:
+        raise FormatError(path, f"a row of the boundary block [0, {nb}) is in no send list")
+    so = part.send_offsets
+    step = np.diff(rows)
+    step[so[1:-1] - 1] = 1     # (steps between two lists)
+    if np.any(step <= 0):
+        raise FormatError(path, "a send list is not increasing (its rows must follow the order of the halo slice)")
+
+
+def _check_original_ids(path, part: PartData) -> None:
+    """FormatError unless every original ID is owned once: the interior rows keep the original order (strictly
+    increasing), the boundary rows are distinct and none is also an interior row."""
+    ids, nb = part.orig_ids, part.num_boundary
+    inner, bnd = ids[nb:], np.sort(ids[:nb])
+    if np.any(np.diff(inner) <= 0) or np.any(np.diff(bnd) == 0) or (
+            len(inner) and len(bnd) and np.any(inner[np.minimum(np.searchsorted(inner, bnd), len(inner) - 1)] == bnd)):
+        raise FormatError(path, "original node IDs are not distinct, or the interior rows' not strictly increasing "
+                                "(a node listed twice?)")
 
 
 def _check_feature_range(path, part: PartData) -> None:
@@ -510,7 +552,7 @@ def write_node_map(path, new_to_orig: np.ndarray, force: bool = False) -> str:
     with atomic_file(path, force) as tmp:
         with h5py.File(tmp, "w") as f:
             f.attrs["format"] = NODE_MAP_FORMAT
-            f.attrs["version"] = FORMAT_VERSION
+            f.attrs["version"] = PARTITION_VERSION
             ds = f.create_dataset("new_to_orig", data=np.asarray(new_to_orig, dtype=np.int64))
             ds.attrs["sha256"] = array_sha256(np.asarray(new_to_orig, dtype=np.int64))
     return file_sha256(path)
@@ -528,7 +570,7 @@ class NodeMapWriter(PartFeatures):
         self.path = Path(path)
         self._f = h5py.File(check_output(self.path, force=False), "w")
         self._f.attrs["format"] = NODE_MAP_FORMAT
-        self._f.attrs["version"] = FORMAT_VERSION
+        self._f.attrs["version"] = PARTITION_VERSION
         self._ds = self._f.create_dataset("new_to_orig", shape=(num_nodes,), dtype=np.int64)
         self._rows = 0
         self._hash = IncrementalSha256()
@@ -545,9 +587,9 @@ def read_node_map(dirpath, meta: dict | None = None) -> np.ndarray:
             raise FormatError(path, "checksum mismatch with meta.json")
         with h5py.File(path, "r") as f:
             fmt, ver = h5_attr_str(f.attrs.get("format", "")), f.attrs.get("version")
-            if fmt != NODE_MAP_FORMAT or not supported_version(ver):
+            if fmt != NODE_MAP_FORMAT or not supported_version(ver, PARTITION_VERSION):
                 raise FormatError(path, f"format {fmt!r} version {ver}, expected {NODE_MAP_FORMAT!r} version "
-                                        f"{FORMAT_VERSION}")
+                                        f"{PARTITION_VERSION}")
             if "new_to_orig" not in f or not isinstance(f["new_to_orig"], h5py.Dataset):
                 raise FormatError(path, "dataset 'new_to_orig' is missing")
             m = f["new_to_orig"][()]

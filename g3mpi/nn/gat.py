@@ -30,6 +30,21 @@ class GATLayer(nn.Module):
         nn.init.xavier_uniform_(self.att_dst)
         self.agg = GATAggregation(graph, heads, channels, name=name)
 
+    #: the layer interface of ``g3mpi.nn.model`` (GCN and SAGE too): attention is not row-wise (no inter-layer
+    #: pipeline), its backward needs its output (no in-place activation), and no product of the input is free
+    rowwise = False
+    output_free = False
+    input_product_free = False
+
+    @classmethod
+    def build(cls, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, last: bool, name: str, *,
+              heads: int = 8, out_heads: int = 1, attn_dropout: float = 0.0):
+        """(layer, its output width): hidden layers ``heads`` heads of ``hidden`` channels concatenated, the last
+        ``out_heads`` heads of ``out_dim`` averaged."""
+        h, ch = (out_heads, out_dim) if last else (heads, hidden)
+        return cls(graph, in_dim, ch, h, concat=not last, attn_dropout=attn_dropout, name=name), \
+            ch if last else h * ch
+
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None, layer: int = 0) -> torch.Tensor:
         h = self.lin(x).view(-1, self.H, self.C)
         a_src = (h * self.att_src).sum(-1)

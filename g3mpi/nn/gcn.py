@@ -25,6 +25,30 @@ class GCNLayer(nn.Module):
         self.transform_first = in_dim > out_dim
         self.agg = Aggregation(graph, "gcn", out_dim if self.transform_first else in_dim, name=name)
 
+    #: the layer interface of ``g3mpi.nn.model`` (see ``GATLayer``): row-wise (the inter-layer pipeline drives it
+    #: through ``g3mpi.sched.layers.RowwiseLayer``), and its backward does not need its output (in-place activation)
+    rowwise = True
+    output_free = True
+
+    @classmethod
+    def build(cls, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, last: bool, name: str, **_):
+        """(layer, its output width) for a layer of a model stack (``GNN``)."""
+        o = out_dim if last else hidden
+        return cls(graph, in_dim, o, name=name), o
+
+    @property
+    def input_product_free(self) -> bool:
+        """Its aggregation of the input needs no parameter (aggregate-first): a model may cache it."""
+        return not self.transform_first
+
+    @property
+    def exchange(self):
+        return self.agg.ex
+
+    @property
+    def groups(self):
+        return self.agg.groups
+
     # row-wise halves of forward, for the inter-layer pipeline (g3mpi.ops.pipeline)
     def pre(self, x: torch.Tensor):
         return (x @ self.lin.weight.t() if self.transform_first else x), None
@@ -45,7 +69,7 @@ class GCNLayer(nn.Module):
     def from_input_product(self, c: torch.Tensor) -> torch.Tensor:
         return F.linear(c, self.lin.weight, self.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, key=None, layer: int = 0) -> torch.Tensor:
         if self.transform_first:
             return self.agg(self.lin(x)) + self.bias
         return self.from_input_product(self.input_product(x))

@@ -23,15 +23,11 @@ from .gat import GATLayer
 from .gcn import GCNLayer
 from .sage import SAGELayer
 
-MODELS = ("gcn", "sage", "gat")
+#: model name -> layer class; every layer implements the same interface: ``build``, ``forward(x, key, layer)``,
+#: ``rowwise``, ``output_free``, ``input_product_free`` (and, row-wise ones, ``g3mpi.sched.layers.RowwiseLayer``)
+LAYERS = {"gcn": GCNLayer, "sage": SAGELayer, "gat": GATLayer}
+MODELS = tuple(LAYERS)
 ACTIVATIONS = {"relu": F.relu, "elu": F.elu, "gelu": F.gelu, "leaky_relu": F.leaky_relu, "tanh": torch.tanh}
-
-
-def _same(a, b) -> bool:
-    """The same row groups: both None, or the same index tensors (identity)."""
-    if a is None or b is None:
-        return a is b
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 class GNN(nn.Module):
@@ -45,7 +41,7 @@ class GNN(nn.Module):
                  heads: int = 8, out_heads: int = 1, dropout: float = 0.0, attn_dropout: float = 0.0,
                  activation: str = "relu", input_cache: bool = True):
         super().__init__()
-        if model not in MODELS:
+        if model not in LAYERS:
             raise ValueError(f"model {model!r}: expected one of {', '.join(MODELS)}")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation {activation!r}: expected one of {', '.join(ACTIVATIONS)}")
@@ -56,59 +52,56 @@ class GNN(nn.Module):
         convs = []
         d = in_dim
         for i in range(layers):
-            last = i == layers - 1
-            name = f"{model}{i}"
-            if model == "gat":
-                heads_i = out_heads if last else heads
-                ch = out_dim if last else hidden
-                convs.append(GATLayer(graph, d, ch, heads_i, concat=not last, attn_dropout=attn_dropout, name=name))
-                d = ch if last else heads_i * ch
-            else:
-                o = out_dim if last else hidden
-                convs.append((GCNLayer if model == "gcn" else SAGELayer)(graph, d, o, name=name))
-                d = o
+            conv, d = LAYERS[model].build(graph, d, hidden, out_dim, i == layers - 1, f"{model}{i}", heads=heads,
+                                          out_heads=out_heads, attn_dropout=attn_dropout)
+            convs.append(conv)
         self.convs = nn.ModuleList(convs)
+        self.rowwise = all(c.rowwise for c in convs)
         # the only first layer whose aggregation of the input needs no parameter: GCN or SAGE with in <= out
-        self.input_cache_applies = model != "gat" and not convs[0].transform_first
+        self.input_cache_applies = convs[0].input_product_free
         self.input_cache = bool(input_cache) and self.input_cache_applies
         self._cached = None     # (input tensor, its version, row groups, layer 0's input product)
 
     def _input_product(self, x: torch.Tensor, groups=None):
-        """Layer 0's parameter-free product of ``x`` when it can be reused, else None. With ``groups`` (row index
-        tensors, the pipeline's boundary and interior rows) a tuple of its rows per group: only that is kept."""
+        """Layer 0's parameter-free product of ``x`` when it can be reused, else None. With ``groups`` (the
+        pipeline's boundary and interior row groups) a tuple of its rows per group: only that is kept."""
         if not self.input_cache or x.requires_grad or (self.training and self.dropout > 0):
             return None
         c = self._cached
-        if c is None or c[0] is not x or c[1] != x._version or not _same(c[2], groups):
+        if c is None or c[0] is not x or c[1] != x._version or c[2] is not groups:
             self._cached = None     # the old product is freed before the new one is computed
             with torch.no_grad():
-                val = self.convs[0].input_product(x) if groups is None else input_product_groups(self, x)
+                conv = self.convs[0]
+                val = conv.input_product(x) if groups is None else \
+                    input_product_groups(conv, x, self.graph.schedule)
             c = self._cached = (x, x._version, groups, val)
         return c[3]
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
         g = self.graph
-        if (self.model != "gat" and g.schedule.mode == "pipelined" and g.schedule.interlayer
-                and (g.plan.send_parts or g.plan.recv_parts)):
-            B, I = g.row_groups(self.convs[0].agg.kind)
-            return forward_pipelined(self, x, key, self._input_product(x, (B.rows, I.rows)))
+        ids = g.orig_ids
+        if self.rowwise and g.schedule.pipelines and (g.plan.send_parts or g.plan.recv_parts):
+            def between(l, y, rows):
+                y = y if l == 0 else self.activation(y)
+                return node_dropout(y, key, l, ids[rows], self.dropout, self.training)
+            groups = self.convs[0].groups
+            return forward_pipelined(list(self.convs), between, x, g.schedule, g.ctx.progress,
+                                     self._input_product(x, groups))
         c0 = self._input_product(x)
-        ids = self.graph.orig_ids
         last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):
             if i == 0 and c0 is not None:
                 x = conv.from_input_product(c0)
             else:
-                x = node_dropout(x, key, i, ids, self.dropout, self.training)
-                x = conv(x, key, i) if self.model == "gat" else conv(x)
+                x = conv(node_dropout(x, key, i, ids, self.dropout, self.training), key, i)
             if i < last:
                 x = self.activation(x)
         return x
 
     def activation(self, x: torch.Tensor) -> torch.Tensor:
-        """The hidden activation; ReLU in place on GCN/SAGE layer outputs (their backward does not need them),
+        """The hidden activation; ReLU in place on outputs their layer's backward does not need (GCN, SAGE),
         which saves one fresh [n, hidden] tensor per layer, and its backward masks the incoming gradient in place
         (``g3mpi.ops.activation``), which saves another during backward."""
-        if self.act is F.relu and self.model != "gat":
+        if self.act is F.relu and self.convs[0].output_free:
             return relu_(x)
         return self.act(x)

@@ -24,6 +24,30 @@ class SAGELayer(nn.Module):
         self.transform_first = in_dim > out_dim
         self.agg = Aggregation(graph, "mean", out_dim if self.transform_first else in_dim, name=name)
 
+    #: the layer interface of ``g3mpi.nn.model`` (see ``GATLayer``): row-wise (the inter-layer pipeline drives it
+    #: through ``g3mpi.sched.layers.RowwiseLayer``), and its backward does not need its output (in-place activation)
+    rowwise = True
+    output_free = True
+
+    @classmethod
+    def build(cls, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, last: bool, name: str, **_):
+        """(layer, its output width) for a layer of a model stack (``GNN``)."""
+        o = out_dim if last else hidden
+        return cls(graph, in_dim, o, name=name), o
+
+    @property
+    def input_product_free(self) -> bool:
+        """Its aggregation of the input needs no parameter (aggregate-first): a model may cache it."""
+        return not self.transform_first
+
+    @property
+    def exchange(self):
+        return self.agg.ex
+
+    @property
+    def groups(self):
+        return self.agg.groups
+
     # row-wise halves of forward, for the inter-layer pipeline (g3mpi.ops.pipeline)
     def pre(self, x: torch.Tensor):
         if self.transform_first:
@@ -37,7 +61,7 @@ class SAGELayer(nn.Module):
         return F.linear(torch.cat([agg, x], dim=1), torch.cat([self.lin_l.weight, self.lin_r.weight], dim=1),
                         self.lin_l.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, key=None, layer: int = 0) -> torch.Tensor:
         # W_l and W_r act on the same rows: one matrix product [.., 2*out] (or [.., 2*in] input) instead of two
         o = self.out_dim
         if self.transform_first:

@@ -1,26 +1,46 @@
-"""Distributed sparse aggregation ``out = A_rank @ [h_own; h_halo]`` as one autograd Function.
+"""Distributed sparse aggregation ``out = A_rank @ [h_own; h_halo]`` of one layer (GCN, SAGE), layer by layer.
 
-Forward runs the halo exchange of ``h`` and the block products under the rank's schedule; backward runs the
-transposed blocks (precomputed, see ``g3mpi.sched.blocks``), sends each halo gradient back to its owner and sums
-the gradients other ranks send for our rows. Edge weights are constants (GCN normalisation, SAGE mean).
+The halo exchange runs through ``g3mpi.ops.exchange`` (the path every layer uses). Forward: the exchange of ``h``
+starts, the local block is computed by row chunks written in place into the output (``Schedule.rows_per_chunk``),
+each neighbour's block is computed as soon as its message has landed (polled between chunks; ``blocking``: all of
+them first), and the neighbour blocks are added in a fixed order. Backward mirrors it: each neighbour's halo
+gradient is computed (its precomputed transpose) into the exchange's buffer and sent at once, then the local
+transpose runs by chunks, polling, while the gradients for our rows arrive; they are added in place. Edge
+weights are constants (GCN normalisation, SAGE mean).
 """
 from __future__ import annotations
 
 import torch
 
+from .blocks import spmm
+from .exchange import HaloRound
 from .graph import DistGraph
 
 
-class _DistSpMM(torch.autograd.Function):
+class _Local(torch.autograd.Function):
+    """``local @ h`` by row chunks, ``between()`` after each; backward ``local^T @ g`` by chunks, polling, plus the
+    gradients other ranks send for our rows."""
+
     @staticmethod
-    def forward(ctx, h, agg):
-        ctx.agg = agg
-        return agg.schedule.spmm_forward(agg.blocks, agg.ex, h.detach().contiguous())
+    def forward(ctx, h, agg, rnd, between):
+        ctx.agg, ctx.rnd = agg, rnd
+        blocks = agg.blocks
+        out = h.new_empty(blocks.num_owned, h.shape[1])
+        for a, b, mat in blocks.chunks(agg.schedule.rows_per_chunk(h.shape[1], rnd.ex.forward.num_recvs)):
+            spmm(mat, h, out[a:b])
+            between()
+        return out
 
     @staticmethod
     def backward(ctx, g):
-        agg = ctx.agg
-        return agg.schedule.spmm_backward(agg.blocks, agg.ex, g.contiguous()), None
+        agg, rnd = ctx.agg, ctx.rnd
+        sched, tr = agg.schedule, rnd.ex.backward
+        g = g.contiguous()
+        grad = g.new_empty(agg.blocks.num_owned, g.shape[1])
+        for a, b, mat in agg.blocks.transpose_chunks(sched.rows_per_chunk(g.shape[1], tr.num_recvs)):
+            spmm(mat, g, grad[a:b])
+            sched.poll(tr)
+        return rnd.add_received(grad), None, None, None
 
 
 class Aggregation:
@@ -41,8 +61,29 @@ class Aggregation:
     def schedule(self):
         return self.graph.schedule
 
+    @property
+    def groups(self):
+        """(boundary, interior) row groups of this aggregation's blocks (the inter-layer pipeline's)."""
+        return self.graph.row_groups(self.kind)
+
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         if h.shape != (self.graph.num_owned, self.width) or h.dtype != torch.float32:
             raise ValueError(f"aggregation expects float32 [{self.graph.num_owned}, {self.width}], got "
                              f"{h.dtype} {tuple(h.shape)}")
-        return _DistSpMM.apply(h, self)
+        h = h.contiguous()
+        sched, nbs = self.schedule, self.blocks.neighbours
+        rnd = HaloRound(self.ex, sched)
+        token = rnd.start(h)
+        parts = [None] * len(nbs)
+
+        def compute(landed):
+            for i in landed:
+                parts[i] = spmm(nbs[i].mat, rnd.halo(i))
+
+        if sched.waits_first:
+            compute(rnd.rest())
+        out = _Local.apply(h, self, rnd, lambda: compute(rnd.landed()))
+        compute(rnd.rest())
+        for i, nb in enumerate(nbs):      # fixed order: the result does not depend on arrival order
+            out = rnd.add(out, token, i, parts[i], nb.rows, nb.mat_t)
+        return rnd.join(out, token)

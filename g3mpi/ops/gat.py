@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .dropout import DropoutKey, edge_keep_mask
-from .exchange import halo_join, halo_recv, halo_start
+from .exchange import HaloRound
 from .graph import DistGraph
 from .heads import HeadPattern, head_spmm
 
@@ -73,14 +73,16 @@ class GATAggregation:
         g, sched, ex, blk = self.graph, self.graph.schedule, self.ex, self.blocks
         n, H, C = g.num_owned, self.H, self.C
         drop = training and attn_dropout > 0 and key is not None
-        payload = torch.cat([x.reshape(n, H * C), a_src], dim=1)
-        dummy = halo_start(payload, ex, sched)
+        nb = g.num_boundary      # the message: x' and a_src of the boundary rows (the first rows), one copy
+        payload = torch.cat([x[:nb].reshape(nb, H * C), a_src[:nb]], dim=1)
+        rnd = HaloRound(ex, sched)
+        token = rnd.start(payload, grads=True)
         k = ex.forward.num_recvs
         parts = [None] * k
 
         def compute(landed):
             for i in landed:
-                h = halo_recv(dummy, ex, sched, i)
+                h = rnd.recv(token, i)
                 nb = blk.neighbours[i]
                 keep = None
                 if drop:
@@ -90,14 +92,14 @@ class GATAggregation:
                 parts[i] = _partial(nb.dst, nb.src, self.patterns[1][i], h[:, :H * C].reshape(-1, H, C),
                                     h[:, H * C:], a_dst.index_select(0, nb.rows), len(nb.rows), keep)
 
-        if sched.mode == "blocking":
-            compute(sched.rest(ex.forward))
+        if sched.waits_first:
+            compute(rnd.rest())
         keep = None
         if drop:
             keep = edge_keep_mask(key, layer, g.orig_ids[blk.local_dst], g.orig_ids[blk.local_src], H, attn_dropout)
         m, den, local = _partial(blk.local_dst, blk.local_src, self.patterns[0], x, a_src, a_dst, n, keep)
-        compute(sched.poll(ex.forward))
-        compute(sched.rest(ex.forward))
+        compute(rnd.landed())
+        compute(rnd.rest())
         with torch.no_grad():
             M = m.clone()
             for i, nb in enumerate(blk.neighbours):
@@ -110,4 +112,4 @@ class GATAggregation:
         out = _normalised(local, scales[0] * inv)
         for i, nb in enumerate(blk.neighbours):
             out = out.index_add(0, nb.rows, _normalised(parts[i][2], scales[i + 1] * inv.index_select(0, nb.rows)))
-        return halo_join(out, dummy)
+        return rnd.join(out, token)

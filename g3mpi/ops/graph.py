@@ -10,8 +10,9 @@ import numpy as np
 import torch
 
 from g3mpi.comm import CommContext, HaloPlan
-from g3mpi.sched import BlockMatrix, Schedule, row_groups
+from g3mpi.sched import Schedule
 
+from .blocks import BlockMatrix, row_groups
 from .heads import HeadPattern
 
 #: edge weightings a layer can ask for
@@ -48,7 +49,7 @@ class DistGraph:
         self.num_owned = part.num_owned
         self.num_halo = part.num_halo
         self.orig_ids = torch.from_numpy(np.asarray(part.orig_ids, dtype=np.int64))
-        self.boundary = self.plan.boundary_rows
+        self.num_boundary = int(part.num_boundary)   # owned rows 0 .. num_boundary-1 are the send rows
         self._blocks = {}
         # original IDs of halo rows: needed by randomness keyed on source nodes (GAT attention dropout)
         ex = ctx.exchange(self.plan, 1, dtype=np.int64, name="orig_ids")
@@ -78,7 +79,7 @@ class DistGraph:
                 vals, diag = None, np.ones(n, dtype=np.float32)
             else:
                 raise ValueError(f"unknown aggregation kind {kind!r}")
-            self._blocks[kind] = BlockMatrix(p.indptr, p.indices, n, self.plan.recv_offsets, self.boundary,
+            self._blocks[kind] = BlockMatrix(p.indptr, p.indices, n, self.plan.recv_offsets, self.num_boundary,
                                              vals, diag)
         return self._blocks[kind]
 
@@ -98,7 +99,7 @@ class DistGraph:
         """(boundary, interior) row groups of the blocks of ``kind`` (cached)."""
         key = ("groups", kind)
         if key not in self._blocks:
-            self._blocks[key] = row_groups(self.blocks(kind), self.plan.send_idx)
+            self._blocks[key] = row_groups(self.blocks(kind))
         return self._blocks[key]
 
     def exchange(self, width: int, name: str = ""):

@@ -14,7 +14,7 @@ expanded once into a [r*H, c*H] CSR pattern whose row ``i*H + h`` holds the edge
     grad of x        gx   = A_w^T @ g                    (SpMM with the transposed pattern)
     grad of w        gw[k, h] = <g[dst_k, h], x[col[k], h]>   (SDDMM: ``torch.sparse.sampled_addmm``)
 
-The two SpMMs are the runtime's one sparse product, ``g3mpi.sched.blocks.spmm`` (written in place, no
+The two SpMMs are the runtime's one sparse product, ``g3mpi.ops.blocks.spmm`` (written in place, no
 zero-filled result).
 
 Nothing of size e*H*C is made. Per call only the e*H values are gathered into pattern order. The pattern
@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from g3mpi.sched.blocks import spmm, torch_csr
+from g3mpi.ops.blocks import spmm, torch_csr
 
 
 def _expand(crow: np.ndarray, col: np.ndarray, order: np.ndarray, n_rows: int, H: int, idx_dtype):

@@ -1,42 +1,35 @@
-"""Inter-layer pipelining for GCN and SAGE: boundary rows first, their next-layer messages leave at once.
+"""Inter-layer pipelining for row-wise layers (GCN, SAGE): boundary rows first, their next-layer messages leave
+at once.
 
-Each layer's owned rows split into the boundary group B (rows some neighbour needs) and the interior group I.
+Each layer's owned rows split into the boundary group B (rows some neighbour needs: owned rows
+``0 .. num_boundary-1``, the part format's boundary-first order) and the interior group I (the rest).
 Per layer l (schedule ``pipelined``):
 
   1. local block of B rows;  2. neighbour blocks as layer l's messages land (for B and I rows);
-  3. B rows finished: bias, activation, dropout, layer l+1's weight product -> layer l+1's exchange starts now;
+  3. B rows finished: ``post``, then the model's activation and dropout (``between``), layer l+1's ``pre`` ->
+     layer l+1's exchange starts now (the payload's send rows are a view: no gather);
   4. local block of I rows, chunk by chunk, driving MPI progress between chunks, while layer l+1's messages
      travel; then I rows finished likewise.
 
 So each exchange overlaps the interior computation of the previous layer (including its dense part) and the
-boundary rows' local block of its own layer. The two groups stay two tensors from the first layer to the last
-(only the logits are merged): each group's local block is stored split by columns (``RowGroup``), so its product
-takes both groups' inputs as they are, written in place into its output. Every operation is an autograd op
-(sparse products with precomputed transposes; the exchange Functions of ``g3mpi.ops.exchange``), so backward
-runs the mirror image: halo gradients are sent as soon as autograd has summed them from both row groups, both
-groups' local transposes run in one pass, and owners sum what they receive. Partial sums are added in a fixed
-order: results equal the blocking schedule's up to rounding (the local block's row sums are split in two).
+boundary rows' local block of its own layer. The two groups are row ranges, so the input splits into views and
+they stay two tensors from the first layer to the last (only the logits are joined, one ``cat``): each group's
+local block is stored split by columns (``RowGroup``), so its product takes both groups' inputs as they are,
+written in place into its output. The layers are driven through ``g3mpi.sched.layers.RowwiseLayer``. Every
+operation is an autograd op (the exchange of ``g3mpi.ops.exchange``), so backward runs the mirror image: each
+neighbour's halo gradient is written in place and sent once both row groups have added their share, both
+groups' local transposes run in one pass, and the gradients other ranks send are added in place. Partial sums
+are added in a fixed order: results equal the blocking schedule's up to rounding (the local block's row sums are
+split in two).
 """
 from __future__ import annotations
 
 import torch
 
-from g3mpi.sched.blocks import chunk_rows_for, spmm
+from g3mpi.sched.layers import Between, RowwiseLayer
 
-from .exchange import halo_join, halo_recv, halo_start
-
-
-class SpMM(torch.autograd.Function):
-    """out = mat @ h; grad_h = mat_t @ grad_out (transpose precomputed)."""
-
-    @staticmethod
-    def forward(ctx, h, mat, mat_t):
-        ctx.mat_t = mat_t
-        return spmm(mat, h.detach())
-
-    @staticmethod
-    def backward(ctx, g):
-        return spmm(ctx.mat_t, g.contiguous()), None, None
+from .blocks import spmm
+from .exchange import HaloRound
 
 
 def _product(out, m_b, m_i, xb, xi):
@@ -56,8 +49,8 @@ class _LocalProduct:
     the interior rows' gradient): grad_xb = B.local_t[0] @ gb + I.local_t[0] @ gi and grad_xi likewise, each
     accumulated in place chunk by chunk, with ``progress()`` between chunks."""
 
-    def __init__(self, B, I, rows_per_chunk: int, progress):
-        self.B, self.I, self.rpc, self.progress = B, I, rows_per_chunk, progress
+    def __init__(self, B, I, rows_per_chunk: int, progress, rnd: HaloRound):
+        self.B, self.I, self.rpc, self.progress, self.rnd = B, I, rows_per_chunk, progress, rnd
         self.x = None       # (xb, xi) until the interior rows are computed
         self.gi = None      # the interior rows' output gradient, from _LocalI.backward to _LocalB.backward
 
@@ -65,7 +58,7 @@ class _LocalProduct:
         gi, self.gi = self.gi, None
         gb = gb.contiguous()
         if gi is None:      # the interior output needed no gradient
-            gi = gb.new_zeros(len(self.I.rows), gb.shape[1])
+            gi = gb.new_zeros(self.I.size, gb.shape[1])
         grads = []
         for tb, ti in zip(self.B.t_chunks(self.rpc), self.I.t_chunks(self.rpc)):
             out = gb.new_empty(tb[-1][1], gb.shape[1])
@@ -73,6 +66,7 @@ class _LocalProduct:
                 _product(out[a:b], mb, mi, gb, gi)
                 self.progress()
             grads.append(out)
+        self.rnd.add_received(grads[0])     # (the send rows are boundary rows)
         return grads
 
 
@@ -102,7 +96,7 @@ class _LocalI(torch.autograd.Function):
     def forward(ctx, token, op):
         ctx.op = op
         (xb, xi), op.x = op.x, None
-        out = xb.new_empty(len(op.I.rows), xb.shape[1])
+        out = xb.new_empty(op.I.size, xb.shape[1])
         for a, b, m_b, m_i in op.I.chunks(op.rpc):
             _product(out[a:b], m_b, m_i, xb, xi)
             op.progress()
@@ -114,109 +108,88 @@ class _LocalI(torch.autograd.Function):
         return g.new_zeros(0), None
 
 
-def _merge(n, rows_b, yb, rows_i, yi):
-    """[n, F] with rows ``rows_b`` from yb and ``rows_i`` from yi (the two groups cover every row once)."""
-    out = yb.new_empty(n, yb.shape[1])
-    out.index_copy_(0, rows_b, yb)
-    return out.index_copy_(0, rows_i, yi)
-
-
-def input_product_groups(model, x):
+def input_product_groups(layer, x, schedule):
     """The first layer's input product (``input_product_rows``) of the boundary and of the interior rows, computed
     with the row groups' own matrices (no whole-rank blocks are built for it); no autograd."""
-    g = model.graph
-    sched = g.schedule
-    conv = model.convs[0]
-    ex = conv.agg.ex
-    B, I = g.row_groups(conv.agg.kind)
-    xb, xi = x[B.rows], x[I.rows]
-    dummy = halo_start(xb, ex, sched, B.send_pos)
-    ob = _product(x.new_empty(len(B.rows), x.shape[1]), *B.local, xb, xi)
-    oi = _product(x.new_empty(len(I.rows), x.shape[1]), *I.local, xb, xi)
-    k = ex.forward.num_recvs
-    halos = [None] * k
-    for i in sched.poll(ex.forward) + sched.rest(ex.forward):
-        halos[i] = halo_recv(dummy, ex, sched, i)
-    for i in range(k):          # fixed order, as forward_pipelined adds them
-        if B.nb[i] is not None:
-            ob.index_add_(0, B.nb[i][0], spmm(B.nb[i][1], halos[i]))
-        if I.nb[i] is not None:
-            oi.index_add_(0, I.nb[i][0], spmm(I.nb[i][1], halos[i]))
-    return conv.input_product_rows(ob, xb), conv.input_product_rows(oi, xi)
+    B, I = layer.groups
+    xb, xi = x[:B.stop], x[B.stop:]
+    rnd = HaloRound(layer.exchange, schedule)
+    rnd.start(xb)
+    ob = _product(x.new_empty(B.size, x.shape[1]), *B.local, xb, xi)
+    oi = _product(x.new_empty(I.size, x.shape[1]), *I.local, xb, xi)
+    rnd.landed()
+    rnd.rest()
+    for i in range(len(B.nb)):          # fixed order, as forward_pipelined adds them
+        for grp, o in ((B, ob), (I, oi)):
+            if grp.nb[i] is not None:
+                o.index_add_(0, grp.nb[i][0], spmm(grp.nb[i][1], rnd.halo(i)))
+    return layer.input_product_rows(ob, xb), layer.input_product_rows(oi, xi)
 
 
-def forward_pipelined(model, x, key, c0=None):
-    """The model stack of ``GNN`` (GCN or SAGE) with inter-layer pipelining; same result as the layer-by-layer
-    forward. Layers provide ``pre(x_rows) -> (payload_rows, aux_rows)`` and ``post(agg_rows, aux_rows, x_rows)``.
-    ``c0``: the first layer's cached input product (``GNN`` input cache) as (boundary rows, interior rows), or
-    None; with it the pipeline starts at the second layer."""
-    from .dropout import node_dropout
-    g = model.graph
-    sched = g.schedule
-    convs = model.convs
-    last = len(convs) - 1
-    B, I = g.row_groups(convs[0].agg.kind)
-    ids_b, ids_i = g.orig_ids[B.rows], g.orig_ids[I.rows]
-    n = g.num_owned
-    progress = g.ctx.progress
-    training = model.training
+def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule, progress, c0=None):
+    """The model stack of ``layers`` with inter-layer pipelining; the same result as layer by layer.
+    ``between``: the model's activation and dropout (``g3mpi.sched.layers.Between``); ``progress()`` drives MPI
+    progress of every exchange in flight. ``c0``: the first layer's cached input product (the model's input cache)
+    as (boundary rows, interior rows), or None; with it the pipeline starts at the second layer."""
+    B, I = layers[0].groups
+    nb, n = B.stop, I.stop
+    rows_b, rows_i = slice(0, nb), slice(nb, n)
+    last = len(layers) - 1
 
-    def start(conv, xb):
-        pb, ab = conv.pre(xb)
-        return pb, ab, halo_start(pb, conv.agg.ex, sched, B.send_pos)
+    def start(layer, xb):
+        pb, ab = layer.pre(xb)
+        rnd = HaloRound(layer.exchange, schedule)
+        return pb, ab, rnd, rnd.start(pb)
 
     first = 0
     if c0 is not None:
-        yb, yi = (convs[0].from_input_product(c) for c in c0)
+        yb, yi = (layers[0].from_input_product(c) for c in c0)
         if last == 0:
-            return _merge(n, B.rows, yb, I.rows, yi)
+            return torch.cat([yb, yi])
         first = 1
-        xb = node_dropout(model.activation(yb), key, 1, ids_b, model.dropout, training)
-        xi = node_dropout(model.activation(yi), key, 1, ids_i, model.dropout, training)
+        xb, xi = between(1, yb, rows_b), between(1, yi, rows_i)
         yb = yi = None
     else:
-        xb = node_dropout(x[B.rows], key, 0, ids_b, model.dropout, training)
-        xi = node_dropout(x[I.rows], key, 0, ids_i, model.dropout, training)
-    pb, ab, dummy = start(convs[first], xb)
-    pi, ai = convs[first].pre(xi)
+        xb, xi = between(0, x[rows_b], rows_b), between(0, x[rows_i], rows_i)
+    pb, ab, rnd, token = start(layers[first], xb)
+    pi, ai = layers[first].pre(xi)
     for l in range(first, last + 1):
-        conv = convs[l]
-        ex = conv.agg.ex
-        rpc = chunk_rows_for(pb.shape[1], sched.chunk_rows) if sched.chunk_rows >= 0 else 0
-        op = _LocalProduct(B, I, rpc, progress)
-        ob, token = _LocalB.apply(pb, pi, op)
+        layer = layers[l]
+        k = len(B.nb)
+        op = _LocalProduct(B, I, schedule.rows_per_chunk(pb.shape[1], k), progress, rnd)
+        ob, tok = _LocalB.apply(pb, pi, op)
         pb = pi = None   # dead from here on: references to dead tensors are dropped as soon as possible
-        k = ex.forward.num_recvs
         parts_b, parts_i = [None] * k, [None] * k
 
         def land(landed):
             for i in landed:
-                h = halo_recv(dummy, ex, sched, i)
+                h = rnd.halo(i)
                 if B.nb[i] is not None:
-                    parts_b[i] = SpMM.apply(h, B.nb[i][1], B.nb[i][2])
+                    parts_b[i] = spmm(B.nb[i][1], h)
                 if I.nb[i] is not None:
-                    parts_i[i] = SpMM.apply(h, I.nb[i][1], I.nb[i][2])
+                    parts_i[i] = spmm(I.nb[i][1], h)
 
-        land(sched.poll(ex.forward))
-        land(sched.rest(ex.forward))
+        land(rnd.landed())
+        land(rnd.rest())
         for i in range(k):
             if parts_b[i] is not None:
-                ob = ob.index_add_(0, B.nb[i][0], parts_b[i])
+                ob = rnd.add(ob, token, i, parts_b[i], B.nb[i][0], B.nb[i][2])
                 parts_b[i] = None
-        ob = halo_join(ob, dummy)
-        yb = conv.post(ob, ab, xb)
+        ob = rnd.join(ob, token)
+        yb = layer.post(ob, ab, xb)
         ob = None
         if l < last:
-            xb = node_dropout(model.activation(yb), key, l + 1, ids_b, model.dropout, training)
+            xb = between(l + 1, yb, rows_b)
             yb = None
-            pb, ab, dummy = start(convs[l + 1], xb)
-        oi = _LocalI.apply(token, op)
-        token = op = None
+            pb, ab, rnd_next, token_next = start(layers[l + 1], xb)
+        oi = _LocalI.apply(tok, op)
+        tok = op = None
         for i in range(k):
             if parts_i[i] is not None:
-                oi = oi.index_add_(0, I.nb[i][0], parts_i[i])
-        yi = conv.post(oi, ai, xi)
+                oi = rnd.add(oi, token, i, parts_i[i], I.nb[i][0], I.nb[i][2])
+        yi = layer.post(oi, ai, xi)
         if l == last:
-            return _merge(n, B.rows, yb, I.rows, yi)
-        xi = node_dropout(model.activation(yi), key, l + 1, ids_i, model.dropout, training)
-        pi, ai = convs[l + 1].pre(xi)
+            return torch.cat([yb, yi])
+        xi = between(l + 1, yi, rows_i)
+        pi, ai = layers[l + 1].pre(xi)
+        rnd, token = rnd_next, token_next

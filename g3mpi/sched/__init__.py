@@ -1,5 +1,5 @@
-"""Rank-local scheduling of aggregation blocks and row chunks around in-flight halo messages."""
-from .blocks import BlockMatrix, RowGroup, chunk_rows_for, row_groups
-from .schedule import MODES, Schedule
+"""Rank-local scheduling policy: the modes, the chunk rule, when to poll and when to wait for messages in flight,
+and the layer protocol the inter-layer pipeline drives."""
+from .schedule import BLOCKING, MODES, NOCOMM, PIPELINED, Schedule
 
-__all__ = ["BlockMatrix", "RowGroup", "row_groups", "chunk_rows_for", "MODES", "Schedule"]
+__all__ = ["BLOCKING", "MODES", "NOCOMM", "PIPELINED", "Schedule"]

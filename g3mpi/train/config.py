@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from g3mpi.nn import ACTIVATIONS, MODELS
-from g3mpi.sched import MODES
+from g3mpi.sched import MODES, PIPELINED, Schedule
 
 OPTIMIZERS = ("adam", "sgd")
 #: torch threads per rank at most (a larger count is a typo: OpenMP would abort allocating the pool)
@@ -52,7 +52,7 @@ class TrainConfig:
     patience: int = 0               # stop after this many evaluations without a better validation accuracy (0: never)
     seed: int = 0
     threads: int = 1                # torch threads per rank
-    schedule: str = "pipelined"     # pipelined | blocking | nocomm (nocomm: timing only, results invalid on P > 1)
+    schedule: str = PIPELINED       # one of sched.MODES (nocomm: timing only, results invalid on P > 1)
     chunk_rows: int = 0             # rows per aggregation chunk (0: from the feature width; <0: no chunking)
     sim_net: str = ""               # simulated network BANDWIDTH,LATENCY, e.g. "10Gbit,20us" ("" = off)
     input_cache: bool = True        # compute the first layer's aggregation of the constant input once (GNN)
@@ -232,14 +232,13 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
         why["activation"] = "with one layer there is no hidden layer (the last layer has no activation)"
     if cfg.model == "gat":
         why["chunk_rows"] = "GAT computes its attention without row chunks (GCN and SAGE chunk their products)"
-    elif cfg.chunk_rows < 0 and (world_size == 1 or cfg.schedule != "pipelined"):
-        who = "one rank, with no messages to poll for," if world_size == 1 else f"the {cfg.schedule} schedule"
-        why["chunk_rows"] = f"{who} computes without chunks unless chunk_rows is positive"
+    elif Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size):
+        why["chunk_rows"] = Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size)
     if world_size == 1:
         why["schedule"] = "one rank has no halo to exchange: every schedule computes the same way"
         why["sim_net"] = "one rank sends no messages"
         why["comm_timeout"] = "one rank waits for no other"
-    elif cfg.schedule == "nocomm":
+    elif not Schedule(cfg.schedule).communicates:
         why["sim_net"] = "the nocomm schedule sends no messages"
     if not input_cache_applies:
         why["input_cache"] = "there is no parameter-free product of the input to keep: " + (

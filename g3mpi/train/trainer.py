@@ -439,7 +439,7 @@ class Trainer:
             log.warning("%s: cannot be read back for the summary's timings: %s", run_dir / "metrics.jsonl",
                         failure_reason(e))
             timings = run_timings([])
-        exact = cfg.schedule != "nocomm" or comm.size == 1   # one rank has no halo for nocomm to skip
+        exact = Schedule(cfg.schedule).communicates or comm.size == 1   # one rank has no halo for nocomm to skip
         summary = dict(
             model=cfg.model, world_size=comm.size, num_parts=self.meta["num_parts"],
             partition_method=self.meta.get("method"), num_nodes=self.part.num_nodes, num_edges=self.part.num_edges,

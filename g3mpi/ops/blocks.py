@@ -1,14 +1,15 @@
-"""Column blocks and row chunks of one rank's aggregation matrix.
+"""Column blocks, row ranges and row groups of one rank's aggregation matrix, and the runtime's one sparse product.
 
 The aggregation ``out = A @ [h_own; h_halo]`` of a rank splits by columns into the local block (owned sources,
 plus the diagonal when the model adds self loops) and one block per receive neighbour (the columns of that
 neighbour's halo slice), so each neighbour's block can be computed as soon as its message lands. A neighbour
-block keeps only the rows that have an edge from that neighbour (``rows``), so its cost is its own edge count.
+block keeps only the rows that have an edge from that neighbour (``rows``), so its cost is its own edge count;
+its transpose has the owned rows as columns, so backward multiplies the whole output gradient, gathering nothing.
 
 The local block is split into contiguous row ranges (chunks) so a scheduler can poll pending messages between
-them; each range's product is written in place into its rows of the layer's output. Every block keeps its
-transpose, precomputed once, for the backward pass. (Boundary rows first, across layers, is the inter-layer
-pipeline's: ``RowGroup``, ``row_groups``.)
+them; each range's product is written in place into its rows of the layer's output. The part format puts the
+boundary rows first (``PartData.num_boundary``), so the inter-layer pipeline's row groups (boundary, interior:
+``RowGroup``, ``row_groups``) are row ranges too. Every block keeps its transpose, precomputed once.
 """
 from __future__ import annotations
 
@@ -18,10 +19,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 import torch
-
-#: bytes of output per row chunk when the chunk size follows the feature width
-CHUNK_BYTES = 1 << 20
-
 
 def to_torch_csr(m: sp.csr_matrix) -> torch.Tensor:
     """scipy CSR -> torch CSR (int64 indices). Callers pass matrices built from a validated part file."""
@@ -54,6 +51,19 @@ def spmm(mat: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) ->
     return out.addmm_(mat, x, beta=0)
 
 
+class SpMM(torch.autograd.Function):
+    """out = mat @ h; grad_h = mat_t @ grad_out (transpose precomputed)."""
+
+    @staticmethod
+    def forward(ctx, h, mat, mat_t):
+        ctx.mat_t = mat_t
+        return spmm(mat, h.detach())
+
+    @staticmethod
+    def backward(ctx, g):
+        return spmm(ctx.mat_t, g.contiguous()), None, None
+
+
 def _transpose(m: sp.csr_matrix) -> torch.Tensor:
     """torch CSR of ``m.T`` (scipy's CSR -> CSC conversion: columns come out with sorted rows)."""
     t = m.T.tocsr()
@@ -72,18 +82,19 @@ def _coo_rows(crow: torch.Tensor) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(len(crow) - 1, dtype=torch.int64), crow.diff())
 
 
-def chunk_rows_for(width: int, chunk_rows: int) -> int:
-    """Rows per chunk: ``chunk_rows`` if positive, else about CHUNK_BYTES of float32 output."""
-    if chunk_rows > 0:
-        return int(chunk_rows)
-    return max(64, CHUNK_BYTES // (4 * max(1, int(width))))
+def _transpose_at(m: sp.csr_matrix, pos: np.ndarray, n: int) -> torch.Tensor:
+    """torch CSR [m.shape[1], n] of the transpose of ``m`` whose row j is row ``pos[j]`` of an [n, .] matrix."""
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    ptr[np.asarray(pos) + 1] = np.diff(m.indptr)
+    np.cumsum(ptr, out=ptr)
+    return _transpose(sp.csr_matrix((m.data, m.indices, ptr), shape=(n, m.shape[1]), copy=False))
 
 
 class NeighbourBlock:
     """Block of receive neighbour i: ``rows`` [r] owned rows with an edge from its halo slice;
-    ``mat`` [r, slice] and ``mat_t`` [slice, r] as torch CSR; ``src``/``dst`` the same edges as COO
-    (source position in the slice, destination position in ``rows``; ``src`` shares ``mat``'s column indices,
-    ``dst`` is made on first use)."""
+    ``mat`` [r, slice] and ``mat_t`` [slice, n_owned] (its transpose, columns = owned rows) as torch CSR;
+    ``src``/``dst`` the same edges as COO (source position in the slice, destination position in ``rows``;
+    ``src`` shares ``mat``'s column indices, ``dst`` is made on first use)."""
 
     def __init__(self, rows: torch.Tensor, mat: torch.Tensor, mat_t: torch.Tensor):
         self.rows, self.mat, self.mat_t = rows, mat, mat_t
@@ -113,7 +124,7 @@ class BlockMatrix:
     """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, num_owned: int, recv_offsets: np.ndarray,
-                 boundary_rows: np.ndarray, values: np.ndarray | None = None, diag: np.ndarray | None = None):
+                 num_boundary: int, values: np.ndarray | None = None, diag: np.ndarray | None = None):
         self.num_owned = int(num_owned)
         self._indptr = np.asarray(indptr, dtype=np.int64)
         self._indices = np.asarray(indices)
@@ -121,7 +132,7 @@ class BlockMatrix:
         self._diag = None if diag is None else np.asarray(diag, dtype=np.float32)
         self._recv_offsets = np.asarray(recv_offsets, dtype=np.int64)
         self.has_diag = diag is not None
-        self.boundary = np.asarray(boundary_rows, dtype=np.int64)
+        self.num_boundary = int(num_boundary)
         self._torch = None
         self._local_dst = None
         self._sizes = None
@@ -205,7 +216,8 @@ class BlockMatrix:
             del loc
             nbs = []
             for rows, m in self.neighbour_scipy():
-                nbs.append(NeighbourBlock(torch.from_numpy(rows), to_torch_csr(m), _transpose(m)))
+                nbs.append(NeighbourBlock(torch.from_numpy(rows), to_torch_csr(m),
+                                          _transpose_at(m, rows, self.num_owned)))
             self._torch = (local, local_t, nbs)
         return self._torch
 
@@ -287,25 +299,28 @@ def _split_rows(m: torch.Tensor, rows_per_chunk: int) -> list:
 
 @dataclass
 class RowGroup:
-    """The aggregation restricted to a sorted set of owned rows (boundary or interior rows).
+    """The aggregation restricted to the owned rows ``start .. stop-1`` (the boundary or the interior rows).
 
-    The inter-layer pipeline keeps a layer's owned rows as two tensors, boundary rows then interior rows
-    (each in increasing row order), never merged: so the local block of the group's rows is stored split by
-    columns, ``local = (over the boundary rows' columns [r, n_b], over the interior rows' columns [r, n_i])``,
-    and ``local_t`` holds their transposes ([n_b, r], [n_i, r]). A group's local product is
-    ``local[0] @ x_b + local[1] @ x_i``.
+    The inter-layer pipeline keeps a layer's rows as two tensors, boundary rows then interior rows, never
+    merged: so the local block of the group's rows is stored split by columns, ``local = (over the boundary
+    rows' columns [r, n_b], over the interior rows' columns [r, n_i])``, and ``local_t`` holds their
+    transposes ([n_b, r], [n_i, r]). A group's local product is ``local[0] @ x_b + local[1] @ x_i``.
 
-    ``rows`` [r]; per receive neighbour i, ``nb[i] = (pos, mat, mat_t)``: positions in ``rows`` of the rows with
-    an edge from i, that block [len(pos), slice_i] and its transpose (None when no row of the group has an edge
-    from i); ``send_pos``: per send neighbour, positions in ``rows`` of the rows it needs (boundary group only).
+    Per receive neighbour i, ``nb[i] = (pos, mat, mat_t)``: positions in the group of the rows with an edge from
+    i, that block [len(pos), slice_i] and its transpose with the group's rows as columns [slice_i, r] (None when
+    no row of the group has an edge from i).
     """
 
-    rows: torch.Tensor
+    start: int
+    stop: int
     local: tuple
     local_t: tuple
     nb: list
-    send_pos: list | None = None
     _chunks: dict = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
 
     def chunks(self, rows_per_chunk: int) -> list:
         """Forward chunks of the local block: [(a, b, rows a:b over the boundary columns, over the interior
@@ -325,41 +340,33 @@ class RowGroup:
         return self._chunks[key]
 
 
-def row_groups(bm: "BlockMatrix", send_idx: list) -> tuple[RowGroup, RowGroup]:
-    """Split ``bm`` into the boundary rows (in some send list) and the interior rows, each group's local block
-    split by columns into the boundary and the interior rows' columns (see ``RowGroup``). Built from the part's
-    arrays (``bm.local_scipy``), not from ``bm``'s torch blocks, which stay unbuilt unless something else
-    needs them."""
-    n = bm.num_owned
-    is_b = np.zeros(n, dtype=bool)
-    is_b[bm.boundary] = True
+def row_groups(bm: "BlockMatrix") -> tuple[RowGroup, RowGroup]:
+    """Split ``bm`` into its boundary rows ``0 .. num_boundary-1`` and its interior rows, each group's local
+    block split by columns at ``num_boundary`` (see ``RowGroup``). Built from the part's arrays
+    (``bm.local_scipy``), not from ``bm``'s torch blocks, which stay unbuilt unless something else needs them."""
+    n, nb = bm.num_owned, bm.num_boundary
     groups = []
     loc_all = bm.local_scipy()
     nbs = bm.neighbour_scipy()
-    col_sets = [np.nonzero(is_b)[0], np.nonzero(~is_b)[0]]
-    for sel, rows in zip((is_b, ~is_b), col_sets):
-        loc = loc_all[rows]
+    for lo, hi in ((0, nb), (nb, n)):
+        loc = loc_all[lo:hi]
         local, local_t = [], []
-        for cols in col_sets:
-            sub = loc[:, cols].tocsr()
+        for c0, c1 in ((0, nb), (nb, n)):
+            sub = loc[:, c0:c1].tocsr()
             local.append(to_torch_csr(sub))
             local_t.append(_transpose(sub))
             del sub
         del loc
-        nb = []
+        blocks = []
         for nb_rows, sp_blk in nbs:
-            keep = sel[nb_rows]
-            if not keep.any():
-                nb.append(None)
+            a, b = np.searchsorted(nb_rows, (lo, hi))
+            if a == b:
+                blocks.append(None)
                 continue
-            sub = sp_blk[np.nonzero(keep)[0]]
-            pos = np.searchsorted(rows, nb_rows[keep])
-            nb.append((torch.from_numpy(pos.astype(np.int64)), to_torch_csr(sub), _transpose(sub)))
+            sub = sp_blk[a:b]
+            pos = nb_rows[a:b] - lo
+            blocks.append((torch.from_numpy(pos.astype(np.int64)), to_torch_csr(sub), _transpose_at(sub, pos, hi - lo)))
             del sub
-        groups.append(RowGroup(rows=torch.from_numpy(rows.astype(np.int64)), local=tuple(local),
-                               local_t=tuple(local_t), nb=nb))
+        groups.append(RowGroup(start=lo, stop=hi, local=tuple(local), local_t=tuple(local_t), nb=blocks))
     del loc_all, nbs
-    b = groups[0]
-    rows_b = b.rows.numpy()
-    b.send_pos = [np.ascontiguousarray(np.searchsorted(rows_b, idx)) for idx in send_idx]
     return groups[0], groups[1]

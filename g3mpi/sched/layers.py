@@ -1,0 +1,27 @@
+"""The layer protocol of the inter-layer pipeline (``g3mpi.ops.pipeline``): what it needs of a layer, so that it
+drives any row-wise layer without knowing the model (GCN and SAGE implement it; GAT's attention is not row-wise).
+
+A layer is ``pre`` (row-wise, before the exchange) -> aggregation -> ``post`` (row-wise); the pipeline computes
+both on the boundary rows first, so the next layer's exchange leaves while the interior rows are computed.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, runtime_checkable
+
+#: ``between(l, y_rows, rows)``: layer l's input rows from layer l-1's output rows ``y_rows`` (for l = 0, from the
+#: model's input), ``rows`` the slice of owned rows they are (the model's activation and dropout)
+Between = Callable[[int, Any, slice], Any]
+
+
+@runtime_checkable
+class RowwiseLayer(Protocol):
+    """``exchange``: the layer's ``HaloExchange``; ``groups``: (boundary, interior) ``RowGroup`` of its blocks.
+    ``pre(x_rows) -> (payload_rows, aux_rows)``: what is aggregated (and what ``post`` needs besides);
+    ``post(agg_rows, aux_rows, x_rows) -> y_rows``: the layer's output rows."""
+
+    exchange: Any
+    groups: Any
+
+    def pre(self, x): ...
+
+    def post(self, agg, aux, x): ...
