@@ -273,7 +273,8 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
                 v.step(cfg.epochs + 2)
                 timelines[v.name] = v.trainer.timeline()
     theo = theoretical_bytes(ref, part, acts) if cfg.memory else None
-    rank_info = dict(rank=comm.rank, cpus=sorted(os.sched_getaffinity(0)), owned=part.num_owned, halo=part.num_halo, send=int(len(part.send_rows)),
+    rank_info = dict(rank=comm.rank, cpus=sorted(os.sched_getaffinity(0)), owned=part.num_owned, halo=part.num_halo,
+                     send=int(len(part.send_rows)),
                      local_edges=int(part.indptr[-1]), neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
                      rss_base=rss_base, rss_base_current=rss_base_now, rss_after_setup=rss_setup,
                      rss_peak=peak_rss_bytes(), rss_end_current=current_rss_bytes(), theoretical=theo,

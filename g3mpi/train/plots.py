@@ -6,11 +6,11 @@
 best-validation epoch (the one ``model.pt`` and ``predictions.h5`` come from) marked. ``ranks.png``: where each
 rank's epoch time goes (median over the epochs of compute, time blocked on halo messages, idle at the gradient
 allreduce), the epoch time over the run (slowest rank) and the bytes each rank sends per epoch, with the mean and
-the max over the ranks (the max naming its rank): the partition's balance and the schedule's overlap at a glance. ``timeline.png``
-(where the run recorded ``timeline.json``, ``--timeline-epoch``): one epoch of every rank on one time axis,
-compute per layer and direction, sends, landings and blocked time (:func:`g3mpi.plotting.timeline`).
-They are pure functions of ``metrics.jsonl``, written atomically; redrawing while a job runs shows the epochs so
-far. They are drawn with :mod:`g3mpi.plotting`'s helpers, like g3-inspect's partition plot: legends above their
+the max over the ranks (the max naming its rank): the partition's balance and the schedule's overlap at a glance.
+``timeline.png`` (where the run recorded ``timeline.json``, ``--timeline-epoch``): one epoch of every rank on one
+time axis, compute per layer and direction, sends, landings and blocked time (:func:`g3mpi.plotting.timeline`).
+The first two are pure functions of ``metrics.jsonl``, all are written atomically; redrawing while a job runs
+shows the epochs so far. They are drawn with :mod:`g3mpi.plotting`'s helpers, like g3-inspect's partition plot: legends above their
 panels, whole-number ticks, readable at 1 to 1024 ranks and 1 to 10 000 epochs.
 """
 from __future__ import annotations
@@ -28,9 +28,9 @@ from g3mpi.plotting import (LEGEND_FONTSIZE, figure, index_axis, legend_above, m
 from .rundir import ACCURACY_KEYS, read_metrics, writing
 
 #: the files :func:`plot_run` writes into the run directory
-PLOTS = ("training.png", "ranks.png", "timeline.png")
-#: the recorded timeline that ``timeline.png`` is drawn from
-TIMELINE = "timeline.json"
+PLOTS = ("training.png", "ranks.png")
+#: the recorded timeline (``--timeline-epoch``), and its plot, which :func:`plot_run` draws where the run has one
+TIMELINE, TIMELINE_PLOT = "timeline.json", "timeline.png"
 DPI = 110
 
 
@@ -136,8 +136,8 @@ def _save(fig, path: Path) -> Path:
 
 
 def plot_run(run_dir, best_epoch: int | None = None) -> list[Path]:
-    """Draw :data:`PLOTS` into ``run_dir`` from its metrics.jsonl (``timeline.png`` from its timeline.json, where
-    there is one); ``best_epoch`` defaults to summary.json's.
+    """Draw :data:`PLOTS` into ``run_dir`` from its metrics.jsonl (and ``timeline.png`` from its timeline.json,
+    where there is one); ``best_epoch`` defaults to summary.json's.
     A plot that cannot be written raises :class:`~g3mpi.train.rundir.OutputError` naming it. Nothing is drawn
     (an empty list) for a run without a trained epoch (``--init-from --epochs 0``: one evaluation)."""
     run_dir = Path(run_dir)
@@ -152,7 +152,7 @@ def plot_run(run_dir, best_epoch: int | None = None) -> list[Path]:
     out = [_save(draw_training(records, best_epoch), run_dir / PLOTS[0]),
            _save(draw_ranks(records), run_dir / PLOTS[1])]
     if (run_dir / TIMELINE).is_file():
-        with writing(run_dir / PLOTS[2], ValueError, KeyError, TypeError):   # drawn from a file it cannot read
+        with writing(run_dir / TIMELINE_PLOT, ValueError, KeyError, TypeError):   # from a file it cannot read
             fig = draw_timeline(json.loads((run_dir / TIMELINE).read_text()))
-        out.append(_save(fig, run_dir / PLOTS[2]))
+        out.append(_save(fig, run_dir / TIMELINE_PLOT))
     return out

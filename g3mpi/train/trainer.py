@@ -34,7 +34,7 @@ from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
 from .config import ConfigError, TrainConfig, config_from, to_toml
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync
-from .plots import PLOTS, TIMELINE, plot_run
+from .plots import PLOTS, TIMELINE, TIMELINE_PLOT, plot_run
 from .rundir import (LOCK_NAME, SPLITS, MetricsLog, OutputError, RunDirBusy, RunLock, read_metrics, rewind_metrics,
                      run_timings, save_state_dict, write_json_atomic, write_predictions, write_text_atomic)
 from .stop import STOP_SLOTS
@@ -46,7 +46,7 @@ EPOCH_FIGURES = ("compute_s", "blocked_s", "comm_s", "overlap", "allreduce_s", "
 INT_FIGURES = ("bytes_sent", "bytes_recv", "messages", "rss_bytes")
 #: the files of a run directory
 RUN_FILES = ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME, TIMELINE,
-             *PLOTS)
+             TIMELINE_PLOT, *PLOTS)
 
 
 def _no_mark(phase: str) -> None:
