@@ -10,8 +10,8 @@ the max over the ranks (the max naming its rank): the partition's balance and th
 ``timeline.png`` (where the run recorded ``timeline.json``, ``--timeline-epoch``): one epoch of every rank on one
 time axis, compute per layer and direction, sends, landings and blocked time (:func:`g3mpi.plotting.timeline`).
 The first two are pure functions of ``metrics.jsonl``, all are written atomically; redrawing while a job runs
-shows the epochs so far. They are drawn with :mod:`g3mpi.plotting`'s helpers, like g3-inspect's partition plot: legends above their
-panels, whole-number ticks, readable at 1 to 1024 ranks and 1 to 10 000 epochs.
+shows the epochs so far. They are drawn with :mod:`g3mpi.plotting`'s helpers, like g3-inspect's partition plot:
+legends above their panels, whole-number ticks, readable at 1 to 1024 ranks and 1 to 10 000 epochs.
 """
 from __future__ import annotations
 
