@@ -122,3 +122,70 @@ def rank_breakdown(ax, comp, blocked, idle, title: str) -> None:
     index_axis(ax, len(comp), "rank")
     ax.set_ylabel("seconds per epoch")
     legend_above(ax, handles, ncol=3, title=title)
+
+
+def _timeline_color(label: str, forward: list, backward: list):
+    """Forward rounds in blues, backward rounds in oranges (darker: later in the model), phases in greys."""
+    from matplotlib import colormaps
+    if label in forward:
+        return colormaps["Blues"](0.35 + 0.55 * forward.index(label) / max(1, len(forward) - 1))
+    if label in backward:
+        return colormaps["Oranges"](0.35 + 0.55 * backward.index(label) / max(1, len(backward) - 1))
+    return {"forward": "0.75", "loss": "0.55", "backward": "0.65", "allreduce (idle)": "0.88",
+            "optimizer step": "0.45"}.get(label, "0.3")
+
+
+def timeline(ax, doc: dict, title: str, xmax: float | None = None) -> None:
+    """One epoch of every rank of ``doc`` (:func:`g3mpi.comm.timeline.combine`) on time in milliseconds: per rank
+    a ``compute`` lane (its parts coloured by the round they follow, blocked time left blank) and one lane per
+    exchange and direction: the receive window from posting to the last landing (light), the blocked spans (red),
+    sends (black ticks) and landings (green ticks). The legend, titled ``title``, above the panel."""
+    from matplotlib.patches import Patch
+    ranks = doc["ranks"]
+    first_post = {}
+    for r in ranks:
+        for kind, name, t0, _, _ in r["events"]:
+            if kind == "post":
+                first_post[name] = min(first_post.get(name, t0), t0)
+    names = sorted(first_post, key=first_post.get)
+    labels = [n.rpartition(".")[0] + " " + n.rpartition(".")[2] for n in names]
+    fwd = [lb for lb in labels if lb.endswith(" fwd")]
+    bwd = [lb for lb in labels if lb.endswith(" bwd")]
+    ms = 1e3
+    yticks, ylabels = [], []
+    y = 0
+    for r in reversed(ranks):
+        ev = r["events"]
+        for name, label in reversed(list(zip(names, labels))):
+            posts = sorted(t0 for k, n, t0, _, _ in ev if k == "post" and n == name)
+            lands = [t0 for k, n, t0, _, _ in ev if k == "land" and n == name]
+            for i, p in enumerate(posts):
+                nxt = posts[i + 1] if i + 1 < len(posts) else float("inf")
+                mine = [t for t in lands if p <= t < nxt]
+                if mine:
+                    ax.broken_barh([(p * ms, (max(mine) - p) * ms)], (y - 0.3, 0.6), color="#dde6f2")
+            waits = [(a * ms, (b - a) * ms) for k, n, a, b, _ in ev if k in ("wait", "send_wait") and n == name]
+            ax.broken_barh(waits, (y - 0.3, 0.6), color="C3")
+            sends = [t0 * ms for k, n, t0, _, _ in ev if k == "send" and n == name]
+            ax.plot(sends, [y] * len(sends), "|", color="k", markersize=7, markeredgewidth=1.2)
+            ax.plot([t * ms for t in lands], [y] * len(lands), "|", color="C2", markersize=7, markeredgewidth=1.2)
+            yticks.append(y)
+            ylabels.append(f"rank {r['rank']} {label}")
+            y += 1
+        segs = r["segments"]
+        ax.broken_barh([(a * ms, (b - a) * ms) for _, a, b in segs], (y - 0.4, 0.8),
+                       facecolors=[_timeline_color(lb, fwd, bwd) for lb, _, _ in segs])
+        yticks.append(y)
+        ylabels.append(f"rank {r['rank']} compute")
+        y += 1.4
+    ax.set_yticks(yticks, ylabels, fontsize=LEGEND_FONTSIZE)
+    ax.set_ylim(-0.8, y - 0.6)
+    ax.set_xlabel("ms from the first rank's start of the epoch")
+    if xmax is not None:
+        ax.set_xlim(0, xmax * ms)
+    seen = list(dict.fromkeys(lb for r in ranks for lb, _, _ in r["segments"]))
+    handles = [Patch(color=_timeline_color(lb, fwd, bwd), label=f"compute: {lb}") for lb in seen]
+    handles += [Patch(color="#dde6f2", label="receives open"), Patch(color="C3", label="blocked"),
+                ax.plot([], [], "|", color="k", markersize=7, label="send")[0],
+                ax.plot([], [], "|", color="C2", markersize=7, label="landed")[0]]
+    legend_above(ax, handles, ncol=min(6, len(handles)), title=title)

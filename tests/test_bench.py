@@ -78,13 +78,27 @@ def test_bytes(bench_dirs):
 
 
 def test_schedules(bench_dirs):
-    res = bench(bench_dirs, "schedules", "--models", "gcn")
-    m = res["models"]["gcn"]
-    assert set(m["epoch_time_median_s"]) == {"pipelined", "blocking", "nocomm"}
-    finite(m["pipelined_vs_blocking"], m["pipelined_vs_nocomm"], *m["epoch_time_median_s"].values())
-    for d in m["schedules"].values():
-        finite(*d["rank_compute_s"], *d["rank_blocked_s"], *d["rank_idle_s"])
-    assert m["schedules"]["nocomm"]["bytes_sent_per_epoch"] == 0 < m["schedules"]["pipelined"]["bytes_sent_per_epoch"]
+    """Two networks in one run, ranks bound to cores: per configuration the ratios, per-rank blocked and epoch
+    times, and a recorded timeline of every schedule (drawn as timeline-*.png)."""
+    from tests.timeline_record import check_record
+    res = bench(bench_dirs, "schedules", "--models", "gcn", "--bind-to", "core", "--sim-net", "1Gbit,50us",
+                "--sim-net", "200Mbit,100us")
+    assert [(c["ranks"], c["sim_net"], c["bind_to"]) for c in res["configs"]] == [
+        (2, "1Gbit,50us", "core"), (2, "200Mbit,100us", "core")]
+    for conf in res["configs"]:
+        m = conf["models"]["gcn"]
+        assert set(m["epoch_time_median_s"]) == {"pipelined", "blocking", "nocomm"}
+        finite(m["pipelined_vs_blocking"], m["pipelined_vs_nocomm"], m["pipelined_vs_ideal"], m["ideal_s"],
+               m["rank0_blocked_pipelined_vs_blocking"], *m["epoch_time_median_s"].values())
+        for d in m["schedules"].values():
+            finite(*d["rank_compute_s"], *d["rank_blocked_s"], *d["rank_idle_s"], *d["rank_epoch_s"])
+        assert m["schedules"]["nocomm"]["bytes_sent_per_epoch"] == 0 < \
+            m["schedules"]["pipelined"]["bytes_sent_per_epoch"]
+        assert set(m["timelines"]) == {"pipelined", "blocking", "nocomm"}
+        for s in ("pipelined", "blocking"):
+            check_record(m["timelines"][s], 2, 3, "gcn")
+    out = bench_dirs[0]
+    assert (out / "timeline-gcn-2r-1Gbit-50us.png").read_bytes()[:8] == PNG
 
 
 def test_scaling(bench_dirs):
@@ -172,9 +186,10 @@ def test_config_from_the_command_line(capsys):
     from g3mpi.bench.common import SYSTEMS, Sizes
     cfg = parse_args(["schedules", "--dims", "8,12,3", "--heads", "4", "--models", "gat", "--ranks", "3",
                       "--no-plots", "--out", "o"])
-    assert cfg == BenchConfig(suite="schedules", out=Path("o"), dims=(8, 12, 3), heads=4, models=("gat",), ranks=3,
-                              plots=False)
-    assert (cfg.sim_net, cfg.repeats, cfg.max_ranks, cfg.systems, cfg.smoke) == ("10Gbit,20us", 2, 8, SYSTEMS, False)
+    assert cfg == BenchConfig(suite="schedules", out=Path("o"), dims=(8, 12, 3), heads=4, models=("gat",),
+                              ranks=(3,), plots=False)
+    assert (cfg.sim_net, cfg.repeats, cfg.max_ranks, cfg.systems, cfg.smoke) == (("10Gbit,20us",), 2, 8, SYSTEMS,
+                                                                                   False)
     assert cfg.sizes_for("schedules") == Sizes(nodes=65_536, edges=2_097_152, dims=(8, 12, 3), epochs=5, heads=4,
                                                graph="rmat")
     assert (cfg.models_for("schedules"), cfg.ranks_for("schedules"), cfg.suites()) == (("gat",), 3, ("schedules",))
@@ -292,10 +307,10 @@ def _bench_results(P: int) -> dict:
         "bytes": dict(lower_bound=dict(per_rank=ranks(1e6)),
                       models={m: dict(designs={d: dict(rank_bytes_sent=ranks(2e6))
                                                for d in ("g3", "g3-original", "replicate-all")}) for m in models}),
-        "schedules": dict(ranks=P, sim_net="10Gbit,20us",
+        "schedules": dict(configs=[dict(ranks=P, sim_net="10Gbit,20us",
                           models={m: dict(epoch_time_median_s=dict(pipelined=1.0, blocking=1.2, nocomm=0.9),
                                           schedules={s: breakdown() for s in ("pipelined", "blocking", "nocomm")})
-                                  for m in models[:2]}),
+                                  for m in models[:2]})]),
         "scaling": dict(model="gcn", real={"1x2": dict(epoch_time_median_s=1.0), "2x1": dict(epoch_time_median_s=0.8)},
                         oversubscribed=dict(runs={str(p): dict(epoch_time_median_s=1.0 / p, **breakdown())
                                                   for p in (1, 2, 4, 8)})),
@@ -328,7 +343,7 @@ def test_bench_plot_legends_clear_of_the_data(P, tmp_path, monkeypatch):
     want = {"vs-pyg.png": 1, "kernels.png": 1, "scaling.png": 0, "scaling-breakdown.png": 1, "partitions.png": 3,
             **{f"bytes-{m}.png": 1 for m in ("gcn", "sage", "gat")},
             **{f"memory-{m}.png": 1 for m in ("gcn", "sage", "gat")},
-            **{f"schedules-{m}.png": 3 for m in ("gcn", "sage")}}
+            **{f"schedules-{m}-{P}r-10Gbit-20us.png": 3 for m in ("gcn", "sage")}}
     assert sorted(drawn) == sorted(want)
     for name, fig in drawn.items():
         legends = check_legends(fig, rendered(fig, 110), want[name])

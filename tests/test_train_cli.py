@@ -82,8 +82,9 @@ def test_run_directory(small_parts, tmp_path):
     out = tmp_path / "run"
     train(2, root / "p2", out, "--model", "sage", "--epochs", "5", "--eval-every", "2", "--lr", "0.02")
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.jsonl", "model.pt",
-                                                     "predictions.h5", "ranks.png", "summary.json", "training.png"]
-    for name in ("ranks.png", "training.png"):
+                                                     "predictions.h5", "ranks.png", "summary.json", "timeline.json",
+                                                     "timeline.png", "training.png"]
+    for name in ("ranks.png", "training.png", "timeline.png"):
         assert matplotlib.image.imread(out / name).ndim == 3, name
     cfg = tomllib.loads((out / "config.toml").read_text())
     assert cfg["model"] == "sage" and cfg["epochs"] == 5 and cfg["lr"] == 0.02
@@ -178,8 +179,8 @@ def test_no_plots_then_plots_on_demand(small_parts, tmp_path):
     train(2, root / "p2", out, "--epochs", "3", "--no-plots")
     assert not list(out.glob("*.png"))
     p = run_module("g3mpi.cli.plots", out)
-    assert sorted(Path(x).name for x in p.stdout.split()) == ["ranks.png", "training.png"]
-    assert all(matplotlib.image.imread(out / n).ndim == 3 for n in ("ranks.png", "training.png"))
+    assert sorted(Path(x).name for x in p.stdout.split()) == ["ranks.png", "timeline.png", "training.png"]
+    assert all(matplotlib.image.imread(out / n).ndim == 3 for n in ("ranks.png", "training.png", "timeline.png"))
     p = run_module("g3mpi.cli.plots", tmp_path / "nowhere", check=False)
     assert p.returncode == 1 and "nowhere/metrics.jsonl: no such file" in p.stderr
 

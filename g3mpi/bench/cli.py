@@ -8,7 +8,7 @@ Suites (each writes DIR/<suite>.json and DIR/<suite>*.png):
   vs-pyg     one rank against PyTorch Geometric (edge_index and CSR adj_t), GCN / SAGE / GAT, epoch-time ratios
   kernels    one rank's epoch time against the sum of its isolated kernels (SpMM forward/backward, GEMMs, ...)
   bytes      bytes on the wire per epoch against the partition's lower bound and two naive designs, measured
-  schedules  pipelined vs blocking vs nocomm under a simulated network
+  schedules  pipelined vs blocking vs nocomm under a simulated network (several --ranks and --sim-net in one run)
   scaling    1 rank x 2 threads vs 2 ranks x 1 thread (real) and 1 -> 8 ranks oversubscribed (informational)
   memory     peak RSS per rank against the theoretical size of its data
   partitions measured epoch time on the g3 partition vs each METIS partition of one graph, under --sim-net
@@ -80,8 +80,10 @@ class BenchConfig:
     models: tuple | None = None
     graph: str | None = None            # generator of the multi-rank suites: sbm | rmat
     # how the suites measure
-    ranks: int | None = None            # of the multi-rank suites (None: RANKS; smoke: 2)
-    sim_net: str = "10Gbit,20us"        # schedules, partitions: simulated network BANDWIDTH,LATENCY
+    ranks: tuple | None = None          # of the multi-rank suites (None: RANKS; smoke: 2); several: schedules only
+    sim_net: tuple = ("10Gbit,20us",)   # schedules, partitions: simulated networks BANDWIDTH,LATENCY (several:
+                                        # schedules only)
+    bind_to: str = "none"               # schedules: mpiexec -bind-to (core: one rank per core)
     balance: str | None = None          # schedules: METIS vertex weights (None: edges)
     repeats: int = 2                    # scaling, partitions: alternating launches per configuration (smoke: 1)
     max_ranks: int = 8                  # scaling: largest oversubscribed rank count (smoke: 2)
@@ -98,6 +100,11 @@ class BenchConfig:
             if "gat" in models and len(dims) > 2 and dims[1] % self.heads:
                 raise ValueError(f"{suite}: --heads {self.heads} must divide the hidden width {dims[1]} of GAT "
                                  f"(hidden width = heads x channels)")
+            if suite != "schedules" and len(self.ranks or ()) > 1:
+                raise ValueError(f"{suite}: --ranks {','.join(map(str, self.ranks))}: several rank counts are for "
+                                 f"the schedules suite only")
+            if suite == "partitions" and len(self.sim_net) > 1:
+                raise ValueError(f"partitions: --sim-net given {len(self.sim_net)} times: it takes one network")
             if suite == "scaling" and self.threads is not None and self.threads < 2:
                 raise ValueError(f"scaling: --threads {self.threads}: it compares 1 rank x T threads with T ranks "
                                  f"x 1 thread, so T must be at least 2")
@@ -109,7 +116,12 @@ class BenchConfig:
         return self.models or tuple(MODELS[suite].split(","))
 
     def ranks_for(self, suite: str) -> int | None:
-        return self.ranks if self.ranks is not None else (2 if self.smoke else RANKS.get(suite))
+        """The rank count of a suite that runs one (the first of ``ranks``)."""
+        return self.all_ranks_for(suite)[0]
+
+    def all_ranks_for(self, suite: str) -> tuple:
+        """Every rank count of ``suite`` (schedules: all of ``ranks``)."""
+        return self.ranks if self.ranks is not None else (2 if self.smoke else RANKS.get(suite),)
 
     def sizes_for(self, suite: str) -> Sizes:
         n, e, dims, ep, gen = (SMOKE if self.smoke else DEFAULTS)[suite]
@@ -162,6 +174,12 @@ def _models(text: str) -> tuple:
     return models
 
 
+def _ranks(text: str) -> tuple:
+    """'2' or '2,4': rank counts, each at least 1."""
+    parse = _int(1)
+    return tuple(parse(t) for t in text.split(","))
+
+
 def _sim_net(text: str) -> str:
     from g3mpi.comm.simnet import parse_sim_net
     if text.lower() == "none":      # the real transport only: nothing to hide on one machine
@@ -196,15 +214,20 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=_int(1),
                     help="torch threads per rank (default 1); scaling: T of 1 rank x T threads against T ranks x "
                          "1 thread (default 2, at least 2)")
-    ap.add_argument("--ranks", type=_int(1),
-                    help="ranks of bytes (4), schedules (4), memory (2), partitions (4); --smoke: 2")
+    ap.add_argument("--ranks", type=_ranks,
+                    help="ranks of bytes (4), schedules (4), memory (2), partitions (4); --smoke: 2; schedules: "
+                         "several, comma-separated (e.g. 2,4)")
     ap.add_argument("--models", type=_models, help="comma-separated models: gcn, sage, gat (default per suite; "
                                                    "kernels: gcn and sage only)")
     ap.add_argument("--heads", type=_int(1),
                     help="GAT heads of hidden layers (hidden width = heads x channels: they must divide it)")
     ap.add_argument("--graph", choices=("sbm", "rmat"), help="generator of the multi-rank suites")
-    ap.add_argument("--sim-net", type=_sim_net,
-                    help="schedules, partitions: simulated network BANDWIDTH,LATENCY, or none")
+    ap.add_argument("--sim-net", type=_sim_net, action="append",
+                    help="schedules, partitions: simulated network BANDWIDTH,LATENCY, or none (default "
+                         "10Gbit,20us); schedules: repeat it to measure several networks in one run")
+    ap.add_argument("--bind-to", choices=("none", "core"),
+                    help="schedules: mpiexec -bind-to (core: each rank on its own core while ranks <= cores; "
+                         "default none)")
     ap.add_argument("--balance", choices=("nodes", "edges", "both", "train"),
                     help="schedules: METIS vertex weights of the partition (default edges)")
     ap.add_argument("--repeats", type=_int(1),
@@ -225,6 +248,8 @@ def parse_args(argv) -> BenchConfig:
     ap = build_parser()
     a = ap.parse_args(argv)
     try:
+        if a.sim_net is not None:
+            a.sim_net = tuple(a.sim_net)
         return from_options(BenchConfig, a, plots=not a.no_plots)
     except ValueError as e:
         ap.error(str(e))
@@ -249,14 +274,15 @@ def run_suite(suite: str, cfg: BenchConfig, argv) -> dict:
         res = run(sz, work, ranks=ranks, models=models)
     elif suite == "schedules":
         from .overlap import run
-        res = run(sz, work, ranks=ranks, sim_net=cfg.sim_net, models=models, balance=cfg.balance or "edges")
+        res = run(sz, work, ranks=cfg.all_ranks_for(suite), sim_nets=cfg.sim_net, models=models,
+                  balance=cfg.balance or "edges", bind_to=cfg.bind_to)
     elif suite == "scaling":
         from .scaling import run
         over = tuple(p for p in (1, 2, 4, 8, 16, 32) if p <= (2 if cfg.smoke else cfg.max_ranks))
         res = run(sz, work, model=models[0], repeats=1 if cfg.smoke else cfg.repeats, oversub=over)
     elif suite == "partitions":
         from .partitions import run
-        res = run(sz, work, ranks=ranks, sim_net=cfg.sim_net, model=models[0],
+        res = run(sz, work, ranks=ranks, sim_net=cfg.sim_net[0], model=models[0],
                   repeats=1 if cfg.smoke else cfg.repeats)
     else:
         from .memory import run

@@ -234,11 +234,13 @@ def world():
     return MPI.COMM_WORLD
 
 
-def run_worker(P: int, args: list, out_json: Path, threads: int = 1, timeout: float = 3600) -> dict:
+def run_worker(P: int, args: list, out_json: Path, threads: int = 1, timeout: float = 3600,
+               bind_to: str = "none") -> dict:
     """Run ``g3mpi.bench.worker`` on P ranks; return the JSON its rank 0 wrote to ``out_json``.
 
-    One process: a child ``mpiexec -n P`` (``--oversubscribe`` is not needed with MPICH). Already on exactly P
-    ranks: in-process on the world communicator (every rank must call this)."""
+    One process: a child ``mpiexec -n P`` (``--oversubscribe`` is not needed with MPICH), with ``-bind-to
+    BIND_TO`` unless ``none``. Already on exactly P ranks: in-process on the world communicator (every rank must
+    call this; the launcher placed the ranks)."""
     from . import worker
     args = [*map(str, args), "--threads", str(threads), "--json", str(out_json)]
     comm = world()
@@ -251,7 +253,8 @@ def run_worker(P: int, args: list, out_json: Path, threads: int = 1, timeout: fl
         if rc != 0:
             raise BenchError(f"worker {' '.join(args)} failed on rank {comm.rank}")
         return json.loads(Path(out_json).read_text())
-    cmd = [mpiexec(), "-n", str(P), sys.executable, "-m", "mpi4py", "-m", "g3mpi.bench.worker", *args]
+    bind = [] if bind_to == "none" else ["-bind-to", bind_to]
+    cmd = [mpiexec(), "-n", str(P), *bind, sys.executable, "-m", "mpi4py", "-m", "g3mpi.bench.worker", *args]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, env=child_env(threads), timeout=timeout)
     if p.returncode != 0 or not Path(out_json).exists():
@@ -280,7 +283,7 @@ def variant_summary(v: dict) -> dict:
 
     def per_rank(key):
         return [median([e[key][r] for e in eps]) for r in range(P)]
-    return dict(epoch_time_median_s=median([e["epoch_time_s"] for e in eps]),
+    return dict(epoch_time_median_s=median([e["epoch_time_s"] for e in eps]), rank_epoch_s=per_rank("rank_epoch_s"),
                 bytes_sent_per_epoch=median([e["bytes_sent"] for e in eps]),
                 rank_compute_s=per_rank("rank_compute_s"), rank_blocked_s=per_rank("rank_blocked_s"),
                 rank_idle_s=per_rank("rank_idle_s"), rank_bytes_sent=per_rank("rank_bytes_sent"),

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from g3mpi.plotting import figure, legend_above, rank_breakdown
+from g3mpi.plotting import figure, legend_above, rank_breakdown, timeline
+
+from .overlap import SCHEDULES
 
 
 def _save(fig, path: Path) -> str:
@@ -72,19 +74,41 @@ def plot_bytes(res: dict, out: Path) -> list:
     return files
 
 
+def _config_tag(conf: dict) -> str:
+    """'2r-1Gbit-50us': a schedules configuration in a file name."""
+    return f"{conf['ranks']}r-" + conf["sim_net"].replace(",", "-").replace("/", "")
+
+
 def plot_schedules(res: dict, out: Path) -> list:
+    """Per configuration and model: the median epoch times and each schedule's per-rank breakdown
+    (``schedules-MODEL-TAG.png``), and the recorded epoch of each schedule as a per-rank timeline on one time
+    scale (``timeline-MODEL-TAG.png``)."""
     files = []
-    for model, m in res["models"].items():
-        sch = list(m["schedules"])
-        fig = figure(4 * (len(sch) + 1), 3.6)
-        axes = fig.subplots(1, len(sch) + 1)
-        axes[0].bar(sch, [m["epoch_time_median_s"][s] for s in sch], color=["C0", "C1", "C2"][:len(sch)])
-        axes[0].set_ylabel("median epoch time (s)")
-        axes[0].set_title(f"{model}, {res['ranks']} ranks, sim-net {res['sim_net']}", fontsize=9)
-        for ax, s in zip(axes[1:], sch):
-            d = m["schedules"][s]
-            rank_breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"], f"{s}: per-rank breakdown")
-        files.append(_save(fig, out / f"schedules-{model}.png"))
+    for conf in res["configs"]:
+        tag = _config_tag(conf)
+        for model, m in conf["models"].items():
+            sch = list(m["schedules"])
+            fig = figure(4 * (len(sch) + 1), 3.6)
+            axes = fig.subplots(1, len(sch) + 1)
+            axes[0].bar(sch, [m["epoch_time_median_s"][s] for s in sch], color=["C0", "C1", "C2"][:len(sch)])
+            axes[0].set_ylabel("median epoch time (s)")
+            axes[0].set_title(f"{model}, {conf['ranks']} ranks, sim-net {conf['sim_net']}", fontsize=9)
+            for ax, s in zip(axes[1:], sch):
+                d = m["schedules"][s]
+                rank_breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"],
+                               f"{s}: per-rank breakdown")
+            files.append(_save(fig, out / f"schedules-{model}-{tag}.png"))
+            tls = {s: m["timelines"][s] for s in SCHEDULES if m.get("timelines", {}).get(s)}
+            if tls:
+                end = max(e[3] for d in tls.values() for r in d["ranks"] for e in r["events"])
+                lanes = [sum(1.4 + len({e[1] for e in r["events"] if e[0] == "post"}) for r in d["ranks"])
+                         for d in tls.values()]
+                fig = figure(12, 1.5 * len(tls) + 0.22 * sum(lanes))
+                axes = fig.subplots(len(tls), 1, squeeze=False, height_ratios=[3 + x for x in lanes])[:, 0]
+                for ax, (s, d) in zip(axes, tls.items()):
+                    timeline(ax, d, f"{model}, {s}, {conf['ranks']} ranks, sim-net {conf['sim_net']}: "
+                                    f"one recorded epoch", xmax=end)
+                files.append(_save(fig, out / f"timeline-{model}-{tag}.png"))
     return files
 
 

@@ -2,7 +2,7 @@
 
     mpiexec -n P python -m mpi4py -m g3mpi.bench.worker --parts DIR --model gcn --hidden 256 --layers 2 \
         [--designs g3,g3-original,replicate-all] [--schedules pipelined,blocking,nocomm] [--sim-net 10Gbit,20us] \
-        [--epochs 5] [--threads 1] [--memory] --json OUT.json
+        [--epochs 5] [--threads 1] [--memory] [--timeline] --json OUT.json
 
 Every (design, schedule) pair is a "variant". All variants live in the same processes and take turns epoch by
 epoch (variant A epoch 1, variant B epoch 1, ..., A epoch 2, ...), so they see the same machine load. Epoch 0 is
@@ -12,11 +12,14 @@ are the naive designs of :mod:`g3mpi.bench.naive`.
 
 Rank 0 writes the JSON: per variant and epoch the slowest rank's epoch time and every rank's compute, blocked
 and idle (gradient allreduce: waiting for slower ranks) times and bytes; per rank the partition figures, the
-peak RSS, the RSS before any data was loaded, and (``--memory``) the theoretical size of the rank's data.
+peak RSS, the RSS before any data was loaded, and (``--memory``) the theoretical size of the rank's data. With
+``--timeline`` every g3mpi variant runs one more epoch after the measured ones, recorded
+(:mod:`g3mpi.comm.timeline`) and not measured, whose per-rank timeline goes into the variant's ``timeline``.
 """
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,6 +162,7 @@ class WorkerConfig:
     input_cache: bool = True            # off: every layer exchanges every epoch
     memory: bool = False                # account the theoretical size of each rank's data
     check: bool = False                 # compare every variant's initial logits with g3mpi's
+    timeline: bool = False              # one more epoch per g3mpi variant, recorded as a per-rank timeline
 
     def __post_init__(self):
         for d in self.designs:
@@ -185,6 +189,8 @@ def build_parser():
                     help="recompute the first layer's aggregation every epoch (every layer exchanges every epoch)")
     ap.add_argument("--memory", action="store_true", help="account the theoretical size of each rank's data")
     ap.add_argument("--check", action="store_true", help="compare every variant's initial logits with g3mpi's")
+    ap.add_argument("--timeline", action="store_true",
+                    help="one more epoch per g3mpi variant, recorded as a per-rank timeline (not measured)")
     return ap
 
 
@@ -217,7 +223,8 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
     train_cfg = TrainConfig(parts=cfg.parts, out="", model=cfg.model, layers=cfg.layers, hidden=cfg.hidden,
                             heads=cfg.heads, dropout=0.0, weight_decay=0.0, lr=0.01, threads=cfg.threads,
                             schedule=cfg.schedules[0], chunk_rows=cfg.chunk_rows, sim_net=cfg.sim_net, verify=False,
-                            progress=False, input_cache=cfg.input_cache, release_memory=cfg.release_memory)
+                            progress=False, input_cache=cfg.input_cache, release_memory=cfg.release_memory,
+                            epochs=cfg.epochs + 2, timeline_epoch=cfg.epochs + 2 if cfg.timeline else 0)
     variants = []
     ref = None
     trainers = []   # closed at the end (exchanges and communicators freed); on an error the caller aborts the job
@@ -259,8 +266,16 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
             per_rank = gather_json(comm, rec)
             if comm.rank == 0 and ep > 0:
                 v.epochs.append(per_rank)
+    timelines = {}
+    if cfg.timeline:   # epoch epochs + 2: after the warm-up and the measured ones
+        for v in variants:
+            if v.trainer is not None:
+                comm.Barrier()
+                v.step(cfg.epochs + 2)
+                timelines[v.name] = v.trainer.timeline()
     theo = theoretical_bytes(ref, part, acts) if cfg.memory else None
-    rank_info = dict(rank=comm.rank, owned=part.num_owned, halo=part.num_halo, send=int(len(part.send_rows)),
+    rank_info = dict(rank=comm.rank, cpus=sorted(os.sched_getaffinity(0)), owned=part.num_owned, halo=part.num_halo,
+                     send=int(len(part.send_rows)),
                      local_edges=int(part.indptr[-1]), neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
                      rss_base=rss_base, rss_base_current=rss_base_now, rss_after_setup=rss_setup,
                      rss_peak=peak_rss_bytes(), rss_end_current=current_rss_bytes(), theoretical=theo,
@@ -291,7 +306,8 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
                 rank_bytes_sent=[r["bytes_sent"] for r in per_rank],
                 rank_bytes_recv=[r["bytes_recv"] for r in per_rank],
                 rank_messages=[r["messages"] for r in per_rank]))
-        out["variants"][v.name] = dict(design=v.design, schedule=v.schedule, epochs=eps)
+        out["variants"][v.name] = dict(design=v.design, schedule=v.schedule, epochs=eps,
+                                       timeline=timelines.get(v.name))
     return out
 
 

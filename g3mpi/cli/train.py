@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--plots", action=onoff,
                    help="RUN/training.png and RUN/ranks.png at the end (default on; python -m g3mpi.cli.plots RUN "
                         "draws them)")
+    g.add_argument("--timeline-epoch", type=int, metavar="E",
+                   help="record epoch E's per-rank timeline (compute, sends, waits per layer): RUN/timeline.json, "
+                        "and RUN/timeline.png with plots (default 2, or the last epoch of a shorter run; 0: off)")
     g.add_argument("--log-level", help=f"one of {', '.join(LOG_LEVELS)} (any case)")
     g.add_argument("--force", action=onoff,
                    help="replace an existing run directory (default off; saved as off in RUN/config.toml)")

@@ -97,14 +97,16 @@ class Transfer:
     ``send_bufs[i]`` goes to ``send_peers[i]``; ``recv_bufs[i]`` is filled by ``recv_peers[i]``. Receives are
     posted by ``post_recvs``; sends leave one by one (``send(i)``) or together (``send_all``) as soon as their
     buffer is ready. ``test`` and ``wait_some`` return the receive indices that have newly landed.
-    With a ``watchdog`` (``g3mpi.comm.watchdog``), every blocking wait has a deadline.
+    With a ``watchdog`` (``g3mpi.comm.watchdog``), every blocking wait has a deadline. With a ``recorder``
+    (``g3mpi.comm.timeline``), posts, sends, landings and blocked spans are recorded while it is active.
     """
 
     watchdog = None
 
     def __init__(self, comm, send_peers, send_bufs, recv_peers, recv_bufs, tag: int, stats: CommStats,
-                 simnet: SimNet | None = None, name: str = ""):
+                 simnet: SimNet | None = None, name: str = "", recorder=None):
         self.comm, self.stats, self.simnet, self.name = comm, stats, simnet, name
+        self.recorder = recorder
         self.send_peers, self.recv_peers = list(send_peers), list(recv_peers)
         self.send_bufs, self.recv_bufs = send_bufs, recv_bufs
         for b in list(send_bufs) + list(recv_bufs):
@@ -145,6 +147,9 @@ class Transfer:
         self._t0 = time.perf_counter()
         self._t_last = self._t0
         self._finish_sends()
+        rec = self.recorder
+        if rec is not None and rec.active:
+            rec.add("post", self.name, time.perf_counter())
         self._mpi_done[:] = False
         self._landed[:] = False
         self._sent[:] = False
@@ -159,13 +164,17 @@ class Transfer:
         if self._sent[i]:
             raise RuntimeError(f"exchange {self.name}: buffer {i} sent twice in one round")
         reqs = [] if view is not None else [self._send_reqs[i]]
+        t = time.perf_counter()
         if view is not None:
             self._view_sends.append((self.comm.Isend(view, self.send_peers[i], self._tag), view, self.send_peers[i]))
         if self.simnet is not None:
-            self._stamp_out[i][0] = self.simnet.arrival(self.send_bytes[i], time.perf_counter())
+            self._stamp_out[i][0] = self.simnet.arrival(self.send_bytes[i], t)
             reqs.append(self._send_reqs[len(self.send_peers) + i])
         if reqs:
             MPI.Prequest.Startall(reqs)
+        rec = self.recorder
+        if rec is not None and rec.active:
+            rec.add("send", self.name, t, peer=self.send_peers[i])
         self._sent[i] = True
         self._send_active = True
         self.stats.bytes_sent += self.send_bytes[i]
@@ -209,6 +218,9 @@ class Transfer:
             else:
                 t_land = now
             self._landed[i] = True
+            rec = self.recorder
+            if rec is not None and rec.active:
+                rec.add("land", self.name, t_land, peer=self.recv_peers[i])
             self.stats.bytes_recv += self.recv_bytes[i]
             self._t_last = max(self._t_last, t_land)
             out.append(int(i))
@@ -276,8 +288,12 @@ class Transfer:
                 # computing what we wait for (ranks often share cores)
                 time.sleep(POLL_SLEEP_S)
         finally:
-            self.stats.blocked_s += time.perf_counter() - t0
-            self.stats.add(self.name, "blocked_s", time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            self.stats.blocked_s += t1 - t0
+            self.stats.add(self.name, "blocked_s", t1 - t0)
+            rec = self.recorder
+            if rec is not None and rec.active:
+                rec.add("wait", self.name, t0, t1)
 
     def wait_all(self) -> list:
         """Block until every receive has landed; returns the indices that landed during this call."""
@@ -302,8 +318,12 @@ class Transfer:
                 while not MPI.Request.Testall(reqs):
                     time.sleep(POLL_SLEEP_S)
             self._view_sends = []
-            self.stats.blocked_s += time.perf_counter() - t0
-            self.stats.add(self.name, "send_blocked_s", time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            self.stats.blocked_s += t1 - t0
+            self.stats.add(self.name, "send_blocked_s", t1 - t0)
+            rec = self.recorder
+            if rec is not None and rec.active:
+                rec.add("send_wait", self.name, t0, t1)
             self._send_active = False
 
     def free(self) -> None:
@@ -327,15 +347,16 @@ class HaloExchange:
     """
 
     def __init__(self, comm, plan: HaloPlan, width: int, tag: int, stats: CommStats, simnet: SimNet | None = None,
-                 dtype=np.float32, name: str = ""):
+                 dtype=np.float32, name: str = "", recorder=None):
         self.plan, self.width, self.name = plan, int(width), name or f"x{tag}"
         self._comm, self._tag, self._stats, self._simnet, self._dtype = comm, tag, stats, simnet, dtype
+        self._recorder = recorder
         self.halo = np.zeros(self._shape(plan.num_halo), dtype=dtype)
         self.send_bufs = [np.zeros(self._shape(len(ix)), dtype=dtype) for ix in plan.send_idx]
         k = len(plan.recv_parts)
         halo_slices = [self.halo[plan.recv_slice(i)] for i in range(k)]
         self.forward = Transfer(comm, plan.send_parts, self.send_bufs, plan.recv_parts, halo_slices, 4 * tag, stats,
-                                simnet, name=self.name + ".fwd")
+                                simnet, name=self.name + ".fwd", recorder=recorder)
         self._backward = None
         self._halo_grad = None
         self._grad_bufs = None
@@ -355,7 +376,8 @@ class HaloExchange:
             self._grad_bufs = [np.zeros(self._shape(len(ix)), dtype=dtype) for ix in plan.send_idx]
             grad_slices = [self._halo_grad[plan.recv_slice(i)] for i in range(len(plan.recv_parts))]
             self._backward = Transfer(self._comm, plan.recv_parts, grad_slices, plan.send_parts, self._grad_bufs,
-                                      4 * self._tag + 2, self._stats, self._simnet, name=self.name + ".bwd")
+                                      4 * self._tag + 2, self._stats, self._simnet, name=self.name + ".bwd",
+                                      recorder=self._recorder)
             self._backward.watchdog = self.forward.watchdog
         return self._backward
 
@@ -406,13 +428,15 @@ class HaloExchange:
 class CommContext:
     """Per-rank communication state injected into the model: communicator, counters, simulated network,
     and the allocator of exchange tags (every rank builds its exchanges in the same order). Construction
-    duplicates ``comm`` (collective); ``free`` releases everything (collective)."""
+    duplicates ``comm`` (collective); ``free`` releases everything (collective). ``recorder``: a
+    :class:`~g3mpi.comm.timeline.Recorder` that every exchange's transfers report to (None: nothing recorded)."""
 
-    def __init__(self, comm, simnet: SimNet | None = None, watchdog=None):
+    def __init__(self, comm, simnet: SimNet | None = None, watchdog=None, recorder=None):
         # a private communicator: no tag of ours can meet a message of another context or library
         self.comm = comm.Dup()
         self.simnet = simnet
         self.watchdog = watchdog
+        self.recorder = recorder
         self.stats = CommStats()
         self._next = 1
         self._exchanges = []
@@ -422,7 +446,7 @@ class CommContext:
         self._next += 1
         if 4 * tag + 3 > self.comm.Get_attr(MPI.TAG_UB):
             raise RuntimeError("too many halo exchanges for this MPI's tag range")
-        ex = HaloExchange(self.comm, plan, width, tag, self.stats, self.simnet, dtype, name)
+        ex = HaloExchange(self.comm, plan, width, tag, self.stats, self.simnet, dtype, name, self.recorder)
         ex.forward.watchdog = self.watchdog   # the backward transfer takes it over when it is planned
         self._exchanges.append(ex)
         return ex

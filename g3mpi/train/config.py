@@ -60,6 +60,8 @@ class TrainConfig:
     verify: bool = True             # check part-file checksums on load
     progress: bool = True           # tqdm line on rank 0
     plots: bool = True              # RUN/training.png and RUN/ranks.png at the end (python -m g3mpi.cli.plots redraws)
+    timeline_epoch: int = 2         # record this epoch's per-rank timeline: RUN/timeline.json (+ .png with plots);
+                                    # the last epoch if the run has fewer, 0: off
     log_level: str = "INFO"
     force: bool = False             # replace an existing run directory
     checkpoint_every: int = 0       # write RUN/checkpoint.pt every k epochs (0: only at the end)
@@ -87,10 +89,10 @@ class TrainConfig:
         for k, most in (("hidden", MAX_HIDDEN), ("heads", MAX_HEADS), ("out_heads", MAX_HEADS)):
             if getattr(self, k) > most:
                 bad(k, f"{k} must be at most {most} (got {getattr(self, k)})")
-        for k in ("epochs", "eval_every", "patience", "chunk_rows", "checkpoint_every"):   # TOML and argparse: any int
+        for k in ("epochs", "eval_every", "patience", "chunk_rows", "checkpoint_every", "timeline_epoch"):   # TOML and argparse: any int
             if not -2**63 <= getattr(self, k) < 2**63:
                 bad(k, f"{k} must fit in 64 bits (got {getattr(self, k)})")
-        for k in ("patience", "checkpoint_every"):
+        for k in ("patience", "checkpoint_every", "timeline_epoch"):
             if getattr(self, k) < 0:
                 bad(k, f"{k} must not be negative (got {getattr(self, k)})")
         if not 0 <= self.seed < 2**63:

@@ -1,15 +1,17 @@
 """The run directory's plots, drawn from ``metrics.jsonl`` (rank 0 at the end of a run, or on demand).
 
-    python -m g3mpi.cli.plots RUN          # (re)draw RUN/training.png and RUN/ranks.png
+    python -m g3mpi.cli.plots RUN          # (re)draw RUN/training.png, RUN/ranks.png (and RUN/timeline.png)
 
 ``training.png``: the loss per epoch and the train / validation / test accuracies at each evaluation, the
 best-validation epoch (the one ``model.pt`` and ``predictions.h5`` come from) marked. ``ranks.png``: where each
 rank's epoch time goes (median over the epochs of compute, time blocked on halo messages, idle at the gradient
 allreduce), the epoch time over the run (slowest rank) and the bytes each rank sends per epoch, with the mean and
 the max over the ranks (the max naming its rank): the partition's balance and the schedule's overlap at a glance.
-Both are pure functions of ``metrics.jsonl``, written atomically; redrawing while a job runs shows the epochs so
-far. They are drawn with :mod:`g3mpi.plotting`'s helpers, like g3-inspect's partition plot: legends above their
-panels, whole-number ticks, readable at 1 to 1024 ranks and 1 to 10 000 epochs.
+``timeline.png`` (where the run recorded ``timeline.json``, ``--timeline-epoch``): one epoch of every rank on one
+time axis, compute per layer and direction, sends, landings and blocked time (:func:`g3mpi.plotting.timeline`).
+The first two are pure functions of ``metrics.jsonl``, all are written atomically; redrawing while a job runs
+shows the epochs so far. They are drawn with :mod:`g3mpi.plotting`'s helpers, like g3-inspect's partition plot:
+legends above their panels, whole-number ticks, readable at 1 to 1024 ranks and 1 to 10 000 epochs.
 """
 from __future__ import annotations
 
@@ -21,12 +23,14 @@ import numpy as np
 
 from g3mpi.format import atomic_file
 from g3mpi.plotting import (LEGEND_FONTSIZE, figure, index_axis, legend_above, mean_max, rank_breakdown,
-                            stacked, whole_ticks)
+                            stacked, timeline, whole_ticks)
 
 from .rundir import ACCURACY_KEYS, read_metrics, writing
 
 #: the files :func:`plot_run` writes into the run directory
 PLOTS = ("training.png", "ranks.png")
+#: the recorded timeline (``--timeline-epoch``), and its plot, which :func:`plot_run` draws where the run has one
+TIMELINE, TIMELINE_PLOT = "timeline.json", "timeline.png"
 DPI = 110
 
 
@@ -116,6 +120,15 @@ def draw_ranks(records: list[dict]):
     return fig
 
 
+def draw_timeline(doc: dict):
+    """One recorded epoch (``timeline.json``) of every rank: :func:`g3mpi.plotting.timeline`."""
+    lanes = sum(1 + len({e[1] for e in r["events"] if e[0] == "post"}) for r in doc["ranks"])
+    fig = figure(12, 1.6 + 0.22 * lanes)
+    timeline(fig.subplots(), doc, f"{doc.get('model')}, {doc.get('schedule')}, epoch {doc.get('epoch')}, "
+                                  f"{doc.get('world_size')} ranks, sim-net {doc.get('sim_net') or 'off'}")
+    return fig
+
+
 def _save(fig, path: Path) -> Path:
     with writing(path, ValueError, RuntimeError), atomic_file(path, force=True) as tmp:
         fig.savefig(tmp, format="png", dpi=DPI)
@@ -123,7 +136,8 @@ def _save(fig, path: Path) -> Path:
 
 
 def plot_run(run_dir, best_epoch: int | None = None) -> list[Path]:
-    """Draw :data:`PLOTS` into ``run_dir`` from its metrics.jsonl; ``best_epoch`` defaults to summary.json's.
+    """Draw :data:`PLOTS` into ``run_dir`` from its metrics.jsonl (and ``timeline.png`` from its timeline.json,
+    where there is one); ``best_epoch`` defaults to summary.json's.
     A plot that cannot be written raises :class:`~g3mpi.train.rundir.OutputError` naming it. Nothing is drawn
     (an empty list) for a run without a trained epoch (``--init-from --epochs 0``: one evaluation)."""
     run_dir = Path(run_dir)
@@ -135,5 +149,10 @@ def plot_run(run_dir, best_epoch: int | None = None) -> list[Path]:
             best_epoch = json.loads((run_dir / "summary.json").read_text()).get("best_epoch")
         except (OSError, ValueError):
             best_epoch = None
-    return [_save(draw_training(records, best_epoch), run_dir / PLOTS[0]),
-            _save(draw_ranks(records), run_dir / PLOTS[1])]
+    out = [_save(draw_training(records, best_epoch), run_dir / PLOTS[0]),
+           _save(draw_ranks(records), run_dir / PLOTS[1])]
+    if (run_dir / TIMELINE).is_file():
+        with writing(run_dir / TIMELINE_PLOT, ValueError, KeyError, TypeError):   # from a file it cannot read
+            fig = draw_timeline(json.loads((run_dir / TIMELINE).read_text()))
+        out.append(_save(fig, run_dir / TIMELINE_PLOT))
+    return out

@@ -22,7 +22,7 @@ from .rundir import read_metrics
 #: the settings every table shows (others only where the runs differ)
 KEY_SETTINGS = ("model", "seed", "lr")
 #: settings that name where a run is, not what it trains
-NOT_SHOWN = ("out", "force", "progress", "plots", "log_level")
+NOT_SHOWN = ("out", "force", "progress", "plots", "log_level", "timeline_epoch")
 #: the results each row ends with: column, summary.json key
 RESULTS = (("val_acc", "val_acc"), ("test_acc", "test_acc"), ("best_epoch", "best_epoch"), ("epochs", "epochs"))
 #: the accuracies a plot can show

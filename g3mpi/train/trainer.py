@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import json
 import logging
 import os
 import resource
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from mpi4py import MPI
 
 from g3mpi.comm import CommContext, SimNet
+from g3mpi.comm.timeline import Recorder, clock_offset, combine
 from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format.common import FLOAT32_SQUARE_LIMIT, failure_reason
 from g3mpi.format.partition import id_checksum, part_name, range_checksum
@@ -32,7 +34,7 @@ from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
 from .config import ConfigError, TrainConfig, config_from, to_toml
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync
-from .plots import PLOTS, plot_run
+from .plots import PLOTS, TIMELINE, TIMELINE_PLOT, plot_run
 from .rundir import (LOCK_NAME, SPLITS, MetricsLog, OutputError, RunDirBusy, RunLock, read_metrics, rewind_metrics,
                      run_timings, save_state_dict, write_json_atomic, write_predictions, write_text_atomic)
 from .stop import STOP_SLOTS
@@ -43,7 +45,12 @@ EPOCH_FIGURES = ("compute_s", "blocked_s", "comm_s", "overlap", "allreduce_s", "
                  "epoch_time_s", "rss_bytes")
 INT_FIGURES = ("bytes_sent", "bytes_recv", "messages", "rss_bytes")
 #: the files of a run directory
-RUN_FILES = ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME, *PLOTS)
+RUN_FILES = ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME, TIMELINE,
+             TIMELINE_PLOT, *PLOTS)
+
+
+def _no_mark(phase: str) -> None:
+    """The phase mark of an epoch that is not recorded."""
 
 
 def peak_rss_bytes() -> int:
@@ -118,7 +125,11 @@ class Trainer:
         simnet = SimNet.from_spec(cfg.sim_net) if cfg.sim_net else None
         self.watchdog = watchdog or Watchdog(comm, cfg.comm_timeout, prog="g3-train")
         self.hooks = hooks or TestHooks.from_env(comm.rank)
-        self.ctx = CommContext(comm, simnet, watchdog=self.watchdog if self.watchdog.active else None)
+        # the epoch whose timeline is recorded (0: none); the clock offsets are estimated only then
+        self.timeline_epoch = min(cfg.timeline_epoch, cfg.epochs)
+        self.recorder = Recorder(comm.rank, *clock_offset(self.watchdog)) if self.timeline_epoch > 0 else None
+        self.ctx = CommContext(comm, simnet, watchdog=self.watchdog if self.watchdog.active else None,
+                               recorder=self.recorder)
         self.graph = DistGraph(part, self.ctx, Schedule(cfg.schedule, cfg.chunk_rows))
         torch.manual_seed(cfg.seed)
         self.model = GNN(self.graph, cfg.model, part.feature_dim, cfg.hidden, part.num_classes, layers=cfg.layers,
@@ -189,18 +200,26 @@ class Trainer:
         stats.reset()
         self.watchdog.context = f"epoch {epoch}"
         self.hooks.epoch_start(epoch)
+        rec = self.recorder if epoch == self.timeline_epoch else None
+        if rec is not None:
+            rec.start(epoch)
+        mark = rec.mark if rec is not None else _no_mark
         t0 = time.perf_counter()
+        mark("forward")
         self.model.train()
         self.opt.zero_grad(set_to_none=False)
         logits = self.model(self.x, DropoutKey(self.cfg.seed, epoch))
+        mark("loss")
         m = self.masks["train"]
         loss = F.cross_entropy(logits[m], self.y[m], reduction="sum") / self.split_sizes["train"]
         loss = self.hooks.corrupt_loss(epoch, loss)
         sync = self.gradsync
         sync.begin()
+        mark("backward")
         loss.backward()
         sync.flush()
         self.hooks.corrupt_grads(epoch, self.named_params)
+        mark("allreduce")
         t_ar = time.perf_counter()
         # this rank's gradients as computed (the buckets in flight hold copies of them)
         bad = first_nonfinite(loss.detach(), self.named_params)
@@ -222,8 +241,12 @@ class Trainer:
                                                         (logits_bad, len(logits))) + self._feature_cause())
         sync.unpack()
         allreduce_s = time.perf_counter() - t_ar
+        mark("step")
         self.opt.step()
         dt = time.perf_counter() - t0
+        mark("end")
+        if rec is not None:
+            rec.stop()
         s = stats.as_dict()
         return dict(loss=float(flags[0]), time_up_ranks=int(flags[3]), signal_ranks=flags[4:].astype(int).tolist(),
                     epoch_time_s=dt, compute_s=dt - s["blocked_s"] - allreduce_s, blocked_s=s["blocked_s"],
@@ -296,6 +319,25 @@ class Trainer:
             return None
         return [{k: (int(v) if k in INT_FIGURES else None if np.isnan(v) else float(v))
                  for k, v in zip(EPOCH_FIGURES, row)} for row in rows]
+
+    def timeline(self) -> dict | None:
+        """The recorded epoch of every rank (:func:`g3mpi.comm.timeline.combine`) on rank 0, None on the others
+        and when no epoch was recorded (every rank calls it: one text allgather under the watchdog)."""
+        rec = self.recorder
+        if rec is None or rec.epoch is None:
+            return None
+        texts = self.watchdog.allgather_text(json.dumps(rec.as_dict()), "timeline gather")
+        if self.comm.rank != 0:
+            return None
+        cfg = self.cfg
+        return combine([json.loads(t) for t in texts], epoch=rec.epoch, model=cfg.model, schedule=cfg.schedule,
+                       sim_net=cfg.sim_net or None, world_size=self.comm.size)
+
+    def _write_timeline(self, run_dir: Path) -> None:
+        """RUN/timeline.json of the recorded epoch, if this run recorded one (``plot_run`` draws timeline.png)."""
+        doc = self.timeline()
+        if doc is not None:
+            write_json_atomic(run_dir / TIMELINE, doc)
 
     @torch.no_grad()
     def evaluate(self) -> dict:
@@ -402,6 +444,7 @@ class Trainer:
                     # a signal or the time limit on some rank: all stop here (an early stop in this epoch wins: the
                     # run ends with its outputs, as an unsignalled one does)
                     self.checkpoint(run_dir, epoch, best, since_best, last_loss)
+                    self._write_timeline(run_dir)
                     reason = self._stop_reason(rec["signal_ranks"])
                     log.info("stopping after epoch %d: %s; checkpoint written", epoch, reason)
                     return dict(stopped=True, epoch=epoch, reason=reason)
@@ -412,6 +455,7 @@ class Trainer:
                              epoch, cfg.patience)
                     break
             self.checkpoint(run_dir, epoch, best, since_best, last_loss)
+            self._write_timeline(run_dir)
         finally:
             if bar is not None:
                 bar.close()
