@@ -98,7 +98,7 @@ def run(cfg, comm) -> dict | None:
     t1 = time.time()
     lg = local_graph(comm, bounds, sl.indptr, sl.indices, bool(sl.attrs["symmetric"]))
     parts, info = stream_partition(comm, lg, cfg.parts, seed=cfg.seed, imbalance=cfg.node_imbalance,
-                                   order=cfg.stream_order, log=lambda m: say(comm, m))
+                                   edge_imbalance=cfg.edge_imbalance, order=cfg.stream_order, log=lambda m: say(comm, m))
     t_part = time.time() - t1
     rss_part = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]
     edge_seconds = cfg.edge_seconds
