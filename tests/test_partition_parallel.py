@@ -225,6 +225,6 @@ def test_serial_method_on_several_ranks_is_refused(method, rand_h5, tmp_path):
 
 
 @pytest.mark.parametrize("R", [1, 3])
-def test_blocked_passes_match_the_direct_construction(R, rand_h5):
+def test_blocked_passes_match_the_direct_construction(R, rand_h5, tmp_path):
     _, path = rand_h5
-    run_mpi(R, "tests.mpi_stream_blocks", path, timeout=120)
+    run_mpi(R, "tests.mpi_stream_blocks", path, tmp_path, timeout=120)
