@@ -4,17 +4,27 @@ Every rank holds only its slice of the graph (:class:`LocalGraph`: its rows' nei
 as local columns ``[own rows | ghosts]``) and the parts of its own nodes and of its ghosts; part sizes are
 Allreduced, nothing of length N or E is ever on one rank.
 
-1. Streaming (Fennel, Tsourakakis et al., WSDM 2014): the ranks walk their rows, most neighbours first, in
-   ``batches`` synchronous steps. Before each step the ghosts' parts are pulled from their owners (Alltoallv);
-   each rank then places its step's nodes, :data:`CHUNK` at a time, in the part maximising ``neighbours there -
-   alpha * gamma * size^(gamma-1)``, counting the other ranks' placements of this step as equal to its own. A
-   rank fills a part only up to its share of the part's room under the cap (the room split in proportion to the
-   nodes each rank places in the step), so the cap holds whatever the ranks decide together.
+Balance: every part holds at most ``imbalance`` x the mean nodes and ``edge_imbalance`` x the mean local edges
+(the in-edges of its nodes, without self loops: what a training rank stores and aggregates), each cap at least the
+mean rounded up, the edge cap at least the heaviest row (a row's in-edges all go to its part).
+
+1. Streaming (Fennel, Tsourakakis et al., WSDM 2014): the rows of more than E / (64 P) in-edges (hubs) are placed
+   first, heaviest first into the part with fewest edges, the same on every rank. The ranks then walk their other
+   rows, most neighbours first, in ``batches`` synchronous steps. Before each step the ghosts' parts are pulled
+   from their owners (Alltoallv); each rank then places its step's nodes, :data:`CHUNK` at a time, in the part
+   maximising ``neighbours there - cost``, Fennel's marginal cost ``alpha * gamma * load^(gamma-1)`` of the part's
+   node load and of its edge load (each over its total, weighted :data:`EDGE_SHARE`), counting the other ranks'
+   placements of this step as equal to its own. Both caps grow with what is placed (a part filled with edges
+   early could take no row with edges later) up to half their room above the mean (:data:`STREAM_ROOM`: the rest
+   is the refinement's); a rank fills a part only up to its share of the part's room (split in proportion to
+   what each rank places in the step). :data:`PASSES` passes: each after the first takes each step's rows out
+   and places them again, knowing every other row's part (restreaming). Parts still above a cap then give rows
+   to parts with room (edges first, heavy rows out; then nodes, light rows back).
 2. Refinement: ``rounds`` of label propagation. Each node's best other part (most neighbours) and gain
    (neighbours there - neighbours in its own part) are computed; half of the nodes (a seeded coin per node and
    round, so that neighbours seldom swap together) with a positive gain ask to move. The room of each part under
-   the cap is split among the ranks in proportion to their requests (Allreduce of a P-vector), and each rank moves
-   its best requests within its share. Sizes never pass the cap.
+   both caps is split among the ranks in proportion to their requests (Allreduce of [2, P]), and each rank moves
+   its best requests within its share. Sizes never pass the caps.
 
 Deterministic for a given seed and number of ranks R; the result depends on R (which rows stream together, and
 the shares, do), see docs/PARTITION.md.
@@ -42,6 +52,12 @@ ALPHA_SCALE = 2.0
 #: the share of a part's load that is its local edges (the rest: its nodes), each over its total: Fennel's penalty
 #: on that load spreads the rows of many in-edges as it spreads nodes
 EDGE_SHARE = 0.5
+#: rows of more than total edges / (HUB_PARTS * P) in-edges are placed before the streaming (:func:`place_hubs`)
+HUB_PARTS = 64
+#: the share of the caps' room above the mean that streaming may fill (the rest is the refinement's)
+STREAM_ROOM = 0.5
+#: streaming passes: the first places the rows, each further one places them again knowing every part
+PASSES = 3
 #: refinement stops when a round moves at most this fraction of the nodes
 MIN_MOVED = 1e-4
 #: edges handled at once by a pass with per-edge temporaries (int64 positions, masks): bounds a rank's peak memory
@@ -253,46 +269,29 @@ def place(score: np.ndarray, left: np.ndarray, weight: np.ndarray, strict: bool 
 
 
 def stream_partition(comm, lg: LocalGraph, P: int, *, seed: int = 0, imbalance: float = 1.10,
-                     edge_imbalance: float = 1.10, batches: int = 16, rounds: int = 20,
+                     edge_imbalance: float = 1.10, batches: int = 16, rounds: int = 20, passes: int = PASSES,
                      alpha_scale: float = ALPHA_SCALE, order: str = "degree", log=None) -> tuple[np.ndarray, dict]:
     """Parts [num_own] of this rank's rows (see the module docstring), and meta entries (the same on every rank).
     ``imbalance`` / ``edge_imbalance``: the caps on each part's nodes and local edges over the mean (:func:`caps`);
-    ``alpha_scale`` multiplies Fennel's alpha; ``order``: :func:`stream_order`."""
-    R, n = comm.size, lg.num_nodes
+    ``alpha_scale`` multiplies Fennel's alpha; ``order``: :func:`stream_order`; ``passes``: the streaming passes
+    (each after the first re-places every row given the others' parts)."""
+    n = lg.num_nodes
     n_own = lg.num_own
     w = lg.weight
     total_w = int(allreduce(comm, np.array([w.sum()], dtype=np.int64))[0])
     cap = caps(comm, n, total_w, w, P, imbalance, edge_imbalance)
     total = np.array([n, total_w], dtype=np.int64)
+    # streaming stops short of the caps, which leaves the refinement room to move nodes
+    stream_cap = np.maximum(-(-total // P), np.minimum(cap, total / P + STREAM_ROOM * (cap - total / P)))
+    stream_cap = stream_cap.astype(np.int64)
     parts = np.full(n_own + len(lg.ghosts), -1, dtype=np.int32)
     edges = int(allreduce(comm, np.array([len(lg.cols)], dtype=np.int64))[0])
     alpha = alpha_scale * math.sqrt(P) * (edges / 2) / max(1.0, n ** GAMMA)
-    norm = np.array([1.0, n / max(1, total_w)])             # loads in nodes: an edge counts mean nodes / edges
-    unit = np.array([1.0 - EDGE_SHARE, EDGE_SHARE]) * norm   # a node's and an edge's weight in the objective
+    place_hubs(comm, lg, parts, total_w / (P * HUB_PARTS), P)
     seq = stream_order(lg, order, seed)
-    steps = np.linspace(0, n_own, batches + 1).astype(np.int64)
-    for t in range(batches):
-        parts[n_own:] = lg.plan.pull(parts[:n_own])
-        batch = seq[steps[t]:steps[t + 1]]
-        own = parts[:n_own]
-        placed = own >= 0
-        sizes = allreduce(comm, loads(own[placed], w[placed], P))
-        # the caps grow with what is placed (both loads stay balanced all along: a part full of edges early
-        # could take no row with edges later); the room split in proportion to what each rank places now
-        need = allgather_rows(comm, np.array([len(batch), w[batch].sum()], dtype=np.int64))
-        done = sizes.sum(axis=1) + need.sum(axis=0)
-        now = cap if t == batches - 1 else np.minimum(cap, -(-cap * done) // np.maximum(total, 1))
-        left = np.stack([split(now[k] - sizes[k], need[:, k], comm.rank) for k in range(2)])
-        added = np.zeros((2, P), dtype=np.int64)
-        for c0 in range(0, len(batch), CHUNK):
-            rows = batch[c0:c0 + CHUNK]
-            counts = neighbour_counts(lg, parts, rows, P)
-            # Fennel's marginal cost of each part's node load and edge load, each over its total (module docstring)
-            pen = alpha * GAMMA * ((sizes + R * added) * norm[:, None]) ** (GAMMA - 1)     # [2, P]
-            cost = np.outer(unit[0] * np.ones(len(rows)), pen[0]) + np.outer(unit[1] * w[rows], pen[1])
-            choice = place(counts - cost, left - added, w[rows])
-            parts[rows] = choice
-            added += loads(choice, w[rows], P)
+    seq = seq[parts[seq] < 0]
+    for t in range(passes):
+        stream_pass(comm, lg, parts, seq, batches, stream_cap, total, alpha, P, again=t > 0)
     own = parts[:n_own]
     sizes = allreduce(comm, loads(own, w, P))
     cut0 = cut_edges(comm, lg, parts)
@@ -314,6 +313,29 @@ def stream_partition(comm, lg: LocalGraph, P: int, *, seed: int = 0, imbalance: 
                                                stream_edge_cap=int(cap[1]))
 
 
+def place_hubs(comm, lg: LocalGraph, parts: np.ndarray, heavier: float, P: int) -> None:
+    """Place the rows of more than ``heavier`` in-edges (at most ``HUB_PARTS * P`` rows in all) before the
+    streaming, the same way on every rank: heaviest first, each into the part with the fewest edges so far (a
+    rank streaming a hub alone could not see the other ranks' hubs of the same step, nor fit it in its share)."""
+    w = lg.weight
+    mine = np.flatnonzero(w > heavier)
+    k = int(allreduce(comm, np.array([len(mine)], dtype=np.int64), op=MPI.MAX)[0])
+    if not k:
+        return
+    pad = np.full((k, 2), -1, dtype=np.int64)
+    pad[:len(mine), 0], pad[:len(mine), 1] = lg.lo + mine, w[mine]
+    hubs = allgather_rows(comm, pad).reshape(-1, 2)
+    hubs = hubs[hubs[:, 0] >= 0]
+    hubs = hubs[np.lexsort((hubs[:, 0], -hubs[:, 1]))]
+    load = np.zeros(P, dtype=np.int64)
+    to = np.empty(len(hubs), dtype=np.int64)
+    for i, wt in enumerate(hubs[:, 1].tolist()):
+        to[i] = int(np.argmin(load))
+        load[to[i]] += wt
+    own = (hubs[:, 0] >= lg.lo) & (hubs[:, 0] < lg.lo + lg.num_own)
+    parts[hubs[own, 0] - lg.lo] = to[own]
+
+
 def caps(comm, n: int, total_w: int, w: np.ndarray, P: int, imbalance: float, edge_imbalance: float) -> np.ndarray:
     """[nodes, local edges] a part may hold: ``floor(imbalance * mean)`` and at least the mean rounded up; the
     edge cap at least the largest row's weight (a row's in-edges all go to its part)."""
@@ -321,6 +343,41 @@ def caps(comm, n: int, total_w: int, w: np.ndarray, P: int, imbalance: float, ed
     node_cap = max(math.ceil(n / P), int(math.floor(imbalance * n / P)))
     edge_cap = max(math.ceil(total_w / P), int(math.floor(edge_imbalance * total_w / P)), heaviest)
     return np.array([node_cap, edge_cap], dtype=np.int64)
+
+
+def stream_pass(comm, lg: LocalGraph, parts: np.ndarray, seq: np.ndarray, batches: int, stream_cap: np.ndarray,
+                total: np.ndarray, alpha: float, P: int, again: bool) -> None:
+    """One streaming pass over the rows ``seq`` in ``batches`` synchronous steps (module docstring, 1.) under the
+    caps ``stream_cap`` [nodes, edges] of ``total`` [nodes, edges]; ``again``: the rows have parts, each step's
+    are taken out and placed again."""
+    R, n_own, w = comm.size, lg.num_own, lg.weight
+    norm = np.array([1.0, total[0] / max(1, total[1])])      # loads in nodes: an edge counts mean nodes / edges
+    unit = np.array([1.0 - EDGE_SHARE, EDGE_SHARE]) * norm   # a node's and an edge's weight in the objective
+    steps = np.linspace(0, len(seq), batches + 1).astype(np.int64)
+    for t in range(batches):
+        batch = seq[steps[t]:steps[t + 1]]
+        if again:
+            parts[batch] = -1
+        parts[n_own:] = lg.plan.pull(parts[:n_own])
+        own = parts[:n_own]
+        placed = own >= 0
+        sizes = allreduce(comm, loads(own[placed], w[placed], P))
+        # the caps grow with what is placed (both loads stay balanced all along: a part full of edges early
+        # could take no row with edges later); the room split in proportion to what each rank places now
+        need = allgather_rows(comm, np.array([len(batch), w[batch].sum()], dtype=np.int64))
+        done = sizes.sum(axis=1) + need.sum(axis=0)
+        now = np.minimum(stream_cap, -(-stream_cap * done) // np.maximum(total, 1))
+        left = np.stack([split(now[k] - sizes[k], need[:, k], comm.rank) for k in range(2)])
+        added = np.zeros((2, P), dtype=np.int64)
+        for c0 in range(0, len(batch), CHUNK):
+            rows = batch[c0:c0 + CHUNK]
+            counts = neighbour_counts(lg, parts, rows, P)
+            # Fennel's marginal cost of each part's node load and edge load, each over its total (module docstring)
+            pen = alpha * GAMMA * ((sizes + R * added) * norm[:, None]) ** (GAMMA - 1)     # [2, P]
+            cost = np.outer(unit[0] * np.ones(len(rows)), pen[0]) + np.outer(unit[1] * w[rows], pen[1])
+            choice = place(counts - cost, left - added, w[rows])
+            parts[rows] = choice
+            added += loads(choice, w[rows], P)
 
 
 def stream_order(lg: LocalGraph, order: str, seed: int) -> np.ndarray:
