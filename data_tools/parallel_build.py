@@ -140,13 +140,13 @@ def part_halos(comm, own: OwnRows, own_parts: np.ndarray, offsets: np.ndarray, P
     R, n = comm.size, int(offsets[-1])
     ptr = np.zeros(len(own.row_len) + 1, dtype=np.int64)
     np.cumsum(own.row_len, out=ptr[1:])
-    keys = [np.zeros(0, dtype=np.int64)]
+    keys = np.zeros(0, dtype=np.int64)
     for a, b in row_blocks(ptr, block_edges):
         p = np.repeat(own_parts[a:b], own.row_len[a:b])
         c = own.cols[ptr[a]:ptr[b]]
         out = (c < offsets[p]) | (c >= offsets[p + 1])
-        keys.append(np.unique(p[out] * n + c[out]))
-    keys = np.unique(np.concatenate(keys))
+        # merged block by block: the distinct pairs only, never every block's pairs at once
+        keys = np.union1d(keys, p[out] * n + c[out])
     dest = (keys // max(1, n)) % R
     order = np.argsort(dest, kind="stable")
     counts = np.bincount(dest, minlength=R).astype(np.int64)
