@@ -81,7 +81,7 @@ def run(cfg, comm) -> dict | None:
     """Partition and write on every rank of ``comm``; returns meta.json's content on rank 0 (None elsewhere)."""
     from .partitioners import CostModel, calibrate
     from .partitioners.stream import local_graph, stream_partition
-    from .slices import read_slice, slice_features
+    from .slices import read_slice
 
     t0 = time.time()
     on_root(comm, check_target, cfg)
@@ -89,7 +89,7 @@ def run(cfg, comm) -> dict | None:
     if cfg.parts > max(1, n):
         raise FormatError(cfg.graph, f"cannot split {n} nodes into {cfg.parts} parts (--parts must be <= N)")
     bounds = rank_bounds(n, comm.size)
-    # the features are checked here but read again only for the write: partitioning never holds them
+    # the features are checked here but read again only for the write's blocks: partitioning never holds them
     sl = guarded(comm, read_slice, cfg.graph, bounds, comm.rank, True, False)
     t_load = time.time() - t0
     if not allreduce(comm, np.array([sl.masks["train_mask"].sum()], dtype=np.int64))[0]:
@@ -115,8 +115,6 @@ def run(cfg, comm) -> dict | None:
                  peak_rss_mib_partition=[round(float(x), 1) for x in rss_part],
                  graph_sha256=on_root(comm, graph_fingerprint, cfg.graph))
     partition_id = allgather_text(comm, uuid.uuid4().hex if comm.rank == 0 else None)[0]
-    lg.indptr = lg.cols = None     # (the write needs only the ghosts and their plan)
-    sl.features = guarded(comm, slice_features, sl)
     meta = write(comm, cfg, sl, lg, parts, partition_id, extra)
     rss_all = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]
     if comm.rank == 0:

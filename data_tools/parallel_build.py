@@ -24,7 +24,7 @@ from g3mpi.format.partition import NODE_MAP_NAME, NodeMapWriter, PartRows, owner
 from .build import exchange_lists, part_stats, summarize
 from .mpi_util import agree, allgather_rows, allreduce, alltoallv, exchange_counts
 from .partitioners.stream import BLOCK_EDGES, row_blocks
-from .slices import GraphSlice
+from .slices import GraphSlice, slice_features
 from .termination import raise_if_terminated
 
 #: message tag of the parts' original IDs sent to rank 0 for the node map
@@ -235,7 +235,13 @@ def write_parts(comm, tmp, sl: GraphSlice, own: OwnRows, rows: dict, halos: dict
             write_part(path, part, atomic=False, deferred={"indices": ((int(part.indptr[-1]),), width)})
         except (OSError, RuntimeError, FormatError) as e:   # (h5py reports a failed flush as a RuntimeError)
             err = f"{path}: cannot be written: {failure_reason(e)}"
-    files, cuts, err = fill_parts(comm, tmp, sl, own, rows, halos, offsets, P, err, **blocks)
+    if sl.features is None:    # read only now: the halo exchange above never holds them
+        try:
+            sl.features = slice_features(sl)
+        except FormatError as e:
+            err = err or str(e)
+    agree(comm, err)
+    files, cuts, err = fill_parts(comm, tmp, sl, own, rows, halos, offsets, P, None, **blocks)
     for p, cut in cuts.items():
         stats[p]["cut_edges"] = cut
     agree(comm, err)
@@ -377,7 +383,8 @@ def write_partition_parallel(comm, tmp, sl: GraphSlice, lg, own_parts: np.ndarra
                              method: str, seed: int, extra_meta: dict, **blocks) -> dict | None:
     """Write the whole partition into the directory ``tmp`` (every rank; rank 0 writes meta.json): returns meta on
     rank 0, None elsewhere. ``lg``: the :class:`~data_tools.partitioners.stream.LocalGraph` (its ghosts). To bound
-    the memory, the slice's indices and features and ``lg``'s edges are released (set to None) once used.
+    the memory, the slice's indices, labels, masks and features and ``lg``'s edges are released (set to None) once
+    used; features that ``sl`` does not hold (None) are read when the parts' blocks need them.
     ``blocks``: the sizes of the blocks in which the parts' edges and features are written (:func:`write_blocks`;
     the files do not depend on them)."""
     t0 = time.time()
@@ -387,6 +394,7 @@ def write_partition_parallel(comm, tmp, sl: GraphSlice, lg, own_parts: np.ndarra
     sl.indices = None
     loops = int(allreduce(comm, np.array([own.loops.sum()], dtype=np.int64))[0])
     rows = shuffle(comm, sl, own, own_parts)
+    own.in_deg = own.out_deg = own.loops = sl.labels = sl.masks = None     # (sent)
     halos = part_halos(comm, own, own_parts, offsets, P)
     files, stats = write_parts(comm, tmp, sl, own, rows, halos, offsets, P, partition_id, sl.num_edges - loops,
                                **blocks)
