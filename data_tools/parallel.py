@@ -89,7 +89,8 @@ def run(cfg, comm) -> dict | None:
     if cfg.parts > max(1, n):
         raise FormatError(cfg.graph, f"cannot split {n} nodes into {cfg.parts} parts (--parts must be <= N)")
     bounds = rank_bounds(n, comm.size)
-    sl = guarded(comm, read_slice, cfg.graph, bounds, comm.rank)
+    # the features are checked here but read again only for the write's blocks: partitioning never holds them
+    sl = guarded(comm, read_slice, cfg.graph, bounds, comm.rank, True, False)
     t_load = time.time() - t0
     if not allreduce(comm, np.array([sl.masks["train_mask"].sum()], dtype=np.int64))[0]:
         say(comm, f"warning: {cfg.graph}: no training nodes (no labels, or an empty train mask): g3-train will "
@@ -98,7 +99,8 @@ def run(cfg, comm) -> dict | None:
     t1 = time.time()
     lg = local_graph(comm, bounds, sl.indptr, sl.indices, bool(sl.attrs["symmetric"]))
     parts, info = stream_partition(comm, lg, cfg.parts, seed=cfg.seed, imbalance=cfg.node_imbalance,
-                                   order=cfg.stream_order, log=lambda m: say(comm, m))
+                                   edge_imbalance=cfg.edge_imbalance, order=cfg.stream_order,
+                                   log=lambda m: say(comm, m))
     t_part = time.time() - t1
     rss_part = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]
     edge_seconds = cfg.edge_seconds

@@ -20,17 +20,19 @@ from mpi4py import MPI
 from g3mpi.format import (PARTITION_FORMAT, PARTITION_VERSION, FormatError, PartData, index_dtype, part_name,
                           write_meta, write_part)
 from g3mpi.format.common import failure_reason
-from g3mpi.format.partition import NODE_MAP_NAME, NodeMapWriter, owner_of
+from g3mpi.format.partition import NODE_MAP_NAME, NodeMapWriter, PartRows, owner_of
 
-from .build import cut_edges, exchange_lists, localize, part_stats, summarize
+from .build import exchange_lists, part_stats, summarize
 from .layout import ranks_of_groups, slice_order_keys
-from .mpi_util import agree, allreduce, alltoallv, exchange_counts
+from .mpi_util import agree, allgather_rows, allreduce, alltoallv, exchange_counts
 from .partitioners.stream import BLOCK_EDGES, row_blocks
-from .slices import GraphSlice
+from .slices import GraphSlice, slice_features
 from .termination import raise_if_terminated
 
 #: message tag of the parts' original IDs sent to rank 0 for the node map
 NODE_MAP_TAG = 31
+#: features of one block of rows written at a time (with :data:`BLOCK_EDGES` edges at most)
+FEATURE_BLOCK_BYTES = 1 << 26
 
 
 def relabel_local(comm, own_parts: np.ndarray, P: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -97,65 +99,67 @@ def gather_values(ptr: np.ndarray, rows: np.ndarray, values: np.ndarray, block_e
 
 
 def shuffle(comm, sl: GraphSlice, own: OwnRows, own_parts: np.ndarray) -> dict:
-    """Every row to the writer of its part (rank ``part % R``); returns the rows this rank writes, sorted by new
-    ID: ``new_ids, orig, in_deg, out_deg, loops, labels, masks, features`` and their CSR ``ptr``/``cols``. Each
-    field is sent and reordered on its own; the slice's features and ``own.cols`` are released once sent."""
+    """Every row's per-node fields to the writer of its part (rank ``part % R``); returns the rows this rank
+    writes, sorted by new ID: ``new_ids, orig, in_deg, out_deg, loops, labels, row_len, masks`` and their CSR row
+    pointer ``ptr``. The edges and features follow block by block as the parts are written
+    (:func:`fill_parts`)."""
     R = comm.size
     dest = own_parts % R
     order = np.lexsort((own_parts, dest))          # by writer, then part; original order within a part
     counts = np.bincount(dest, minlength=R).astype(np.int64)
     rc = exchange_counts(comm, counts)
-    ptr = np.zeros(sl.num_rows + 1, dtype=np.int64)
-    np.cumsum(own.row_len, out=ptr[1:])
-    edge_counts = np.bincount(dest, weights=own.row_len, minlength=R).astype(np.int64)
     # received grouped by source rank; sorted by new ID, a part's rows are contiguous and in original order
     got_ids = alltoallv(comm, own.new_ids[order], counts, rc)
     by_new = np.argsort(got_ids, kind="stable")
     got = dict(new_ids=got_ids[by_new])
     del got_ids
     fields = dict(orig=sl.lo + np.arange(sl.num_rows, dtype=np.int64), in_deg=own.in_deg, out_deg=own.out_deg,
-                  loops=own.loops, labels=sl.labels, row_len=own.row_len, features=sl.features, **sl.masks)
+                  loops=own.loops, labels=sl.labels, row_len=own.row_len, **sl.masks)
     for k in list(fields):
         send = np.asarray(fields.pop(k))[order]
-        if k == "features":
-            sl.features = None
         got[k] = alltoallv(comm, send, counts, rc)[by_new]
         del send
-    rptr = np.zeros(len(by_new) + 1, dtype=np.int64)
-    received = np.empty_like(by_new)
-    received[by_new] = np.arange(len(by_new))
-    np.cumsum(got["row_len"][received], out=rptr[1:])   # the rows' CSR as received
-    send = gather_values(ptr, order, own.cols)
-    own.cols = None
-    cols = alltoallv(comm, send, edge_counts, exchange_counts(comm, edge_counts))
-    del send
-    got["cols"] = gather_values(rptr, by_new, cols)
-    del cols
     got["ptr"] = np.zeros(len(by_new) + 1, dtype=np.int64)
     np.cumsum(got["row_len"], out=got["ptr"][1:])
     return got
+
+
+def part_halos(comm, own: OwnRows, own_parts: np.ndarray, offsets: np.ndarray, P: int,
+               block_edges: int = BLOCK_EDGES) -> dict:
+    """{part: halo} of the parts this rank writes (the distinct sources outside the part of its rows' in-edges,
+    sorted): every rank sends each writer the distinct outside sources of its rows in each part, keyed
+    ``part * N + source``, found :data:`BLOCK_EDGES` edges at a time."""
+    R, n = comm.size, int(offsets[-1])
+    ptr = np.zeros(len(own.row_len) + 1, dtype=np.int64)
+    np.cumsum(own.row_len, out=ptr[1:])
+    keys = np.zeros(0, dtype=np.int64)
+    for a, b in row_blocks(ptr, block_edges):
+        p = np.repeat(own_parts[a:b], own.row_len[a:b])
+        c = own.cols[ptr[a]:ptr[b]]
+        out = (c < offsets[p]) | (c >= offsets[p + 1])
+        # merged block by block: the distinct pairs only, never every block's pairs at once
+        keys = np.union1d(keys, p[out] * n + c[out])
+    dest = (keys // max(1, n)) % R
+    order = np.argsort(dest, kind="stable")
+    counts = np.bincount(dest, minlength=R).astype(np.int64)
+    got = np.unique(alltoallv(comm, keys[order], counts, exchange_counts(comm, counts)))
+    del keys, order
+    cut = np.searchsorted(got, np.arange(P + 1, dtype=np.int64) * n)
+    return {p: got[cut[p]:cut[p + 1]] - p * n for p in my_parts(comm, P)}
 
 
 def my_parts(comm, P: int) -> list[int]:
     return list(range(comm.rank, P, comm.size))
 
 
-def build_my_parts(comm, sl: GraphSlice, rows: dict, offsets: np.ndarray, P: int, partition_id: str,
+def build_my_parts(comm, sl: GraphSlice, rows: dict, halos: dict, offsets: np.ndarray, P: int, partition_id: str,
                    num_edges: int):
-    """Yield the PartData of every part this rank writes (halo degrees and send lists exchanged collectively
-    first, so the yields need no communication). ``rows["cols"]`` is dropped once the parts are localized."""
+    """Yield the PartData of every part this rank writes, without its ``indices`` and ``features`` (None; written
+    by :func:`fill_parts`). The halo degrees and send lists are exchanged collectively first, so the yields need
+    no communication."""
     R = comm.size
     mine = my_parts(comm, P)
     pos_of = rows["new_ids"]                      # sorted: the rows of my parts, by new ID
-    csr, halos = {}, {}
-    for p in mine:
-        s, e = int(offsets[p]), int(offsets[p + 1])
-        a, b = np.searchsorted(pos_of, (s, e))
-        ip = rows["ptr"][a:b + 1] - rows["ptr"][a]
-        local, h = localize(rows["cols"][rows["ptr"][a]:rows["ptr"][b]], s, e, block=BLOCK_EDGES)
-        csr[p] = (a, b, ip, local)
-        halos[p] = h
-    del rows["cols"]     # (held as the parts' local columns from here on)
     # requests for the halo's degrees, to the writers of their owners; they are the owners' send lists
     req_q = np.concatenate([np.full(len(halos[p]), p, dtype=np.int64) for p in mine]) if mine else np.zeros(0, np.int64)
     req_id = np.concatenate([halos[p] for p in mine]) if mine else np.zeros(0, np.int64)
@@ -178,21 +182,21 @@ def build_my_parts(comm, sl: GraphSlice, rows: dict, offsets: np.ndarray, P: int
     s_order = np.lexsort((in_id, in_q, owner_p))
     for p, q, ids in _groups(owner_p[s_order], in_q[s_order], in_id[s_order]):
         sends[p][q] = ids - offsets[p]
-    n, F = sl.num_nodes, rows["features"].shape[1]
+    n, F = sl.num_nodes, int(sl.attrs["feature_dim"])
     for p in mine:
         s, e = int(offsets[p]), int(offsets[p + 1])
-        a, b, ip, local = csr.pop(p)
-        h = halos.pop(p)
+        a, b = np.searchsorted(pos_of, (s, e))
+        ip = rows["ptr"][a:b + 1] - rows["ptr"][a]
+        h = halos[p]
         lists = exchange_lists(owner_of(offsets, h), sends.pop(p))
         hd = halo_deg.pop(p)
         yield PartData(
             part_id=p, num_parts=P, num_nodes=n, num_edges=num_edges, feature_dim=F,
             num_classes=int(sl.attrs["num_classes"]), owned_start=s, owned_end=e, partition_id=partition_id,
-            indptr=ip, indices=local.astype(index_dtype(e - s + len(h)), copy=False),
-            halo_ids=h, **lists,
+            indptr=ip, indices=None, halo_ids=h, **lists,
             in_degree=np.concatenate([rows["in_deg"][a:b], hd[:, 0]]),
             out_degree=np.concatenate([rows["out_deg"][a:b], hd[:, 1]]),
-            self_loops=rows["loops"][a:b], features=np.ascontiguousarray(rows["features"][a:b]),
+            self_loops=rows["loops"][a:b], features=None,
             labels=rows["labels"][a:b], train_mask=rows["train_mask"][a:b], val_mask=rows["val_mask"][a:b],
             test_mask=rows["test_mask"][a:b], orig_ids=rows["orig"][a:b])
 
@@ -206,24 +210,113 @@ def _groups(p: np.ndarray, q: np.ndarray, ids: np.ndarray):
         yield int(p[a]), int(q[a]), ids[a:b]
 
 
-def write_parts(comm, tmp, sl: GraphSlice, rows: dict, offsets: np.ndarray, P: int, partition_id: str,
-                num_edges: int) -> tuple[dict, list]:
-    """Write this rank's part files into ``tmp``; returns ({file: sha256}, [part stats]). Every rank arrives at
-    the agreement after its writes, failed or not (RankFailed on every rank if one failed)."""
-    files, stats, err = {}, [], None
-    for part in build_my_parts(comm, sl, rows, offsets, P, partition_id, num_edges):
+def write_parts(comm, tmp, sl: GraphSlice, own: OwnRows, rows: dict, halos: dict, offsets: np.ndarray, P: int,
+                partition_id: str, num_edges: int, **blocks) -> tuple[dict, list]:
+    """Write this rank's part files into ``tmp``: each without its edges and features first, which then come
+    in blocks (:func:`fill_parts`); returns ({file: sha256}, [part stats]). Every rank arrives at the agreement
+    after its writes, failed or not (RankFailed on every rank if one failed). ``blocks``: :func:`write_blocks`'
+    sizes."""
+    stats, err = {}, None
+    for part in build_my_parts(comm, sl, rows, halos, offsets, P, partition_id, num_edges):
+        stats[part.part_id] = part_stats(part)
         if err is not None:
             continue
+        path = tmp / part_name(part.part_id)
+        width = index_dtype(part.num_owned + part.num_halo)
         try:
-            files[part_name(part.part_id)] = write_part(tmp / part_name(part.part_id), part, atomic=False)
+            write_part(path, part, atomic=False, deferred={"indices": ((int(part.indptr[-1]),), width)})
         except (OSError, RuntimeError, FormatError) as e:   # (h5py reports a failed flush as a RuntimeError)
-            err = f"{tmp / part_name(part.part_id)}: cannot be written: {failure_reason(e)}"
-            continue
-        st = part_stats(part)
-        st["cut_edges"] = cut_edges(part)
-        stats.append(st)
+            err = f"{path}: cannot be written: {failure_reason(e)}"
+    if sl.features is None:    # read only now: the halo exchange above never holds them
+        try:
+            sl.features = slice_features(sl)
+        except FormatError as e:
+            err = err or str(e)
     agree(comm, err)
-    return files, stats
+    files, cuts, err = fill_parts(comm, tmp, sl, own, rows, halos, offsets, P, None, **blocks)
+    for p, cut in cuts.items():
+        stats[p]["cut_edges"] = cut
+    agree(comm, err)
+    return files, [stats[p] for p in sorted(stats)]
+
+
+def write_blocks(comm, rows: dict, offsets: np.ndarray, P: int, feature_dim: int,
+                 block_edges: int = BLOCK_EDGES, block_bytes: int = FEATURE_BLOCK_BYTES) -> np.ndarray:
+    """[R, K, 3]: the blocks (part, first new ID, end) in which each rank writes its parts, in order, each of
+    about ``block_edges`` edges and ``block_bytes`` of features at most (one row at least); (-1, 0, 0) pads."""
+    step = max(1, block_bytes // max(1, 4 * feature_dim))
+    out = []
+    for p in my_parts(comm, P):
+        s, e = int(offsets[p]), int(offsets[p + 1])
+        a, b = np.searchsorted(rows["new_ids"], (s, e))
+        for x, y in row_blocks(rows["ptr"][a:b + 1] - rows["ptr"][a], block_edges):
+            out += [(p, s + z, s + min(y, z + step)) for z in range(x, y, step)]
+        if s == e:
+            out.append((p, s, e))      # (an empty part's file is completed all the same)
+    k = int(allreduce(comm, np.array([len(out)], dtype=np.int64), op=MPI.MAX)[0])
+    mine = np.zeros((k, 3), dtype=np.int64)
+    mine[:, 0] = -1
+    if out:
+        mine[:len(out)] = out
+    return allgather_rows(comm, mine)
+
+
+def fill_parts(comm, tmp, sl: GraphSlice, own: OwnRows, rows: dict, halos: dict, offsets: np.ndarray, P: int,
+               err: str | None, **blocks) -> tuple[dict, dict, str | None]:
+    """The edges (as local columns) and features of every part, written in rounds: in round j every rank sends
+    each writer its rows of that writer's j-th block (:func:`write_blocks`), so that a writer holds one block at
+    a time, never a whole part. Returns ({file: sha256}, {part: cut edges}, the first error); after an error this
+    rank keeps taking part in the rounds without writing."""
+    R = comm.size
+    blocks = write_blocks(comm, rows, offsets, P, int(sl.attrs["feature_dim"]), **blocks)
+    by_id = np.argsort(own.new_ids, kind="stable")
+    ids_sorted = own.new_ids[by_id]
+    ptr = np.zeros(len(own.row_len) + 1, dtype=np.int64)
+    np.cumsum(own.row_len, out=ptr[1:])
+    files, cuts, writer = {}, {}, None
+    for j in range(blocks.shape[1]):
+        # my rows in each writer's block j, in new-ID order
+        lo, hi = np.searchsorted(ids_sorted, blocks[:, j, 1]), np.searchsorted(ids_sorted, blocks[:, j, 2])
+        send = np.concatenate([by_id[a:b] for a, b in zip(lo.tolist(), hi.tolist())])
+        counts = (hi - lo).astype(np.int64)
+        rc = exchange_counts(comm, counts)
+        ids = alltoallv(comm, own.new_ids[send], counts, rc)
+        feats = alltoallv(comm, sl.features[send], counts, rc)
+        edge_counts = np.array([own.row_len[by_id[a:b]].sum() for a, b in zip(lo.tolist(), hi.tolist())],
+                               dtype=np.int64)
+        cols = alltoallv(comm, gather_values(ptr, send, own.cols), edge_counts, exchange_counts(comm, edge_counts))
+        del send
+        p, s, e = (int(x) for x in blocks[comm.rank, j])
+        if p < 0:
+            continue
+        # (the ranks hold contiguous ranges of original IDs, and a part's new IDs keep their order: received by
+        # source rank, the rows are in new-ID order already)
+        if len(ids) != e - s or (len(ids) and (ids[0] != s or ids[-1] != e - 1)):
+            raise RuntimeError(f"part {p}: block {s}..{e} received rows {ids[:1]}..{ids[-1:]} ({len(ids)})")
+        first, last = int(offsets[p]), int(offsets[p + 1])
+        outside = (cols < first) | (cols >= last)
+        local = np.where(outside, 0, cols - first)
+        local[outside] = (last - first) + np.searchsorted(halos[p], cols[outside])
+        cuts[p] = cuts.get(p, 0) + int(outside.sum())
+        if err is not None:
+            continue
+        path = tmp / part_name(p)
+        try:
+            if writer is None:
+                writer = PartRows(path, ("indices", "features"))
+            writer.append("indices", local)
+            writer.append("features", feats)
+            if e == last:
+                files[part_name(p)] = writer.close()
+                writer = None
+        except (OSError, RuntimeError, FormatError) as ex:
+            err = f"{path}: cannot be written: {failure_reason(ex)}"
+            if writer is not None:
+                writer.close_on_error()
+                writer = None
+    if writer is not None:
+        writer.close_on_error()
+    return files, cuts, err
 
 
 def write_node_map(comm, path, rows: dict, offsets: np.ndarray, P: int) -> str | None:
@@ -279,10 +372,13 @@ def gather_json(comm, obj) -> list | None:
 
 
 def write_partition_parallel(comm, tmp, sl: GraphSlice, lg, own_parts: np.ndarray, P: int, *, partition_id: str,
-                             method: str, seed: int, extra_meta: dict) -> dict | None:
+                             method: str, seed: int, extra_meta: dict, **blocks) -> dict | None:
     """Write the whole partition into the directory ``tmp`` (every rank; rank 0 writes meta.json): returns meta on
     rank 0, None elsewhere. ``lg``: the :class:`~data_tools.partitioners.stream.LocalGraph` (its ghosts). To bound
-    the memory, the slice's indices and features and ``lg``'s edges are released (set to None) once used."""
+    the memory, the slice's indices, labels, masks and features and ``lg``'s edges are released (set to None) once
+    used; features that ``sl`` does not hold (None) are read when the parts' blocks need them.
+    ``blocks``: the sizes of the blocks in which the parts' edges and features are written (:func:`write_blocks`;
+    the files do not depend on them)."""
     t0 = time.time()
     lg.indptr = lg.cols = None     # (only the ghosts and their plan are needed from here on)
     new_ids, offsets = relabel_local(comm, own_parts, P, slice_order_keys(sl, lg, own_parts, P, BLOCK_EDGES))
@@ -290,8 +386,12 @@ def write_partition_parallel(comm, tmp, sl: GraphSlice, lg, own_parts: np.ndarra
     sl.indices = None
     loops = int(allreduce(comm, np.array([own.loops.sum()], dtype=np.int64))[0])
     rows = shuffle(comm, sl, own, own_parts)
-    del own
-    files, stats = write_parts(comm, tmp, sl, rows, offsets, P, partition_id, sl.num_edges - loops)
+    own.in_deg = own.out_deg = own.loops = sl.labels = sl.masks = None     # (sent)
+    halos = part_halos(comm, own, own_parts, offsets, P)
+    files, stats = write_parts(comm, tmp, sl, own, rows, halos, offsets, P, partition_id, sl.num_edges - loops,
+                               **blocks)
+    del own, halos
+    sl.features = None
     sha = write_node_map(comm, tmp / NODE_MAP_NAME, rows, offsets, P)
     got = gather_json(comm, dict(files=files, stats=stats))
     if comm.rank != 0:

@@ -44,7 +44,7 @@ MAX_WIDTH = 2**24
 SCALE_HINT = "for graphs this large use the parallel path: mpiexec -n R g3-partition --method stream ..."
 #: options of one method only (``PartitionConfig`` field -> method); the cost model's options (--bandwidth,
 #: --edge-seconds, --width, --calibrate) apply to every method, since meta.json's estimates use them
-METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3 stream", edge_imbalance="g3",
+METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3 stream", edge_imbalance="g3 stream",
                       max_iters="g3", cost_slack="g3", start="g3", start_balance="g3", stream_order="stream")
 
 
@@ -95,7 +95,7 @@ def parse_args(argv) -> PartitionConfig:
     g.add_argument("--node-imbalance", type=float,
                    help="max owned nodes per part / mean, finite and >= 1 (g3, stream; default 1.10)")
     g.add_argument("--edge-imbalance", type=float,
-                   help="max local edges per part / mean, finite and >= 1 (g3; default 1.10)")
+                   help="max local edges per part / mean, finite and >= 1 (g3, stream; default 1.10)")
     g.add_argument("--max-iters", type=int, help="refinement iterations at most, >= 0 (g3; default 100)")
     g.add_argument("--cost-slack", type=float,
                    help="phase 2 may raise the max estimated epoch by this fraction (finite, >= 0) to lower the "

@@ -30,7 +30,7 @@ class GraphSlice:
     hi: int
     indptr: np.ndarray       # int64 [hi-lo+1], from 0
     indices: np.ndarray      # int32 (as stored where N < 2^31) or int64 [indptr[-1]], sources (global row IDs)
-    features: np.ndarray     # float32 [hi-lo, F]
+    features: np.ndarray | None   # float32 [hi-lo, F] (None: checked, not kept; see slice_features)
     labels: np.ndarray       # int64 [hi-lo]
     masks: dict              # name -> bool [hi-lo]
 
@@ -44,19 +44,37 @@ def row_of(indptr: np.ndarray, pos: int, lo: int) -> int:
     return lo + int(np.searchsorted(indptr, pos, side="right")) - 1
 
 
-def read_slice(path, bounds: np.ndarray, rank: int, verify: bool = True) -> GraphSlice:
+def read_slice(path, bounds: np.ndarray, rank: int, verify: bool = True, features: bool = True) -> GraphSlice:
     """Rank ``rank``'s rows of the graph at ``path`` (``bounds``: :func:`~data_tools.mpi_util.rank_bounds`), checked;
     FormatError naming the file (and the row) on any problem. ``verify``: check the checksums of the datasets
-    this rank is dealt (``rank``, ``rank + R``, ... of their sorted names)."""
+    this rank is dealt (``rank``, ``rank + R``, ... of their sorted names). ``features=False``: the features are
+    checked but not kept (``features`` None), to be read when needed with :func:`slice_features`."""
     path = Path(path)
     with open_graph(path) as f:
         try:
-            return _read(path, f, bounds, rank, verify)
+            return _read(path, f, bounds, rank, verify, features)
         except H5_READ_ERRORS as e:
             raise unreadable(path, e) from None
 
 
-def _read(path, f, bounds, rank, verify) -> GraphSlice:
+def slice_features(sl: GraphSlice) -> np.ndarray:
+    """The features of the slice's rows as float32, read again (block by block) from its graph file, which
+    :func:`read_slice` checked."""
+    with open_graph(sl.path) as f:
+        try:
+            ds = f["features"]
+            out = np.empty((sl.num_rows, ds.shape[1]), dtype=np.float32)
+            step = max(1, STREAM_BYTES // max(1, ds.dtype.itemsize * ds.shape[1]))
+            for a in range(sl.lo, sl.hi, step):
+                b = min(sl.hi, a + step)
+                with np.errstate(over="ignore"):
+                    out[a - sl.lo:b - sl.lo] = ds[a:b]
+            return out
+        except H5_READ_ERRORS as e:
+            raise unreadable(sl.path, e) from None
+
+
+def _read(path, f, bounds, rank, verify, keep_features=True) -> GraphSlice:
     attrs = {k: (h5_attr_str(v) if isinstance(v, (bytes, str)) else v.item() if hasattr(v, "item") else v)
              for k, v in f.attrs.items()}
     n, e, width = int(attrs["num_nodes"]), int(attrs["num_edges"]), int(attrs["feature_dim"])
@@ -97,23 +115,26 @@ def _read(path, f, bounds, rank, verify) -> GraphSlice:
     labels = as_int64(path, "labels", f["labels"][lo:hi])
     masks = {m: f[m][lo:hi] for m in MASKS}
     check_node_data(path, hi - lo, labels, int(attrs["num_classes"]), masks)
-    features = read_features(path, f["features"], lo, hi, f["orig_ids"][lo:hi] if "orig_ids" in f else None)
+    features = read_features(path, f["features"], lo, hi, f["orig_ids"][lo:hi] if "orig_ids" in f else None,
+                             keep=keep_features)
     return GraphSlice(path=path, attrs=attrs, num_nodes=n, num_edges=e, bounds=bounds, lo=lo, hi=hi,
                       indptr=indptr, indices=indices, features=features, labels=labels, masks=masks)
 
 
-def read_features(path, ds, lo: int, hi: int, orig_ids: np.ndarray | None) -> np.ndarray:
+def read_features(path, ds, lo: int, hi: int, orig_ids: np.ndarray | None,
+                  keep: bool = True) -> np.ndarray | None:
     """Rows ``lo:hi`` of the features as float32, read in blocks and checked finite (the message names the graph's
-    row); the warning of :class:`LargeFeatures` for this slice's rows."""
-    out = np.empty((hi - lo, ds.shape[1]), dtype=np.float32)
+    row); the warning of :class:`LargeFeatures` for this slice's rows. ``keep=False``: only checked (None)."""
+    out = np.empty((hi - lo, ds.shape[1]), dtype=np.float32) if keep else None
     step = max(1, STREAM_BYTES // max(1, ds.dtype.itemsize * ds.shape[1]))
     large = LargeFeatures()
     for a in range(lo, hi, step):
         b = min(hi, a + step)
         raw = ds[a:b]
+        block = out[a - lo:b - lo] if keep else np.empty((b - a, ds.shape[1]), dtype=np.float32)
         with np.errstate(over="ignore"):
-            out[a - lo:b - lo] = raw
-        if not np.isfinite(large.scan(out[a - lo:b - lo], a)):
+            block[:] = raw
+        if not np.isfinite(large.scan(block, a)):
             check_finite_features(path, np.asarray(raw), a)
     large.warn(path, orig_ids, offset=lo)
     return out

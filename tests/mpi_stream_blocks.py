@@ -1,9 +1,10 @@
 """MPI helper: the stream path's blocked passes give the same arrays whatever the block size.
 
-mpiexec -n R python -m mpi4py -m tests.mpi_stream_blocks GRAPH.h5
+mpiexec -n R python -m mpi4py -m tests.mpi_stream_blocks GRAPH.h5 [DIR]
 Every rank builds its LocalGraph (both the directed and the symmetric path) and its OwnRows with blocks of 3 edges
 and of the default size, and compares them with a reference built the direct way (whole-slice arrays, one argsort)
-and with each other, array for array; it exits non-zero on any difference.
+and with each other, array for array; with DIR, the ranks also write a partition into DIR/small (parts written in
+blocks of 3 edges and one row) and DIR/default, which must hold the same arrays. Exits non-zero on any difference.
 """
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import numpy as np
 from mpi4py import MPI
 
 from data_tools.mpi_util import alltoallv, exchange_counts, rank_bounds
-from data_tools.parallel_build import OwnRows, gather_rows, gather_values, relabel_local
+from pathlib import Path
+
+from data_tools.parallel_build import OwnRows, gather_rows, gather_values, relabel_local, write_partition_parallel
 from data_tools.partitioners.stream import local_graph
 from data_tools.slices import read_slice
-from g3mpi.format import open_graph
+from g3mpi.format import open_graph, read_part
+from g3mpi.format.partition import ARRAYS
 
 
 def reference(comm, bounds, indptr, indices, symmetric):
@@ -42,7 +46,31 @@ def global_ids(lg):
     return np.concatenate([lg.lo + np.arange(lg.num_own, dtype=np.int64), lg.ghosts])[lg.cols]
 
 
-def main(path) -> int:
+def written(comm, path, bounds, out: Path, P: int, **blocks) -> None:
+    sl = read_slice(path, bounds, comm.rank)
+    lg = local_graph(comm, bounds, sl.indptr, sl.indices, bool(sl.attrs["symmetric"]))
+    if comm.rank == 0:
+        out.mkdir()
+    comm.Barrier()
+    write_partition_parallel(comm, out, sl, lg, (sl.lo + np.arange(sl.num_rows)) % P, P, partition_id="x",
+                             method="stream", seed=0, extra_meta={}, **blocks)
+
+
+def compare_writes(comm, path, bounds, out: Path) -> list:
+    P = 3
+    written(comm, path, bounds, out / "small", P, block_edges=3, block_bytes=1)
+    written(comm, path, bounds, out / "default", P)
+    bad = []
+    if comm.rank == 0:
+        for q in range(P):
+            a, b = read_part(out / "small", q), read_part(out / "default", q)    # (their checksums verified)
+            bad += [f"part {q}: {k} differs with blocks of 3 edges" for k in ARRAYS
+                    if not (getattr(a, k).dtype == getattr(b, k).dtype and np.array_equal(getattr(a, k),
+                                                                                          getattr(b, k)))]
+    return bad
+
+
+def main(path, out=None) -> int:
     comm = MPI.COMM_WORLD
     with open_graph(path) as f:
         n = int(f.attrs["num_nodes"])
@@ -69,10 +97,12 @@ def main(path) -> int:
     if not np.array_equal(gather_values(sl.indptr, rows, sl.indices, block_edges=3),
                           sl.indices[gather_rows(sl.indptr, rows)]):
         bad.append("gather_values(block_edges=3) differs from gather_rows")
+    if out is not None:
+        bad += compare_writes(comm, path, bounds, Path(out))
     for line in bad:
         print(f"rank {comm.rank}: {line}", file=sys.stderr, flush=True)
     return 1 if comm.allreduce(len(bad)) else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:3]))

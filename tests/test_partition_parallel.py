@@ -86,6 +86,33 @@ def test_node_imbalance_and_order_options(order, rand_h5, tmp_path):
     run_module("data_tools.inspection", tmp_path / "p")
 
 
+@pytest.fixture(scope="module")
+def rmat_h5(tmp_path_factory):
+    """A skewed directed graph (R-MAT 12, edge factor 16): node-balanced parts differ several-fold in edges."""
+    path = tmp_path_factory.mktemp("rmat") / "rmat.h5"
+    run_module("data_tools.prepare", "rmat", "--scale", "12", "--edge-factor", "16", "--feature-dim", "4",
+               "--out", path)
+    return path
+
+
+@pytest.mark.parametrize("R,P,limit", [(1, 4, 1.10), (4, 2, 1.10), (3, 8, 1.05), (4, 8, 1.10)])
+def test_edges_and_nodes_balanced_on_a_skewed_graph(R, P, limit, rmat_h5, tmp_path):
+    """Each part's local edges (the in-edges of its nodes: training's memory and aggregation work) and its nodes
+    stay within the caps; node-balanced METIS's parts of the same graph are far apart in edges."""
+    out = tmp_path / "p"
+    stream(R, rmat_h5, out, P, "--node-imbalance", limit, "--edge-imbalance", limit)
+    meta = read_meta(out)
+    edges = np.array([p["local_edges"] for p in meta["parts"]])
+    owned = np.array([p["owned"] for p in meta["parts"]])
+    assert edges.max() <= max(np.ceil(edges.sum() / P), np.floor(limit * edges.sum() / P))
+    assert owned.max() <= max(np.ceil(owned.sum() / P), np.floor(limit * owned.sum() / P))
+    assert meta["quality"]["compute_imbalance"] <= limit + 1e-9 and meta["stream_edge_cap"] <= limit * edges.mean()
+    run_module("data_tools.inspection", out)
+    run_module("data_tools.partition", rmat_h5, "--parts", P, "--method", "metis", "--out", tmp_path / "metis",
+               "--no-progress")
+    assert read_meta(tmp_path / "metis")["quality"]["compute_imbalance"] > 1.5
+
+
 def damaged(src, dst, edit):
     """A copy of the graph ``src`` with ``edit(h5py.File)`` applied and the edited datasets' checksums renewed (so
     that the content checks, not the checksum, must find the damage)."""
@@ -199,6 +226,6 @@ def test_serial_method_on_several_ranks_is_refused(method, rand_h5, tmp_path):
 
 
 @pytest.mark.parametrize("R", [1, 3])
-def test_blocked_passes_match_the_direct_construction(R, rand_h5):
+def test_blocked_passes_match_the_direct_construction(R, rand_h5, tmp_path):
     _, path = rand_h5
-    run_mpi(R, "tests.mpi_stream_blocks", path, timeout=120)
+    run_mpi(R, "tests.mpi_stream_blocks", path, tmp_path, timeout=120)

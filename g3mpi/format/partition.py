@@ -94,7 +94,8 @@ ARRAYS = tuple(f.name for f in fields(PartData) if f.name not in SCALARS)
 OPTIONAL = ("self_loops",)
 
 
-def write_part(path, part: PartData, force: bool = False, atomic: bool = True) -> str | None:
+def write_part(path, part: PartData, force: bool = False, atomic: bool = True,
+               deferred: dict | None = None) -> str | None:
     """Write one part file atomically; returns the file's sha256.
 
     ``part.features`` may be None: the ``features`` dataset is then created empty (its shape and chunks as
@@ -102,7 +103,9 @@ def write_part(path, part: PartData, force: bool = False, atomic: bool = True) -
     file's checksum is taken once it is filled. ``atomic=False``: written in place, for a file inside a
     directory that is itself written atomically (``atomic_dir`` fsyncs its files and renames it whole), which
     saves a temporary file, an fsync and a scan of the directory per part: at 1024 parts a scan of up to 1024
-    entries for each."""
+    entries for each. ``deferred``: {array name: (shape, dtype)} created empty (the part's array may be None),
+    to be filled with :class:`PartRows` like the features; None is returned then too."""
+    deferred = deferred or {}
     with (atomic_file(path, force) if atomic else _fresh(path)) as tmp:
         with h5py.File(tmp, "w") as f:
             root = f.id   # low-level calls: see _h5_attr
@@ -114,13 +117,16 @@ def write_part(path, part: PartData, force: bool = False, atomic: bool = True) -
                 if k == "features":
                     _create_features(f, part)
                     continue
+                if k in deferred:
+                    f.create_dataset(k, shape=deferred[k][0], dtype=deferred[k][1])
+                    continue
                 a = np.ascontiguousarray(getattr(part, k))
                 ds = _h5_dataset(root, k, a)
                 try:
                     _h5_attr(ds, "sha256", array_sha256(a))
                 finally:
                     ds.close()
-    return None if part.features is None else file_sha256(path)
+    return None if part.features is None or deferred else file_sha256(path)
 
 
 # A part file has 11 attributes and 17 datasets (each with its checksum attribute), all tiny when P is large.
@@ -245,6 +251,40 @@ class PartFeatures:
                 self._f.close()
         except Exception:  # noqa: BLE001 - the write already failed; its own error is the one to report
             pass
+
+
+class PartRows:
+    """Fill datasets of a part file that :func:`write_part` created empty (the features when None, the arrays it
+    was given as ``deferred``), each in row order (``append``); ``close`` checks that every one is full, sets
+    their checksums and returns the file's sha256. Like :class:`PartFeatures`, for a file in a directory written
+    atomically."""
+
+    def __init__(self, path, names):
+        self.path = Path(path)
+        self._f = h5py.File(self.path, "r+")
+        self._ds = {k: self._f[k] for k in names}
+        self._rows = dict.fromkeys(names, 0)
+        self._hash = {k: IncrementalSha256() for k in names}
+
+    def append(self, name: str, rows: np.ndarray) -> None:
+        ds = self._ds[name]
+        rows = np.ascontiguousarray(rows, dtype=ds.dtype)
+        if len(rows):
+            at = self._rows[name]
+            ds[at:at + len(rows)] = rows
+            self._hash[name].update(rows)
+            self._rows[name] = at + len(rows)
+
+    def close(self) -> str:
+        for k, ds in self._ds.items():
+            if self._rows[k] != ds.shape[0]:
+                self._f.close()
+                raise FormatError(self.path, f"{k}: {self._rows[k]} of {ds.shape[0]} rows were written")
+            ds.attrs["sha256"] = self._hash[k].hexdigest()
+        self._f.close()
+        return file_sha256(self.path)
+
+    close_on_error = PartFeatures.close_on_error
 
 
 def read_meta(dirpath) -> dict:
