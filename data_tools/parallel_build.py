@@ -281,6 +281,7 @@ def fill_parts(comm, tmp, sl: GraphSlice, own: OwnRows, rows: dict, halos: dict,
         counts = (hi - lo).astype(np.int64)
         rc = exchange_counts(comm, counts)
         ids = alltoallv(comm, own.new_ids[send], counts, rc)
+        lens = alltoallv(comm, own.row_len[send], counts, rc)
         feats = alltoallv(comm, sl.features[send], counts, rc)
         edge_counts = np.array([own.row_len[by_id[a:b]].sum() for a, b in zip(lo.tolist(), hi.tolist())],
                                dtype=np.int64)
@@ -289,8 +290,13 @@ def fill_parts(comm, tmp, sl: GraphSlice, own: OwnRows, rows: dict, halos: dict,
         p, s, e = (int(x) for x in blocks[comm.rank, j])
         if p < 0:
             continue
-        # (the ranks hold contiguous ranges of original IDs, and a part's new IDs keep their order: received by
-        # source rank, the rows are in new-ID order already)
+        # received by source rank, each rank's rows in new-ID order; boundary-first new IDs interleave the
+        # ranks' rows, so the block is put in new-ID order here (rows, their features and their in-edges)
+        if np.any(ids[1:] < ids[:-1]):
+            by_new = np.argsort(ids, kind="stable")
+            got_ptr = np.zeros(len(ids) + 1, dtype=np.int64)
+            np.cumsum(lens, out=got_ptr[1:])
+            ids, feats, cols = ids[by_new], feats[by_new], gather_values(got_ptr, by_new, cols)
         if len(ids) != e - s or (len(ids) and (ids[0] != s or ids[-1] != e - 1)):
             raise RuntimeError(f"part {p}: block {s}..{e} received rows {ids[:1]}..{ids[-1:]} ({len(ids)})")
         first, last = int(offsets[p]), int(offsets[p + 1])
