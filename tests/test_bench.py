@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import mpiexec, run_module, tool_env
+from tests.conftest import mpiexec, run_module, tool_env
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from conftest import mpiexec, run_module, tool_env
+from tests.conftest import mpiexec, run_module, tool_env
 
 
 def test_peak_rss_records_the_child_and_passes_its_status(tmp_path):

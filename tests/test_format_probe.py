@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from graphs import partition, random_graph
+from tests.graphs import partition, random_graph
 from g3mpi.format import FormatError, part_name, read_part
 from g3mpi.format.probe import probe_structure
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphs import partition, random_graph
+from tests.graphs import partition, random_graph
 from g3mpi.format import FormatError, part_name, read_meta, read_node_map, read_part
 from g3mpi.format.common import array_sha256, file_sha256
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, write_meta

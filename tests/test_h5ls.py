@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_module, skip_or_fail
+from tests.conftest import run_module, skip_or_fail
 
 H5LS = shutil.which("h5ls")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_module
-from partition_graphs import random_graph, write
+from tests.conftest import run_module
+from tests.partition_graphs import random_graph, write
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def test_a_closed_output_pipe_ends_the_report_quietly(parts, tmp_path):
     import subprocess
     import sys
 
-    from conftest import tool_env
+    from tests.conftest import tool_env
     _, d = parts
     png = tmp_path / "p.png"
     proc = subprocess.Popen([sys.executable, "-m", "data_tools.inspection", str(d / "parts"), "--json", "--plot",

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, mpiexec, tool_env
+from tests.conftest import REPO, mpiexec, tool_env
 
 JOBS = REPO / "jobs"
 LIB = JOBS / "lib" / "common.sh"

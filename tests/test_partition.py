@@ -10,8 +10,8 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import run_module
-from partition_graphs import cora_graph, graph_from_edges, random_graph, write
+from tests.conftest import run_module
+from tests.partition_graphs import cora_graph, graph_from_edges, random_graph, write
 from data_tools import build
 from data_tools.build import write_partition
 from data_tools.inspection import inspect_path
@@ -1083,7 +1083,7 @@ def _partition_patched(patch: str, graph_path, out, method):
     """The g3-partition command (its own main, argv from the command line) after ``patch`` (Python code) ran."""
     import subprocess
     import sys
-    from conftest import tool_env
+    from tests.conftest import tool_env
     code = f"import os, sys\n{patch}from data_tools.partition import main\nsys.exit(main())\n"
     return subprocess.run([sys.executable, "-c", code, str(graph_path), "--parts", "3", "--method", method,
                            "--out", str(out), "--no-progress"], capture_output=True, text=True, env=tool_env(),
@@ -1239,7 +1239,7 @@ def _partition_killed_by(signum, graph_path, out):
     every other dataset is written), as a batch system's time limit or scancel would."""
     import subprocess
     import sys
-    from conftest import tool_env
+    from tests.conftest import tool_env
     code = ("import os, sys; from data_tools import build; "
             "build.FEATURE_BLOCK_BYTES = 0; "   # Cora's features would be written with each part, not streamed
             f"build.stream_features = lambda *a, **k: os.kill(os.getpid(), {int(signum)}); "
@@ -1312,7 +1312,7 @@ def test_partition_sigterm_lost_in_a_callback_still_stops(cora_h5, tmp_path):
     writer does). The signal is sent from inside a finalizer while a part file is written."""
     import subprocess
     import sys
-    from conftest import tool_env
+    from tests.conftest import tool_env
     code = ("import os, signal, sys, weakref\n"
             "from data_tools import build\n"
             "orig = build.write_part\n"

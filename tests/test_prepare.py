@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import run_module
+from tests.conftest import run_module
 from data_tools.importers import common
 from data_tools.importers.common import build_in_csr, normalize_rows
 from data_tools.importers.rmat import rmat_edges

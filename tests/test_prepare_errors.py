@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import run_module, tool_env
+from tests.conftest import run_module, tool_env
 
 
 @pytest.fixture
@@ -628,7 +628,7 @@ def test_terminated_by_sigterm_leaves_nothing(tmp_path, out_dir):
     hidden temporary file removed. Before, Python's default action ended the process and left it."""
     import subprocess
     import sys
-    from conftest import tool_env
+    from tests.conftest import tool_env
     code = ("import os, sys; from g3mpi.format.graph import GraphWriter; "
             "GraphWriter.write_csr = lambda *a, **k: os.kill(os.getpid(), 15); "
             "from data_tools.prepare import main; sys.exit(main(sys.argv[1:]))")

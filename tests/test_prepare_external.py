@@ -15,7 +15,7 @@ import pytest
 from data_tools import prepare as prep
 from data_tools.importers import rmat
 from data_tools.importers.common import BLOCK_BYTES_PER_EDGE
-from test_prepare_importers import make_ogb
+from tests.test_prepare_importers import make_ogb
 
 #: a budget of 12 edges per sort: every graph below goes out of core, in many buckets, most of them split
 TINY = str(12 * BLOCK_BYTES_PER_EDGE)

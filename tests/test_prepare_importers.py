@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_module
+from tests.conftest import run_module
 from g3mpi.format import load_graph
 
 

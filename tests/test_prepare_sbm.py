@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import run_module
+from tests.conftest import run_module
 from g3mpi.format import load_graph
 
 torch = pytest.importorskip("torch")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import run_module
+from tests.conftest import run_module
 from g3mpi.cli import report, sweep as sweep_cli
 from g3mpi.train.config import TrainConfig, to_toml
 from g3mpi.train.sweep import GridError, read_grid
