@@ -1,5 +1,6 @@
-"""Shared test helpers: how to start the project's command lines, serially or under mpiexec; and the markers
-``mpi`` and ``slurm``, given to every test that starts mpiexec or the local SLURM cluster (pytest.ini)."""
+"""Shared test helpers: how to start the project's command lines, serially or under mpiexec; and the markers of
+pytest.ini: ``mpi`` / ``slurm`` for every test that reaches mpiexec or the local SLURM cluster, ``slow`` for the
+tests a module names in ``SLOW_TESTS``."""
 from __future__ import annotations
 
 import inspect

@@ -8,6 +8,9 @@ import sys
 
 from tests.conftest import mpiexec, run_module, tool_env
 
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_scale_benchmark_small",)
+
 
 def test_peak_rss_records_the_child_and_passes_its_status(tmp_path):
     """A child touching 200 MiB is recorded above that (below a generous bound), and its exit status is ours."""

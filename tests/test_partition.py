@@ -22,6 +22,20 @@ from data_tools.partitioners.metis import strip_self_loops
 from g3mpi.format import FormatError, array_sha256, load_graph, part_name, read_meta, read_node_map, read_part, write_part
 from g3mpi.format.partition import ARRAYS, SCALARS, PartFeatures
 
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_a_failing_partitioning_library_is_one_line", "test_cora_acceptance_figures",
+              "test_corrupt_graph_checksum", "test_force_replaces_only_a_partition",
+              "test_g3_caps_from_unbalanced_starts[heavy-first-False]", "test_g3_cli_options",
+              "test_invariants_random_graphs", "test_metis_warnings_kept_out_of_stdout", "test_missing_graph",
+              "test_no_empty_part_when_parts_near_nodes", "test_output_exists_without_force",
+              "test_output_would_overwrite_the_input", "test_partition_killed_outright_its_leftover_goes_next_time",
+              "test_partition_on_a_full_disk", "test_partition_refuses_features_beyond_float32",
+              "test_partition_sigterm_lost_in_a_callback_still_stops",
+              "test_partition_terminated_by_a_signal_leaves_nothing", "test_partitioning_out_of_memory_is_one_line",
+              "test_parts_above_nodes", "test_parts_below_one", "test_reassembly_exact",
+              "test_small_features_written_with_each_part", "test_streamed_features_equal_in_memory",
+              "test_truncated_graph", "test_volume_options_cli")
+
 METHODS = [("metis", "nodes"), ("metis", "edges"), ("metis", "both"), ("metis", "train"), ("random", None),
            ("g3", None)]
 PS = (1, 2, 3, 4, 7)

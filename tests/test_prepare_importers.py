@@ -10,6 +10,8 @@ import pytest
 from tests.conftest import run_module
 from g3mpi.format import load_graph
 
+pytestmark = pytest.mark.slow  # every test here takes more than 1 s (README: Tests)
+
 
 def prepare(*args):
     p = run_module("data_tools.prepare", *args, "--quiet")

@@ -8,6 +8,9 @@ import torch
 
 from g3mpi.sched import BlockMatrix, chunk_rows_for
 
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_pipeline_products_use_spmm",)
+
 
 def make(n=50, halo=(7, 5), seed=0):
     rng = np.random.default_rng(seed)
