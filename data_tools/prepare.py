@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from g3mpi.cli.options import from_options
 from g3mpi.format import FormatError, check_output, json_text
 from g3mpi.log import setup_tool_logging
+from g3mpi.options import from_options
 
 from .importers.common import BLOCK_BYTES_PER_EDGE, PrepareOptions, RawGraph, write_raw_graph
 from .importers.external import work_dir

@@ -1,6 +1,9 @@
-"""Shared test helpers: how to start the project's command lines, serially or under mpiexec."""
+"""Shared test helpers: how to start the project's command lines, serially or under mpiexec; and the markers of
+pytest.ini: ``mpi`` / ``slurm`` for every test that reaches mpiexec or the local SLURM cluster, ``slow`` for the
+tests a module names in ``SLOW_TESTS``."""
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import subprocess
@@ -10,8 +13,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
 SHARED = REPO.parent / "shared"
 CORA = SHARED / "datasets" / "cora.npz"
+# a test gets the marker when it, a fixture it uses or a test helper either calls reaches one of these functions
+MARKED_CALLS = {
+    "mpi": {("conftest.py", "run_mpi"), ("conftest.py", "mpiexec")},
+    "slurm": {("slurm_cluster.py", "local_cluster")},
+}
 
 
 def skip_or_fail(reason: str) -> None:
@@ -60,3 +69,55 @@ def cora_npz() -> Path:
     if not CORA.exists():
         pytest.skip(f"{CORA} not found (the tests expect ../shared/datasets beside the repository)")
     return CORA
+
+
+def _test_code(obj):
+    """The code object of a function defined under tests/ (unwrapping decorators such as contextmanager)."""
+    code = getattr(inspect.unwrap(obj), "__code__", None) if callable(obj) else None
+    return code if code is not None and Path(code.co_filename).parent == TESTS else None
+
+
+def _reached(fn, seen: set) -> set:
+    """(file, function) of ``fn`` and of every tests/ function it reaches by name: its nested functions, the
+    helpers it calls, the methods of the test classes it names."""
+    fn = inspect.unwrap(fn)
+    code = _test_code(fn)
+    if code is None or code in seen:
+        return set()
+    seen.add(code)
+    found, codes = set(), [code]
+    while codes:
+        c = codes.pop()
+        found.add((Path(c.co_filename).name, c.co_name))
+        codes += [k for k in c.co_consts if inspect.iscode(k)]
+        for name in c.co_names:
+            target = fn.__globals__.get(name)
+            for member in vars(target).values() if inspect.isclass(target) else (target,):
+                found |= _reached(member, seen)
+    return found
+
+
+def _slow_names(module) -> set:
+    """The module's ``SLOW_TESTS``: test names, or ``name[id]`` for one case of a parametrized test."""
+    names = set(getattr(module, "SLOW_TESTS", ()))
+    unknown = sorted(n for n in names if not callable(getattr(module, n.split("[")[0], None)))
+    if unknown:
+        raise pytest.UsageError(f"{module.__file__}: SLOW_TESTS names {', '.join(unknown)}, not a test there")
+    return names
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Give the markers before ``-m`` selects: ``mpi`` / ``slurm`` from what each test calls, ``slow`` from its
+    module's ``SLOW_TESTS`` (or a module-wide ``pytestmark``)."""
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        funcs = [getattr(item, "function", None)]
+        funcs += [defs[-1].func for defs in (fixtures.name2fixturedefs.values() if fixtures else ()) if defs]
+        reached = set().union(*(_reached(f, set()) for f in funcs if f is not None))
+        for marker, calls in MARKED_CALLS.items():
+            if reached & calls:
+                item.add_marker(marker)
+        module = getattr(item, "module", None)
+        if module is not None and {item.name, getattr(item, "originalname", item.name)} & _slow_names(module):
+            item.add_marker("slow")

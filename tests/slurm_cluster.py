@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conftest import REPO, skip_or_fail, tool_env
+from tests.conftest import REPO, skip_or_fail, tool_env
 
 JOBS = REPO / "jobs"
 LOCAL_CLUSTER = JOBS / "slurm" / "local-cluster.sh"

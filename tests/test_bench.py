@@ -15,7 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import mpiexec, run_module, tool_env
+from tests.conftest import mpiexec, run_module, tool_env
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_bad_options", "test_bench_plot_legends_clear_of_the_data", "test_bytes",
+              "test_error_on_rank0_ends_every_rank", "test_kernels", "test_memory",
+              "test_no_pickled_mpi_calls_in_the_tools", "test_partitions", "test_plots_draw_like_the_run_plots",
+              "test_ranks_of_a_multi_rank_bench_share_results_as_json", "test_scaling", "test_schedules",
+              "test_vs_pyg", "test_worker_closes_its_trainers")
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -6,7 +6,10 @@ import json
 import subprocess
 import sys
 
-from conftest import mpiexec, run_module, tool_env
+from tests.conftest import mpiexec, run_module, tool_env
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_scale_benchmark_small",)
 
 
 def test_peak_rss_records_the_child_and_passes_its_status(tmp_path):

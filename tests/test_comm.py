@@ -8,6 +8,9 @@ from g3mpi.units import parse_bandwidth, parse_latency
 from tests.conftest import run_mpi
 from tests.graphs import partition, random_graph
 
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_exchange_both_directions",)
+
 
 @pytest.mark.parametrize("P,simnet", [(1, None), (3, None), (4, "1Gbit,5ms")])
 def test_exchange_both_directions(P, simnet, tmp_path):

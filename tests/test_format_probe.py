@@ -5,9 +5,13 @@ import shutil
 
 import pytest
 
-from graphs import partition, random_graph
+from tests.graphs import partition, random_graph
 from g3mpi.format import FormatError, part_name, read_part
 from g3mpi.format.probe import probe_structure
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_a_crash_is_a_reason_naming_the_signal", "test_a_sound_file_passes",
+              "test_errors_without_a_crash_are_left_to_the_reader")
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from graphs import partition, random_graph
+from tests.graphs import partition, random_graph
 from g3mpi.format import FormatError, part_name, read_meta, read_node_map, read_part
 from g3mpi.format.common import array_sha256, file_sha256
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, write_meta
 from g3mpi.train.checkpoint import CheckpointError, load_checkpoint
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_damaged_attribute_header_in_a_part", "test_damaged_object_header_in_a_part",
+              "test_labels_of_another_integer_type_are_read_as_int64", "test_num_edges_against_meta",
+              "test_part_file_that_is_a_directory", "test_scalar_list", "test_uint64_beyond_int64",
+              "test_unsigned_indptr_that_decreases", "test_unsigned_offsets_are_read_as_int64")
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,8 @@ import pytest
 
 from tests.conftest import run_mpi
 
+pytestmark = pytest.mark.slow  # every test here takes more than 1 s (README: Tests)
+
 
 @pytest.mark.parametrize("P", [1, 3])
 def test_bucketed_allreduce_equals_plain(P):

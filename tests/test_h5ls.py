@@ -6,7 +6,9 @@ import subprocess
 
 import pytest
 
-from conftest import run_module, skip_or_fail
+from tests.conftest import run_module, skip_or_fail
+
+pytestmark = pytest.mark.slow  # every test here takes more than 1 s (README: Tests)
 
 H5LS = shutil.which("h5ls")
 

@@ -12,6 +12,9 @@ from tests.conftest import run_mpi
 from tests.graphs import partition, random_graph
 from tests.pyg_reference import rel_err
 
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_cached_equals_recomputed_multi_rank",)
+
 MODELS = ("gcn", "sage")
 
 

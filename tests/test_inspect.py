@@ -8,8 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_module
-from partition_graphs import random_graph, write
+from tests.conftest import run_module
+from tests.partition_graphs import random_graph, write
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_a_closed_output_pipe_ends_the_report_quietly", "test_flipped_byte", "test_graph_corrupt",
+              "test_graph_report", "test_graph_schema", "test_halo_send_inconsistency", "test_meta_files_not_a_dict",
+              "test_meta_malformed_cost_model", "test_meta_wrong_version", "test_missing_part", "test_missing_path",
+              "test_node_map_damaged", "test_partition_report_and_plot",
+              "test_partition_totals_recomputed_from_the_graph", "test_plot_legends_and_ticks_clear_of_the_data",
+              "test_plot_path_checked_first", "test_plot_width_with_many_parts", "test_plot_written_atomically",
+              "test_swapped_parts", "test_swapped_parts_with_fixed_checksums", "test_truncated_part")
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +63,7 @@ def test_a_closed_output_pipe_ends_the_report_quietly(parts, tmp_path):
     import subprocess
     import sys
 
-    from conftest import tool_env
+    from tests.conftest import tool_env
     _, d = parts
     png = tmp_path / "p.png"
     proc = subprocess.Popen([sys.executable, "-m", "data_tools.inspection", str(d / "parts"), "--json", "--plot",

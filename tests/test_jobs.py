@@ -13,7 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, mpiexec, tool_env
+from tests.conftest import REPO, mpiexec, tool_env
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_resume_takes_the_runs_partition_and_directory", "test_threads_per_rank_reach_torch",
+              "test_timeout_bounds_a_stage")
 
 JOBS = REPO / "jobs"
 LIB = JOBS / "lib" / "common.sh"

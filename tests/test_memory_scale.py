@@ -19,6 +19,9 @@ from g3mpi.format import Graph
 from tests.conftest import run_mpi
 from tests.graphs import csr_from_edges
 
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_small_rank_holds_no_array_of_the_whole_graph",)
+
 N, SMALL, F, C = 300_000, 1000, 8, 4
 
 

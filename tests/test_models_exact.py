@@ -5,6 +5,8 @@ gradient are compared with PyG's GCNConv / SAGEConv / GATConv on the unpartition
 """
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,11 @@ from tests.conftest import run_mpi
 from tests.graphs import partition, random_graph
 from tests.pyg_reference import edge_index_of, reference, rel_err
 
-pytest.importorskip("torch_geometric")
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_awkward_parts_equal_pyg", "test_forward_backward_equal_pyg", "test_multigraph_equal_pyg")
+
+# checked without importing PyG: the import costs seconds even when only the quick tests are selected
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch_geometric") is None, reason="torch_geometric missing")
 TOL = 1e-5
 MODELS = ("gcn", "sage", "gat")
 

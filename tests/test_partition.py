@@ -10,8 +10,8 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import run_module
-from partition_graphs import cora_graph, graph_from_edges, random_graph, write
+from tests.conftest import run_module
+from tests.partition_graphs import cora_graph, graph_from_edges, random_graph, write
 from data_tools import build
 from data_tools.build import write_partition
 from data_tools.inspection import inspect_path
@@ -21,6 +21,20 @@ from data_tools.partitioners.cost import out_edges
 from data_tools.partitioners.metis import strip_self_loops
 from g3mpi.format import FormatError, array_sha256, load_graph, part_name, read_meta, read_node_map, read_part, write_part
 from g3mpi.format.partition import ARRAYS, SCALARS, PartFeatures
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_a_failing_partitioning_library_is_one_line", "test_cora_acceptance_figures",
+              "test_corrupt_graph_checksum", "test_force_replaces_only_a_partition",
+              "test_g3_caps_from_unbalanced_starts[heavy-first-False]", "test_g3_cli_options",
+              "test_invariants_random_graphs", "test_metis_warnings_kept_out_of_stdout", "test_missing_graph",
+              "test_no_empty_part_when_parts_near_nodes", "test_output_exists_without_force",
+              "test_output_would_overwrite_the_input", "test_partition_killed_outright_its_leftover_goes_next_time",
+              "test_partition_on_a_full_disk", "test_partition_refuses_features_beyond_float32",
+              "test_partition_sigterm_lost_in_a_callback_still_stops",
+              "test_partition_terminated_by_a_signal_leaves_nothing", "test_partitioning_out_of_memory_is_one_line",
+              "test_parts_above_nodes", "test_parts_below_one", "test_reassembly_exact",
+              "test_small_features_written_with_each_part", "test_streamed_features_equal_in_memory",
+              "test_truncated_graph", "test_volume_options_cli")
 
 METHODS = [("metis", "nodes"), ("metis", "edges"), ("metis", "both"), ("metis", "train"), ("random", None),
            ("g3", None)]
@@ -1083,7 +1097,7 @@ def _partition_patched(patch: str, graph_path, out, method):
     """The g3-partition command (its own main, argv from the command line) after ``patch`` (Python code) ran."""
     import subprocess
     import sys
-    from conftest import tool_env
+    from tests.conftest import tool_env
     code = f"import os, sys\n{patch}from data_tools.partition import main\nsys.exit(main())\n"
     return subprocess.run([sys.executable, "-c", code, str(graph_path), "--parts", "3", "--method", method,
                            "--out", str(out), "--no-progress"], capture_output=True, text=True, env=tool_env(),
@@ -1239,7 +1253,7 @@ def _partition_killed_by(signum, graph_path, out):
     every other dataset is written), as a batch system's time limit or scancel would."""
     import subprocess
     import sys
-    from conftest import tool_env
+    from tests.conftest import tool_env
     code = ("import os, sys; from data_tools import build; "
             "build.FEATURE_BLOCK_BYTES = 0; "   # Cora's features would be written with each part, not streamed
             f"build.stream_features = lambda *a, **k: os.kill(os.getpid(), {int(signum)}); "
@@ -1312,7 +1326,7 @@ def test_partition_sigterm_lost_in_a_callback_still_stops(cora_h5, tmp_path):
     writer does). The signal is sent from inside a finalizer while a part file is written."""
     import subprocess
     import sys
-    from conftest import tool_env
+    from tests.conftest import tool_env
     code = ("import os, signal, sys, weakref\n"
             "from data_tools import build\n"
             "orig = build.write_part\n"

@@ -14,13 +14,20 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import run_module, run_mpi
-from test_partition import expected_edges, rand_h5, reassemble  # noqa: F401 - rand_h5: a fixture
+from tests.conftest import run_module, run_mpi
+from tests.test_partition import expected_edges, rand_h5, reassemble  # noqa: F401 - rand_h5: a fixture
 from data_tools.build import write_partition
 from data_tools.slices import read_slice
 from data_tools.mpi_util import rank_bounds
 from g3mpi.format import FormatError, array_sha256, load_graph, read_meta, read_node_map, read_part
 from g3mpi.format.partition import ARRAYS, SCALARS
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_blocked_passes_match_the_direct_construction", "test_deterministic_for_seed_and_ranks",
+              "test_nan_feature_row_in_one_ranks_rows", "test_node_imbalance_and_order_options",
+              "test_out_of_range_index_in_one_ranks_rows", "test_output_refused_on_every_rank",
+              "test_parallel_partition_valid_exact_and_as_serial", "test_serial_method_on_several_ranks_is_refused",
+              "test_without_mpiexec_and_too_many_parts")
 
 
 def stream(R, graph, out, P, *extra, check=True):

@@ -11,6 +11,11 @@ import pytest
 from g3mpi.train.plots import PLOTS, draw_ranks, draw_training, plot_run
 from g3mpi.train.rundir import read_metrics
 
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_legends_and_ticks_clear_of_the_data", "test_plot_run_writes_both_pngs",
+              "test_records_with_values_of_other_types_are_skipped", "test_resumed_on_another_number_of_ranks",
+              "test_resumed_on_fewer_ranks_shows_the_latest_ranks")
+
 
 def record(epoch, P, acc=None, loss=None):
     r = dict(epoch=epoch, loss=loss if loss is not None else 2.0 / epoch, epoch_time_s=0.1 + 0.01 * P,

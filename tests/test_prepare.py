@@ -7,11 +7,15 @@ import os
 import numpy as np
 import pytest
 
-from conftest import run_module
+from tests.conftest import run_module
 from data_tools.importers import common
 from data_tools.importers.common import build_in_csr, normalize_rows
 from data_tools.importers.rmat import rmat_edges
 from g3mpi.format import load_graph
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_cora_round_trip", "test_npz_options", "test_rmat_round_trip", "test_sbm_p_in_p_out",
+              "test_sbm_structure", "test_split_fractions_of_an_input_with_its_own_split_are_named")
 
 
 def edges_of(g):

@@ -9,7 +9,30 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import run_module, tool_env
+from tests.conftest import run_module, tool_env
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_bad_option_value_named", "test_bad_split_fractions", "test_disk_full_while_writing",
+              "test_edgelist_bad_id_python_would_take", "test_edgelist_empty", "test_edgelist_id_not_in_node_ids",
+              "test_edgelist_id_out_of_range_of_features", "test_edgelist_labels_and_masks",
+              "test_edgelist_malformed_line", "test_edgelist_malformed_line_far_into_a_gz", "test_edgelist_missing",
+              "test_edgelist_nan_features", "test_edgelist_not_text", "test_edgelist_rows_mismatch",
+              "test_edgelist_truncated_and_pickled_npy", "test_edgelist_truncated_gz",
+              "test_features_too_large_for_float32_warn", "test_float64_features_beyond_float32",
+              "test_float_label_beyond_int64", "test_generator_bad_parameters", "test_no_training_nodes_warns",
+              "test_npz_bad_num_classes", "test_npz_feature_rows_not_nodes",
+              "test_npz_float_labels_that_are_not_integers", "test_npz_given_an_h5", "test_npz_id_out_of_range",
+              "test_npz_labels_out_of_range", "test_npz_missing", "test_npz_missing_key", "test_npz_negative_id",
+              "test_npz_nonfinite_features", "test_npz_num_classes_in_range", "test_npz_overlapping_masks",
+              "test_npz_pickled_object_array", "test_npz_truncated", "test_num_classes_option_above_nodes",
+              "test_numpy_file_of_the_other_kind", "test_ogb_bad_files", "test_ogb_duplicate_split_index",
+              "test_ogb_edge_count_checked", "test_ogb_label_beyond_int64", "test_ogb_missing",
+              "test_ogb_node_count_from_the_labels_is_named", "test_ogb_truncated_gz",
+              "test_ogb_unsupported_layouts", "test_output_directory_missing", "test_output_exists_without_force",
+              "test_output_is_a_directory", "test_output_is_a_file_of_the_ogb_dataset",
+              "test_output_is_an_input_option", "test_output_is_the_input",
+              "test_sigterm_lost_in_a_callback_still_stops", "test_summary_into_a_closed_pipe",
+              "test_terminated_by_sigterm_leaves_nothing", "test_text_that_is_not_utf8")
 
 
 @pytest.fixture
@@ -628,7 +651,7 @@ def test_terminated_by_sigterm_leaves_nothing(tmp_path, out_dir):
     hidden temporary file removed. Before, Python's default action ended the process and left it."""
     import subprocess
     import sys
-    from conftest import tool_env
+    from tests.conftest import tool_env
     code = ("import os, sys; from g3mpi.format.graph import GraphWriter; "
             "GraphWriter.write_csr = lambda *a, **k: os.kill(os.getpid(), 15); "
             "from data_tools.prepare import main; sys.exit(main(sys.argv[1:]))")

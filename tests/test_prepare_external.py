@@ -15,7 +15,10 @@ import pytest
 from data_tools import prepare as prep
 from data_tools.importers import rmat
 from data_tools.importers.common import BLOCK_BYTES_PER_EDGE
-from test_prepare_importers import make_ogb
+from tests.test_prepare_importers import make_ogb
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_stage_meter_peak_is_per_stage",)
 
 #: a budget of 12 edges per sort: every graph below goes out of core, in many buckets, most of them split
 TINY = str(12 * BLOCK_BYTES_PER_EDGE)

@@ -7,8 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_module
+from tests.conftest import run_module
 from g3mpi.format import load_graph
+
+pytestmark = pytest.mark.slow  # every test here takes more than 1 s (README: Tests)
 
 
 def prepare(*args):

@@ -4,11 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import run_module
+from tests.conftest import run_module
 from g3mpi.format import load_graph
 
+pytestmark = pytest.mark.slow  # every test here takes more than 1 s (README: Tests)
+
 torch = pytest.importorskip("torch")
-pyg_nn = pytest.importorskip("torch_geometric.nn")
 
 
 def train_eval(model, forward, x, y, train, test, epochs=100):
@@ -22,6 +23,7 @@ def train_eval(model, forward, x, y, train, test, epochs=100):
 
 
 def test_gcn_beats_mlp_on_default_sbm(tmp_path):
+    pyg_nn = pytest.importorskip("torch_geometric.nn")  # here: importing PyG at collection costs seconds
     out = tmp_path / "sbm.h5"
     # only the size is changed from the defaults (homophily 0.7, average degree 10, noise 0.5)
     run_module("data_tools.prepare", "sbm", "--nodes", 3000, "--classes", 10, "--feature-dim", 32, "--out", out,

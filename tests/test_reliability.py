@@ -28,6 +28,8 @@ from g3mpi.format import array_sha256, file_sha256, part_name, read_meta, write_
 from tests.conftest import mpiexec, run_mpi, tool_env
 from tests.graphs import partition, random_graph
 
+pytestmark = pytest.mark.slow  # every test here takes more than 1 s (README: Tests)
+
 MOD = "g3mpi.cli.train"
 FAST = ["--no-progress", "--log-level", "WARNING", "--hidden", "8"]
 #: --comm-timeout of the watchdog tests: well above every legitimate wait of one rank for another before the fault under

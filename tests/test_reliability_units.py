@@ -23,6 +23,10 @@ from g3mpi.train.soak import rss_growth
 from g3mpi.train.stop import StopSignals
 from tests.conftest import tool_env
 
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_a_full_disk_writing_model_or_checkpoint_says_so", "test_watchdog_collectives_and_point_to_point",
+              "test_watchdog_fires_with_names")
+
 #: the start of both watchdog scripts: a Watchdog on COMM_SELF whose abort raises Fired, and pickle refused (the
 #: control messages travel as text: a pickle anywhere in them, mpi4py's lowercase calls included, fails the test)
 WATCHDOG_PRELUDE = r"""

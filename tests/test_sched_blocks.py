@@ -12,6 +12,9 @@ from g3mpi.sched import Schedule
 
 NB = 12     # boundary rows of ``make``'s matrices: owned rows 0 .. NB-1 (the part format's boundary-first order)
 
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_pipeline_products_use_spmm",)
+
 
 def make(n=50, halo=(7, 5), seed=0):
     rng = np.random.default_rng(seed)

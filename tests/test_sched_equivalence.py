@@ -9,6 +9,8 @@ from tests.conftest import run_mpi
 from tests.graphs import partition, random_graph
 from tests.pyg_reference import rel_err
 
+pytestmark = pytest.mark.slow  # every test here takes more than 1 s (README: Tests)
+
 TOL = 1e-6
 MODELS = ("gcn", "sage", "gat")
 BASE = "blocking:-1:0"

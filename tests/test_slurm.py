@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORA
-from slurm_cluster import (DAEMONS, JOBS, LOCAL_CLUSTER, Cluster, Job, free_port,  # noqa: F401 (for other tests)
-                           local_cluster, mpich_segment)
-from slurm_cluster import alive as _alive
-from test_jobs import small_partition
+from tests.conftest import CORA
+from tests.slurm_cluster import (DAEMONS, JOBS, LOCAL_CLUSTER, Cluster, Job, free_port,  # noqa: F401 (for other tests)
+                                 local_cluster, mpich_segment)
+from tests.slurm_cluster import alive as _alive
+from tests.test_jobs import small_partition
 
 
 @pytest.fixture(scope="module")

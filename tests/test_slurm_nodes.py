@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from conftest import CORA
-from slurm_cluster import JOBS, LOCAL_CLUSTER, local_cluster
+from tests.conftest import CORA
+from tests.slurm_cluster import JOBS, LOCAL_CLUSTER, local_cluster
 
 NODES = 2
 # the CPUs the node must advertise: the hardware's, whatever OMP_NUM_THREADS says (2 on a one-core machine, where

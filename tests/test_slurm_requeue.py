@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORA, run_module, run_mpi
-from test_jobs import small_partition
-from test_slurm import JOBS, _job_state, _wait_done, cluster  # noqa: F401 - cluster: the module's own cluster
+from tests.conftest import CORA, run_module, run_mpi
+from tests.test_jobs import small_partition
+from tests.test_slurm import JOBS, _job_state, _wait_done, cluster  # noqa: F401 - cluster: the module's own cluster
 
 TRAIN = JOBS / "slurm" / "train.sbatch"
 LAYOUT = ("--ntasks-per-node=2", "--cpus-per-task=1")

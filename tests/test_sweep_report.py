@@ -7,10 +7,14 @@ import json
 
 import pytest
 
-from conftest import run_module
+from tests.conftest import run_module
 from g3mpi.cli import report, sweep as sweep_cli
 from g3mpi.train.config import TrainConfig, to_toml
 from g3mpi.train.sweep import GridError, read_grid
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_report_bad_inputs_are_one_line", "test_report_tables_a_sweep_and_plots_accuracy_vs_a_setting",
+              "test_sweep_cli_prints_an_element")
 
 GRID = """model = ["gcn", "sage"]
 seed = [0, 1, 2]

@@ -19,6 +19,20 @@ from data_tools.build import write_partition
 from g3mpi.format import Graph
 from tests.graphs import cora_graph, csr_from_edges, partition, random_graph
 
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_a_model_too_big_for_memory", "test_bad_command_line", "test_bad_config",
+              "test_bad_configuration_does_not_wait_for_a_rank_that_never_checks",
+              "test_bad_configuration_on_one_rank_stops_every_rank", "test_config_that_cannot_be_read",
+              "test_cora_end_to_end", "test_corrupt_part_on_one_rank", "test_empty_paths_are_refused",
+              "test_gat_with_a_repeated_edge_as_a_whole_neighbour_block",
+              "test_init_from_evaluates_and_fine_tunes_on_any_partition", "test_init_from_refuses_what_does_not_fit",
+              "test_no_plots_then_plots_on_demand", "test_nocomm_is_exact_on_one_rank",
+              "test_patience_counts_evaluations_without_a_better_validation_accuracy",
+              "test_resume_with_settings_without_effect_warns_and_goes_on",
+              "test_resumed_run_warns_only_about_its_own_command_line", "test_run_directory",
+              "test_same_model_for_any_P", "test_saved_config_never_forces_and_on_off_settings_undo_both_ways",
+              "test_settings_without_effect_warn_on_rank_0_and_change_nothing", "test_wrong_number_of_ranks")
+
 MOD = "g3mpi.cli.train"
 
 

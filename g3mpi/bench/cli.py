@@ -28,7 +28,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from g3mpi.cli.options import from_options
+from g3mpi.options import from_options
 
 from .common import SYSTEMS, Sizes
 

@@ -28,9 +28,9 @@ import torch
 from mpi4py import MPI
 
 from g3mpi.bench.common import gather_json
-from g3mpi.cli.options import from_options
-from g3mpi.sched import BLOCKING, PIPELINED
 from g3mpi.comm.abort import abort_job
+from g3mpi.options import from_options
+from g3mpi.sched import BLOCKING, PIPELINED
 from g3mpi.train.trainer import current_rss_bytes, peak_rss_bytes
 
 DESIGNS = ("g3", "g3-original", "replicate-all")

@@ -1,4 +1,5 @@
-"""What the command lines share: their settings dataclasses built from the parsed options."""
+"""What the command lines share: their settings dataclasses built from the parsed options. Outside ``g3mpi.cli``
+so that the data tools (``g3-prepare``), the CLI and the bench all import it without depending on each other."""
 from __future__ import annotations
 
 import argparse
