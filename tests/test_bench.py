@@ -165,7 +165,10 @@ def test_bad_values_refused_by_the_parser(opt, capsys):
 @pytest.mark.parametrize("args, msg", [(("vs-pyg", "--heads", "3"), "--heads 3 must divide the hidden width 256"),
                                        (("scaling", "--threads", "1"), "T must be at least 2"),
                                        (("all", "--threads", "1"), "T must be at least 2"),
-                                       (("kernels", "--models", "gcn,gat"), "GCN and SAGE only")])
+                                       (("kernels", "--models", "gcn,gat"), "GCN and SAGE only"),
+                                       (("partitions", "--ranks", "2,4"), "for the schedules suite only"),
+                                       (("partitions", "--sim-net", "1Gbit,1us", "--sim-net", "2Gbit,1us"),
+                                        "it takes one network")])
 def test_options_checked_together(args, msg, capsys):
     # --heads 3 used to train GAT with 255 hidden channels; scaling --threads 1 ran 2 x 2 (T = max(2, threads))
     from g3mpi.bench.cli import parse_args

@@ -179,7 +179,7 @@ def test_saved_config_never_forces_and_on_off_settings_undo_both_ways(small_part
     p = run_mpi(1, MOD, "--config", first / "config.toml", "--epochs", "2", "--no-progress", check=False)
     assert p.returncode != 0 and "exists" in p.stderr and (first / "model.pt").read_bytes() == model
     train(1, root / "p1", other, "--config", first / "config.toml", "--epochs", "1", "--plots")
-    assert sorted(x.name for x in other.glob("*.png")) == ["ranks.png", "training.png"]
+    assert sorted(x.name for x in other.glob("*.png")) == ["ranks.png", "timeline.png", "training.png"]
     p = train(1, root / "p1", other, "--config", first / "config.toml", check=False)
     assert p.returncode != 0 and "run directory exists and is not empty (use --force" in p.stderr
     assert (other / "ranks.png").exists()

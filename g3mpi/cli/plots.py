@@ -1,5 +1,6 @@
 """``python -m g3mpi.cli.plots RUN``: (re)draw a run directory's plots, ``training.png`` and ``ranks.png``, from its
-metrics.jsonl (see :mod:`g3mpi.train.plots`): while the job runs (the epochs so far), or after ``--no-plots``."""
+metrics.jsonl, and ``timeline.png`` from its timeline.json where it has one (see :mod:`g3mpi.train.plots`): while
+the job runs (the epochs so far), or after ``--no-plots``."""
 from __future__ import annotations
 
 import argparse

@@ -444,7 +444,6 @@ class Trainer:
                     # a signal or the time limit on some rank: all stop here (an early stop in this epoch wins: the
                     # run ends with its outputs, as an unsignalled one does)
                     self.checkpoint(run_dir, epoch, best, since_best, last_loss)
-                    self._write_timeline(run_dir)
                     reason = self._stop_reason(rec["signal_ranks"])
                     log.info("stopping after epoch %d: %s; checkpoint written", epoch, reason)
                     return dict(stopped=True, epoch=epoch, reason=reason)
@@ -455,7 +454,6 @@ class Trainer:
                              epoch, cfg.patience)
                     break
             self.checkpoint(run_dir, epoch, best, since_best, last_loss)
-            self._write_timeline(run_dir)
         finally:
             if bar is not None:
                 bar.close()
@@ -471,6 +469,8 @@ class Trainer:
                           watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
         peaks = np.empty(comm.size, dtype=np.int64) if rank == 0 else None
         self.watchdog.gather(np.array([peak_rss_bytes()], dtype=np.int64), peaks, 0, "peak memory gather")
+        # with the other outputs of a finished run (a stopped one writes only its checkpoint)
+        self._write_timeline(run_dir)
         if rank != 0:
             return {}
         save_state_dict(run_dir / "model.pt", self.model.state_dict())
