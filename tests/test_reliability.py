@@ -184,14 +184,16 @@ def _other_partition(d, root):
 
 
 def _neighbour_mismatch(d, root):
-    # part 1 sends part 0 its rows in another order: every file is valid on its own, the pair is not
-    so, rows = read_ds(d, 1, "send_offsets"), read_ds(d, 1, "send_rows")
-    sp = read_ds(d, 1, "send_parts")
-    i = int(np.nonzero(sp == 0)[0][0])
-    a, b = int(so[i]), int(so[i + 1])
-    assert b - a > 1
-    rows[a:b] = rows[a:b][::-1].copy()
-    rewrite_part(d, 1, send_rows=rows)
+    # part 0 expects a node of part 1 that part 1 does not send: every file is valid on its own (its halo sorted,
+    # owned by part 1), the pair is not
+    halo = read_ds(d, 0, "halo_ids")
+    with h5py.File(d / part_name(1), "r") as f:
+        lo, hi = int(f.attrs["owned_start"]), int(f.attrs["owned_end"])
+    mine = np.nonzero((halo >= lo) & (halo < hi))[0]
+    # a free ID just above one of them (boundary-first: part 1's boundary rows are its first IDs, no gap below)
+    j = next(int(j) for j in mine if halo[j] + 1 < min(halo[j + 1] if j + 1 < len(halo) else hi, hi))
+    halo[j] += 1
+    rewrite_part(d, 0, halo_ids=halo)
     return 0, "part-00000.h5", "halo node IDs from part-00001.h5 (rank 1) differ"
 
 
