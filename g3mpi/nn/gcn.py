@@ -14,8 +14,10 @@ from torch import nn
 
 from g3mpi.ops import Aggregation, DistGraph
 
+from .rowwise import RowwiseAggLayer
 
-class GCNLayer(nn.Module):
+
+class GCNLayer(RowwiseAggLayer):
     def __init__(self, graph: DistGraph, in_dim: int, out_dim: int, name: str = "gcn"):
         super().__init__()
         self.in_dim, self.out_dim = in_dim, out_dim
@@ -25,30 +27,6 @@ class GCNLayer(nn.Module):
         self.transform_first = in_dim > out_dim
         self.agg = Aggregation(graph, "gcn", out_dim if self.transform_first else in_dim, name=name)
 
-    #: the layer interface of ``g3mpi.nn.model`` (see ``GATLayer``): row-wise (the inter-layer pipeline drives it
-    #: through ``g3mpi.sched.layers.RowwiseLayer``), and its backward does not need its output (in-place activation)
-    rowwise = True
-    output_free = True
-
-    @classmethod
-    def build(cls, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, last: bool, name: str, **_):
-        """(layer, its output width) for a layer of a model stack (``GNN``)."""
-        o = out_dim if last else hidden
-        return cls(graph, in_dim, o, name=name), o
-
-    @property
-    def input_product_free(self) -> bool:
-        """Its aggregation of the input needs no parameter (aggregate-first): a model may cache it."""
-        return not self.transform_first
-
-    @property
-    def exchange(self):
-        return self.agg.ex
-
-    @property
-    def groups(self):
-        return self.agg.groups
-
     # row-wise halves of forward, for the inter-layer pipeline (g3mpi.ops.pipeline)
     def pre(self, x: torch.Tensor):
         return (x @ self.lin.weight.t() if self.transform_first else x), None
@@ -56,14 +34,8 @@ class GCNLayer(nn.Module):
     def post(self, agg: torch.Tensor, aux, x: torch.Tensor) -> torch.Tensor:
         return agg + self.bias if self.transform_first else F.linear(agg, self.lin.weight, self.bias)
 
-    # aggregate-first layers split into the parameter-free product of their input and the rest, so a model can
-    # compute the first product once for a constant input (``GNN``, ``input_cache``)
-    def input_product(self, x: torch.Tensor) -> torch.Tensor:
-        """A_hat x [n_owned, in] (aggregate-first layers only)."""
-        return self.input_product_rows(self.agg(x), x)
-
     def input_product_rows(self, agg_rows: torch.Tensor, x_rows: torch.Tensor) -> torch.Tensor:
-        """``input_product`` of some rows, from their aggregate and their own input rows."""
+        """``input_product`` (A_hat x) of some rows, from their aggregate and their own input rows."""
         return agg_rows
 
     def from_input_product(self, c: torch.Tensor) -> torch.Tensor:
