@@ -118,8 +118,9 @@ def test_the_models_hidden_relu_masks_its_gradient_in_place():
     forward (its attention backward needs the layer output)."""
     from types import SimpleNamespace
 
+    from g3mpi.nn import GATLayer, GCNLayer, SAGELayer
     from g3mpi.nn.model import GNN
     a, w = _inputs(5)
-    for model, in_place in (("gcn", True), ("sage", True), ("gat", False)):
-        act = functools.partial(GNN.activation, SimpleNamespace(act=F.relu, model=model))
-        assert _masks_in_place(act, a, w) is in_place, model
+    for layer, in_place in ((GCNLayer, True), (SAGELayer, True), (GATLayer, False)):
+        act = functools.partial(GNN.activation, SimpleNamespace(act=F.relu, convs=[layer]))
+        assert _masks_in_place(act, a, w) is in_place, layer.__name__

@@ -89,7 +89,8 @@ class TrainConfig:
         for k, most in (("hidden", MAX_HIDDEN), ("heads", MAX_HEADS), ("out_heads", MAX_HEADS)):
             if getattr(self, k) > most:
                 bad(k, f"{k} must be at most {most} (got {getattr(self, k)})")
-        for k in ("epochs", "eval_every", "patience", "chunk_rows", "checkpoint_every", "timeline_epoch"):   # TOML and argparse: any int
+        # TOML and argparse: any int
+        for k in ("epochs", "eval_every", "patience", "chunk_rows", "checkpoint_every", "timeline_epoch"):
             if not -2**63 <= getattr(self, k) < 2**63:
                 bad(k, f"{k} must fit in 64 bits (got {getattr(self, k)})")
         for k in ("patience", "checkpoint_every", "timeline_epoch"):
