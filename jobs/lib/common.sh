@@ -200,7 +200,8 @@ g3_srun_netmod() {
     device=$("$G3_PY" -c 'import mpi4py
 mpi4py.rc.initialize = False
 from mpi4py import MPI
-print(next((l.split(":", 1)[1] for l in MPI.Get_library_version().splitlines() if l.startswith("MPICH Device:")), ""))' 2>/dev/null) || return 0
+lines = MPI.Get_library_version().splitlines()
+print(next((l.split(":", 1)[1] for l in lines if l.startswith("MPICH Device:")), ""))' 2>/dev/null) || return 0
     if [[ $device == *ucx* && $device == *ofi* ]]; then
         export MPIR_CVAR_CH4_NETMOD=ofi
         g3_log "srun: MPICH netmod ofi (MPIR_CVAR_CH4_NETMOD; UCX addresses overflow Slurm's PMI-1 line)"
