@@ -288,12 +288,7 @@ class Transfer:
                 # computing what we wait for (ranks often share cores)
                 time.sleep(POLL_SLEEP_S)
         finally:
-            t1 = time.perf_counter()
-            self.stats.blocked_s += t1 - t0
-            self.stats.add(self.name, "blocked_s", t1 - t0)
-            rec = self.recorder
-            if rec is not None and rec.active:
-                rec.add("wait", self.name, t0, t1)
+            self._blocked("blocked_s", "wait", t0)
 
     def wait_all(self) -> list:
         """Block until every receive has landed; returns the indices that landed during this call."""
@@ -318,13 +313,17 @@ class Transfer:
                 while not MPI.Request.Testall(reqs):
                     time.sleep(POLL_SLEEP_S)
             self._view_sends = []
-            t1 = time.perf_counter()
-            self.stats.blocked_s += t1 - t0
-            self.stats.add(self.name, "send_blocked_s", t1 - t0)
-            rec = self.recorder
-            if rec is not None and rec.active:
-                rec.add("send_wait", self.name, t0, t1)
+            self._blocked("send_blocked_s", "send_wait", t0)
             self._send_active = False
+
+    def _blocked(self, stat: str, event: str, t0: float) -> None:
+        """Count the time blocked since ``t0`` (as ``stat``) and record it as a timeline ``event``."""
+        t1 = time.perf_counter()
+        self.stats.blocked_s += t1 - t0
+        self.stats.add(self.name, stat, t1 - t0)
+        rec = self.recorder
+        if rec is not None and rec.active:
+            rec.add(event, self.name, t0, t1)
 
     def free(self) -> None:
         if self._posted:
