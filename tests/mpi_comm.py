@@ -1,9 +1,10 @@
 """MPI helper for tests/test_comm.py: the halo exchange moves exactly the right rows, both directions.
 
-mpiexec -n P python -m mpi4py -m tests.mpi_comm PARTS [--sim-net SPEC]
+mpiexec -n P python -m mpi4py -m tests.mpi_comm PARTS [--sim-net SPEC] [--piece-rows N]
 Forward: every owned row carries its global ID; each halo row must receive its own ID. Backward: each halo row
 sends back 1 + its global ID; owners must accumulate, per row, the sum over the ranks that hold it as halo.
-With --sim-net, no message may land before its simulated arrival time. Exits non-zero on any mismatch.
+With --sim-net, no message may land before its simulated arrival time; with --piece-rows, messages travel in
+pieces. Exits non-zero on any mismatch.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("parts")
     ap.add_argument("--sim-net", default=None)
+    ap.add_argument("--piece-rows", type=int, default=0)
     a = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
     meta = read_meta(a.parts)
@@ -29,7 +31,7 @@ def main(argv=None):
     ctx = CommContext(comm, SimNet.from_spec(a.sim_net))
     plan = HaloPlan.from_part(part)
     width = 3
-    ex = ctx.exchange(plan, width)
+    ex = ctx.exchange(plan, width, piece_rows=a.piece_rows)
     gids = np.arange(part.owned_start, part.owned_end, dtype=np.float32)
     h = np.repeat(gids[:, None], width, axis=1) + np.arange(width, dtype=np.float32)
     for rnd in range(3):                        # persistent requests: the same plan runs again and again
@@ -37,7 +39,7 @@ def main(argv=None):
         ex.start_forward(h + rnd)
         landed = ex.forward.wait_all()
         dt = time.perf_counter() - t0
-        assert sorted(landed) == list(range(len(plan.recv_parts))), landed
+        assert sorted(landed) == list(range(ex.forward.num_recvs)), landed
         want = np.repeat(part.halo_ids.astype(np.float32)[:, None], width, axis=1) + np.arange(width) + rnd
         assert np.array_equal(ex.halo, want), "halo rows differ from their owners' rows"
         if a.sim_net and len(plan.recv_parts):
@@ -52,7 +54,6 @@ def main(argv=None):
         tr.begin()
         tr.send_all()
         tr.wait_all()
-        tr.end()
         grad = torch.zeros(part.num_owned, width)
         for i, idx in enumerate(plan.send_idx):
             grad.index_add_(0, torch.from_numpy(idx), torch.from_numpy(ex.grad_bufs[i]))
@@ -65,6 +66,11 @@ def main(argv=None):
     recv = comm.allreduce(st.bytes_recv)
     halo_total = comm.allreduce(part.num_halo)
     assert sent == recv == 2 * 3 * halo_total * width * 4, (sent, recv, halo_total)
+    pieces = sum(len(b) - 1 for b in ex.recv_pieces)
+    assert pieces == ex.forward.num_recvs
+    if a.piece_rows > 0:    # every message of more than piece_rows rows travels in pieces
+        assert all(len(b) - 1 == max(1, -(-int(b[-1]) // a.piece_rows)) for b in ex.recv_pieces + ex.send_pieces)
+    assert comm.allreduce(st.messages_sent) == 2 * 3 * comm.allreduce(pieces)
     ctx.free()
 
 

@@ -5,8 +5,8 @@ mpiexec -n P python -m mpi4py -m tests.mpi_exact PARTS OUT.npz [--models gcn,sag
 Rank 0 writes OUT.npz with, per variant and model, the initial parameters, the logits by original node ID, the
 loss and every parameter gradient (summed over ranks), so a test can compare with a single-process PyG
 reference or variants with each other. A variant is a schedule, a chunk size (0 = automatic, -1 = none) and a
-maximum random extra delay per message in seconds (random completion orders), and ``nocache`` to turn the
-model's input cache off.
+maximum random extra delay per message in seconds (random completion orders), ``nocache`` to turn the
+model's input cache off, and ``pieceN`` for messages in pieces of about N bytes (``Schedule.piece_bytes``).
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from g3mpi.format import read_meta, read_part
 from g3mpi.nn import GNN
 from g3mpi.ops import DistGraph
 from g3mpi.sched import Schedule
+from g3mpi.sched.schedule import PIECE_BYTES
 
 HIDDEN, HEADS = 8, 3
 
@@ -57,7 +58,8 @@ def main(argv=None):
         simnet = SimNet.from_spec(a.sim_net, jitter=float(jitter), seed=comm.rank + 17)
         ctx = CommContext(comm, simnet)
         ctxs.append(ctx)
-        graph = DistGraph(part, ctx, Schedule(schedule, int(chunk)))
+        pieces = [int(f[len("piece"):]) for f in flags if f.startswith("piece")]
+        graph = DistGraph(part, ctx, Schedule(schedule, int(chunk), piece_bytes=pieces[0] if pieces else PIECE_BYTES))
         for model in a.models.split(","):
             net = build(model, graph, part, hidden=a.hidden, input_cache="nocache" not in flags)
             init = {k: v.detach().clone() for k, v in net.state_dict().items()}
@@ -76,6 +78,7 @@ def main(argv=None):
                 res[f"{pre}/init/{k}"] = v.numpy()
             res[f"{pre}/loss"] = np.array(comm.allreduce(float(loss.detach())))
             res[f"{pre}/bytes_sent"] = np.array(comm.allreduce(ctx.stats.bytes_sent))
+            res[f"{pre}/messages_sent"] = np.array(comm.allreduce(ctx.stats.messages_sent))
             ids = comm.gather(part.orig_ids, root=0)
             lg = comm.gather(logits.detach().numpy(), root=0)
             if comm.rank == 0:

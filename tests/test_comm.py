@@ -12,10 +12,12 @@ from tests.graphs import partition, random_graph
 SLOW_TESTS = ("test_exchange_both_directions",)
 
 
-@pytest.mark.parametrize("P,simnet", [(1, None), (3, None), (4, "1Gbit,5ms")])
-def test_exchange_both_directions(P, simnet, tmp_path):
+@pytest.mark.parametrize("P,simnet,pieces", [(1, None, 0), (3, None, 0), (4, "1Gbit,5ms", 0), (3, None, 4),
+                                             (2, "1Gbit,1ms", 3)])
+def test_exchange_both_directions(P, simnet, pieces, tmp_path):
     partition(random_graph(n=90, seed=5), P, tmp_path / "parts", seed=5)
-    run_mpi(P, "tests.mpi_comm", tmp_path / "parts", *(["--sim-net", simnet] if simnet else []))
+    run_mpi(P, "tests.mpi_comm", tmp_path / "parts", *(["--sim-net", simnet] if simnet else []),
+            "--piece-rows", str(pieces))
 
 
 def test_parse_sim_net():
@@ -78,7 +80,8 @@ def test_backward_buffers_made_on_first_use():
         assert np.array_equal(ex.halo, [[0, 1], [4, 5], [8, 9]])
         ex.halo_grad[:] = 1.0
         assert ex.backward_planned and ex.buffer_bytes() == 2 * fwd_bytes
-        ex.backward.start()
+        ex.backward.begin()
+        ex.backward.send_all()
         ex.backward.wait_all()
         assert np.array_equal(ex.grad_bufs[0], np.ones((3, 2)))
     finally:

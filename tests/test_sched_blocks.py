@@ -46,8 +46,10 @@ def standin(bm, ro, F, sched, forward=None, backward=None, events=None):
     plan = _Plan(ro)
     ex = SimpleNamespace(plan=plan, halo=halo, halo_grad=np.full((int(ro[-1]), F), np.nan, np.float32),
                          grad_bufs=[], halo_slice=lambda i: halo[plan.recv_slice(i)],
+                         recv_pieces=[np.array([0, int(ro[i + 1] - ro[i])]) for i in range(k)],
+                         recv_msgs=[range(i, i + 1) for i in range(k)], send_pieces=[], send_msgs=[], send_ranges=[],
                          forward=forward or SimpleNamespace(num_recvs=k),
-                         backward=backward or SimpleNamespace(num_recvs=0, end=lambda: None),
+                         backward=backward or SimpleNamespace(num_recvs=0, landed=np.zeros(0, bool)),
                          start_forward=lambda h: events.append("start"))
     graph = SimpleNamespace(blocks=lambda kind: bm, exchange=lambda width, name: ex, schedule=sched,
                             num_owned=bm.num_owned)
@@ -338,14 +340,12 @@ class _ScriptedTransfer:
         self.events.append("wait")
         return self._new(range(self.num_recvs))
 
-    def post_recvs(self):
-        pass
-
     def begin(self):
         pass
 
-    def end(self):
-        pass
+    @property
+    def landed(self):
+        return np.array([i in self.returned for i in range(self.num_recvs)], dtype=bool)
 
     @property
     def all_sent(self):

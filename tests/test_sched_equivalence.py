@@ -32,3 +32,23 @@ def test_schedules_agree(P, tmp_path):
             for k in keys:
                 assert rel_err(res[f"{v}/{model}/{k}"], res[f"{BASE}/{model}/{k}"]) <= TOL, (v, model, k)
             assert int(res[f"{v}/{model}/bytes_sent"]) == int(res[f"{BASE}/{model}/bytes_sent"])
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_pieced_messages_agree(P, tmp_path):
+    """Messages in pieces (a few rows each, landing in random orders) give what whole messages give: pipelined
+    with pieces == pipelined and blocking without, the same bytes in more messages."""
+    g = random_graph(n=160, seed=P + 10)
+    partition(g, P, tmp_path / "parts", seed=P)
+    whole, pieced = "pipelined:0:0:piece0", ("pipelined:0:0.004:piece64", "pipelined:5:0.002:piece100",
+                                             "blocking:-1:0.002:piece64")
+    run_mpi(P, "tests.mpi_exact", tmp_path / "parts", tmp_path / "out.npz", "--models", ",".join(MODELS),
+            "--variants", ",".join((BASE, whole) + pieced), "--repeat", "2", timeout=600)
+    res = np.load(tmp_path / "out.npz")
+    for model in MODELS:
+        keys = [k for k in res.files if k.startswith(f"{BASE}/{model}/grad/") or k == f"{BASE}/{model}/logits"]
+        for v in (whole,) + pieced:
+            for k in keys:
+                assert rel_err(res[v + k[len(BASE):]], res[k]) <= TOL, (v, k)
+            assert int(res[f"{v}/{model}/bytes_sent"]) == int(res[f"{BASE}/{model}/bytes_sent"])
+        assert int(res[f"{pieced[0]}/{model}/messages_sent"]) > int(res[f"{whole}/{model}/messages_sent"]), model

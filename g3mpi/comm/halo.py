@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from .simnet import SimNet
+from .simnet import DirectNet, SimNet
 
 #: sleep between polls while blocked on messages
 POLL_SLEEP_S = 50e-6
@@ -92,20 +92,26 @@ class HaloPlan:
 
 
 class Transfer:
-    """One direction of an exchange: fixed peers and buffers, persistent requests, start / test / wait.
+    """One direction of an exchange: fixed messages and buffers, persistent requests, open / send / test / wait.
 
-    ``send_bufs[i]`` goes to ``send_peers[i]``; ``recv_bufs[i]`` is filled by ``recv_peers[i]``. Receives are
-    posted by ``post_recvs``; sends leave one by one (``send(i)``) or together (``send_all``) as soon as their
-    buffer is ready. ``test`` and ``wait_some`` return the receive indices that have newly landed.
-    With a ``watchdog`` (``g3mpi.comm.watchdog``), every blocking wait has a deadline. With a ``recorder``
-    (``g3mpi.comm.timeline``), posts, sends, landings and blocked spans are recorded while it is active.
+    Message j carries ``send_bufs[j]`` to ``send_peers[j]``; receive j fills ``recv_bufs[j]`` from
+    ``recv_peers[j]``. A peer may have several messages (the pieces of one neighbour's rows): they match in list
+    order (MPI's non-overtaking rule on one tag), so each peer's messages are sent in that order. A round:
+    ``begin`` posts every receive (and completes the previous round's sends, long finished by then); sends leave
+    one by one (``send(j)``) or together (``send_all``) as soon as their buffer is ready; ``test`` and
+    ``wait_some`` return the receive indices that have newly landed. The round is over once every message has
+    been sent and every receive has landed; ``begin`` refuses to open the next one before.
+
+    ``net`` (``g3mpi.comm.simnet``: ``DirectNet`` or ``SimNet``) decides when a delivered message becomes visible;
+    ``watchdog`` (``g3mpi.comm.watchdog``, or None) puts a deadline on every blocking wait; ``recorder``
+    (``g3mpi.comm.timeline``, or None) records posts, sends, landings and blocked spans while it is active.
     """
 
-    watchdog = None
-
-    def __init__(self, comm, send_peers, send_bufs, recv_peers, recv_bufs, tag: int, stats: CommStats,
-                 simnet: SimNet | None = None, name: str = "", recorder=None):
-        self.comm, self.stats, self.simnet, self.name = comm, stats, simnet, name
+    def __init__(self, comm, send_peers, send_bufs, recv_peers, recv_bufs, tag: int, stats: CommStats, *,
+                 net=None, watchdog=None, name: str = "", recorder=None):
+        self.comm, self.stats, self.name = comm, stats, name
+        self.net = net if net is not None else DirectNet()
+        self.watchdog = watchdog if watchdog is not None and watchdog.active else None
         self.recorder = recorder
         self.send_peers, self.recv_peers = list(send_peers), list(recv_peers)
         self.send_bufs, self.recv_bufs = send_bufs, recv_bufs
@@ -113,23 +119,27 @@ class Transfer:
             if not b.flags.c_contiguous:
                 raise ValueError("exchange buffers must be contiguous")
         self._tag = tag
-        self._view_sends = []     # (request, array, peer) of sends from the caller's arrays (``send(i, view)``)
-        self._send_reqs = [comm.Send_init(b, p, tag) for b, p in zip(send_bufs, self.send_peers)]
+        # the previous message to the same peer (-1: none): it must leave first
+        last = {}
+        self._before = []
+        for j, p in enumerate(self.send_peers):
+            self._before.append(last.get(p, -1))
+            last[p] = j
+        # this round's started sends: (request, peer, the caller's array for a view send, else None); only these
+        # are tested (MPICH's Testall over inactive persistent requests has been seen to report them complete)
+        self._active = []
+        # arrival stamps travel beside the data on the next tag (none without a simulated network)
+        self._stamp_out = self.net.stamps(len(self.send_peers))
+        self._stamp_in = self.net.stamps(len(self.recv_peers))
+        self._data_sends = [comm.Send_init(b, p, tag) for b, p in zip(send_bufs, self.send_peers)]
+        self._stamp_sends = [comm.Send_init(s, p, tag + 1) for s, p in zip(self._stamp_out, self.send_peers)]
         self._recv_reqs = [comm.Recv_init(b, p, tag) for b, p in zip(recv_bufs, self.recv_peers)]
-        k = len(self.recv_peers)
-        if simnet is not None:
-            # arrival stamps travel beside the data (simulation only; not counted as bytes)
-            self._stamp_out = [np.zeros(1) for _ in self.send_peers]
-            self._stamp_in = [np.zeros(1) for _ in self.recv_peers]
-            self._send_reqs += [comm.Send_init(s, p, tag + 1) for s, p in zip(self._stamp_out, self.send_peers)]
-            self._recv_reqs += [comm.Recv_init(s, p, tag + 1) for s, p in zip(self._stamp_in, self.recv_peers)]
+        self._recv_reqs += [comm.Recv_init(s, p, tag + 1) for s, p in zip(self._stamp_in, self.recv_peers)]
+        self._req_peers = self.recv_peers * (len(self._recv_reqs) // max(1, self.num_recvs))
         self._mpi_done = np.zeros(len(self._recv_reqs), dtype=bool)
-        self._t_data = np.zeros(len(self._recv_reqs))
-        self._landed = np.zeros(k, dtype=bool)
-        self._posted = False
-        self.round_open = False   # set by begin(), cleared by end(): one round may span several callers
-        self._sent = np.zeros(len(self.send_peers), dtype=bool)
-        self._send_active = False
+        self._t_data = np.zeros(self.num_recvs)
+        self._landed = np.ones(self.num_recvs, dtype=bool)
+        self._sent = np.ones(len(self.send_peers), dtype=bool)
         self._t0 = 0.0
         self._t_last = 0.0
         self.send_bytes = [int(b.nbytes) for b in send_bufs]
@@ -139,11 +149,15 @@ class Transfer:
     def num_recvs(self) -> int:
         return len(self.recv_peers)
 
-    # -- posting ------------------------------------------------------------------------------------------------
-    def post_recvs(self) -> None:
-        """Post every receive (and complete the previous round's sends, long finished by now)."""
-        if self._posted:
-            raise RuntimeError(f"exchange {self.name}: receives posted twice without completing")
+    # -- a round ------------------------------------------------------------------------------------------------
+    @property
+    def round_over(self) -> bool:
+        return bool(self._landed.all() and self._sent.all())
+
+    def begin(self) -> None:
+        """Open a round: post every receive (the one way a round starts)."""
+        if not self.round_over:
+            raise RuntimeError(f"exchange {self.name}: a round opened before the previous one was over")
         self._t0 = time.perf_counter()
         self._t_last = self._t0
         self._finish_sends()
@@ -155,68 +169,55 @@ class Transfer:
         self._sent[:] = False
         if self._recv_reqs:
             MPI.Prequest.Startall(self._recv_reqs)
-            self._posted = True
 
-    def send(self, i: int, view: np.ndarray | None = None) -> None:
-        """Start sending buffer i (its content must be final and stay untouched until the next round), or
-        ``view`` in its place: rows of the caller's own array, shaped like buffer i, sent without a copy (kept
+    def send(self, j: int, view: np.ndarray | None = None) -> None:
+        """Start sending buffer j (its content must be final and stay untouched until the next round), or
+        ``view`` in its place: rows of the caller's own array, shaped like buffer j, sent without a copy (kept
         referenced, and untouched by the caller, until the sends complete)."""
-        if self._sent[i]:
-            raise RuntimeError(f"exchange {self.name}: buffer {i} sent twice in one round")
-        reqs = [] if view is not None else [self._send_reqs[i]]
+        if self._sent[j]:
+            raise RuntimeError(f"exchange {self.name}: message {j} sent twice in one round")
+        if self._before[j] >= 0 and not self._sent[self._before[j]]:
+            raise RuntimeError(f"exchange {self.name}: message {j} sent before the one ahead of it to its peer")
+        peer = self.send_peers[j]
         t = time.perf_counter()
         if view is not None:
-            self._view_sends.append((self.comm.Isend(view, self.send_peers[i], self._tag), view, self.send_peers[i]))
-        if self.simnet is not None:
-            self._stamp_out[i][0] = self.simnet.arrival(self.send_bytes[i], t)
-            reqs.append(self._send_reqs[len(self.send_peers) + i])
-        if reqs:
-            MPI.Prequest.Startall(reqs)
+            self._active.append((self.comm.Isend(view, peer, self._tag), peer, view))
+        else:
+            self._data_sends[j].Start()
+            self._active.append((self._data_sends[j], peer, None))
+        self.net.stamp(self._stamp_out, j, self.send_bytes[j], t)
+        for r in self._stamp_sends[j:j + 1]:
+            r.Start()
+            self._active.append((r, peer, None))
         rec = self.recorder
         if rec is not None and rec.active:
-            rec.add("send", self.name, t, peer=self.send_peers[i])
-        self._sent[i] = True
-        self._send_active = True
-        self.stats.bytes_sent += self.send_bytes[i]
+            rec.add("send", self.name, t, peer=peer)
+        self._sent[j] = True
+        self.stats.bytes_sent += self.send_bytes[j]
         self.stats.messages_sent += 1
-        self.stats.add(self.name, "bytes_sent", self.send_bytes[i])
+        self.stats.add(self.name, "bytes_sent", self.send_bytes[j])
 
     def send_all(self) -> None:
-        for i in range(len(self.send_peers)):
-            if not self._sent[i]:
-                self.send(i)
-
-    def start(self) -> None:
-        self.post_recvs()
-        self.send_all()
-
-    def begin(self) -> None:
-        """Open a round (post the receives) unless one is open already."""
-        if not self.round_open:
-            self.post_recvs()
-            self.round_open = True
-
-    def end(self) -> None:
-        self.round_open = False
+        for j in range(len(self.send_peers)):
+            if not self._sent[j]:
+                self.send(j)
 
     @property
     def all_sent(self) -> bool:
         return bool(self._sent.all())
 
     # -- completion ---------------------------------------------------------------------------------------------
+    def _complete(self) -> np.ndarray:
+        """Per receive: its data and its stamp (if any) have been delivered by MPI."""
+        return self._mpi_done.reshape(-1, max(1, self.num_recvs)).all(axis=0)
+
     def _deliverable(self, now: float) -> list:
-        k = self.num_recvs
         out = []
-        for i in np.nonzero(~self._landed)[0]:
-            if not self._mpi_done[i]:
+        complete = self._complete()
+        for i in np.nonzero(~self._landed & complete)[0]:
+            t_land = self.net.visible(self._stamp_in, i, self._t_data[i])
+            if now < t_land:
                 continue
-            if self.simnet is not None:
-                if not self._mpi_done[k + i] or now < self._stamp_in[i][0]:
-                    continue
-                # visible at the simulated arrival, but never before the data really arrived
-                t_land = max(float(self._stamp_in[i][0]), self._t_data[i])
-            else:
-                t_land = now
             self._landed[i] = True
             rec = self.recorder
             if rec is not None and rec.active:
@@ -227,62 +228,59 @@ class Transfer:
         if out and self._landed.all():
             self.stats.comm_s += self._t_last - self._t0
             self.stats.add(self.name, "comm_s", self._t_last - self._t0)
-            self._posted = False
         return out
 
     def _poll_recvs(self) -> None:
         """Testsome over the receives MPI has not completed yet; marks completions and their times."""
         pending = np.nonzero(~self._mpi_done)[0]
         if len(pending):
-            idx = MPI.Request.Testsome([self._recv_reqs[j] for j in pending])
-            if idx:
-                self._mpi_done[pending[idx]] = True
-                self._t_data[pending[idx]] = time.perf_counter()
+            self._mark(pending, MPI.Request.Testsome([self._recv_reqs[j] for j in pending]))
+
+    def _mark(self, pending: np.ndarray, idx) -> None:
+        if idx:
+            done = pending[idx]
+            self._mpi_done[done] = True
+            data = done[done < self.num_recvs]
+            self._t_data[data] = time.perf_counter()
 
     def progress(self) -> None:
         """Let MPI progress this transfer's messages (marks completions; landing is decided by ``test``)."""
-        if self._posted:
+        if not self._landed.all():
             self._poll_recvs()
-        elif self._send_active:
-            MPI.Request.Testall(self._send_reqs + [v[0] for v in self._view_sends])
+        elif self._active:
+            MPI.Request.Testall([a[0] for a in self._active])
 
     def test(self) -> list:
         """Receive indices that have landed since the last call (never blocks)."""
-        if not self._posted:
+        if self._landed.all():
             return []
         self._poll_recvs()
         return self._deliverable(time.perf_counter())
 
     def wait_some(self) -> list:
         """Block until at least one more receive has landed; returns the newly landed indices."""
-        if not self._posted:
+        if self._landed.all():
             return []
         t0 = time.perf_counter()
         try:
             while True:
                 got = self.test()
-                if got or not self._posted:
+                if got or self._landed.all():
                     return got
                 pending = np.nonzero(~self._mpi_done)[0]
-                if self.simnet is not None:
-                    k = self.num_recvs
-                    waiting = [self._stamp_in[i][0] for i in range(k)
-                               if not self._landed[i] and self._mpi_done[i] and self._mpi_done[k + i]]
-                    if waiting:
-                        delay = min(waiting) - time.perf_counter()
-                        if len(pending) == 0 and delay > 0:
-                            time.sleep(delay)
-                        elif delay > 0:
-                            time.sleep(min(delay, 20e-6))
-                        continue
-                if self.watchdog is not None and self.watchdog.active:
+                # delivered, not yet visible (simulated network): sleep until the first becomes visible
+                waiting = [self.net.visible(self._stamp_in, i, self._t_data[i])
+                           for i in np.nonzero(~self._landed & self._complete())[0]]
+                if waiting:
+                    delay = min(waiting) - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay if len(pending) == 0 else min(delay, 20e-6))
+                    continue
+                if self.watchdog is not None:
                     # a deadline-bounded wait (it polls and sleeps too): a stalled neighbour ends the job
-                    k = self.num_recvs
                     reqs = [self._recv_reqs[j] for j in pending]
-                    idx = self.watchdog.waitsome(reqs, [self.recv_peers[j % k] for j in pending], self.name)
-                    if idx:
-                        self._mpi_done[pending[idx]] = True
-                        self._t_data[pending[idx]] = time.perf_counter()
+                    self._mark(pending, self.watchdog.waitsome(reqs, [self._req_peers[j] for j in pending],
+                                                               self.name))
                     continue
                 # poll, then sleep briefly: a busy-waiting rank would steal the core of a rank still
                 # computing what we wait for (ranks often share cores)
@@ -293,7 +291,7 @@ class Transfer:
     def wait_all(self) -> list:
         """Block until every receive has landed; returns the indices that landed during this call."""
         out = []
-        while self._posted:
+        while not self._landed.all():
             out += self.wait_some()
         return out
 
@@ -302,19 +300,16 @@ class Transfer:
         return self._landed
 
     def _finish_sends(self) -> None:
-        if self._send_active:
+        if self._active:
             t0 = time.perf_counter()
-            k = len(self.send_peers)
-            reqs = self._send_reqs + [v[0] for v in self._view_sends]
-            if self.watchdog is not None and self.watchdog.active:
-                peers = [self.send_peers[j % k] for j in range(len(self._send_reqs))] + [v[2] for v in self._view_sends]
-                self.watchdog.waitall(reqs, peers, self.name)
+            reqs = [a[0] for a in self._active]
+            if self.watchdog is not None:
+                self.watchdog.waitall(reqs, [a[1] for a in self._active], self.name)
             else:
                 while not MPI.Request.Testall(reqs):
                     time.sleep(POLL_SLEEP_S)
-            self._view_sends = []
+            self._active = []
             self._blocked("send_blocked_s", "send_wait", t0)
-            self._send_active = False
 
     def _blocked(self, stat: str, event: str, t0: float) -> None:
         """Count the time blocked since ``t0`` (as ``stat``) and record it as a timeline ``event``."""
@@ -326,12 +321,18 @@ class Transfer:
             rec.add(event, self.name, t0, t1)
 
     def free(self) -> None:
-        if self._posted:
-            self.wait_all()
+        self.wait_all()
         self._finish_sends()
-        for r in self._send_reqs + self._recv_reqs:
+        for r in self._data_sends + self._stamp_sends + self._recv_reqs:
             r.Free()
-        self._send_reqs, self._recv_reqs = [], []
+        self._data_sends, self._stamp_sends, self._recv_reqs = [], [], []
+
+
+def piece_bounds(rows: int, piece_rows: int) -> np.ndarray:
+    """Row bounds [0, .., rows] of a message of ``rows`` rows sent in pieces of about ``piece_rows`` rows (equal
+    sizes; 0 or ``rows`` <= ``piece_rows``: one piece). Both ends of a message compute the same bounds."""
+    k = 1 if piece_rows <= 0 or rows <= piece_rows else -(-rows // piece_rows)
+    return (np.arange(k + 1, dtype=np.int64) * rows) // k
 
 
 class HaloExchange:
@@ -343,19 +344,31 @@ class HaloExchange:
       ``halo_grad`` [n_halo, width]: backward send source (slice i goes back to its owner);
       ``grad_bufs[i]`` [len(send_idx[i]), width]: backward receive buffers, to be summed into ``send_idx[i]``.
     The backward buffers and transfer are made on first use (``backward``, ``halo_grad``, ``grad_bufs``).
+
+    Pieces: each neighbour's message travels as pieces of about ``piece_rows`` rows (``piece_bounds``), so a
+    receiver can use a piece while the next ones are on the wire. ``recv_pieces[i]`` / ``send_pieces[q]``: the
+    row bounds within receive neighbour i's halo slice / send neighbour q's rows; ``recv_msgs[i]`` /
+    ``send_msgs[q]``: the indices of their pieces among the forward transfer's receives / sends (the backward
+    transfer's sends / receives have the same indices: piece j of the gradient of a halo slice is the reverse of
+    forward receive j).
     """
 
-    def __init__(self, comm, plan: HaloPlan, width: int, tag: int, stats: CommStats, simnet: SimNet | None = None,
-                 dtype=np.float32, name: str = "", recorder=None):
+    def __init__(self, comm, plan: HaloPlan, width: int, tag: int, stats: CommStats, net=None, watchdog=None,
+                 dtype=np.float32, name: str = "", recorder=None, piece_rows: int = 0):
         self.plan, self.width, self.name = plan, int(width), name or f"x{tag}"
-        self._comm, self._tag, self._stats, self._simnet, self._dtype = comm, tag, stats, simnet, dtype
-        self._recorder = recorder
+        self._comm, self._tag, self._stats, self._dtype = comm, tag, stats, dtype
+        self._net, self._watchdog, self._recorder = net, watchdog, recorder
+        k = len(plan.recv_parts)
+        self.recv_pieces = [piece_bounds(plan.recv_slice(i).stop - plan.recv_slice(i).start, piece_rows)
+                            for i in range(k)]
+        self.send_pieces = [piece_bounds(len(ix), piece_rows) for ix in plan.send_idx]
+        self.recv_msgs = _numbered(self.recv_pieces)
+        self.send_msgs = _numbered(self.send_pieces)
         self.halo = np.zeros(self._shape(plan.num_halo), dtype=dtype)
         self.send_bufs = [np.zeros(self._shape(len(ix)), dtype=dtype) for ix in plan.send_idx]
-        k = len(plan.recv_parts)
         halo_slices = [self.halo[plan.recv_slice(i)] for i in range(k)]
-        self.forward = Transfer(comm, plan.send_parts, self.send_bufs, plan.recv_parts, halo_slices, 4 * tag, stats,
-                                simnet, name=self.name + ".fwd", recorder=recorder)
+        self.forward = self._transfer(plan.send_parts, self.send_bufs, self.send_pieces, plan.recv_parts,
+                                      halo_slices, self.recv_pieces, 4 * tag, ".fwd")
         self._backward = None
         self._halo_grad = None
         self._grad_bufs = None
@@ -363,6 +376,14 @@ class HaloExchange:
 
     def _shape(self, n: int) -> tuple:
         return (n, self.width)
+
+    def _transfer(self, send_peers, send_bufs, send_pieces, recv_peers, recv_bufs, recv_pieces, tag, suffix):
+        def flat(peers, bufs, pieces):
+            return ([p for p, b in zip(peers, pieces) for _ in range(len(b) - 1)],
+                    [buf[a:z] for buf, b in zip(bufs, pieces) for a, z in zip(b[:-1], b[1:])])
+        return Transfer(self._comm, *flat(send_peers, send_bufs, send_pieces), *flat(recv_peers, recv_bufs, recv_pieces),
+                        tag, self._stats, net=self._net, watchdog=self._watchdog, name=self.name + suffix,
+                        recorder=self._recorder)
 
     # The backward direction is planned on first use: no gradient flows back through an exchange of raw input
     # features (layer 0), so its gradient buffers would only take memory. Planning is local (persistent
@@ -374,10 +395,8 @@ class HaloExchange:
             self._halo_grad = np.zeros(self._shape(plan.num_halo), dtype=dtype)
             self._grad_bufs = [np.zeros(self._shape(len(ix)), dtype=dtype) for ix in plan.send_idx]
             grad_slices = [self._halo_grad[plan.recv_slice(i)] for i in range(len(plan.recv_parts))]
-            self._backward = Transfer(self._comm, plan.recv_parts, grad_slices, plan.send_parts, self._grad_bufs,
-                                      4 * self._tag + 2, self._stats, self._simnet, name=self.name + ".bwd",
-                                      recorder=self._recorder)
-            self._backward.watchdog = self.forward.watchdog
+            self._backward = self._transfer(plan.recv_parts, grad_slices, self.recv_pieces, plan.send_parts,
+                                            self._grad_bufs, self.send_pieces, 4 * self._tag + 2, ".bwd")
         return self._backward
 
     @property
@@ -402,18 +421,26 @@ class HaloExchange:
         return int(n)
 
     def start_forward(self, h: np.ndarray) -> None:
-        """Post the halo receives and send every neighbour its rows of ``h`` (row i = owned row i; rows past the
-        last send row may be missing): a contiguous range as a view of ``h``, other lists gathered into their
-        send buffer."""
-        self.forward.post_recvs()
+        """Open a forward round and send every neighbour its rows of ``h`` (row i = owned row i; rows past the
+        last send row may be missing), piece by piece: a contiguous range as views of ``h``, other lists
+        gathered into their send buffer."""
+        self.forward.begin()
+        for q, r in enumerate(self.send_ranges):
+            bounds, msgs = self.send_pieces[q], self.send_msgs[q]
+            if r is not None and h.flags.c_contiguous:
+                for j, a, b in zip(msgs, bounds[:-1], bounds[1:]):
+                    self.forward.send(j, h[r[0] + a:r[0] + b])
+            else:
+                np.take(h, self.plan.send_idx[q], axis=0, out=self.send_bufs[q])
+                for j in msgs:
+                    self.forward.send(j)
+
+    @property
+    def send_ranges(self) -> list:
+        """``plan.send_ranges``, computed once."""
         if self._ranges is None:
             self._ranges = self.plan.send_ranges
-        for i, r in enumerate(self._ranges):
-            if r is not None and h.flags.c_contiguous:
-                self.forward.send(i, h[r[0]:r[1]])
-            else:
-                np.take(h, self.plan.send_idx[i], axis=0, out=self.send_bufs[i])
-                self.forward.send(i)
+        return self._ranges
 
     def halo_slice(self, i: int) -> np.ndarray:
         return self.halo[self.plan.recv_slice(i)]
@@ -424,29 +451,41 @@ class HaloExchange:
             self._backward.free()
 
 
-class CommContext:
-    """Per-rank communication state injected into the model: communicator, counters, simulated network,
-    and the allocator of exchange tags (every rank builds its exchanges in the same order). Construction
-    duplicates ``comm`` (collective); ``free`` releases everything (collective). ``recorder``: a
-    :class:`~g3mpi.comm.timeline.Recorder` that every exchange's transfers report to (None: nothing recorded)."""
+def _numbered(pieces: list) -> list:
+    """Per neighbour, the indices of its pieces among all neighbours' pieces in order."""
+    out, j = [], 0
+    for b in pieces:
+        out.append(range(j, j + len(b) - 1))
+        j += len(b) - 1
+    return out
 
-    def __init__(self, comm, simnet: SimNet | None = None, watchdog=None, recorder=None):
+
+class CommContext:
+    """Per-rank communication state injected into the model: communicator, counters, network model (``net``:
+    a ``SimNet``, or None for the real one), watchdog, and the allocator of exchange tags (every rank builds its
+    exchanges in the same order). Construction duplicates ``comm`` (collective); ``free`` releases everything
+    (collective). ``recorder``: a :class:`~g3mpi.comm.timeline.Recorder` that every exchange's transfers report
+    to (None: nothing recorded)."""
+
+    def __init__(self, comm, net: SimNet | None = None, watchdog=None, recorder=None):
         # a private communicator: no tag of ours can meet a message of another context or library
         self.comm = comm.Dup()
-        self.simnet = simnet
+        self.net = net if net is not None else DirectNet()
         self.watchdog = watchdog
         self.recorder = recorder
         self.stats = CommStats()
         self._next = 1
         self._exchanges = []
 
-    def exchange(self, plan: HaloPlan, width: int, dtype=np.float32, name: str = "") -> HaloExchange:
+    def exchange(self, plan: HaloPlan, width: int, dtype=np.float32, name: str = "",
+                 piece_rows: int = 0) -> HaloExchange:
+        """A new exchange; ``piece_rows``: rows per piece of each neighbour's message (0: one piece)."""
         tag = self._next
         self._next += 1
         if 4 * tag + 3 > self.comm.Get_attr(MPI.TAG_UB):
             raise RuntimeError("too many halo exchanges for this MPI's tag range")
-        ex = HaloExchange(self.comm, plan, width, tag, self.stats, self.simnet, dtype, name, self.recorder)
-        ex.forward.watchdog = self.watchdog   # the backward transfer takes it over when it is planned
+        ex = HaloExchange(self.comm, plan, width, tag, self.stats, self.net, self.watchdog, dtype, name,
+                          self.recorder, piece_rows)
         self._exchanges.append(ex)
         return ex
 

@@ -1,4 +1,9 @@
-"""A simulated network for measuring overlap on one machine, where shared-memory MPI is nearly free.
+"""The network models of the halo exchange: ``DirectNet`` (a message lands when MPI completes it) and ``SimNet``, a
+simulated network for measuring overlap on one machine, where shared-memory MPI is nearly free.
+
+A ``Transfer`` (``g3mpi.comm.halo``) is given one model at construction and asks it three things: the stamp
+buffers that travel beside its messages (none for ``DirectNet``), the stamp of a message it sends, and when a
+message whose data MPI has delivered becomes visible.
 
 ``--sim-net BANDWIDTH,LATENCY`` (e.g. ``10Gbit,20us``): a message posted at time t on a rank whose outgoing
 link is free from time f becomes visible to its receiver at ``max(t, f) + size / bandwidth + latency``; the
@@ -32,6 +37,19 @@ def parse_sim_net(text: str) -> tuple[float, float]:
     return bw, lat
 
 
+class DirectNet:
+    """No simulation: a message is visible as soon as MPI has delivered it, and no stamps travel."""
+
+    def stamps(self, n: int) -> list:
+        return []
+
+    def stamp(self, stamps: list, i: int, nbytes: int, t_post: float) -> None:
+        pass
+
+    def visible(self, stamps: list, i: int, t_data: float) -> float:
+        return t_data
+
+
 class SimNet:
     """One rank's outgoing link: computes when each message it sends becomes visible to its receiver.
 
@@ -45,6 +63,17 @@ class SimNet:
         self.jitter = float(jitter)
         self._rng = np.random.default_rng(seed)
         self._link_free = 0.0
+
+    def stamps(self, n: int) -> list:
+        """One arrival stamp per message (simulation only; not counted as bytes)."""
+        return [np.zeros(1) for _ in range(n)]
+
+    def stamp(self, stamps: list, i: int, nbytes: int, t_post: float) -> None:
+        stamps[i][0] = self.arrival(nbytes, t_post)
+
+    def visible(self, stamps: list, i: int, t_data: float) -> float:
+        """At the simulated arrival, but never before the data really arrived."""
+        return max(float(stamps[i][0]), t_data)
 
     @classmethod
     def from_spec(cls, spec: str | None, jitter: float = 0.0, seed: int = 0) -> "SimNet | None":

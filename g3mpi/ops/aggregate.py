@@ -2,8 +2,9 @@
 
 The halo exchange runs through ``g3mpi.ops.exchange`` (the path every layer uses). Forward: the exchange of ``h``
 starts, the local block is computed by row chunks written in place into the output (``Schedule.rows_per_chunk``),
-each neighbour's block is computed as soon as its message has landed (polled between chunks; ``blocking``: all of
-them first), and the neighbour blocks are added in a fixed order. Backward mirrors it: each neighbour's halo
+each neighbour's block is computed piece by piece as the pieces of its message land (the block's columns of that
+piece; polled between chunks, then waited for; ``blocking``: all messages first, each block whole), and the
+neighbour blocks are added in a fixed order. Backward mirrors it: each neighbour's halo
 gradient is computed (its precomputed transpose) into the exchange's buffer and sent at once, then the local
 transpose runs by chunks, polling, while the gradients for our rows arrive; they are added in place. Edge
 weights are constants (GCN normalisation, SAGE mean).
@@ -71,19 +72,24 @@ class Aggregation:
             raise ValueError(f"aggregation expects float32 [{self.graph.num_owned}, {self.width}], got "
                              f"{h.dtype} {tuple(h.shape)}")
         h = h.contiguous()
-        sched, nbs = self.schedule, self.blocks.neighbours
+        sched, nbs, bounds = self.schedule, self.blocks.neighbours, self.ex.recv_pieces
         rnd = HaloRound(self.ex, sched)
         token = rnd.start(h)
         parts = [None] * len(nbs)
 
         def compute(landed):
-            for i in landed:
-                parts[i] = spmm(nbs[i].mat, rnd.halo(i))
+            for i, k in landed:     # piece k of neighbour i: its columns of the block, accumulated in order
+                mats = nbs[i].pieces(bounds[i])[0]
+                if k == 0:
+                    parts[i] = spmm(mats[0], rnd.halo(i, 0))
+                else:
+                    parts[i].addmm_(mats[k], rnd.halo(i, k))
 
-        if sched.waits_first:
-            compute(rnd.rest())
-        out = _Local.apply(h, self, rnd, lambda: compute(rnd.landed()))
-        compute(rnd.rest())
+        if sched.waits_first:       # the baseline: every message, then each block whole
+            for i in rnd.rest():
+                parts[i] = spmm(nbs[i].mat, rnd.halo(i))
+        out = _Local.apply(h, self, rnd, lambda: compute(rnd.landed_pieces()))
+        compute(rnd.rest_pieces())
         for i, nb in enumerate(nbs):      # fixed order: the result does not depend on arrival order
-            out = rnd.add(out, token, i, parts[i], nb.rows, nb.mat_t)
+            out = rnd.add(out, token, i, parts[i], nb.rows, nb.pieces(bounds[i])[1])
         return rnd.join(out, token)

@@ -77,6 +77,49 @@ def _row_range(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
     return torch_csr(crow[a:b + 1] - lo, t.col_indices()[lo:hi], t.values()[lo:hi], (b - a, t.shape[1]))
 
 
+def _column_pieces(m: torch.Tensor, bounds) -> list:
+    """The column ranges ``bounds[k] .. bounds[k+1]-1`` of a torch CSR [r, c] (sorted indices), each a CSR
+    [r, width of the range] with its columns counted from the range's start, entries in the same order."""
+    bounds = np.asarray(bounds, dtype=np.int64)
+    kk, r = len(bounds) - 1, m.shape[0]
+    crow, col, val = m.crow_indices().numpy(), m.col_indices().numpy(), m.values().numpy()
+    piece = np.searchsorted(bounds, col, side="right") - 1
+    order = np.argsort(piece, kind="stable")    # by piece, then (row, column) as stored
+    rows = np.repeat(np.arange(r, dtype=np.int64), np.diff(crow))
+    counts = np.bincount(piece * r + rows, minlength=kk * r).reshape(kk, r)
+    ends = np.cumsum(counts.sum(axis=1))
+    out = []
+    for k in range(kk):
+        sel = order[ends[k] - counts[k].sum():ends[k]]
+        ptr = np.zeros(r + 1, dtype=np.int64)
+        np.cumsum(counts[k], out=ptr[1:])
+        out.append(torch_csr(ptr, col[sel] - bounds[k], val[sel], (r, int(bounds[k + 1] - bounds[k]))))
+    return out
+
+
+def block_pieces(mat: torch.Tensor, mat_t: torch.Tensor, bounds) -> tuple[list, list]:
+    """A neighbour block split by the pieces of its message (row bounds ``bounds`` within the halo slice): the
+    column ranges of ``mat`` (forward: piece k's product ``mats[k] @ halo[bounds[k]:bounds[k+1]]``) and the row
+    ranges of ``mat_t`` (backward: piece k of the halo gradient; row ranges share ``mat_t``'s storage, and each
+    row is computed as in one product, bit for bit). One piece: the matrices themselves."""
+    if len(bounds) <= 2:
+        return [mat], [mat_t]
+    return _column_pieces(mat, bounds), [_row_range(mat_t, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+class _PieceCache:
+    """Pieces of blocks (``block_pieces``), made on first use per (block, bounds) and kept."""
+
+    def __init__(self):
+        self._d = {}
+
+    def get(self, key, mat, mat_t, bounds) -> tuple[list, list]:
+        key = (key, tuple(int(b) for b in bounds))
+        if key not in self._d:
+            self._d[key] = block_pieces(mat, mat_t, bounds)
+        return self._d[key]
+
+
 def _coo_rows(crow: torch.Tensor) -> torch.Tensor:
     """Row of every entry of a CSR, int64 (the destination index of an edge)."""
     return torch.repeat_interleave(torch.arange(len(crow) - 1, dtype=torch.int64), crow.diff())
@@ -99,6 +142,11 @@ class NeighbourBlock:
     def __init__(self, rows: torch.Tensor, mat: torch.Tensor, mat_t: torch.Tensor):
         self.rows, self.mat, self.mat_t = rows, mat, mat_t
         self._dst = None
+        self._pieces = _PieceCache()
+
+    def pieces(self, bounds) -> tuple[list, list]:
+        """(``mat``, ``mat_t``) split by the message pieces ``bounds`` (``block_pieces``; cached)."""
+        return self._pieces.get(0, self.mat, self.mat_t, bounds)
 
     @property
     def src(self) -> torch.Tensor:
@@ -317,6 +365,12 @@ class RowGroup:
     local_t: tuple
     nb: list
     _chunks: dict = field(default_factory=dict)
+    _pieces: _PieceCache = field(default_factory=_PieceCache)
+
+    def nb_pieces(self, i: int, bounds) -> tuple[list, list]:
+        """``nb[i]``'s block and transpose split by the message pieces ``bounds`` (``block_pieces``; cached)."""
+        _, mat, mat_t = self.nb[i]
+        return self._pieces.get(i, mat, mat_t, bounds)
 
     @property
     def size(self) -> int:

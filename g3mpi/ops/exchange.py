@@ -3,18 +3,22 @@ pipelined) sends its boundary rows and gets the halo gradients back.
 
 One ``HaloRound`` per layer and pass. Forward: ``start(payload)`` posts the receives and sends the payload's
 rows (payload row i = owned row i; boundary-first parts send a contiguous range as a view, no copy) and
-returns a token for the autograd graph; then either ``recv(token, i)`` gives neighbour i's halo slice as a
-tensor (GAT differentiates through it), or ``add(out, token, i, ...)`` adds neighbour i's block product,
-computed without autograd when its message landed, into ``out`` in place; ``join(out, token)`` ties the
-exchange into the result so its backward always runs.
+returns a token for the autograd graph. Each neighbour's message travels in pieces (``HaloExchange``):
+``landed_pieces``/``rest_pieces`` hand them out per neighbour in piece order, ``landed``/``rest`` whole
+neighbours. Then either ``recv(token, i)`` gives neighbour i's halo slice as a tensor (GAT differentiates
+through it), or ``add(out, token, i, ...)`` adds neighbour i's block product, computed without autograd as its
+pieces landed, into ``out`` in place; ``join(out, token)`` ties the exchange into the result so its backward
+always runs.
 
 Backward: each ``add``/``recv`` writes its share of neighbour i's halo gradient straight into the exchange's
-halo-gradient buffer (the neighbour block's precomputed transpose, ``spmm`` in place: no gather, no copy), and
-the slice is sent as soon as every share of this round is in. The gradients other ranks send for our rows are
-added in place (``add_received``) by whoever holds the payload's gradient: the local product's backward, or
-``start``'s backward when ``start(payload, grads=True)`` (GAT).
+halo-gradient buffer (the neighbour block's precomputed transpose, ``spmm`` in place: no gather, no copy), piece
+by piece; the last share of this round sends each piece as soon as it is written. The gradients other ranks send
+for our rows are added in place as their pieces land (``add_received``) by whoever holds the payload's gradient:
+the local product's backward, or ``start``'s backward when ``start(payload, grads=True)`` (GAT).
 """
 from __future__ import annotations
+
+from itertools import chain
 
 import torch
 
@@ -31,6 +35,9 @@ class HaloRound:
         self.expected = [0] * k     # shares of each halo gradient this round (one per add / recv)
         self.got = [0] * k
         self.sent = [False] * k
+        self._have = set()          # forward receives landed (piece indices)
+        self._next = [0] * k        # per neighbour, its pieces handed out so far (in order)
+        self._bwd_open = False
 
     # -- forward ------------------------------------------------------------------------------------------------
     def start(self, payload: torch.Tensor, grads: bool = False) -> torch.Tensor:
@@ -39,27 +46,56 @@ class HaloRound:
         the caller's own backward."""
         return _Start.apply(payload, self, grads)
 
+    def _in_order(self, msgs: list) -> list:
+        """(neighbour i, piece k) of the pieces that ``msgs`` (newly landed receives) make available, each
+        neighbour's in piece order whatever order they landed in (so results do not depend on it)."""
+        self._have.update(msgs)
+        out = []
+        for i, js in enumerate(self.ex.recv_msgs):
+            while self._next[i] < len(js) and js[self._next[i]] in self._have:
+                out.append((i, self._next[i]))
+                self._next[i] += 1
+        return out
+
+    def landed_pieces(self) -> list:
+        """(i, k) of neighbour i's pieces k landed since the last call, in order (never blocks; none unless
+        pipelined)."""
+        return self._in_order(self.schedule.poll(self.ex.forward))
+
+    def rest_pieces(self) -> list:
+        """The pieces not yet returned (blocking until they have landed)."""
+        return self._in_order(self.schedule.rest(self.ex.forward))
+
+    def _whole(self, pieces: list) -> list:
+        return [i for i, k in pieces if k == len(self.ex.recv_msgs[i]) - 1]
+
     def landed(self) -> list:
-        """Receives landed since the last call (never blocks; none unless pipelined)."""
-        return self.schedule.poll(self.ex.forward)
+        """Neighbours whose whole message has landed since the last call (never blocks; none unless
+        pipelined)."""
+        return self._whole(self.landed_pieces())
 
     def rest(self) -> list:
-        """The receives not yet returned (blocking until they have landed)."""
-        return self.schedule.rest(self.ex.forward)
+        """The neighbours not yet returned (blocking until their messages have landed)."""
+        return self._whole(self.rest_pieces())
 
-    def halo(self, i: int) -> torch.Tensor:
-        """Neighbour i's halo slice, outside autograd (for a product computed when it lands)."""
-        return torch.from_numpy(self.ex.halo_slice(i))
+    def halo(self, i: int, k: int | None = None) -> torch.Tensor:
+        """Neighbour i's halo slice (or its piece k), outside autograd (for a product computed when it lands)."""
+        h = self.ex.halo_slice(i)
+        if k is not None:
+            b = self.ex.recv_pieces[i]
+            h = h[b[k]:b[k + 1]]
+        return torch.from_numpy(h)
 
     def recv(self, token: torch.Tensor, i: int) -> torch.Tensor:
         self.expected[i] += 1
         return _Recv.apply(token, self, i)
 
     def add(self, out: torch.Tensor, token: torch.Tensor, i: int, partial: torch.Tensor, pos: torch.Tensor,
-            mat_t: torch.Tensor) -> torch.Tensor:
+            mat_t: list) -> torch.Tensor:
         """``out[pos] += partial`` in place, where ``partial`` = a block of neighbour i's halo product; ``mat_t``
-        is that block's transpose with columns = rows of ``out``, so that backward's share of the halo gradient
-        is ``mat_t @ grad_out``."""
+        is that block's transpose with columns = rows of ``out``, as row pieces matching neighbour i's message
+        pieces (``g3mpi.ops.blocks.Pieces``), so that backward's share of the halo gradient is ``mat_t @
+        grad_out``, piece by piece."""
         self.expected[i] += 1
         return _Add.apply(out, token, self, i, partial, pos, mat_t)
 
@@ -68,40 +104,62 @@ class HaloRound:
         return _Join.apply(out, token)
 
     # -- backward -----------------------------------------------------------------------------------------------
-    def _share(self, i: int, write) -> None:
-        """One share of neighbour i's halo gradient: ``write(buf, first)`` writes (first share) or adds into the
-        slice; the slice is sent once every share is in."""
-        sched, tr = self.schedule, self.ex.backward
-        if sched.communicates:
+    def _open_backward(self):
+        tr = self.ex.backward
+        if self.schedule.communicates and not self._bwd_open:
             tr.begin()
-        write(torch.from_numpy(self.ex.halo_grad[self.ex.plan.recv_slice(i)]), self.got[i] == 0)
+            self._bwd_open = True
+        return tr
+
+    def _share(self, i: int, write) -> None:
+        """One share of neighbour i's halo gradient: ``write(k, buf, first)`` writes (first share) or adds piece
+        k into ``buf``, those rows of the slice. The last share sends each piece as soon as it is written, so the
+        first pieces travel while the rest is computed."""
+        sched, tr = self.schedule, self._open_backward()
+        bounds, msgs = self.ex.recv_pieces[i], self.ex.recv_msgs[i]
+        grad = self.ex.halo_grad[self.ex.plan.recv_slice(i)]
+        first = self.got[i] == 0
         self.got[i] += 1
-        if self.got[i] == self.expected[i] and sched.communicates:
-            tr.send(i)
+        last = self.got[i] == self.expected[i] and sched.communicates
+        for k, j in enumerate(msgs):
+            write(k, torch.from_numpy(grad[bounds[k]:bounds[k + 1]]), first)
+            if last:
+                tr.send(j)
+        if last:
             self.sent[i] = True
             if sched.waits_first and tr.all_sent:
                 sched.rest(tr)
 
     def add_received(self, grad: torch.Tensor) -> torch.Tensor:
-        """Send what is still unsent, wait for every gradient other ranks send for our rows and add them into
-        ``grad`` (rows = owned rows 0 .., at least the boundary ones) in place; returns ``grad``."""
-        sched, tr, ex = self.schedule, self.ex.backward, self.ex
+        """Send what is still unsent, then add every gradient other ranks send for our rows into ``grad`` (rows
+        = owned rows 0 .., at least the boundary ones) in place, piece by piece as they land (in a fixed order:
+        by neighbour, then piece); returns ``grad``."""
+        sched, ex = self.schedule, self.ex
+        tr = self._open_backward()
         if sched.communicates:
-            tr.begin()
             for i, sent in enumerate(self.sent):
                 if not sent:    # a share that no gradient reached: what it has (zeros without any) goes now
                     if self.got[i] == 0:
                         ex.halo_grad[ex.plan.recv_slice(i)] = 0
-                    tr.send(i)
-        sched.rest(tr)
-        tr.end()
-        for i, (idx, r) in enumerate(zip(ex.plan.send_idx, ex.plan.send_ranges)):
-            got = torch.from_numpy(ex.grad_bufs[i])
-            if r is not None:
-                grad[r[0]:r[1]].add_(got)
-            else:
-                grad.index_add_(0, torch.from_numpy(idx), got)
+                    for j in ex.recv_msgs[i]:
+                        tr.send(j)
+        order = [(q, k, j) for q, js in enumerate(ex.send_msgs) for k, j in enumerate(js)]
+        nxt = 0
+        for _ in chain([None], sched.arrivals(tr)):  # what landed already (a blocking share waited), then as it lands
+            while nxt < len(order) and tr.landed[order[nxt][2]]:
+                self._add_piece(grad, *order[nxt][:2])
+                nxt += 1
         return grad
+
+    def _add_piece(self, grad: torch.Tensor, q: int, k: int) -> None:
+        ex = self.ex
+        a, b = (int(v) for v in ex.send_pieces[q][k:k + 2])
+        got = torch.from_numpy(ex.grad_bufs[q][a:b])
+        r = ex.send_ranges[q]
+        if r is not None:
+            grad[r[0] + a:r[0] + b].add_(got)
+        else:
+            grad.index_add_(0, torch.from_numpy(ex.plan.send_idx[q][a:b]), got)
 
 
 class _Start(torch.autograd.Function):
@@ -129,7 +187,9 @@ class _Recv(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        ctx.rnd._share(ctx.i, lambda buf, first: buf.copy_(g) if first else buf.add_(g))
+        b = ctx.rnd.ex.recv_pieces[ctx.i]
+        ctx.rnd._share(ctx.i, lambda k, buf, first: buf.copy_(g[b[k]:b[k + 1]]) if first
+                       else buf.add_(g[b[k]:b[k + 1]]))
         return g.new_zeros(0), None, None
 
 
@@ -145,7 +205,7 @@ class _Add(torch.autograd.Function):
     def backward(ctx, g):
         g = g.contiguous()
         mat_t = ctx.mat_t
-        ctx.rnd._share(ctx.i, lambda buf, first: spmm(mat_t, g, buf) if first else buf.addmm_(mat_t, g))
+        ctx.rnd._share(ctx.i, lambda k, buf, first: spmm(mat_t[k], g, buf) if first else buf.addmm_(mat_t[k], g))
         return g, g.new_zeros(0), None, None, None, None, None
 
 

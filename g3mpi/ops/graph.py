@@ -103,4 +103,5 @@ class DistGraph:
         return self._blocks[key]
 
     def exchange(self, width: int, name: str = ""):
-        return self.ctx.exchange(self.plan, width, name=name)
+        """A layer's exchange of ``width`` floats a row, its messages in pieces by the schedule's piece rule."""
+        return self.ctx.exchange(self.plan, width, name=name, piece_rows=self.schedule.rows_per_piece(width))

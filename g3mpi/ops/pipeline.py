@@ -5,7 +5,8 @@ Each layer's owned rows split into the boundary group B (rows some neighbour nee
 ``0 .. num_boundary-1``, the part format's boundary-first order) and the interior group I (the rest).
 Per layer l (schedule ``pipelined``):
 
-  1. local block of B rows;  2. neighbour blocks as layer l's messages land (for B and I rows);
+  1. local block of B rows;  2. neighbour blocks, piece by piece as layer l's message pieces land (for B and I
+     rows);
   3. B rows finished: ``post``, then the model's activation and dropout (``between``), layer l+1's ``pre`` ->
      layer l+1's exchange starts now (the payload's send rows are a view: no gather);
   4. local block of I rows, chunk by chunk, driving MPI progress between chunks, while layer l+1's messages
@@ -160,20 +161,21 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
         ob, tok = _LocalB.apply(pb, pi, op)
         pb = pi = None   # dead from here on: references to dead tensors are dropped as soon as possible
         parts_b, parts_i = [None] * k, [None] * k
+        bounds = rnd.ex.recv_pieces
 
         def land(landed):
-            for i in landed:
-                h = rnd.halo(i)
-                if B.nb[i] is not None:
-                    parts_b[i] = spmm(B.nb[i][1], h)
-                if I.nb[i] is not None:
-                    parts_i[i] = spmm(I.nb[i][1], h)
+            for i, p in landed:     # piece p of neighbour i: its columns of both groups' blocks, in order
+                h = rnd.halo(i, p)
+                for grp, parts in ((B, parts_b), (I, parts_i)):
+                    if grp.nb[i] is not None:
+                        mat = grp.nb_pieces(i, bounds[i])[0][p]
+                        parts[i] = spmm(mat, h) if p == 0 else parts[i].addmm_(mat, h)
 
-        land(rnd.landed())
-        land(rnd.rest())
+        land(rnd.landed_pieces())
+        land(rnd.rest_pieces())
         for i in range(k):
             if parts_b[i] is not None:
-                ob = rnd.add(ob, token, i, parts_b[i], B.nb[i][0], B.nb[i][2])
+                ob = rnd.add(ob, token, i, parts_b[i], B.nb[i][0], B.nb_pieces(i, bounds[i])[1])
                 parts_b[i] = None
         ob = rnd.join(ob, token)
         yb = layer.post(ob, ab, xb)
@@ -186,7 +188,7 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
         tok = op = None
         for i in range(k):
             if parts_i[i] is not None:
-                oi = rnd.add(oi, token, i, parts_i[i], I.nb[i][0], I.nb[i][2])
+                oi = rnd.add(oi, token, i, parts_i[i], I.nb[i][0], I.nb_pieces(i, bounds[i])[1])
         yi = layer.post(oi, ai, xi)
         if l == last:
             return torch.cat([yb, yi])

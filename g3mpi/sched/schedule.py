@@ -11,11 +11,20 @@ Modes:
   ``nocomm``: skip the exchange and compute on whatever the halo buffers hold (measurement only: compute time
       without communication; results are wrong, except on one rank, which has no halo).
 
-Neighbour partial results are computed in arrival order but summed in a fixed order (local, then neighbours by
-rank), so the result does not depend on which message lands first, not even in rounding.
+Pieces: each neighbour's message travels as several messages (pieces: contiguous row ranges of its send list,
+about ``piece_bytes`` each, ``Schedule.rows_per_piece``), so that in the pipelined schedule the receiver computes
+the columns of the neighbour's block that a piece feeds as soon as that piece lands, and only the last piece's
+share is left when the wire is done; in backward the halo gradient is computed piece by piece and each piece sent
+at once, and the owner adds each returned piece as it lands. Small messages are one piece. The blocking schedule
+waits for every piece and computes each block whole.
 
-The chunk rule (``Schedule.rows_per_chunk``) is the only one: every chunked product asks it (the layer-by-layer
-aggregation, the inter-layer pipeline, forward and backward). The products themselves are ``g3mpi.ops``'s.
+Neighbour partial results are computed in arrival order but summed in a fixed order (local, then neighbours by
+rank; a neighbour's pieces in piece order), so the result does not depend on which message lands first, not even
+in rounding.
+
+The chunk rule (``Schedule.rows_per_chunk``) and the piece rule (``Schedule.rows_per_piece``) are the only ones:
+every chunked product and every exchange asks them (the layer-by-layer aggregation, the inter-layer pipeline,
+forward and backward). The products themselves are ``g3mpi.ops``'s.
 """
 from __future__ import annotations
 
@@ -25,16 +34,20 @@ PIPELINED, BLOCKING, NOCOMM = MODES
 CHUNK_BYTES = 1 << 20
 #: fewest rows of an automatic chunk (smaller ones cost more in calls than they gain in polls)
 MIN_CHUNK_ROWS = 64
+#: bytes per piece of a neighbour's message (``Schedule.rows_per_piece``)
+PIECE_BYTES = 1 << 20
 
 
 class Schedule:
     """How layers interleave computation with their halo exchange (see the module docstring)."""
 
-    def __init__(self, mode: str = PIPELINED, chunk_rows: int = 0, interlayer: bool = True):
+    def __init__(self, mode: str = PIPELINED, chunk_rows: int = 0, interlayer: bool = True,
+                 piece_bytes: int = PIECE_BYTES):
         if mode not in MODES:
             raise ValueError(f"schedule {mode!r}: expected one of {', '.join(MODES)}")
         self.mode = mode
         self.chunk_rows = int(chunk_rows)
+        self.piece_bytes = int(piece_bytes)
         self.interlayer = bool(interlayer)  # GCN/SAGE: boundary rows first across layers (g3mpi.ops.pipeline)
 
     @property
@@ -61,6 +74,14 @@ class Schedule:
             return 0
         return max(MIN_CHUNK_ROWS, CHUNK_BYTES // (4 * max(1, int(width))))
 
+    def rows_per_piece(self, width: int, itemsize: int = 4) -> int:
+        """The piece rule: rows per piece of a neighbour's message ``width`` values of ``itemsize`` bytes wide
+        (about ``piece_bytes`` each; 0 = whole messages). Fixed when an exchange is planned, whatever the mode
+        later (a piece is a message: both ends must agree on them), so it does not depend on the mode."""
+        if self.piece_bytes <= 0:
+            return 0
+        return max(1, self.piece_bytes // (itemsize * max(1, int(width))))
+
     @staticmethod
     def chunk_rows_idle(chunk_rows: int, mode: str, ranks: int) -> str | None:
         """Why a ``chunk_rows`` setting changes nothing under the rule above (None when it does)."""
@@ -73,13 +94,18 @@ class Schedule:
     def poll(self, transfer) -> list:
         return transfer.test() if self.mode == PIPELINED else []
 
-    def rest(self, transfer) -> list:
-        """Everything not yet landed (blocking until it has); for nocomm, every index."""
+    def arrivals(self, transfer):
+        """Batches of the receives not yet landed, each as it lands (blocking for it), until none is left; for
+        nocomm, every index in one batch."""
         if not self.communicates:
-            return list(range(transfer.num_recvs))
-        out = []
+            yield list(range(transfer.num_recvs))
+            return
         while True:
             got = transfer.wait_some()
             if not got:
-                return out
-            out += got
+                return
+            yield got
+
+    def rest(self, transfer) -> list:
+        """Everything not yet landed (blocking until it has); for nocomm, every index."""
+        return [i for batch in self.arrivals(transfer) for i in batch]
