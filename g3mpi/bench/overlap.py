@@ -12,13 +12,15 @@ communication time (blocking - nocomm) with the computation; the communication s
 blocking; per rank the median epoch and blocked (waiting) times and rank 0's blocked time pipelined / blocking;
 and one more, recorded and unmeasured, epoch of each schedule as a per-rank timeline
 (:mod:`g3mpi.comm.timeline`). The input cache is off (``--no-input-cache``), so every layer's exchange runs in
-every epoch.
+every epoch. Messages travel in pieces of about ``piece_bytes`` (``g3mpi.sched.schedule``), recorded with the
+result.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from g3mpi.sched import BLOCKING, MODES, NOCOMM, PIPELINED
+from g3mpi.sched.schedule import PIECE_BYTES
 
 from .common import Sizes, prepare_graph, prepare_parts, progress, ratio, run_worker, variant_summary, \
     worker_model_args
@@ -44,7 +46,7 @@ def run(sz: Sizes, work: Path, ranks=(4,), sim_nets=("10Gbit,20us",), models=("g
     """``balance``: METIS vertex weights of the partition (default edges: an R-MAT graph split by node counts
     leaves one rank with most of the edges, and the others then wait for it whatever the schedule)."""
     graph = prepare_graph(sz, work)
-    res = dict(graph=graph.name, balance=balance, bind_to=bind_to, configs=[])
+    res = dict(graph=graph.name, balance=balance, bind_to=bind_to, piece_bytes=PIECE_BYTES, configs=[])
     for P in ranks:
         parts = prepare_parts(graph, P, work, balance=balance)
         for net in sim_nets:

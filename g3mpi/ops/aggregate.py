@@ -89,7 +89,8 @@ class Aggregation:
             for i in rnd.rest():
                 parts[i] = spmm(nbs[i].mat, rnd.halo(i))
         out = _Local.apply(h, self, rnd, lambda: compute(rnd.landed_pieces()))
-        compute(rnd.rest_pieces())
+        while got := rnd.next_pieces():     # each piece as it lands: only the last one's share follows the wire
+            compute(got)
         for i, nb in enumerate(nbs):      # fixed order: the result does not depend on arrival order
             out = rnd.add(out, token, i, parts[i], nb.rows, nb.pieces(bounds[i])[1])
         return rnd.join(out, token)

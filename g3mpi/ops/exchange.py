@@ -62,9 +62,27 @@ class HaloRound:
         pipelined)."""
         return self._in_order(self.schedule.poll(self.ex.forward))
 
+    def next_pieces(self) -> list:
+        """Block until at least one more piece can be handed out (in order) and return those that can; [] once
+        every piece has been (nocomm: all of them at once)."""
+        tr = self.ex.forward
+        if not self.schedule.communicates:
+            return self._in_order(range(tr.num_recvs))
+        while True:
+            got = self._in_order(tr.wait_some())
+            if got or tr.landed.all():
+                return got
+
+    @property
+    def pieces_left(self) -> bool:
+        return any(n < len(js) for n, js in zip(self._next, self.ex.recv_msgs))
+
     def rest_pieces(self) -> list:
         """The pieces not yet returned (blocking until they have landed)."""
-        return self._in_order(self.schedule.rest(self.ex.forward))
+        out = []
+        while got := self.next_pieces():
+            out += got
+        return out
 
     def _whole(self, pieces: list) -> list:
         return [i for i, k in pieces if k == len(self.ex.recv_msgs[i]) - 1]

@@ -10,7 +10,7 @@ Per layer l (schedule ``pipelined``):
   3. B rows finished: ``post``, then the model's activation and dropout (``between``), layer l+1's ``pre`` ->
      layer l+1's exchange starts now (the payload's send rows are a view: no gather);
   4. local block of I rows, chunk by chunk, driving MPI progress between chunks, while layer l+1's messages
-     travel; then I rows finished likewise.
+     travel (chunks of it also fill step 2's waits for a piece); then I rows finished likewise.
 
 So each exchange overlaps the interior computation of the previous layer (including its dense part) and the
 boundary rows' local block of its own layer. The two groups are row ranges, so the input splits into views and
@@ -53,7 +53,23 @@ class _LocalProduct:
     def __init__(self, B, I, rows_per_chunk: int, progress, rnd: HaloRound):
         self.B, self.I, self.rpc, self.progress, self.rnd = B, I, rows_per_chunk, progress, rnd
         self.x = None       # (xb, xi) until the interior rows are computed
+        self.oi = None      # the interior rows' product, chunks 0 .. done_i-1 computed
+        self.done_i = 0
         self.gi = None      # the interior rows' output gradient, from _LocalI.backward to _LocalB.backward
+
+    def interior_step(self) -> bool:
+        """Compute the next chunk of the interior rows' product (work that needs no message: the pipeline does it
+        while a message piece travels, ``_LocalI`` the rest); False when every chunk is done."""
+        chunks = self.I.chunks(self.rpc)
+        if self.done_i >= len(chunks):
+            return False
+        xb, xi = self.x
+        if self.oi is None:
+            self.oi = xb.new_empty(self.I.size, xb.shape[1])
+        a, b, m_b, m_i = chunks[self.done_i]
+        _product(self.oi[a:b], m_b, m_i, xb, xi)
+        self.done_i += 1
+        return True
 
     def backward(self, gb):
         gi, self.gi = self.gi, None
@@ -96,11 +112,9 @@ class _LocalI(torch.autograd.Function):
     @staticmethod
     def forward(ctx, token, op):
         ctx.op = op
-        (xb, xi), op.x = op.x, None
-        out = xb.new_empty(op.I.size, xb.shape[1])
-        for a, b, m_b, m_i in op.I.chunks(op.rpc):
-            _product(out[a:b], m_b, m_i, xb, xi)
+        while op.interior_step():
             op.progress()
+        out, op.oi, op.x = op.oi, None, None
         return out
 
     @staticmethod
@@ -171,8 +185,11 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
                         mat = grp.nb_pieces(i, bounds[i])[0][p]
                         parts[i] = spmm(mat, h) if p == 0 else parts[i].addmm_(mat, h)
 
-        land(rnd.landed_pieces())
-        land(rnd.rest_pieces())
+        while rnd.pieces_left:
+            got = rnd.landed_pieces()
+            if not got and op.interior_step():
+                continue    # nothing landed: the interior rows' product, which needs no message, meanwhile
+            land(got or rnd.next_pieces())
         for i in range(k):
             if parts_b[i] is not None:
                 ob = rnd.add(ob, token, i, parts_b[i], B.nb[i][0], B.nb_pieces(i, bounds[i])[1])

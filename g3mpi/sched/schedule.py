@@ -35,7 +35,7 @@ CHUNK_BYTES = 1 << 20
 #: fewest rows of an automatic chunk (smaller ones cost more in calls than they gain in polls)
 MIN_CHUNK_ROWS = 64
 #: bytes per piece of a neighbour's message (``Schedule.rows_per_piece``)
-PIECE_BYTES = 1 << 20
+PIECE_BYTES = 2 << 20
 
 
 class Schedule:
