@@ -4,8 +4,8 @@ A :class:`Recorder` is handed to :class:`~g3mpi.comm.CommContext` at constructio
 context then appends, while the recorder is active, these events (times from ``time.perf_counter``):
 
   ``post``        the receives of a round are posted (the round of one layer and direction starts)
-  ``send``        the message to ``peer`` leaves (its buffer is final)
-  ``land``        the message from ``peer`` has landed (simulated network: its simulated arrival)
+  ``send``        a message (a piece of one neighbour's rows) to ``peer`` leaves (its buffer is final)
+  ``land``        a message from ``peer`` has landed (simulated network: its simulated arrival)
   ``wait``        span blocked on receives that had not landed (the time ``CommStats.blocked_s`` counts)
   ``send_wait``   span blocked completing the previous round's sends (counted in ``blocked_s`` too)
 
