@@ -11,7 +11,7 @@ import torch
 
 from tests.graphs import partition, random_graph
 from g3mpi.format import FormatError, part_name, read_meta, read_node_map, read_part
-from g3mpi.format.common import array_sha256, file_sha256
+from g3mpi.format.checksums import array_sha256, file_sha256
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, write_meta
 from g3mpi.train.checkpoint import CheckpointError, load_checkpoint
 
@@ -710,7 +710,7 @@ def test_features_not_finite_one_message_everywhere(copy, tmp_path):
     from data_tools.build import feature_rows
     from data_tools.importers.common import check_features as check_input_features
     from g3mpi.format import GraphWriter, load_graph
-    from g3mpi.format.common import LargeFeatures
+    from g3mpi.format.limits import LargeFeatures
     from g3mpi.format.graph import check_features
     why = "NaN, Inf or beyond float32's range)"
     g = random_graph(n=40, seed=1)

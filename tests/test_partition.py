@@ -260,7 +260,8 @@ def test_write_part_same_file_as_h5py_high_level(tmp_path):
     without features in memory. A change of h5py's defaults (timestamps, attribute order) or of the two helpers
     shows here."""
     import dataclasses
-    from g3mpi.format.common import array_sha256, row_chunks
+    from g3mpi.format.checksums import array_sha256
+    from g3mpi.format.schema import row_chunks
     g = random_graph(n=60, m=300, seed=3, feature_dim=5)
     part = next(build.build_parts(g, np.arange(g.num_nodes) % 3, 3, "f" * 32))[0]
     for pd in (part, dataclasses.replace(part, features=None)):
@@ -1169,27 +1170,27 @@ def test_atomic_dir_replaces_in_one_step_or_restores(monkeypatch, tmp_path):
     """--force's replacement of a partition directory: swapped in one step where the filesystem can (nothing
     else left beside it); where it cannot, an error or Ctrl-C between the two renames puts the old one back
     (before, the old directory stayed in .NAME.*.old/x and NAME was gone)."""
-    from g3mpi.format import common
+    from g3mpi.format import atomic
     out = tmp_path / "out"
     out.mkdir()
     (out / "meta.json").write_text("old")
-    with common.atomic_dir(out, "meta.json", force=True) as tmp:
+    with atomic.atomic_dir(out, "meta.json", force=True) as tmp:
         (tmp / "meta.json").write_text("new")
     assert [f.read_text() for f in out.iterdir()] == ["new"] and [f.name for f in tmp_path.iterdir()] == ["out"]
-    monkeypatch.setattr(common, "exchange", lambda a, b: False)
+    monkeypatch.setattr(atomic, "exchange", lambda a, b: False)
     real = os.replace
 
     def replace(a, b):
         if Path(a).name.endswith(".tmp"):
             raise KeyboardInterrupt
         real(a, b)
-    monkeypatch.setattr(common.os, "replace", replace)
+    monkeypatch.setattr(atomic.os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
-        with common.atomic_dir(out, "meta.json", force=True) as tmp:
+        with atomic.atomic_dir(out, "meta.json", force=True) as tmp:
             (tmp / "meta.json").write_text("newer")
     assert [f.read_text() for f in out.iterdir()] == ["new"] and [f.name for f in tmp_path.iterdir()] == ["out"]
-    monkeypatch.setattr(common.os, "replace", real)
-    with common.atomic_dir(out, "meta.json", force=True) as tmp:      # the two-step path itself
+    monkeypatch.setattr(atomic.os, "replace", real)
+    with atomic.atomic_dir(out, "meta.json", force=True) as tmp:      # the two-step path itself
         (tmp / "meta.json").write_text("newest")
     assert [f.read_text() for f in out.iterdir()] == ["newest"] and [f.name for f in tmp_path.iterdir()] == ["out"]
 
@@ -1199,12 +1200,12 @@ def test_atomic_dir_replaces_only_its_own_kind(monkeypatch, tmp_path, swap):
     """atomic_dir with force replaces an empty directory (nothing left beside it, either way it renames), and
     refuses, even with force, a file and a non-empty directory without the marker, leaving them as they were
     (before, a file was replaced and a directory of the user's deleted)."""
-    from g3mpi.format import common
+    from g3mpi.format import atomic
     if not swap:
-        monkeypatch.setattr(common, "exchange", lambda a, b: False)
+        monkeypatch.setattr(atomic, "exchange", lambda a, b: False)
     out = tmp_path / "out"
     out.mkdir()
-    with common.atomic_dir(out, "meta.json", force=True) as tmp:
+    with atomic.atomic_dir(out, "meta.json", force=True) as tmp:
         (tmp / "meta.json").write_text("new")
     assert [f.name for f in out.iterdir()] == ["meta.json"] and [f.name for f in tmp_path.iterdir()] == ["out"]
     afile, adir = tmp_path / "afile", tmp_path / "adir"
@@ -1214,7 +1215,7 @@ def test_atomic_dir_replaces_only_its_own_kind(monkeypatch, tmp_path, swap):
     for path, why in ((afile, "is a file, not an output directory"),
                       (adir, "is a directory with no meta.json (not one this tool wrote) and not empty")):
         with pytest.raises(FormatError) as e:
-            with common.atomic_dir(path, "meta.json", force=True) as tmp:
+            with atomic.atomic_dir(path, "meta.json", force=True) as tmp:
                 (tmp / "meta.json").write_text("new")
         assert str(e.value) == f"{path}: {why}: not replaced, even with --force (remove it yourself or choose " \
                                f"another output)"
@@ -1226,10 +1227,10 @@ def test_atomic_file_replaces_only_a_file(tmp_path):
     """atomic_file with force (every file g3mpi writes: a graph.h5, a run directory's files, a plot, a benchmark's
     JSON) replaces a regular file and refuses anything else, leaving it as it was: before, a directory at the
     path was deleted with everything in it."""
-    from g3mpi.format import common
+    from g3mpi.format import atomic, jsonio
     out = tmp_path / "out.json"
     out.write_text("old")
-    common.write_json(out, {"a": 1})
+    jsonio.write_json(out, {"a": 1})
     assert json.loads(out.read_text()) == {"a": 1}
     adir = tmp_path / "adir"
     adir.mkdir()
@@ -1240,7 +1241,7 @@ def test_atomic_file_replaces_only_a_file(tmp_path):
                       (fifo, "is not a regular file (a device, FIFO or socket?), not an output file")):
         for force in (False, True):
             with pytest.raises(FormatError) as e:
-                with common.atomic_file(path, force=force) as tmp:
+                with atomic.atomic_file(path, force=force) as tmp:
                     tmp.write_text("new")
             assert str(e.value) == f"{path}: {why}: not replaced, even with --force (remove it yourself or " \
                                    f"choose another output)"
@@ -1300,7 +1301,7 @@ def test_stale_temporaries_only_of_dead_processes_of_this_host(tmp_path):
     import socket
     import subprocess
     import sys
-    from g3mpi.format import common
+    from g3mpi.format import stale
     host = socket.gethostname()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()
@@ -1314,7 +1315,7 @@ def test_stale_temporaries_only_of_dead_processes_of_this_host(tmp_path):
     old = tmp_path / f".out.{host}-{dead}.q.old"
     (old / "x").mkdir(parents=True)
     (old / "x" / "meta.json").write_text("{}")
-    removed = common.remove_stale_temporaries(tmp_path / "out")
+    removed = stale.remove_stale_temporaries(tmp_path / "out")
     assert sorted(p.name for p in removed) == sorted(gone + [old.name])
     assert sorted(f.name for f in tmp_path.iterdir()) == sorted(keep + ["out"])
     assert [f.name for f in (tmp_path / "out").iterdir()] == ["meta.json"]
