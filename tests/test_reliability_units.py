@@ -1,5 +1,6 @@
-"""Serial pieces of the reliability layer: the watchdog's deadline, the abort's wait for stderr, checkpoint atomicity and loading, the fault
-hooks' parsing, the soak's RSS analysis, the stop-signal handler (no mpiexec: fast)."""
+"""Serial pieces of the reliability layer: the watchdog's deadline, the abort's wait for stderr, checkpoint
+atomicity and loading, the fault hooks' parsing, the soak's RSS analysis, the stop-signal handler (no mpiexec:
+fast)."""
 from __future__ import annotations
 
 import json
