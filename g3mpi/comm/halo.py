@@ -381,9 +381,9 @@ class HaloExchange:
         def flat(peers, bufs, pieces):
             return ([p for p, b in zip(peers, pieces) for _ in range(len(b) - 1)],
                     [buf[a:z] for buf, b in zip(bufs, pieces) for a, z in zip(b[:-1], b[1:])])
-        return Transfer(self._comm, *flat(send_peers, send_bufs, send_pieces), *flat(recv_peers, recv_bufs, recv_pieces),
-                        tag, self._stats, net=self._net, watchdog=self._watchdog, name=self.name + suffix,
-                        recorder=self._recorder)
+        sends, recvs = flat(send_peers, send_bufs, send_pieces), flat(recv_peers, recv_bufs, recv_pieces)
+        return Transfer(self._comm, *sends, *recvs, tag, self._stats, net=self._net, watchdog=self._watchdog,
+                        name=self.name + suffix, recorder=self._recorder)
 
     # The backward direction is planned on first use: no gradient flows back through an exchange of raw input
     # features (layer 0), so its gradient buffers would only take memory. Planning is local (persistent
