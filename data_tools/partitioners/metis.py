@@ -98,8 +98,9 @@ def metis_partition(indptr, indices, num_parts: int, *, balance: str = "nodes", 
 
     ``recursive``: recursive bisection (True) or k-way (False); None is pymetis's default (bisection for
     P <= 8, k-way above), except for ``balance="both"``: k-way (bisection applies the tolerance to each
-    bisection, and misses it: R-MAT 14 into 4 parts, 1.21x the mean edges for 1.10). ``objective``: ``cut`` (METIS's default) or ``volume`` (METIS_OBJTYPE_VOL: the
-    total communication volume; k-way only, so ``recursive`` must not be True). ``imbalance``: the tolerance of
+    bisection, and misses it: R-MAT 14 into 4 parts, 1.21x the mean edges for 1.10). ``objective``: ``cut``
+    (METIS's default) or ``volume`` (METIS_OBJTYPE_VOL: the total communication volume; k-way only, so
+    ``recursive`` must not be True). ``imbalance``: the tolerance of
     both constraints of ``balance="both"`` (METIS's ufactor; the other balances keep METIS's default)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown METIS objective {objective!r} (choose from {', '.join(OBJECTIVES)})")
