@@ -149,11 +149,12 @@ def _timed(fn, repeats: int, short: float):
             return out, float(np.median(cpu)), float(np.median(wall))
 
 
-#: every method the benchmark runs: METIS with each balance (cut objective, pymetis's default), METIS
-#: minimising the communication volume (edge-balanced, k-way), random, g3 (default start), and g3 started from
+#: every method the benchmark runs: METIS with each balance (cut objective, pymetis's default; ``metis-both``: two
+#: constraints, nodes and local edges each within 1.10x the mean, k-way: the reference of the stream partitioner),
+#: METIS minimising the communication volume (edge-balanced, k-way), random, g3 (default start), and g3 started from
 #: the edge cut (``--start recursive``, k-way above 16 parts) and from the volume objective (``--start volume``)
-METHODS = ("metis-nodes", "metis-edges", "metis-both", "metis-train", "metis-edges-volume", "random", "g3",
-           "g3-cut", "g3-volume")
+METHODS = ("metis-nodes", "metis-edges", "metis-both", "metis-mixed", "metis-train", "metis-edges-volume", "random",
+           "g3", "g3-cut", "g3-volume")
 #: the g3 variants: start_objective of g3_partition
 G3_STARTS = {"g3": "auto", "g3-cut": "cut", "g3-volume": "volume"}
 

@@ -44,7 +44,8 @@ MAX_WIDTH = 2**24
 SCALE_HINT = "for graphs this large use the parallel path: mpiexec -n R g3-partition --method stream ..."
 #: options of one method only (``PartitionConfig`` field -> method); the cost model's options (--bandwidth,
 #: --edge-seconds, --width, --calibrate) apply to every method, since meta.json's estimates use them
-METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3 stream", edge_imbalance="g3 stream",
+METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3 stream metis",
+                      edge_imbalance="g3 stream metis",
                       max_iters="g3", cost_slack="g3", start="g3", start_balance="g3", stream_order="stream")
 
 
@@ -84,7 +85,10 @@ def parse_args(argv) -> PartitionConfig:
     ap.add_argument("--force", action="store_true",
                     help="replace an earlier partition (a directory with meta.json) or an empty directory at --out")
     ap.add_argument("--balance", choices=BALANCES,
-                    help="METIS vertex weights (metis only, default nodes; g3 balances nodes and edges itself)")
+                    help="METIS vertex weights (metis only, default nodes): unit, in-degree + 1, both (two "
+                         "constraints: nodes and local edges, each within the tighter of --node-imbalance and "
+                         "--edge-imbalance), mixed (one weight: mean in-degree + in-degree) or train; g3 balances "
+                         "nodes and edges itself")
     ap.add_argument("--objective", choices=OBJECTIVES,
                     help="what METIS minimises: the edge cut, or the total communication volume (k-way; metis only, "
                          "default cut)")
@@ -93,9 +97,11 @@ def parse_args(argv) -> PartitionConfig:
                          "random (stream only; default degree)")
     g = ap.add_argument_group("g3 refinement and cost model")
     g.add_argument("--node-imbalance", type=float,
-                   help="max owned nodes per part / mean, finite and >= 1 (g3, stream; default 1.10)")
+                   help="max owned nodes per part / mean, finite and >= 1 (g3, stream, metis --balance both; "
+                        "default 1.10)")
     g.add_argument("--edge-imbalance", type=float,
-                   help="max local edges per part / mean, finite and >= 1 (g3, stream; default 1.10)")
+                   help="max local edges per part / mean, finite and >= 1 (g3, stream, metis --balance both; "
+                        "default 1.10)")
     g.add_argument("--max-iters", type=int, help="refinement iterations at most, >= 0 (g3; default 100)")
     g.add_argument("--cost-slack", type=float,
                    help="phase 2 may raise the max estimated epoch by this fraction (finite, >= 0) to lower the "
@@ -128,6 +134,10 @@ def parse_args(argv) -> PartitionConfig:
             hint = {"balance": " (g3 balances nodes and edges itself)", "objective": " (g3: --start volume)"}
             ap.error(f"{opt} applies to --method {method}, not {a.method}"
                      + (hint.get(dest, "") if a.method == "g3" else ""))
+        if getattr(a, dest) is not None and a.method == "metis" and dest.endswith("imbalance") \
+                and a.balance != "both":
+            ap.error(f"--{dest.replace('_', '-')} applies to --method g3 or stream, or metis with --balance both "
+                     f"(the tolerance of its two constraints), not metis --balance {a.balance or 'nodes'}")
         if getattr(a, dest) is None:
             setattr(a, dest, PartitionConfig.__dataclass_fields__[dest].default)
     check_values(ap, a)
@@ -182,7 +192,8 @@ def assign(g, cfg: PartitionConfig, model: CostModel) -> tuple[np.ndarray, dict]
     in_deg = np.diff(indptr)
     if cfg.method == "metis":
         return metis_partition(indptr, indices, P, balance=cfg.balance, in_degree=in_deg, train_mask=g.train_mask,
-                               seed=cfg.seed, objective=cfg.objective)
+                               seed=cfg.seed, objective=cfg.objective,
+                               imbalance=min(cfg.node_imbalance, cfg.edge_imbalance))
     from .partitioners.g3 import g3_partition
     return g3_partition(indptr, indices, P, model=model, node_imbalance=cfg.node_imbalance,
                         edge_imbalance=cfg.edge_imbalance, max_iters=cfg.max_iters, seed=cfg.seed,
