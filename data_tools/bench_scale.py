@@ -105,21 +105,6 @@ def _reused(path: Path, stage: str) -> Path:
     return path
 
 
-def _memory_model(parts: Path, hidden: int, summary: dict) -> list:
-    """Per training rank: its part's figures, the peak RSS g3-train reported and the memory model's terms
-    (``g3mpi.train.memory.rank_memory``, docs/RUNTIME.md), with measured / predicted peak."""
-    from g3mpi.train.memory import rank_memory
-    meta = json.loads((parts / "meta.json").read_text())
-    out = []
-    for p, rss in zip(meta["parts"], summary.get("rank_peak_rss_bytes") or []):
-        terms = rank_memory("gcn", owned=p["owned"], halo=p["halo"], send=p["send"], edges=p["local_edges"],
-                            feature_dim=meta["feature_dim"], hidden=hidden, num_classes=meta["num_classes"])
-        out.append(dict(part=p["part"], owned=p["owned"], halo=p["halo"], send=p["send"],
-                        local_edges=p["local_edges"], peak_rss_bytes=rss, model=terms,
-                        measured_over_model=round(rss / terms["peak"], 3)))
-    return out
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m data_tools.bench_scale", description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=int, default=23, help="2**scale nodes (default 23)")
@@ -200,7 +185,6 @@ def main(argv=None) -> int:
             a.hidden, "--epochs", a.epochs, "--no-plots"], work, run, ranks=a.train_ranks))
         summary = json.loads((run / "summary.json").read_text())
         stages[-1]["epoch_time_median_s"] = summary.get("epoch_time_median_s")
-        stages[-1]["memory_model"] = _memory_model(train_parts, a.hidden, summary)
     if len(quality) == 2:
         s, m = quality
         quality.append(dict(method="stream / metis", **{k: round(s[k] / m[k], 3) for k in (
