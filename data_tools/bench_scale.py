@@ -15,8 +15,10 @@ Every process of a stage runs under :mod:`data_tools.peak_rss`, so each stage re
 ranks (and their sum) measured from outside the tool, its wall time and the bytes of its output on disk; the
 partitions' quality (edge cut, max_comm_rows, imbalances, from meta.json, which the writer computes from the part
 files) goes in a table, METIS's next to the stream partitioner's where both ran. The JSON record holds all of it,
-with the command lines, the date, the CPU count and load average. Nothing is reused between runs: WORK is
-replaced (``--force`` semantics of each tool).
+with the command lines, the date, the CPU count and load average. Nothing is reused between runs unless asked:
+each stage replaces its output in WORK (``--force`` semantics of each tool); ``--skip STAGE`` (repeatable) leaves
+a stage out and uses its output in WORK from an earlier run instead (e.g. ``--skip prepare --skip
+partition-stream``: a graph prepared once, only the training partition and the training measured again).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from .peak_rss import read_records
 #: (16.6M edges, 4.2 GiB): the estimate behind --metis auto
 METIS_BYTES_PER_EDGE = 270
 GIB = 1 << 30
+STAGES = ("prepare", "partition-stream", "partition-metis", "partition-train", "train")
 
 
 def _mpiexec() -> str:
@@ -96,6 +99,12 @@ def _quality(parts: Path) -> dict:
                 compute_imbalance=q["compute_imbalance"], replication_factor=q["replication_factor"])
 
 
+def _reused(path: Path, stage: str) -> Path:
+    if not path.exists():
+        raise SystemExit(f"bench_scale: error: --skip {stage}: {path} does not exist (run the stage once first)")
+    return path
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m data_tools.bench_scale", description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=int, default=23, help="2**scale nodes (default 23)")
@@ -111,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--hidden", type=int, default=16, help="GCN hidden width (default 16)")
     ap.add_argument("--metis", choices=("auto", "on", "off"), default="auto",
                     help="run serial METIS: where its estimated memory fits (auto), always, or never")
+    ap.add_argument("--skip", action="append", default=[], choices=STAGES, metavar="STAGE",
+                    help="leave STAGE out, using its output in WORK from an earlier run (repeatable; one of "
+                         f"{', '.join(STAGES)})")
     ap.add_argument("--work", type=Path, required=True, help="directory for the graph, partitions and run")
     ap.add_argument("--out", type=Path, required=True, help="the JSON record to write")
     return ap
@@ -123,28 +135,42 @@ def main(argv=None) -> int:
     graph = work / "graph.h5"
     stages, quality, notes = [], [], []
     t0 = time.time()
-    stages.append(run_stage("prepare", "data_tools.prepare", [
-        "rmat", "--scale", a.scale, "--edge-factor", a.edge_factor, "--feature-dim", a.feature_dim, "--classes",
-        a.classes, "--memory-budget", a.memory_budget, "--out", graph, "--force", "--quiet"], work, graph))
-    record = json.loads(Path(f"{graph}.prepare.json").read_text())
-    # g3-prepare resets its high-water mark at each of its stages (to measure them apart), so wait4 sees only
-    # the last one's: its own record holds the whole run's peak
-    prep = stages[-1]
-    prep["tool_stages"] = record["stages"]
-    prep["peak_rss_bytes"] = [max(prep["peak_rss_bytes"][0], int(record["total"]["peak_rss_bytes"]))]
-    prep["peak_rss_bytes_max"] = prep["peak_rss_bytes_sum"] = prep["peak_rss_bytes"][0]
+    skip = set(a.skip)
+    if skip:
+        notes.append("stages left out, their outputs in WORK reused: " + ", ".join(s for s in STAGES if s in skip))
+    if "prepare" not in skip:
+        stages.append(run_stage("prepare", "data_tools.prepare", [
+            "rmat", "--scale", a.scale, "--edge-factor", a.edge_factor, "--feature-dim", a.feature_dim,
+            "--classes", a.classes, "--memory-budget", a.memory_budget, "--out", graph, "--force", "--quiet"],
+            work, graph))
+    record = json.loads(_reused(Path(f"{graph}.prepare.json"), "prepare").read_text())
+    if "prepare" not in skip:
+        # g3-prepare resets its high-water mark at each of its stages (to measure them apart), so wait4 sees only
+        # the last one's: its own record holds the whole run's peak
+        prep = stages[-1]
+        prep["tool_stages"] = record["stages"]
+        prep["peak_rss_bytes"] = [max(prep["peak_rss_bytes"][0], int(record["total"]["peak_rss_bytes"]))]
+        prep["peak_rss_bytes_max"] = prep["peak_rss_bytes_sum"] = prep["peak_rss_bytes"][0]
+    elif int(record["num_nodes"]) != 1 << a.scale:
+        raise SystemExit(f"bench_scale: error: --skip prepare: {graph} has {record['num_nodes']} nodes, not the "
+                         f"2^{a.scale} of --scale {a.scale}")
     num_edges = int(record["num_edges"])
 
     def partition(name: str, method: str, parts: int, ranks: int) -> Path:
         out = work / f"parts-{method}-{parts}"
+        if name in skip:
+            return _reused(out / "meta.json", name).parent
         stages.append(run_stage(name, "data_tools.partition", [graph, "--method", method, "--parts", parts,
                                                                "--out", out, "--force", "--no-progress"],
                                 work, out, ranks=ranks))
         return out
 
-    quality.append(_quality(partition("partition-stream", "stream", a.parts, a.ranks)))
+    if "partition-stream" not in skip:
+        quality.append(_quality(partition("partition-stream", "stream", a.parts, a.ranks)))
     estimate = METIS_BYTES_PER_EDGE * num_edges
-    if a.metis == "on" or (a.metis == "auto" and estimate < 0.8 * _available_bytes()):
+    if "partition-metis" in skip:
+        pass
+    elif a.metis == "on" or (a.metis == "auto" and estimate < 0.8 * _available_bytes()):
         quality.append(_quality(partition("partition-metis", "metis", a.parts, 1)))
     else:
         notes.append(f"serial METIS not run: {a.metis}" if a.metis == "off" else
@@ -152,12 +178,13 @@ def main(argv=None) -> int:
                      f"edge) exceeds 80% of the {_available_bytes() / GIB:.1f} GiB available")
         print(f"bench_scale: {notes[-1]}", file=sys.stderr)
     train_parts = partition("partition-train", "stream", a.train_ranks, a.ranks)
-    run = work / "run"
-    stages.append(run_stage("train", "g3mpi.cli.train", [
-        "--parts", train_parts, "--out", run, "--force", "--model", "gcn", "--layers", 2, "--hidden", a.hidden,
-        "--epochs", a.epochs, "--no-plots"], work, run, ranks=a.train_ranks))
-    summary = json.loads((run / "summary.json").read_text())
-    stages[-1]["epoch_time_median_s"] = summary.get("epoch_time_median_s")
+    if "train" not in skip:
+        run = work / "run"
+        stages.append(run_stage("train", "g3mpi.cli.train", [
+            "--parts", train_parts, "--out", run, "--force", "--model", "gcn", "--layers", 2, "--hidden",
+            a.hidden, "--epochs", a.epochs, "--no-plots"], work, run, ranks=a.train_ranks))
+        summary = json.loads((run / "summary.json").read_text())
+        stages[-1]["epoch_time_median_s"] = summary.get("epoch_time_median_s")
     if len(quality) == 2:
         s, m = quality
         quality.append(dict(method="stream / metis", **{k: round(s[k] / m[k], 3) for k in (

@@ -31,8 +31,9 @@ from .termination import raise_if_terminated
 
 #: message tag of the parts' original IDs sent to rank 0 for the node map
 NODE_MAP_TAG = 31
-#: features of one block of rows written at a time (with :data:`BLOCK_EDGES` edges at most)
-FEATURE_BLOCK_BYTES = 1 << 26
+#: features of one block of rows written at a time (with :data:`BLOCK_EDGES` edges at most): a writer holds a
+#: block about three times over (received, put in new-ID order, and each sender's share of it) while writing it
+FEATURE_BLOCK_BYTES = 1 << 24
 
 
 def relabel_local(comm, own_parts: np.ndarray, P: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -100,9 +101,10 @@ def gather_values(ptr: np.ndarray, rows: np.ndarray, values: np.ndarray, block_e
 
 def shuffle(comm, sl: GraphSlice, own: OwnRows, own_parts: np.ndarray) -> dict:
     """Every row's per-node fields to the writer of its part (rank ``part % R``); returns the rows this rank
-    writes, sorted by new ID: ``new_ids, orig, in_deg, out_deg, loops, labels, row_len, masks`` and their CSR row
-    pointer ``ptr``. The edges and features follow block by block as the parts are written
-    (:func:`fill_parts`)."""
+    writes, sorted by new ID: ``new_ids, orig, in_deg, out_deg, loops, labels, masks`` and their CSR row pointer
+    ``ptr``; ``orig`` and the degrees as :func:`compact` integers (the part files hold them as int64:
+    :func:`build_my_parts` widens one part's at a time). The edges and features follow block by block as the
+    parts are written (:func:`fill_parts`)."""
     R = comm.size
     dest = own_parts % R
     order = np.lexsort((own_parts, dest))          # by writer, then part; original order within a part
@@ -113,15 +115,24 @@ def shuffle(comm, sl: GraphSlice, own: OwnRows, own_parts: np.ndarray) -> dict:
     by_new = np.argsort(got_ids, kind="stable")
     got = dict(new_ids=got_ids[by_new])
     del got_ids
-    fields = dict(orig=sl.lo + np.arange(sl.num_rows, dtype=np.int64), in_deg=own.in_deg, out_deg=own.out_deg,
+    small = compact(max(sl.num_nodes, sl.num_edges))
+    fields = dict(orig=np.arange(sl.lo, sl.hi, dtype=small), in_deg=own.in_deg, out_deg=own.out_deg,
                   loops=own.loops, labels=sl.labels, row_len=own.row_len, **sl.masks)
     for k in list(fields):
         send = np.asarray(fields.pop(k))[order]
+        if k in ("in_deg", "out_deg", "loops", "row_len"):
+            send = send.astype(small, copy=False)
         got[k] = alltoallv(comm, send, counts, rc)[by_new]
         del send
     got["ptr"] = np.zeros(len(by_new) + 1, dtype=np.int64)
-    np.cumsum(got["row_len"], out=got["ptr"][1:])
+    np.cumsum(got.pop("row_len"), out=got["ptr"][1:])
     return got
+
+
+def compact(largest: int) -> type:
+    """int32 for per-node integers up to ``largest`` (IDs, degrees) where they fit, else int64: a writer holds
+    them for every node of its parts until they are written (R-MAT 23 into 2 parts: 4.2M nodes a writer)."""
+    return np.int32 if largest < 2 ** 31 else np.int64
 
 
 def part_halos(comm, own: OwnRows, own_parts: np.ndarray, offsets: np.ndarray, P: int,
@@ -171,7 +182,7 @@ def build_my_parts(comm, sl: GraphSlice, rows: dict, halos: dict, offsets: np.nd
     in_id = alltoallv(comm, req_id[order], counts, rc)
     at = np.searchsorted(pos_of, in_id)
     deg = np.stack([rows["in_deg"][at], rows["out_deg"][at]], axis=1)
-    back = np.empty((len(req_id), 2), dtype=np.int64)
+    back = np.empty((len(req_id), 2), dtype=deg.dtype)
     back[order] = alltoallv(comm, deg, rc, counts)
     halo_deg, done = {}, 0
     for p in mine:
@@ -186,19 +197,22 @@ def build_my_parts(comm, sl: GraphSlice, rows: dict, halos: dict, offsets: np.nd
     for p in mine:
         s, e = int(offsets[p]), int(offsets[p + 1])
         a, b = np.searchsorted(pos_of, (s, e))
-        ip = rows["ptr"][a:b + 1] - rows["ptr"][a]
+        ptr = rows["ptr"][a:b + 1]
+        ip = ptr if ptr[0] == 0 else ptr - ptr[0]
         h = halos[p]
         lists = exchange_lists(owner_of(offsets, h), sends.pop(p))
         hd = halo_deg.pop(p)
+        # the part file's integer datasets are int64, the form the rows are written from (the same files)
         yield PartData(
             part_id=p, num_parts=P, num_nodes=n, num_edges=num_edges, feature_dim=F,
             num_classes=int(sl.attrs["num_classes"]), owned_start=s, owned_end=e, partition_id=partition_id,
             indptr=ip, indices=None, halo_ids=h, **lists,
-            in_degree=np.concatenate([rows["in_deg"][a:b], hd[:, 0]]),
-            out_degree=np.concatenate([rows["out_deg"][a:b], hd[:, 1]]),
-            self_loops=rows["loops"][a:b], features=None,
+            in_degree=np.concatenate([rows["in_deg"][a:b], hd[:, 0]], dtype=np.int64),
+            out_degree=np.concatenate([rows["out_deg"][a:b], hd[:, 1]], dtype=np.int64),
+            self_loops=rows["loops"][a:b].astype(np.int64), features=None,
             labels=rows["labels"][a:b], train_mask=rows["train_mask"][a:b], val_mask=rows["val_mask"][a:b],
-            test_mask=rows["test_mask"][a:b], orig_ids=rows["orig"][a:b])
+            test_mask=rows["test_mask"][a:b], orig_ids=rows["orig"][a:b].astype(np.int64))
+        del hd
 
 
 def _groups(p: np.ndarray, q: np.ndarray, ids: np.ndarray):
@@ -358,7 +372,8 @@ def write_node_map(comm, path, rows: dict, offsets: np.ndarray, P: int) -> str |
     else:
         for p in my_parts(comm, P):
             a, b = np.searchsorted(rows["new_ids"], (int(offsets[p]), int(offsets[p + 1])))
-            comm.Send([np.ascontiguousarray(rows["orig"][a:b]), MPI.INT64_T], dest=0, tag=NODE_MAP_TAG)
+            comm.Send([np.ascontiguousarray(rows["orig"][a:b], dtype=np.int64), MPI.INT64_T], dest=0,
+                      tag=NODE_MAP_TAG)
     agree(comm, err)
     return sha
 

@@ -51,9 +51,9 @@ class DropoutKey:
         return _mix(h, ids >> np.uint64(32))
 
 
-def _mask(rk: np.ndarray, width: int, p: float) -> torch.Tensor:
-    """Row keys [n] -> float mask [n, width]. One splitmix64 finaliser per row key and group of four
-    columns gives four 16-bit uniforms (resolution 2^-16 on p)."""
+def _keep(rk: np.ndarray, width: int, p: float) -> torch.Tensor:
+    """Row keys [n] -> bool mask [n, width] of the kept entries. One splitmix64 finaliser per row key and group of
+    four columns gives four 16-bit uniforms (resolution 2^-16 on p)."""
     groups = (width + 3) // 4
     z = rk.astype(np.uint64)[:, None] * _U64(0x100000001B3) + \
         (np.arange(1, groups + 1, dtype=np.uint64) * _U64(0x9E3779B97F4A7C15))[None, :]
@@ -64,8 +64,46 @@ def _mask(rk: np.ndarray, width: int, p: float) -> torch.Tensor:
     z ^= z >> _U64(31)
     u = z.view(np.uint16).reshape(len(rk), 4 * groups)[:, :width]
     thr = np.uint16(min(int(round(p * 65536)), 65535))
-    keep = torch.from_numpy(u >= thr)
+    return torch.from_numpy(u >= thr)
+
+
+def _scaled(keep: torch.Tensor, p: float) -> torch.Tensor:
+    """Bool mask -> float mask: 1/(1-p) where kept, 0 where dropped."""
     return torch.zeros(keep.shape, dtype=torch.float32).masked_fill_(keep, 1.0 / (1.0 - p))
+
+
+def _mask(rk: np.ndarray, width: int, p: float) -> torch.Tensor:
+    """Row keys [n] -> float mask [n, width] (:func:`_keep`, scaled)."""
+    return _scaled(_keep(rk, width, p), p)
+
+
+#: rows of a float mask made at a time by node dropout (its temporaries stay a few MB)
+MASK_ROWS = 1 << 16
+
+
+def _times_mask(x: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:
+    """``x * _scaled(keep, p)``, the float mask made :data:`MASK_ROWS` rows at a time (the same products)."""
+    out = torch.empty(x.shape, dtype=torch.result_type(x, torch.ones((), dtype=torch.float32)))
+    for a in range(0, x.shape[0], MASK_ROWS):
+        torch.mul(x[a:a + MASK_ROWS], _scaled(keep[a:a + MASK_ROWS], p), out=out[a:a + MASK_ROWS])
+    return out
+
+
+class _NodeDropout(torch.autograd.Function):
+    """``x * mask`` with the float mask of ``keep``, keeping only the bool mask for backward (1 byte an entry,
+    not 4); both ways compute the products ``x * mask`` and ``grad * mask`` that autograd's ``mul`` does."""
+
+    @staticmethod
+    def forward(ctx, x, keep, p):
+        if ctx.needs_input_grad[0]:
+            ctx.save_for_backward(keep)
+            ctx.p = p
+        return _times_mask(x, keep, p)
+
+    @staticmethod
+    def backward(ctx, g):
+        keep, = ctx.saved_tensors
+        return _times_mask(g, keep, ctx.p), None, None
 
 
 def keep_mask(key: DropoutKey, layer: int, salt: int, ids, width: int, p: float) -> torch.Tensor:
@@ -86,4 +124,4 @@ def node_dropout(x: torch.Tensor, key: DropoutKey | None, layer: int, ids, p: fl
     """Dropout of node features ``x`` [n, F] whose rows are the nodes ``ids`` (original IDs)."""
     if not training or p <= 0 or key is None:
         return x
-    return x * keep_mask(key, layer, 0, ids, x.shape[1], p)
+    return _NodeDropout.apply(x, _keep(key.row_keys(layer, 0, ids), x.shape[1], p), p)

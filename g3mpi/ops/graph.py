@@ -6,6 +6,8 @@ schedule. Layers ask it for exchanges and blocks; they never touch MPI.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import torch
 
@@ -40,6 +42,26 @@ def _edge_weights(indptr, indices, fn) -> np.ndarray:
     return out
 
 
+def _gcn_dinv(part) -> np.ndarray:
+    return (np.asarray(part.in_degree, np.float64) + 1.0) ** -0.5
+
+
+def _mean_inv(part) -> np.ndarray:
+    n = part.num_owned
+    return 1.0 / np.maximum(np.asarray(part.in_degree[:n], np.float64) + np.asarray(part.self_loops, np.float64),
+                            1.0)
+
+
+def _gcn_weights(part) -> np.ndarray:
+    dinv = _gcn_dinv(part)
+    return _edge_weights(part.indptr, part.indices, lambda r, c: dinv[r] * dinv[c])
+
+
+def _mean_weights(part) -> np.ndarray:
+    inv = _mean_inv(part)
+    return _edge_weights(part.indptr, part.indices, lambda r, c: inv[r])
+
+
 class DistGraph:
     def __init__(self, part, ctx: CommContext, schedule: Schedule | None = None):
         self.part = part
@@ -66,15 +88,15 @@ class DistGraph:
         if kind not in self._blocks:
             p = self.part
             n = self.num_owned
+            # the edge weights as a function of the part, called while the blocks build their forms: neither
+            # they nor the float64 degree arrays they come from outlive that
             if kind == "gcn":
-                dinv = (np.asarray(p.in_degree, np.float64) + 1.0) ** -0.5
-                vals = _edge_weights(p.indptr, p.indices, lambda r, c: dinv[r] * dinv[c])
-                diag = (dinv[:n] ** 2).astype(np.float32)
+                vals = partial(_gcn_weights, p)
+                diag = (_gcn_dinv(p)[:n] ** 2).astype(np.float32)
             elif kind == "mean":
                 loops = np.asarray(p.self_loops, np.float64)
-                inv = 1.0 / np.maximum(np.asarray(p.in_degree[:n], np.float64) + loops, 1.0)
-                vals = _edge_weights(p.indptr, p.indices, lambda r, c: inv[r])
-                diag = (loops * inv).astype(np.float32) if loops.any() else None
+                vals = partial(_mean_weights, p)
+                diag = (loops * _mean_inv(p)).astype(np.float32) if loops.any() else None
             elif kind == "gat":
                 vals, diag = None, np.ones(n, dtype=np.float32)
             else:

@@ -2,10 +2,11 @@
 counts and the model's widths, never from the whole graph's.
 
 Terms (bytes): ``part`` the part file's arrays as loaded; ``matrices`` the aggregation CSR and its transpose
-(int64 indices, float32 values, GCN's and GAT's self loops included); ``exchange`` the halo and send buffers of
+(int32 indices where they fit, else int64: ``g3mpi.ops.blocks.csr_index_dtype``; float32 values, GCN's and GAT's
+self loops included; the edge weights are not kept beside them); ``exchange`` the halo and send buffers of
 every layer's exchange (twice where a gradient flows back); ``activations`` what autograd keeps for backward in
 one training step (the coefficients counted with saved-tensor hooks, ``g3mpi.bench.worker.saved_activation_bytes``,
-at several widths); ``params`` parameters, gradients and Adam's two moments. The peak adds the gradients of the
+at several widths, dropout on: its masks are kept as bool); ``params`` parameters, gradients and Adam's two moments. The peak adds the gradients of the
 activations during backward, at most as large as the activations themselves, and the process's ``baseline``
 (interpreter, torch, numpy, scipy, h5py, MPI).
 """
@@ -36,7 +37,8 @@ def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, fea
     widths = layer_widths(model, F, hidden, C, layers, heads, out_heads)
     part = n * (51 + 4 * F) + 24 * h + 8 * s + 4 * e + 8
     nnz = e if model == "sage" else e + n
-    matrices = 24 * nnz + 8 * (2 * n + h)
+    w = 4 if max(nnz, n + h) < 2 ** 31 else 8      # index bytes (csr_index_dtype)
+    matrices = 2 * (w + 4) * nnz + w * (2 * n + h)
     exchanged = 0
     for i, (a, b, k) in enumerate(widths):
         if model == "gat":   # transformed features and the source attention term, one message
@@ -46,9 +48,9 @@ def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, fea
     exchange = 4 * (h + s) * exchanged
     hidden_in = sum(a for a, _, _ in widths[1:])
     if model == "gat":
-        activations = 4 * n * (F + 4.5 * hidden_in + 4 * C) + (e + n) * (16 * sum(k for _, _, k in widths) + 16)
+        activations = 4 * n * (F + 3.75 * hidden_in + 4 * C) + (e + n) * (16 * sum(k for _, _, k in widths) + 16)
     else:
-        activations = 4 * n * (F + 3 * hidden_in + 3 * C)
+        activations = 4 * n * (F + 2.25 * hidden_in + 3 * C)
     params = 0
     for i, (a, b, k) in enumerate(widths):
         if model == "gat":   # weight, source and target attention, bias; the last layer's heads are averaged

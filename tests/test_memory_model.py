@@ -1,0 +1,104 @@
+"""What a training rank and a partition writer hold, against docs/RUNTIME.md's memory model: the forms that cut
+their bytes (int32 CSR indices, edge weights not kept, bool dropout masks, compact writer rows) compute exactly
+what the wider forms did, bit for bit."""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from data_tools.parallel_build import compact
+from g3mpi.ops import DropoutKey, keep_mask, node_dropout
+from g3mpi.ops.blocks import BlockMatrix, csr_index_dtype, spmm, to_torch_csr, torch_csr
+from g3mpi.train.memory import rank_memory
+
+
+def _random_csr(n: int, m: int, nnz: int, seed: int = 0) -> sp.csr_matrix:
+    rng = np.random.default_rng(seed)
+    a = sp.csr_matrix((rng.standard_normal(nnz).astype(np.float32), (rng.integers(0, n, nnz),
+                                                                     rng.integers(0, m, nnz))), shape=(n, m))
+    a.sort_indices()
+    return a
+
+
+def test_int32_csr_product_equals_int64_bit_for_bit():
+    a = _random_csr(3000, 2500, 40_000)
+    t = to_torch_csr(a)
+    assert t.crow_indices().dtype == t.col_indices().dtype == torch.int32
+    wide = torch_csr(torch.from_numpy(a.indptr.astype(np.int64)), torch.from_numpy(a.indices.astype(np.int64)),
+                     torch.from_numpy(a.data), a.shape)
+    for width in (1, 7, 16, 33):
+        x = torch.randn(2500, width)
+        assert torch.equal(spmm(t, x).view(torch.int32), spmm(wide, x).view(torch.int32))
+    assert csr_index_dtype(2 ** 31 - 1, (10, 10)) is np.int32
+    assert csr_index_dtype(2 ** 31, (10, 10)) is np.int64 and csr_index_dtype(5, (2 ** 31, 1)) is np.int64
+
+
+def test_blocks_with_weights_from_a_function_keep_none_and_equal_given_weights():
+    n, h = 400, 100
+    a = _random_csr(n, n + h, 5000, seed=1)
+    a.data[:] = 1.0
+    a.sum_duplicates()
+    ro = np.array([0, 60, h], dtype=np.int64)
+    w = np.random.default_rng(2).random(a.nnz).astype(np.float32)
+    diag = np.full(n, 0.5, dtype=np.float32)
+    calls = []
+
+    def weights():
+        calls.append(1)
+        return w.copy()
+    given = BlockMatrix(a.indptr, a.indices, n, ro, 120, w, diag)
+    lazy = BlockMatrix(a.indptr, a.indices, n, ro, 120, weights, diag)
+    x = torch.randn(n, 8)
+    assert torch.equal(spmm(lazy.local, x), spmm(given.local, x))
+    assert torch.equal(spmm(lazy.local_t, x), spmm(given.local_t, x))
+    for nb, nb0 in zip(lazy.neighbours, given.neighbours):
+        assert torch.equal(nb.mat.values(), nb0.mat.values()) and torch.equal(nb.mat_t.values(), nb0.mat_t.values())
+    assert calls and lazy._values is weights      # the function kept, never an array of the weights
+
+
+def test_node_dropout_keeps_a_bool_mask_and_equals_the_float_product():
+    key = DropoutKey(seed=5, epoch=3)
+    n, f, p = 70_000, 12, 0.4                       # more rows than one block of the mask (MASK_ROWS)
+    ids = torch.arange(10 ** 9, 10 ** 9 + n)
+    base = torch.randn(n, f, requires_grad=True)
+    x = base * 1.0
+    saved = []
+
+    def pack(t):
+        saved.append((t.dtype, tuple(t.shape)))
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = node_dropout(x, key, 1, ids, p, training=True)
+    assert (torch.bool, (n, f)) in saved and (torch.float32, (n, f)) not in saved, saved
+    ref_x = base.detach().clone().requires_grad_(True)
+    ref = ref_x * keep_mask(key, 1, 0, ids, f, p)
+    assert torch.equal(y.detach().view(torch.int32), ref.detach().view(torch.int32))
+    g = torch.randn(n, f)
+    y.backward(g)
+    ref.backward(g)
+    assert torch.equal(base.grad.view(torch.int32), ref_x.grad.view(torch.int32))
+    raw = torch.randn(n, f)                         # an input without gradient: nothing saved at all
+    saved.clear()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = node_dropout(raw, key, 0, ids, p, training=True)
+    assert not saved and torch.equal(out, raw * keep_mask(key, 0, 0, ids, f, p))
+
+
+def test_model_matrices_term_counts_int32_indices_and_the_row_pointers():
+    """The ``matrices`` term against the bytes of the blocks a rank builds (local block with self loops, its
+    transpose, the neighbour blocks and theirs): the model counts the row pointers as 2n + h."""
+    n, h, e = 3000, 800, 30_000
+    a = _random_csr(n, n + h, e, seed=3)
+    ro = np.array([0, 300, h], dtype=np.int64)
+    bm = BlockMatrix(a.indptr, a.indices, n, ro, 500, None, np.ones(n, dtype=np.float32))
+    held = 0
+    for t in (bm.local, bm.local_t, *(m for nb in bm.neighbours for m in (nb.mat, nb.mat_t))):
+        assert t.col_indices().dtype == torch.int32
+        held += sum(x.numel() * x.element_size() for x in (t.crow_indices(), t.col_indices(), t.values()))
+    model = rank_memory("gcn", owned=n, halo=h, send=0, edges=e, feature_dim=4, hidden=4, num_classes=2)
+    assert 0.95 * held <= model["matrices"] <= 1.05 * held, (model["matrices"], held)
+
+
+def test_writer_rows_are_compact_where_they_fit():
+    assert compact(2 ** 31 - 1) is np.int32 and compact(2 ** 31) is np.int64
