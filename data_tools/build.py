@@ -14,7 +14,8 @@ import numpy as np
 
 from g3mpi.format import (PARTITION_FORMAT, PARTITION_VERSION, FormatError, Graph, PartData, atomic_dir, index_dtype,
                           open_graph, part_name, write_meta, write_node_map, write_part)
-from g3mpi.format.common import LargeFeatures, check_finite_features, failure_reason
+from g3mpi.format.errors import failure_reason
+from g3mpi.format.limits import LargeFeatures, check_finite_features
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, PartFeatures
 
 from .layout import boundary_first_order, graph_order_keys

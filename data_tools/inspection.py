@@ -26,7 +26,7 @@ import numpy as np
 from g3mpi.format import (FormatError, atomic_file, graph_summary, json_text, load_graph, open_graph, part_name,
                           read_meta, read_node_map, read_part)
 from g3mpi.format.graph import check_features
-from g3mpi.format.common import is_int
+from g3mpi.format.schema import is_int
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME
 from g3mpi.log import setup_tool_logging
 from g3mpi.plotting import figure, index_axis, legend_above, mean_max, stacked

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from g3mpi.format import META_NAME, FormatError, atomic_dir, graph_fingerprint, open_graph
-from g3mpi.format.common import H5_READ_ERRORS, check_output, failure_reason, unreadable
+from g3mpi.format.atomic import check_output
+from g3mpi.format.errors import H5_READ_ERRORS, failure_reason, unreadable
 
 from .mpi_util import RankFailed, agree, allgather_rows, allgather_text, allreduce, peak_rss_mib, rank_bounds
 from .termination import interruption, terminate_as_interrupt

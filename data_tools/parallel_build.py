@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from g3mpi.format import (PARTITION_FORMAT, PARTITION_VERSION, FormatError, PartData, index_dtype, part_name,
                           write_meta, write_part)
-from g3mpi.format.common import failure_reason
+from g3mpi.format.errors import failure_reason
 from g3mpi.format.partition import NODE_MAP_NAME, NodeMapWriter, PartRows, owner_of
 
 from .build import exchange_lists, part_stats, summarize

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from g3mpi.format import META_NAME, FormatError, graph_fingerprint, load_graph
-from g3mpi.format.common import check_output
+from g3mpi.format.atomic import check_output
 from g3mpi.log import setup_tool_logging
 
 from g3mpi.units import parse_bandwidth

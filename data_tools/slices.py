@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from g3mpi.format import FormatError, open_graph
-from g3mpi.format.common import (H5_READ_ERRORS, LargeFeatures, STREAM_BYTES, as_int64, check_finite_features,
-                                 dataset_sha256, h5_attr_str, index_dtype, unreadable)
+from g3mpi.format.checksums import dataset_sha256
+from g3mpi.format.errors import H5_READ_ERRORS, unreadable
+from g3mpi.format.limits import LargeFeatures, check_finite_features
+from g3mpi.format.schema import STREAM_BYTES, as_int64, h5_attr_str, index_dtype
 from g3mpi.format.graph import MASKS, check_node_data, check_sorted_rows
 
 

@@ -6,7 +6,7 @@ and a half-written output's temporary (``.OUT.HOST-PID.*.tmp``, possibly gigabyt
 ``terminate_as_interrupt`` the signal raises ``Terminated`` instead, a ``KeyboardInterrupt``, so the same paths that
 clean up after Ctrl-C run. A second signal during that clean-up is ignored (SIGKILL still ends the process), and a
 signal arriving inside a long C call (METIS) takes effect when it returns. What a SIGKILL leaves is removed by the
-next write of the same output (``g3mpi.format.common.remove_stale_temporaries``).
+next write of the same output (``g3mpi.format.stale.remove_stale_temporaries``).
 """
 from __future__ import annotations
 

@@ -71,6 +71,27 @@ def cora_npz() -> Path:
     return CORA
 
 
+
+@pytest.fixture(scope="module")
+def cora_h5(tmp_path_factory, cora_npz):
+    """Cora as a graph file (one per test module): (the Graph, its path)."""
+    from tests.partition_graphs import cora_graph, write
+    path = tmp_path_factory.mktemp("cora") / "cora.h5"
+    g = cora_graph(cora_npz)
+    write(g, path)
+    return g, path
+
+
+@pytest.fixture(scope="module")
+def rand_h5(tmp_path_factory):
+    """A random directed graph of 300 nodes as a graph file (one per test module): (the Graph, its path)."""
+    from tests.partition_graphs import random_graph, write
+    path = tmp_path_factory.mktemp("rand") / "rand.h5"
+    g = random_graph(n=300, m=1500, seed=3)
+    write(g, path)
+    return g, path
+
+
 def _test_code(obj):
     """The code object of a function defined under tests/ (unwrapping decorators such as contextmanager)."""
     code = getattr(inspect.unwrap(obj), "__code__", None) if callable(obj) else None

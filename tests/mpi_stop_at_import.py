@@ -1,4 +1,4 @@
-"""MPI helper for tests/test_reliability.py: a stop signal that reaches g3-train while it imports torch.
+"""MPI helper for tests/test_train_stops.py: a stop signal that reaches g3-train while it imports torch.
 
 mpiexec -n P python -m mpi4py -m tests.mpi_stop_at_import G3-TRAIN-ARGS...
 Importing torch (with what g3-train imports beside it) is most of a rank's start-up: seconds, more on a busy node or

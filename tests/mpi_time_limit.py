@@ -1,4 +1,4 @@
-"""MPI helper for tests/test_reliability.py: g3-train's ``--time-limit`` when the ranks' clocks disagree.
+"""MPI helper for tests/test_train_stops.py: g3-train's ``--time-limit`` when the ranks' clocks disagree.
 
 mpiexec -n P python -m mpi4py -m tests.mpi_time_limit G3-TRAIN-ARGS...
 Each rank times the limit from its own start, and the ranks start a few milliseconds apart, so at an epoch end

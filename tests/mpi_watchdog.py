@@ -1,4 +1,4 @@
-"""MPI helper for tests/test_reliability.py: the watchdog's text messages between ranks, without pickle.
+"""MPI helper for tests/test_train_stops.py: the watchdog's text messages between ranks, without pickle.
 
 mpiexec -n P python -m mpi4py -m tests.mpi_watchdog
 With the blocking calls and then the deadline-polled ones: every rank's text (None, empty, non-ASCII, 120 kB)

@@ -1,10 +1,14 @@
-"""Small in-memory graphs for the partitioner and inspector tests (Cora from cora.npz, random directed graphs)."""
+"""Small in-memory graphs for the partitioner and inspector tests (Cora from cora.npz, random directed graphs), and
+g3-partition run on them: the command, the input reassembled from the parts, the one-line error."""
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
 
-from g3mpi.format import Graph, write_graph
+from data_tools.partition import main as partition_main
+from data_tools.partitioners.metis import strip_self_loops
+from g3mpi.format import Graph, read_meta, read_node_map, read_part, write_graph
+from tests.conftest import run_module
 
 
 def graph_from_edges(src, dst, features, labels, masks, source: str, symmetric: bool = False) -> Graph:
@@ -46,3 +50,59 @@ def random_graph(n: int = 300, m: int = 1500, feature_dim: int = 5, classes: int
 
 def write(g: Graph, path) -> None:
     write_graph(path, g)
+
+
+def partition(graph_path, out, parts, method, balance=None, seed=0, *extra, check=True, inproc=False, cwd=None,
+              **kw):
+    """Run g3-partition as a command (default; ``kw`` for subprocess.run), or in this process (``inproc``: same
+    code, no interpreter start)."""
+    args = [graph_path, "--parts", parts, "--method", method, "--out", out, "--seed", seed, "--no-progress", *extra]
+    if balance:
+        args += ["--balance", balance]
+    if inproc:
+        assert partition_main([str(x) for x in args]) == 0
+        return None
+    return run_module("data_tools.partition", *args, check=check, cwd=cwd, **kw)
+
+
+def reassemble(parts_dir):
+    """Edges (as a sorted (src, dst) list), features, labels and masks by ORIGINAL node ID, from the parts alone."""
+    meta = read_meta(parts_dir)
+    n, P = meta["num_nodes"], meta["num_parts"]
+    new_to_orig = read_node_map(parts_dir, meta)
+    feats = np.full((n, meta["feature_dim"]), np.nan, dtype=np.float32)
+    labels = np.full(n, -2, dtype=np.int64)
+    masks = {k: np.zeros(n, dtype=bool) for k in ("train_mask", "val_mask", "test_mask")}
+    owned_count = np.zeros(n, dtype=np.int64)
+    src, dst = [], []
+    for p in range(P):
+        part = read_part(parts_dir, p, meta)
+        orig = part.orig_ids
+        owned_count[orig] += 1
+        feats[orig] = part.features
+        labels[orig] = part.labels
+        for k in masks:
+            masks[k][orig] = getattr(part, k)
+        gid = np.concatenate([np.arange(part.owned_start, part.owned_end), part.halo_ids])
+        rows = np.repeat(np.arange(part.num_owned), np.diff(part.indptr))
+        src.append(new_to_orig[gid[part.indices]])
+        dst.append(orig[rows])
+    assert np.all(owned_count == 1), "every node must be owned exactly once"
+    src, dst = np.concatenate(src), np.concatenate(dst)
+    order = np.lexsort((src, dst))
+    return src[order], dst[order], feats, labels, masks
+
+
+def expected_edges(g):
+    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    dst = np.repeat(np.arange(g.num_nodes), np.diff(indptr))
+    order = np.lexsort((indices, dst))
+    return indices[order], dst[order]
+
+
+def assert_fails(p, path_fragment, what):
+    assert p.returncode != 0
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln]
+    assert lines and lines[-1].startswith("g3-partition: error:"), p.stderr
+    assert path_fragment in lines[-1] and what in lines[-1], lines[-1]
+    assert "Traceback" not in p.stderr

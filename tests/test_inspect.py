@@ -223,7 +223,8 @@ def test_meta_wrong_version(parts, tmp_path):
     fails(inspect(out), "meta.json", "version")
 
 
-@pytest.mark.parametrize("change,what", [(dict(heads=8), "unexpected ['heads']"), (dict(bandwidth=-1.0), "bandwidth is -1.0"),
+@pytest.mark.parametrize("change,what", [(dict(heads=8), "unexpected ['heads']"),
+                                         (dict(bandwidth=-1.0), "bandwidth is -1.0"),
                                          (dict(width=2.5), "width is 2.5"), (dict(edge_seconds="x"), "edge_seconds"),
                                          (None, "expected a table")])
 def test_meta_malformed_cost_model(parts, tmp_path, change, what):

@@ -227,7 +227,8 @@ def test_world_check_catches_singletons(tmp_path):
 def test_threads_per_rank_reach_torch(tmp_path):
     probe = tmp_path / "threads.py"
     probe.write_text("import os, torch\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
-                     "rows = c.gather(f\"{c.rank} {os.environ['OMP_NUM_THREADS']} {torch.get_num_threads()}\", root=0)\n"
+                     "rows = c.gather(f\"{c.rank} {os.environ['OMP_NUM_THREADS']} "
+                     "{torch.get_num_threads()}\", root=0)\n"
                      "if c.rank == 0:\n    print('\\n'.join(rows), flush=True)\n")
     script = f'set -euo pipefail; source {LIB}; g3_setup_env; g3_mpi_command 2; "${{G3_LAUNCH[@]}}" "$G3_PY" {probe}'
     threads = min(2, len(os.sched_getaffinity(0)))

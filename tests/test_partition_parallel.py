@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_module, run_mpi
-from tests.test_partition import expected_edges, rand_h5, reassemble  # noqa: F401 - rand_h5: a fixture
+from tests.partition_graphs import expected_edges, reassemble
 from data_tools.build import write_partition
 from data_tools.slices import read_slice
 from data_tools.mpi_util import rank_bounds

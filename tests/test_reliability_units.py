@@ -1,5 +1,6 @@
-"""Serial pieces of the reliability layer: the watchdog's deadline, the abort's wait for stderr, checkpoint atomicity and loading, the fault
-hooks' parsing, the soak's RSS analysis, the stop-signal handler (no mpiexec: fast)."""
+"""Serial pieces of the reliability layer: the watchdog's deadline, the abort's wait for stderr, checkpoint
+atomicity and loading, the fault hooks' parsing, the soak's RSS analysis, the stop-signal handler (no mpiexec:
+fast)."""
 from __future__ import annotations
 
 import json
@@ -448,7 +449,7 @@ def test_a_full_disk_writing_model_or_checkpoint_says_so(tmp_path):
             "try:\n"
             "    save_checkpoint(d + '/checkpoint.pt', {'w': torch.ones(100000)})\n"
             "except OSError as e:\n"
-            "    from g3mpi.format.common import failure_reason\n"
+            "    from g3mpi.format.errors import failure_reason\n"
             "    print(failure_reason(e))\n")
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=tool_env(),
                        timeout=120)

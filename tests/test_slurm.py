@@ -108,8 +108,8 @@ def cora_chain(cluster, tmp_path_factory):
     dep = ("--kill-on-invalid-dep=yes",)
     prep = cluster.submit(JOBS / "slurm" / "prepare.sbatch", "npz", CORA, "--normalize-features",
                           opts=("--cpus-per-task=1",), cwd=work, env=env)
-    part = cluster.submit(JOBS / "slurm" / "partition.sbatch", opts=("--cpus-per-task=1", f"--dependency=afterok:{prep}",
-                                                                     *dep), cwd=work, env=env)
+    part = cluster.submit(JOBS / "slurm" / "partition.sbatch",
+                          opts=("--cpus-per-task=1", f"--dependency=afterok:{prep}", *dep), cwd=work, env=env)
     train = cluster.sbatch_wait(JOBS / "slurm" / "train.sbatch", *TRAIN_ARGS,
                                 opts=("--ntasks-per-node=2", "--cpus-per-task=1", f"--dependency=afterok:{part}", *dep),
                                 cwd=work, env=env, timeout=1200, name="g3-train")

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from g3mpi.format import FormatError, GraphWriter, index_dtype
-from g3mpi.format.common import check_finite_features
+from g3mpi.format.limits import check_finite_features
 from g3mpi.format.graph import MASKS, check_node_data
 
 from ..stages import StageMeter

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from g3mpi.format import index_dtype
-from g3mpi.format.common import _temp_prefix
+from g3mpi.format.stale import temp_prefix
 
 from ..termination import raise_if_terminated
 from .common import EDGE_CHUNK, _compact_rows, _row_blocks, progress
@@ -35,7 +35,7 @@ def work_dir(out) -> Iterator[Path]:
     signal); named as the output's temporaries (``.OUT.HOST-PID.*.tmp``), so the next write of ``out`` removes
     the one of a process killed outright."""
     out = Path(out)
-    d = Path(tempfile.mkdtemp(prefix=_temp_prefix(out), suffix=".tmp", dir=out.parent))
+    d = Path(tempfile.mkdtemp(prefix=temp_prefix(out), suffix=".tmp", dir=out.parent))
     try:
         yield d
     finally:

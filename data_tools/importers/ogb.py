@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from g3mpi.format import FormatError, index_dtype
-from g3mpi.format.common import check_finite_features
+from g3mpi.format.limits import check_finite_features
 
 from .common import EdgeStream, RawGraph, check_labels, check_masks, progress
 from .external import EdgeSpool

@@ -11,7 +11,7 @@ PROG = "python -m g3mpi.cli.plots"
 
 
 def main(argv=None) -> int:
-    from g3mpi.format.common import failure_reason
+    from g3mpi.format.errors import failure_reason
     from g3mpi.train.plots import plot_run
     from g3mpi.train.rundir import OutputError
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])

@@ -2,9 +2,11 @@
 
 Pure h5py + numpy: shared by ``data_tools`` (which writes) and the runtime (which reads one part per rank).
 """
-from .common import (FORMAT_VERSION, GRAPH_FORMAT, PART_FORMAT, PARTITION_FORMAT, PARTITION_VERSION, FormatError,
-                     array_sha256, atomic_dir, atomic_file, check_output, file_sha256, index_dtype, json_text,
-                     write_json)
+from .atomic import atomic_dir, atomic_file, check_output
+from .checksums import array_sha256, file_sha256
+from .errors import FormatError
+from .jsonio import json_text, write_json
+from .schema import FORMAT_VERSION, GRAPH_FORMAT, PARTITION_FORMAT, PARTITION_VERSION, PART_FORMAT, index_dtype
 from .graph import (Graph, GraphWriter, check_csr, graph_fingerprint, graph_summary, load_graph, open_graph,
                     write_graph)
 from .partition import (META_NAME, NODE_MAP_NAME, PartData, check_part, owner_of, part_name, read_meta,

@@ -8,10 +8,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .common import (FORMAT_VERSION, GRAPH_FORMAT, H5_READ_ERRORS, STREAM_BYTES, FormatError, IncrementalSha256,
-                     LargeFeatures, array_sha256, as_int64, atomic_file, attr_kind, check_finite_features,
-                     dataset_sha256, h5_attr_str,
-                     index_dtype, row_chunks, shown, supported_version, unreadable)
+from .atomic import atomic_file
+from .checksums import IncrementalSha256, array_sha256, dataset_sha256
+from .errors import H5_READ_ERRORS, FormatError, shown, unreadable
+from .limits import LargeFeatures, check_finite_features
+from .schema import (FORMAT_VERSION, GRAPH_FORMAT, STREAM_BYTES, as_int64, attr_kind, h5_attr_str, index_dtype,
+                     row_chunks, supported_version)
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 SELF_LOOP_POLICIES = ("keep", "drop", "add")
@@ -104,7 +106,8 @@ def check_node_data(path, num_nodes: int, labels, num_classes: int, masks: dict)
     if labels.shape != (num_nodes,):
         raise FormatError(path, f"labels have shape {labels.shape}, expected ({num_nodes},)")
     if num_nodes and (labels.min() < -1 or labels.max() >= num_classes):
-        raise FormatError(path, f"labels out of range [-1, {num_classes}): found {int(labels.min())}..{int(labels.max())}")
+        raise FormatError(path, f"labels out of range [-1, {num_classes}): found "
+                                f"{int(labels.min())}..{int(labels.max())}")
     total = np.zeros(num_nodes, dtype=np.int8)
     for name, m in masks.items():
         if m.shape != (num_nodes,):

@@ -20,10 +20,12 @@ import h5py
 import numpy as np
 from h5py import h5a, h5d, h5p, h5s, h5t
 
-from .common import (H5_READ_ERRORS, PART_FORMAT, PARTITION_FORMAT, PARTITION_VERSION, FormatError,
-                     IncrementalSha256, LargeFeatures, array_sha256, as_int64, atomic_file, attr_kind,
-                     check_finite_features, check_output, dataset_sha256, file_sha256, h5_attr_str, is_int,
-                     row_chunks, supported_version, unreadable, version_refused)
+from .atomic import atomic_file, check_output
+from .checksums import IncrementalSha256, array_sha256, dataset_sha256, file_sha256
+from .errors import H5_READ_ERRORS, FormatError, unreadable
+from .limits import LargeFeatures, check_finite_features
+from .schema import (PARTITION_FORMAT, PARTITION_VERSION, PART_FORMAT, as_int64, attr_kind, h5_attr_str, is_int,
+                     row_chunks, supported_version, version_refused)
 from .graph import check_csr, first_unsorted_row
 from .probe import probe_structure
 

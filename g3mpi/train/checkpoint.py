@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 
 from g3mpi.format import atomic_file
-from g3mpi.format.common import fsync_path, is_int
+from g3mpi.format.atomic import fsync_path
+from g3mpi.format.schema import is_int
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = "g3mpi-checkpoint"

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from g3mpi.format.common import failure_reason
+from g3mpi.format.errors import failure_reason
 
 from .config import ConfigError, TrainConfig, config_from
 from .rundir import read_metrics

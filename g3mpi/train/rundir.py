@@ -24,7 +24,7 @@ import numpy as np
 
 from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format import FormatError, atomic_file, json_text, write_json
-from g3mpi.format.common import failure_reason
+from g3mpi.format.errors import failure_reason
 
 from .checkpoint import CHECKPOINT_NAME, write_torch
 from .config import ConfigError, TrainConfig, config_from, to_toml

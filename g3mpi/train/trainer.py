@@ -22,7 +22,8 @@ from mpi4py import MPI
 from g3mpi.comm import CommContext, SimNet
 from g3mpi.comm.timeline import Recorder, clock_offset, combine
 from g3mpi.comm.watchdog import Watchdog
-from g3mpi.format.common import FLOAT32_SQUARE_LIMIT, failure_reason
+from g3mpi.format.errors import failure_reason
+from g3mpi.format.limits import FLOAT32_SQUARE_LIMIT
 from g3mpi.format.partition import part_name
 from g3mpi.nn import GNN
 from g3mpi.ops import DistGraph, DropoutKey
