@@ -74,9 +74,8 @@ def traced_stage(record: dict, owner, name: str) -> None:
 
 def main() -> int:
     out, args = sys.argv[1], sys.argv[sys.argv.index("--") + 1:]
-    import g3mpi.comm.consistency
-    import g3mpi.format
     from g3mpi.cli import train as cli
+    from g3mpi.train import startup
     from g3mpi.train import trainer as trainer_mod
 
     comm = MPI.COMM_WORLD
@@ -92,8 +91,8 @@ def main() -> int:
 
     trainer_mod.Trainer.close = inspect_then_close
     # the stages that touch the graph's data; what happens between them is argument parsing and imports
-    for owner, name in ((g3mpi.format, "read_part"), (g3mpi.comm.consistency, "check_neighbours"),
-                        (trainer_mod, "start_up_sums"), (trainer_mod.Trainer, "__init__"),
+    for owner, name in ((startup, "read_part"), (startup, "check_neighbours"),
+                        (startup, "start_up_sums"), (trainer_mod.Trainer, "__init__"),
                         (trainer_mod.Trainer, "fit")):
         traced_stage(record, owner, name)
     import_lazily_loaded_modules()

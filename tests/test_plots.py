@@ -77,7 +77,7 @@ def test_force_replaces_the_plots(tmp_path):
     """--force replaces a run directory's files, the plots included: a new run with --no-plots (or one that
     fails before its end) must not keep the plots of the run it replaced; a crash's temporary plot goes too."""
     from g3mpi.train.config import TrainConfig, to_toml
-    from g3mpi.train.trainer import _create_run_dir
+    from g3mpi.train.rundir import _create_run_dir
     out = tmp_path / "run"
     out.mkdir()
     for name in (*PLOTS, "metrics.jsonl", ".training.png.abc123.tmp"):
@@ -92,7 +92,7 @@ def test_force_keeps_the_files_of_a_directory_that_is_not_a_run(tmp_path):
     of the user's that --out named by mistake keeps its config.toml and model.pt (before, --force deleted every
     file there named like a run file). A directory with none of those names takes the run beside its files."""
     from g3mpi.train.config import TrainConfig
-    from g3mpi.train.trainer import _create_run_dir
+    from g3mpi.train.rundir import _create_run_dir
     out = tmp_path / "mine"
     out.mkdir()
     (out / "config.toml").write_text("[tool]\nname = 'mine'\n")

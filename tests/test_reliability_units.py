@@ -391,7 +391,7 @@ def test_resume_rewinds_metrics_past_lines_that_are_not_records(tmp_path, monkey
     from mpi4py import MPI
 
     from g3mpi.train import TrainConfig, prepare_run_dir
-    from g3mpi.train import trainer as trainer_mod
+    from g3mpi.train import rundir as rundir_mod
     from g3mpi.train.rundir import read_metrics, rewind_metrics
     path = tmp_path / "metrics.jsonl"
     lines = [json.dumps(dict(epoch=e, loss=1.0 / e)) for e in (1, 2, 3)]
@@ -402,7 +402,7 @@ def test_resume_rewinds_metrics_past_lines_that_are_not_records(tmp_path, monkey
 
     def broken(*a, **k):
         raise TypeError("unexpected")
-    monkeypatch.setattr(trainer_mod, "rewind_metrics", broken)
+    monkeypatch.setattr(rundir_mod, "rewind_metrics", broken)
     cfg = TrainConfig(parts=str(tmp_path), out=str(tmp_path), epochs=4)
     assert prepare_run_dir(MPI.COMM_SELF, cfg, resume_epoch=2) == (
         None, f"{tmp_path}: preparing the run directory failed: TypeError: unexpected")

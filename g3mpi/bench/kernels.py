@@ -34,70 +34,20 @@ def kernel_list(net, graph, model: str, dims, x, y, train, opt):
     blk = graph.blocks(kind)
     A, At = blk.local, blk.local_t
     n = x.shape[0]
-    rnd = lambda *s: torch.randn(*s)  # noqa: E731
     ks = []
     L = len(dims) - 1
     # the input cache computes the first layer's aggregation of the constant input once (no input dropout here),
     # so epochs do not run it: it is not one of the epoch's kernels
     cached = bool(getattr(net, "input_cache", False)) and net.dropout == 0
+    layer_kernels = _gcn_kernels if model == "gcn" else _sage_kernels
     for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
         first, last = i == 0, i == L - 1
-        conv = net.convs[i]
-        xin = x if first else rnd(n, a)
-        g = rnd(n, b)
-        if model == "gcn":
-            W, bias = conv.lin.weight.detach(), conv.bias.detach()
-            if a > b:
-                hw = rnd(n, b)
-                ks += [(f"L{i} gemm X·Wᵀ [{n}x{a}]·[{a}x{b}]", lambda xin=xin, W=W: xin @ W.t()),
-                       (f"L{i} spmm A·H ({b})", lambda hw=hw: spmm(A, hw)),
-                       (f"L{i} bias add", lambda hw=hw, bias=bias: hw + bias),
-                       (f"L{i} spmm Aᵀ·G ({b})", lambda g=g: spmm(At, g)),
-                       (f"L{i} gemm Gᵀ·X (weight grad)", lambda g=g, xin=xin: g.t() @ xin)]
-                if not first:
-                    ks.append((f"L{i} gemm G·W (input grad)", lambda g=g, W=W: g @ W))
-            else:
-                ax = rnd(n, a)
-                if not (first and cached):
-                    ks.append((f"L{i} spmm A·X ({a})", lambda xin=xin: spmm(A, xin)))
-                ks += [(f"L{i} gemm+bias AX·Wᵀ [{n}x{a}]·[{a}x{b}]", lambda ax=ax, W=W, bias=bias:
-                        torch.addmm(bias, ax, W.t())),
-                       (f"L{i} gemm Gᵀ·AX (weight grad)", lambda g=g, ax=ax: g.t() @ ax)]
-                if not first:
-                    ga = rnd(n, a)
-                    ks += [(f"L{i} gemm G·W (input grad)", lambda g=g, W=W: g @ W),
-                           (f"L{i} spmm Aᵀ·G ({a})", lambda ga=ga: spmm(At, ga))]
-            ks.append((f"L{i} bias grad", lambda g=g: g.sum(0)))
-        else:
-            Wc = torch.cat([conv.lin_l.weight, conv.lin_r.weight]).detach()          # [2b, a]
-            bias = conv.lin_l.bias.detach()
-            if a > b:
-                hw = rnd(n, 2 * b)
-                g2 = rnd(n, 2 * b)
-                ks += [(f"L{i} gemm X·[Wl;Wr]ᵀ [{n}x{a}]·[{a}x{2 * b}]", lambda xin=xin, Wc=Wc: xin @ Wc.t()),
-                       (f"L{i} spmm A·H ({b})", lambda hw=hw: spmm(A, hw[:, :b].contiguous())),
-                       (f"L{i} bias+root add", lambda hw=hw, bias=bias: hw[:, :b] + bias + hw[:, b:]),
-                       (f"L{i} spmm Aᵀ·G ({b})", lambda g=g: spmm(At, g)),
-                       (f"L{i} gemm Gᵀ·X (weight grad)", lambda g2=g2, xin=xin: g2.t() @ xin)]
-                if not first:
-                    ks.append((f"L{i} gemm G·[Wl;Wr] (input grad)", lambda g2=g2, Wc=Wc: g2 @ Wc))
-            else:
-                Wcat = torch.cat([conv.lin_l.weight, conv.lin_r.weight], dim=1).detach()  # [b, 2a]
-                ax = rnd(n, a)
-                z = rnd(n, 2 * a)
-                if not (first and cached):
-                    ks += [(f"L{i} spmm A·X ({a})", lambda xin=xin: spmm(A, xin)),
-                           (f"L{i} concat [AX, X]", lambda ax=ax, xin=xin: torch.cat([ax, xin], dim=1))]
-                ks += [(f"L{i} gemm+bias [AX,X]·Wᵀ [{n}x{2 * a}]·[{2 * a}x{b}]", lambda z=z, Wcat=Wcat, bias=bias:
-                        torch.addmm(bias, z, Wcat.t())),
-                       (f"L{i} gemm Gᵀ·[AX,X] (weight grad)", lambda g=g, z=z: g.t() @ z)]
-                if not first:
-                    ga = rnd(n, a)
-                    ks += [(f"L{i} gemm G·W (input grad)", lambda g=g, Wcat=Wcat: g @ Wcat),
-                           (f"L{i} spmm Aᵀ·G ({a})", lambda ga=ga: spmm(At, ga))]
-            ks.append((f"L{i} bias grad", lambda g=g: g.sum(0)))
+        xin = x if first else torch.randn(n, a)
+        g = torch.randn(n, b)
+        ks += layer_kernels(f"L{i}", net.convs[i], A, At, xin, g, first, first and cached)
+        ks.append((f"L{i} bias grad", lambda g=g: g.sum(0)))
         if not last:
-            h = rnd(n, b)
+            h = torch.randn(n, b)
             r = torch.relu(h)
             ks += [(f"L{i} relu", lambda h=h: torch.relu(h)),
                    (f"L{i} relu backward", lambda g=g, r=r: torch.ops.aten.threshold_backward(g, r, 0))]
@@ -109,6 +59,63 @@ def kernel_list(net, graph, model: str, dims, x, y, train, opt):
         F.cross_entropy(lg[train], y[train]).backward()
     ks.append(("loss forward+backward", loss_fb))
     ks.append(("adam step", lambda: opt.step()))
+    return ks
+
+
+def _gcn_kernels(L: str, conv, A, At, xin, g, first: bool, cached: bool) -> list:
+    """A GCN layer's kernels (name prefix ``L``): transform first when it narrows (in > out), else aggregate
+    first, the aggregation of the input left out when the input cache holds it (``cached``)."""
+    n, a, b = xin.shape[0], xin.shape[1], g.shape[1]
+    W, bias = conv.lin.weight.detach(), conv.bias.detach()
+    if a > b:
+        hw = torch.randn(n, b)
+        ks = [(f"{L} gemm X·Wᵀ [{n}x{a}]·[{a}x{b}]", lambda xin=xin, W=W: xin @ W.t()),
+              (f"{L} spmm A·H ({b})", lambda hw=hw: spmm(A, hw)),
+              (f"{L} bias add", lambda hw=hw, bias=bias: hw + bias),
+              (f"{L} spmm Aᵀ·G ({b})", lambda g=g: spmm(At, g)),
+              (f"{L} gemm Gᵀ·X (weight grad)", lambda g=g, xin=xin: g.t() @ xin)]
+        if not first:
+            ks.append((f"{L} gemm G·W (input grad)", lambda g=g, W=W: g @ W))
+        return ks
+    ax = torch.randn(n, a)
+    ks = [] if cached else [(f"{L} spmm A·X ({a})", lambda xin=xin: spmm(A, xin))]
+    ks += [(f"{L} gemm+bias AX·Wᵀ [{n}x{a}]·[{a}x{b}]", lambda ax=ax, W=W, bias=bias: torch.addmm(bias, ax, W.t())),
+           (f"{L} gemm Gᵀ·AX (weight grad)", lambda g=g, ax=ax: g.t() @ ax)]
+    if not first:
+        ga = torch.randn(n, a)
+        ks += [(f"{L} gemm G·W (input grad)", lambda g=g, W=W: g @ W),
+               (f"{L} spmm Aᵀ·G ({a})", lambda ga=ga: spmm(At, ga))]
+    return ks
+
+
+def _sage_kernels(L: str, conv, A, At, xin, g, first: bool, cached: bool) -> list:
+    """A SAGE layer's kernels, as :func:`_gcn_kernels`, with the root weight beside the neighbours' one."""
+    n, a, b = xin.shape[0], xin.shape[1], g.shape[1]
+    bias = conv.lin_l.bias.detach()
+    if a > b:
+        Wc = torch.cat([conv.lin_l.weight, conv.lin_r.weight]).detach()          # [2b, a]
+        hw = torch.randn(n, 2 * b)
+        g2 = torch.randn(n, 2 * b)
+        ks = [(f"{L} gemm X·[Wl;Wr]ᵀ [{n}x{a}]·[{a}x{2 * b}]", lambda xin=xin, Wc=Wc: xin @ Wc.t()),
+              (f"{L} spmm A·H ({b})", lambda hw=hw: spmm(A, hw[:, :b].contiguous())),
+              (f"{L} bias+root add", lambda hw=hw, bias=bias: hw[:, :b] + bias + hw[:, b:]),
+              (f"{L} spmm Aᵀ·G ({b})", lambda g=g: spmm(At, g)),
+              (f"{L} gemm Gᵀ·X (weight grad)", lambda g2=g2, xin=xin: g2.t() @ xin)]
+        if not first:
+            ks.append((f"{L} gemm G·[Wl;Wr] (input grad)", lambda g2=g2, Wc=Wc: g2 @ Wc))
+        return ks
+    Wcat = torch.cat([conv.lin_l.weight, conv.lin_r.weight], dim=1).detach()  # [b, 2a]
+    ax = torch.randn(n, a)
+    z = torch.randn(n, 2 * a)
+    ks = [] if cached else [(f"{L} spmm A·X ({a})", lambda xin=xin: spmm(A, xin)),
+                            (f"{L} concat [AX, X]", lambda ax=ax, xin=xin: torch.cat([ax, xin], dim=1))]
+    ks += [(f"{L} gemm+bias [AX,X]·Wᵀ [{n}x{2 * a}]·[{2 * a}x{b}]", lambda z=z, Wcat=Wcat, bias=bias:
+            torch.addmm(bias, z, Wcat.t())),
+           (f"{L} gemm Gᵀ·[AX,X] (weight grad)", lambda g=g, z=z: g.t() @ z)]
+    if not first:
+        ga = torch.randn(n, a)
+        ks += [(f"{L} gemm G·W (input grad)", lambda g=g, Wcat=Wcat: g @ Wcat),
+               (f"{L} spmm Aᵀ·G ({a})", lambda ga=ga: spmm(At, ga))]
     return ks
 
 
@@ -143,8 +150,8 @@ def run(sz: Sizes, models=("gcn", "sage"), rounds: int | None = None, seed: int 
             res["models"][model] = dict(epoch_median_s=e_med, epoch_times_s=ep_t, kernels_median_s=k_med,
                                         kernel_sum_s=total, spmm_sum_s=spmm, gemm_sum_s=gemm,
                                         other_sum_s=total - spmm - gemm, ratio_epoch_vs_kernels=ratio(e_med, total))
-            progress(f"kernels: {model}: epoch {e_med:.3f}s, kernel sum {total:.3f}s (spmm {spmm:.3f}, gemm {gemm:.3f}),"
-                     f" ratio {e_med / total:.3f}")
+            progress(f"kernels: {model}: epoch {e_med:.3f}s, kernel sum {total:.3f}s (spmm {spmm:.3f}, "
+                     f"gemm {gemm:.3f}), ratio {e_med / total:.3f}")
         finally:
             graph.ctx.free()   # its exchanges and communicator
         del net, opt, ks

@@ -4,9 +4,9 @@ The same graph is split into P parts (default 4) by node-, edge- and node+edge-b
 partitioner (``g3-partition --method g3``, and with ``--start recursive``, the edge-cut start; cached in the
 work directory). P ranks train the same model on each partition under ``--sim-net`` (default 10Gbit,20us) with
 the default (pipelined) schedule; the partitions take turns launch by launch (A, B, C, D, A, B, ...) for
-``--repeats`` rounds, so all of them see the same machine load. Reported per partition: the median of the per-launch median epoch times,
-per-rank compute / blocked / idle time and the partition's quality figures (from its meta.json); and g3's (and
-g3-cut's) epoch time as a ratio of each METIS partition's.
+``--repeats`` rounds, so all of them see the same machine load. Reported per partition: the median of the
+per-launch median epoch times, per-rank compute / blocked / idle time and the partition's quality figures (from
+its meta.json); and g3's (and g3-cut's) epoch time as a ratio of each METIS partition's.
 """
 from __future__ import annotations
 

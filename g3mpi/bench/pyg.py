@@ -114,68 +114,75 @@ def run(sz: Sizes, models=("gcn", "sage", "gat"), seed: int = 0, gat_epochs: int
     """``systems``: g3mpi and the PyG variants to compare (PyG with ``edge_index`` materialises one message per
     edge and feature: at 200k nodes / 4M edges x 128 it needs several GiB, so it can be left out)."""
     systems = check_systems(systems)
-    from torch_geometric.utils import to_torch_csr_tensor
     torch.set_num_threads(sz.threads)
     dims = list(sz.dims)
     g = random_graph(sz.nodes, sz.edges, dims[0], dims[-1], seed)
-    x = torch.from_numpy(g.features)
-    y = torch.from_numpy(g.labels)
-    train = torch.from_numpy(g.train_mask)
+    data = _tensors(g)
+    res = dict(graph=dict(nodes=g.num_nodes, edges=g.num_edges, generator="uniform random (pyg.random_graph)"),
+               models={})
+    for model in models:
+        these = tuple(s for s in systems if not (model == "gat" and s == "g3mpi-nocache"))
+        n_ep = sz.epochs if model != "gat" or gat_epochs is None else gat_epochs
+        progress(f"vs-pyg: {model}, {n_ep} epochs per system")
+        res["models"][model] = r = _compare(g, data, model, dims, sz.heads, these, n_ep)
+        progress(f"vs-pyg: {model}: " + ", ".join(f"{s} {r['median_epoch_s'][s]:.3f}s" for s in these) +
+                 f", ratio vs csr {r['ratio_vs_pyg_csr']:.3f}")
+    return res
+
+
+def _tensors(g) -> dict:
+    """The graph's features, labels, training mask, ``edge_index`` and CSR ``adj_t`` as PyG takes them."""
+    from torch_geometric.utils import to_torch_csr_tensor
     dst = torch.from_numpy(np.repeat(np.arange(g.num_nodes), np.diff(g.indptr)))
     src = torch.from_numpy(g.indices.astype(np.int64))
-    edge_index = torch.stack([src, dst])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         adj_t = to_torch_csr_tensor(torch.stack([dst, src]), size=(g.num_nodes, g.num_nodes))
-    res = dict(graph=dict(nodes=g.num_nodes, edges=g.num_edges, generator="uniform random (pyg.random_graph)"),
-               models={})
-    all_systems = systems
-    for model in models:
-        systems = tuple(s for s in all_systems if not (model == "gat" and s == "g3mpi-nocache"))
-        n_ep = sz.epochs if model != "gat" or gat_epochs is None else gat_epochs
-        progress(f"vs-pyg: {model}, {n_ep} epochs per system")
-        graphs = []   # each g3mpi net's graph: its exchanges and communicator are freed after the model
-        try:
-            ours, order, graph = g3_net(g, model, dims, sz.heads)
-            graphs.append(graph)
-            nets = {"g3mpi": ours}
-            for s in systems[1:]:
-                if s == "g3mpi-nocache":
-                    nets[s], _, gr = g3_net(g, model, dims, sz.heads, input_cache=False)
-                    graphs.append(gr)
-                else:
-                    nets[s] = PyGNet(model, dims, sz.heads)
-                nets[s].load_state_dict(ours.state_dict())
-            mine = (x[order], y[order], train[order], ())
-            inputs = {"g3mpi": mine, "g3mpi-nocache": mine, "pyg-csr": (x, y, train, (adj_t,)),
-                      "pyg-edge_index": (x, y, train, (edge_index,))}
-            opts = {s: torch.optim.Adam(nets[s].parameters(), lr=0.01) for s in systems}
-            times = {s: [] for s in systems}
-            diff = {}
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                for ep in range(n_ep + 1):
-                    outs = {}
-                    for s in systems:
-                        xs, ys, ts, extra = inputs[s]
-                        dt, outs[s] = epoch(nets[s], xs, ys, ts, opts[s], *extra)
-                        if ep > 0:
-                            times[s].append(dt)
-                    if ep == 0:
-                        ref = outs["pyg-csr"][order]
-                        diff = {s: float((outs[s] - ref).norm() / ref.norm()) if s.startswith("g3mpi") else
-                                float((outs[s][order] - ref).norm() / ref.norm()) for s in systems if s != "pyg-csr"}
-            med = {s: median(times[s]) for s in systems}
-            res["models"][model] = dict(
-                epochs=n_ep, epoch_times_s=times, median_epoch_s=med,
-                ratio_vs_pyg_csr=ratio(med["g3mpi"], med["pyg-csr"]),
-                ratio_vs_pyg_edge_index=ratio(med["g3mpi"], med.get("pyg-edge_index")),
-                ratio_nocache_vs_pyg_csr=ratio(med.get("g3mpi-nocache"), med["pyg-csr"]),
-                first_epoch_logits_rel_diff=diff)
-            progress(f"vs-pyg: {model}: " + ", ".join(f"{s} {med[s]:.3f}s" for s in systems) +
-                     f", ratio vs csr {res['models'][model]['ratio_vs_pyg_csr']:.3f}")
-        finally:
-            for gr in graphs:
-                gr.ctx.free()
-        del nets, opts, ours
-    return res
+    return dict(x=torch.from_numpy(g.features), y=torch.from_numpy(g.labels), train=torch.from_numpy(g.train_mask),
+                edge_index=torch.stack([src, dst]), adj_t=adj_t)
+
+
+def _compare(g, data: dict, model: str, dims, heads: int, systems: tuple, n_ep: int) -> dict:
+    """The systems training ``model`` from the same initial parameters, epoch by epoch in turn after a warm-up
+    epoch: their epoch times, medians, ratios and the first epoch's logits' differences from PyG-CSR's."""
+    graphs = []   # each g3mpi net's graph: its exchanges and communicator are freed after the model
+    try:
+        ours, order, graph = g3_net(g, model, dims, heads)
+        graphs.append(graph)
+        nets = {"g3mpi": ours}
+        for s in systems[1:]:
+            if s == "g3mpi-nocache":
+                nets[s], _, gr = g3_net(g, model, dims, heads, input_cache=False)
+                graphs.append(gr)
+            else:
+                nets[s] = PyGNet(model, dims, heads)
+            nets[s].load_state_dict(ours.state_dict())
+        x, y, train = data["x"], data["y"], data["train"]
+        mine = (x[order], y[order], train[order], ())
+        inputs = {"g3mpi": mine, "g3mpi-nocache": mine, "pyg-csr": (x, y, train, (data["adj_t"],)),
+                  "pyg-edge_index": (x, y, train, (data["edge_index"],))}
+        opts = {s: torch.optim.Adam(nets[s].parameters(), lr=0.01) for s in systems}
+        times = {s: [] for s in systems}
+        diff = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for ep in range(n_ep + 1):
+                outs = {}
+                for s in systems:
+                    xs, ys, ts, extra = inputs[s]
+                    dt, outs[s] = epoch(nets[s], xs, ys, ts, opts[s], *extra)
+                    if ep > 0:
+                        times[s].append(dt)
+                if ep == 0:
+                    ref = outs["pyg-csr"][order]
+                    diff = {s: float((outs[s] - ref).norm() / ref.norm()) if s.startswith("g3mpi") else
+                            float((outs[s][order] - ref).norm() / ref.norm()) for s in systems if s != "pyg-csr"}
+        med = {s: median(times[s]) for s in systems}
+        return dict(epochs=n_ep, epoch_times_s=times, median_epoch_s=med,
+                    ratio_vs_pyg_csr=ratio(med["g3mpi"], med["pyg-csr"]),
+                    ratio_vs_pyg_edge_index=ratio(med["g3mpi"], med.get("pyg-edge_index")),
+                    ratio_nocache_vs_pyg_csr=ratio(med.get("g3mpi-nocache"), med["pyg-csr"]),
+                    first_epoch_logits_rel_diff=diff)
+    finally:
+        for gr in graphs:
+            gr.ctx.free()

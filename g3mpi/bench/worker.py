@@ -27,11 +27,15 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from g3mpi.bench.common import gather_json
 from g3mpi.comm.abort import abort_job
 from g3mpi.options import from_options
 from g3mpi.sched import BLOCKING, PIPELINED
-from g3mpi.train.trainer import current_rss_bytes, peak_rss_bytes
+from g3mpi.comm.watchdog import Watchdog
+from g3mpi.train import TrainConfig, Trainer
+from g3mpi.train.startup import IDS_NOT_ONCE, read_rank_part, start_up_sums
+from g3mpi.train.sysmem import current_rss_bytes, peak_rss_bytes, return_freed_memory
+
+from .results import gather_json, write_json
 
 DESIGNS = ("g3", "g3-original", "replicate-all")
 
@@ -88,15 +92,13 @@ def theoretical_bytes(trainer, part, saved_activations: int) -> dict:
     from g3mpi.format.partition import ARRAYS
     part_b = int(sum(np.asarray(getattr(part, k)).nbytes for k in ARRAYS))
     mat_b = 0
-    from g3mpi.ops.blocks import BlockMatrix, csr_index_dtype
-    for blk in trainer.graph._blocks.values():
-        if not isinstance(blk, BlockMatrix):
-            continue  # derived caches (row groups) index the same matrices
+    from g3mpi.ops.blocks import csr_index_dtype
+    for blk in trainer.graph.matrices():
         sz = blk.sizes()  # counted from the part, whichever forms (blocks, row groups) the layers built
         w = np.dtype(csr_index_dtype(sz["nnz"], (sz["rows"], sz["cols"]))).itemsize
         mat_b += (sz["rows"] + 1 + sz["cols"] + 1) * w + 2 * sz["nnz"] * (w + 4)   # CSR + transpose
     ex_b = 0
-    for ex in trainer.ctx._exchanges:
+    for ex in trainer.ctx.exchanges:
         ex_b += ex.buffer_bytes()   # backward buffers only where a gradient flows back (not layer 0's input)
     params = sum(p.numel() * p.element_size() for p in trainer.params)
     out = dict(part=part_b, matrices=mat_b, exchange=ex_b, activations=int(saved_activations), params=4 * params)
@@ -135,8 +137,7 @@ class Variant:
 
     def step(self, epoch):
         if self.trainer is not None:
-            from g3mpi.sched import Schedule
-            self.trainer.graph.schedule = Schedule(self.schedule, self.trainer.cfg.chunk_rows)
+            self.trainer.use_schedule(self.schedule)
         return self._step(epoch)
 
 
@@ -207,60 +208,18 @@ def parse_args(argv) -> WorkerConfig:
 
 
 def run(cfg: WorkerConfig, comm) -> dict | None:
-    from g3mpi.format import read_meta, read_part
-    from g3mpi.train import TrainConfig, Trainer
-
-    from .naive import ReplicateAllRunner, as_g3_original
+    """Measure every variant of ``cfg`` on ``comm`` (one rank per part): the results on rank 0, None elsewhere."""
     torch.set_num_threads(cfg.threads)
     warm_libraries(comm)
-    rss_base = peak_rss_bytes()
-    rss_base_now = current_rss_bytes()
+    rss = dict(rss_base=peak_rss_bytes(), rss_base_current=current_rss_bytes())
     if cfg.release_memory:
-        from g3mpi.train.trainer import return_freed_memory
         return_freed_memory()   # as g3-train --release-memory does before loading the part
-    meta = read_meta(cfg.parts)
-    if meta["num_parts"] != comm.size:
-        raise ValueError(f"{cfg.parts}: {meta['num_parts']} parts but {comm.size} ranks")
-    part = read_part(cfg.parts, comm.rank, meta, verify=False)
-    train_cfg = TrainConfig(parts=cfg.parts, out="", model=cfg.model, layers=cfg.layers, hidden=cfg.hidden,
-                            heads=cfg.heads, dropout=0.0, weight_decay=0.0, lr=0.01, threads=cfg.threads,
-                            schedule=cfg.schedules[0], chunk_rows=cfg.chunk_rows, sim_net=cfg.sim_net, verify=False,
-                            progress=False, input_cache=cfg.input_cache, release_memory=cfg.release_memory,
-                            epochs=cfg.epochs + 2, timeline_epoch=cfg.epochs + 2 if cfg.timeline else 0)
-    variants = []
-    ref = None
+    meta, part = read_rank_part(cfg.parts, comm, verify=False)
     trainers = []   # closed at the end (exchanges and communicators freed); on an error the caller aborts the job
-    for d in cfg.designs:
-        if d in ("g3", "g3-original"):
-            tr = Trainer(train_cfg, comm, part, meta)
-            trainers.append(tr)
-            if d == "g3-original":
-                as_g3_original(tr.model)
-            if ref is None:
-                ref = tr
-            for s in cfg.schedules:
-                name = d if len(cfg.schedules) == 1 else f"{d}:{s}"
-                variants.append(Variant(name, d, s, tr.train_step, tr.logits, tr))
-        else:
-            if ref is None:
-                ref = Trainer(train_cfg, comm, part, meta)
-                trainers.append(ref)
-            dims = [part.feature_dim] + [cfg.hidden] * (cfg.layers - 1) + [part.num_classes]
-            rr = ReplicateAllRunner(part, comm, cfg.model, dims, ref.model.state_dict(), ref.split_sizes["train"])
-            variants.append(Variant(d, d, BLOCKING, rr.step, rr.logits))
-    check = {}
-    if cfg.check:
-        base = ref.logits()
-        for v in variants:
-            out = v.logits() if v.trainer is None else v.trainer.logits()
-            sums = np.array([float(((out - base) ** 2).sum()), float((base ** 2).sum())])
-            comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
-            num, den = sums.tolist()
-            check[v.name] = (num / den) ** 0.5 if den > 0 else 0.0
-    acts = None
-    if cfg.memory:
-        acts = saved_activation_bytes(ref, 0)
-    rss_setup = peak_rss_bytes()
+    variants, ref = _variants(cfg, comm, part, meta, trainers)
+    check = _check_logits(variants, ref, comm) if cfg.check else {}
+    acts = saved_activation_bytes(ref, 0) if cfg.memory else None
+    rss["rss_after_setup"] = peak_rss_bytes()
     for ep in range(cfg.epochs + 1):
         for v in variants:
             comm.Barrier()  # variants must not overlap each other; not inside the timed step
@@ -276,13 +235,7 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
                 v.step(cfg.epochs + 2)
                 timelines[v.name] = v.trainer.timeline()
     theo = theoretical_bytes(ref, part, acts) if cfg.memory else None
-    rank_info = dict(rank=comm.rank, cpus=sorted(os.sched_getaffinity(0)), owned=part.num_owned, halo=part.num_halo,
-                     send=int(len(part.send_rows)),
-                     local_edges=int(part.indptr[-1]), neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
-                     rss_base=rss_base, rss_base_current=rss_base_now, rss_after_setup=rss_setup,
-                     rss_peak=peak_rss_bytes(), rss_end_current=current_rss_bytes(), theoretical=theo,
-                     exchanges={ex.name: ex.width for ex in ref.ctx._exchanges})
-    ranks = gather_json(comm, rank_info)
+    ranks = gather_json(comm, _rank_info(comm, part, ref, rss, theo))
     # not in a finally: after an error on one rank, freeing waits for exchanges the other ranks never complete,
     # and main aborts the job at once instead
     for tr in trainers:
@@ -294,10 +247,76 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
                feature_dim=part.feature_dim, num_classes=part.num_classes, ranks=ranks, check_rel_diff=check,
                variants={})
     for v in variants:
-        eps = []
-        for per_rank in v.epochs:
-            eps.append(dict(
-                epoch_time_s=max(r["epoch_time_s"] for r in per_rank),
+        out["variants"][v.name] = dict(design=v.design, schedule=v.schedule, epochs=[_epoch(r) for r in v.epochs],
+                                       timeline=timelines.get(v.name))
+    return out
+
+
+def _train_config(cfg: WorkerConfig) -> TrainConfig:
+    """The trainers' settings: the run's model and runtime, no dropout or weight decay, one more epoch than
+    measured for the warm-up (and one for the timeline)."""
+    return TrainConfig(parts=cfg.parts, out="", model=cfg.model, layers=cfg.layers, hidden=cfg.hidden,
+                       heads=cfg.heads, dropout=0.0, weight_decay=0.0, lr=0.01, threads=cfg.threads,
+                       schedule=cfg.schedules[0], chunk_rows=cfg.chunk_rows, sim_net=cfg.sim_net, verify=False,
+                       progress=False, input_cache=cfg.input_cache, release_memory=cfg.release_memory,
+                       epochs=cfg.epochs + 2, timeline_epoch=cfg.epochs + 2 if cfg.timeline else 0)
+
+
+def _variants(cfg: WorkerConfig, comm, part, meta: dict, trainers: list) -> tuple[list, Trainer]:
+    """(every variant of ``cfg``, the reference trainer: the first one built, whose model the naive designs copy);
+    the trainers built are appended to ``trainers``."""
+    from .naive import ReplicateAllRunner, as_g3_original
+    train_cfg = _train_config(cfg)
+    split_sizes, ids_once = start_up_sums(part, Watchdog(comm, 0))
+    if not ids_once:
+        raise ValueError(f"{cfg.parts}: {IDS_NOT_ONCE}")
+    variants, ref = [], None
+    for d in cfg.designs:
+        if d in ("g3", "g3-original"):
+            tr = Trainer(train_cfg, comm, part, meta, split_sizes)
+            trainers.append(tr)
+            if d == "g3-original":
+                as_g3_original(tr.model)
+            if ref is None:
+                ref = tr
+            for s in cfg.schedules:
+                name = d if len(cfg.schedules) == 1 else f"{d}:{s}"
+                variants.append(Variant(name, d, s, tr.train_step, tr.logits, tr))
+        else:
+            if ref is None:
+                ref = Trainer(train_cfg, comm, part, meta, split_sizes)
+                trainers.append(ref)
+            dims = [part.feature_dim] + [cfg.hidden] * (cfg.layers - 1) + [part.num_classes]
+            rr = ReplicateAllRunner(part, comm, cfg.model, dims, ref.model.state_dict(), ref.split_sizes["train"])
+            variants.append(Variant(d, d, BLOCKING, rr.step, rr.logits))
+    return variants, ref
+
+
+def _check_logits(variants: list, ref: Trainer, comm) -> dict:
+    """Every variant's relative difference of its initial logits from the reference's (over all ranks)."""
+    check = {}
+    base = ref.logits()
+    for v in variants:
+        out = v.logits() if v.trainer is None else v.trainer.logits()
+        sums = np.array([float(((out - base) ** 2).sum()), float((base ** 2).sum())])
+        comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+        num, den = sums.tolist()
+        check[v.name] = (num / den) ** 0.5 if den > 0 else 0.0
+    return check
+
+
+def _rank_info(comm, part, ref: Trainer, rss: dict, theo: dict | None) -> dict:
+    """This rank's partition figures, memory and exchange widths."""
+    return dict(rank=comm.rank, cpus=sorted(os.sched_getaffinity(0)), owned=part.num_owned, halo=part.num_halo,
+                send=int(len(part.send_rows)),
+                local_edges=int(part.indptr[-1]), neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
+                **rss, rss_peak=peak_rss_bytes(), rss_end_current=current_rss_bytes(), theoretical=theo,
+                exchanges={ex.name: ex.width for ex in ref.ctx.exchanges})
+
+
+def _epoch(per_rank: list) -> dict:
+    """One measured epoch of a variant: the slowest rank's time, the bytes, and every rank's figures."""
+    return dict(epoch_time_s=max(r["epoch_time_s"] for r in per_rank),
                 bytes_sent=sum(r["bytes_sent"] for r in per_rank),
                 bytes_recv=sum(r["bytes_recv"] for r in per_rank),
                 rank_epoch_s=[r["epoch_time_s"] for r in per_rank],
@@ -307,10 +326,7 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
                 rank_comm_s=[r["comm_s"] for r in per_rank],
                 rank_bytes_sent=[r["bytes_sent"] for r in per_rank],
                 rank_bytes_recv=[r["bytes_recv"] for r in per_rank],
-                rank_messages=[r["messages"] for r in per_rank]))
-        out["variants"][v.name] = dict(design=v.design, schedule=v.schedule, epochs=eps,
-                                       timeline=timelines.get(v.name))
-    return out
+                rank_messages=[r["messages"] for r in per_rank])
 
 
 def main(argv=None, comm=None) -> int:
@@ -326,7 +342,6 @@ def main(argv=None, comm=None) -> int:
                         f"{traceback.format_exc()}")
         return 1
     if out is not None:
-        from .common import write_json
         write_json(Path(cfg.json), out)
     return 0
 

@@ -489,6 +489,11 @@ class CommContext:
         self._exchanges.append(ex)
         return ex
 
+    @property
+    def exchanges(self) -> tuple:
+        """The exchanges made on this context so far (read-only)."""
+        return tuple(self._exchanges)
+
     def progress(self) -> None:
         """Drive MPI progress of every exchange in flight (called between chunks of computation)."""
         for ex in self._exchanges:

@@ -31,7 +31,9 @@ class GATLayer(nn.Module):
         self.agg = GATAggregation(graph, heads, channels, name=name)
 
     #: the layer interface of ``g3mpi.nn.model`` (GCN and SAGE too): attention is not row-wise (no inter-layer
-    #: pipeline), its backward needs its output (no in-place activation), and no product of the input is free
+    #: pipeline), its backward needs its output (no in-place activation), and no product of the input is free;
+    #: ``attention``: it has heads and attention dropout (``heads``, ``out_heads``, ``attn_dropout`` apply)
+    attention = True
     rowwise = False
     output_free = False
     input_product_free = False

@@ -14,7 +14,8 @@ from g3mpi.ops import DistGraph
 
 class RowwiseAggLayer(nn.Module):
     #: row-wise (the inter-layer pipeline may drive it), and its backward does not need its output (in-place
-    #: activation); see ``GATLayer`` for a layer that is neither
+    #: activation); see ``GATLayer`` for a layer that is neither. No attention heads (``heads``, ``attn_dropout``)
+    attention = False
     rowwise = True
     output_free = True
 

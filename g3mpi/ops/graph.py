@@ -105,6 +105,11 @@ class DistGraph:
                                              vals, diag)
         return self._blocks[kind]
 
+    def matrices(self) -> list[BlockMatrix]:
+        """The aggregation blocks built so far, one per edge weighting a layer asked for (read-only; the caches
+        derived from them, head patterns and row groups, index the same matrices)."""
+        return [b for b in self._blocks.values() if isinstance(b, BlockMatrix)]
+
     def head_patterns(self, heads: int):
         """(local, [one per receive neighbour]) ``HeadPattern`` of the ``gat`` blocks for ``heads`` heads (cached:
         GAT layers with the same head count share them)."""

@@ -1,4 +1,4 @@
-"""Training: configuration, the distributed trainer, the run directory.
+"""Training: configuration, start-up, the distributed trainer, the run directory.
 
 The names below are imported on first use (PEP 562), not with the package: g3-train installs its stop-signal
 handlers (:mod:`.stop`, which needs no torch) before it imports torch, which takes seconds of its start-up."""
@@ -6,7 +6,7 @@ from importlib import import_module
 
 #: the module of each name
 _HOMES = {"ConfigError": "config", "TrainConfig": "config", "config_from": "config", "to_toml": "config",
-          "Trainer": "trainer", "prepare_run_dir": "trainer"}
+          "Trainer": "trainer", "prepare_run_dir": "rundir"}
 
 __all__ = ["ConfigError", "TrainConfig", "config_from", "to_toml", "Trainer", "prepare_run_dir"]
 

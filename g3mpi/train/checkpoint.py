@@ -137,7 +137,8 @@ def load_checkpoint(path) -> dict:
         raise CheckpointError(path, "no such checkpoint (was the run started with this g3mpi?)")
     ckpt = _load_verified(path, "checkpoint")
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(path, f"not a g3mpi checkpoint (format {ckpt.get('format') if isinstance(ckpt, dict) else None!r})")
+        found = ckpt.get("format") if isinstance(ckpt, dict) else None
+        raise CheckpointError(path, f"not a g3mpi checkpoint (format {found!r})")
     if not is_int(ckpt.get("version")) or ckpt["version"] != CHECKPOINT_VERSION:
         raise CheckpointError(path, f"checkpoint version {ckpt.get('version')!r:.40} is not supported "
                                     f"(this g3mpi reads version {CHECKPOINT_VERSION})")

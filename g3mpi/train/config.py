@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from g3mpi.nn import ACTIVATIONS, MODELS
+from g3mpi.nn.model import LAYERS
 from g3mpi.sched import MODES, PIPELINED, Schedule
 
 OPTIMIZERS = ("adam", "sgd")
@@ -224,16 +225,17 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
     warnings of :func:`ineffective_settings`, and the settings a resumed run may change (``checkpoint.RESUME_KEYS``
     that are idle here). ``input_cache_applies`` decides only ``input_cache``'s entry."""
     why = {}
+    layer = LAYERS[cfg.model]   # what the model's layers have: attention heads, row chunks
     if cfg.optimizer != "sgd":
         why["momentum"] = f"the optimizer is {cfg.optimizer}, and momentum is SGD's (optimizer sgd)"
-    if cfg.model != "gat":
+    if not layer.attention:
         why["heads"] = why["out_heads"] = f"the model is {cfg.model}, and attention heads are GAT's"
         why["attn_dropout"] = f"the model is {cfg.model}, and attention dropout is GAT's"
     elif cfg.layers == 1:
         why["heads"] = "with one layer there is no hidden layer (the last layer has out_heads heads)"
     if cfg.layers == 1:
         why["activation"] = "with one layer there is no hidden layer (the last layer has no activation)"
-    if cfg.model == "gat":
+    if not layer.rowwise:
         why["chunk_rows"] = "GAT computes its attention without row chunks (GCN and SAGE chunk their products)"
     elif Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size):
         why["chunk_rows"] = Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size)
@@ -245,7 +247,7 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
         why["sim_net"] = "the nocomm schedule sends no messages"
     if not input_cache_applies:
         why["input_cache"] = "there is no parameter-free product of the input to keep: " + (
-            "GAT's first layer weighs its input before it aggregates" if cfg.model == "gat" else
+            "GAT's first layer weighs its input before it aggregates" if layer.attention else
             "the first layer has more input features than outputs, so it multiplies by its weight before it aggregates")
     # (an evaluation-only run, epochs 0, saves them for a --resume that trains)
     if cfg.epochs and cfg.checkpoint_every >= cfg.epochs:
@@ -258,7 +260,7 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
         why["patience"] = (f"the run could stop at epoch {soonest} at the soonest (the best at epoch {first}, then "
                            f"{cfg.patience} evaluation{'' if cfg.patience == 1 else 's'} every {cfg.eval_every} "
                            f"epoch{'' if cfg.eval_every == 1 else 's'}), not before its last epoch {cfg.epochs}")
-    if (cfg.init_from or resuming) and not (cfg.dropout > 0 or cfg.model == "gat" and cfg.attn_dropout > 0):
+    if (cfg.init_from or resuming) and not (cfg.dropout > 0 or layer.attention and cfg.attn_dropout > 0):
         why["seed"] = (f"the parameters come from {'the checkpoint' if resuming else 'init_from'} and no dropout "
                        "is drawn")
     if resuming:

@@ -25,12 +25,10 @@ from g3mpi.format import atomic_file
 from g3mpi.plotting import (LEGEND_FONTSIZE, figure, index_axis, legend_above, mean_max, rank_breakdown,
                             stacked, timeline, whole_ticks)
 
-from .rundir import ACCURACY_KEYS, read_metrics, writing
+# PLOTS: the files plot_run writes; TIMELINE: the recorded epoch (--timeline-epoch), TIMELINE_PLOT its plot, drawn
+# where the run has one (the run directory's file names live with the other ones)
+from .rundir import ACCURACY_KEYS, PLOTS, TIMELINE, TIMELINE_PLOT, read_metrics, writing
 
-#: the files :func:`plot_run` writes into the run directory
-PLOTS = ("training.png", "ranks.png")
-#: the recorded timeline (``--timeline-epoch``), and its plot, which :func:`plot_run` draws where the run has one
-TIMELINE, TIMELINE_PLOT = "timeline.json", "timeline.png"
 DPI = 110
 
 

@@ -1,5 +1,5 @@
 """The run directory: config.toml, metrics.jsonl, summary.json, model.pt, predictions.h5 (and checkpoint.pt,
-:mod:`.checkpoint`).
+:mod:`.checkpoint`); its preparation by rank 0 at start-up (:func:`prepare_run_dir`).
 
 Whole files are written atomically (temporary file beside the target, then rename). ``predictions.h5`` is
 written without gathering the graph on one rank: the ranks take turns, passing a token with point-to-point
@@ -26,7 +26,8 @@ from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format import FormatError, atomic_file, json_text, write_json
 from g3mpi.format.errors import failure_reason
 
-from .checkpoint import write_torch
+from .checkpoint import CHECKPOINT_NAME, write_torch
+from .config import ConfigError, TrainConfig, config_from, to_toml
 
 log = logging.getLogger("g3mpi.train")
 
@@ -37,6 +38,12 @@ ACCURACY_KEYS = tuple(f"{s}_acc" for s in SPLITS)
 _TOKEN_TAG = 7301
 #: the lock file of a run directory (held by the rank 0 of the run that uses it)
 LOCK_NAME = ".g3-train.lock"
+#: the files :func:`.plots.plot_run` draws; the recorded timeline (``--timeline-epoch``) and its plot
+PLOTS = ("training.png", "ranks.png")
+TIMELINE, TIMELINE_PLOT = "timeline.json", "timeline.png"
+#: the files of a run directory
+RUN_FILES = ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME, TIMELINE,
+             TIMELINE_PLOT, *PLOTS)
 #: flock's errors on a file system that has no locks (Lustre without ``-o flock``, NFS without a lock daemon)
 _NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
 
@@ -308,3 +315,94 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
     err = wd.bcast_text(err, 0, f"{what} (rank 0 puts the file in place once every rank has written)", turns=size)
     if err is not None:
         raise OutputError(path, err)
+
+
+# -- preparing the run directory ---------------------------------------------------------------------------
+def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None, resume_eval_every: int | None = None,
+                    watchdog: Watchdog | None = None, lock: RunLock | None = None) -> tuple[Path | None, str | None]:
+    """Rank 0 creates the run directory (refusing a non-empty one without ``force``) and writes config.toml.
+    With ``resume_epoch`` (``--resume``) the directory is kept and metrics.jsonl is cut back to that epoch (the
+    accuracies of an off-grid last epoch go too, under the ``--eval-every`` of the run that wrote them, when the
+    resumed run trains further). Either way the temporary files of writes a crash interrupted (``.NAME.*.tmp``,
+    possibly a whole checkpoint's size) go. Rank 0 takes ``lock`` (a :class:`RunLock`, held by the caller until
+    the run ends) before it changes anything there: a directory another run is using is refused. ``watchdog`` (on
+    ``comm``) bounds the other ranks' wait for rank 0. Returns (path, error) identically on every rank."""
+    err = None
+    out = Path(cfg.out)
+    if comm.rank == 0:
+        try:
+            if resume_epoch is not None:
+                if lock is not None:
+                    lock.acquire(out)
+                _remove_interrupted_writes(out)
+                grid = (resume_eval_every or cfg.eval_every) if cfg.epochs > resume_epoch else 1
+                rewind_metrics(out / "metrics.jsonl", resume_epoch, grid)
+                write_text_atomic(out / "config.toml", _saved_config(cfg))
+            else:
+                _create_run_dir(cfg, out, lock)
+        except OSError as e:   # making the directory, its lock, removing old files: the file and the system's words
+            err = f"{e.filename or out}: cannot be written: {failure_reason(e)}"
+        except (ValueError, OutputError, RunDirBusy) as e:
+            err = str(e)
+        except Exception as e:  # noqa: BLE001 - the other ranks wait for rank 0's word below: never leave them waiting
+            err = f"{out}: preparing the run directory failed: {type(e).__name__}: {e}"
+    err = (watchdog or Watchdog(comm, 0)).bcast_text(err, 0, "start-up step 'run directory' (rank 0 prepares it)")
+    return (None if err else out), err
+
+
+def _create_run_dir(cfg: TrainConfig, out: Path, lock: RunLock | None = None) -> None:
+    if not cfg.out:
+        raise ValueError("no run directory given (--out)")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out}: exists and is not a directory")
+    if _occupied(out) and not cfg.force:   # (refused before the lock: nothing is written into another's directory)
+        raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
+    out.mkdir(parents=True, exist_ok=True)  # runs/NAME works in a fresh directory, as the launchers' default
+    if lock is not None:
+        lock.acquire(out)
+    if _occupied(out):   # looked at again under the lock: a run started at the same time may have written here
+        if not cfg.force:
+            raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
+        _check_replaceable(out)
+        for name in RUN_FILES:
+            (out / name).unlink(missing_ok=True)
+        _remove_interrupted_writes(out)
+    write_text_atomic(out / "config.toml", _saved_config(cfg))
+
+
+def _occupied(out: Path) -> bool:
+    """A directory with anything in it but a lock file (the one a run that was killed leaves behind)."""
+    return out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir())
+
+
+def _check_replaceable(out: Path) -> None:
+    """ValueError unless ``--force`` may remove the run files in the non-empty directory ``out``: none there, or
+    a run directory's (its config.toml, written first, reads as g3-train's). A file of the user's that bears one
+    of their names (a config.toml, a model.pt) in a directory that ``--out`` named by mistake is kept."""
+    present = [name for name in RUN_FILES if os.path.lexists(out / name)]
+    if not present:
+        return
+    try:
+        config_from(str(out / "config.toml"))
+        return
+    except ConfigError:
+        why = "its config.toml is not g3-train's" if "config.toml" in present else "it has no config.toml"
+    raise ValueError(f"{out}: not a run directory ({why}) but holds {', '.join(present)}: not replaced, even with "
+                     f"--force (remove them yourself or choose another --out)")
+
+
+def _remove_interrupted_writes(out: Path) -> None:
+    """The temporary files (``.NAME.*.tmp``) that writes of the run directory's files left when a crash cut them."""
+    for name in RUN_FILES:
+        for tmp in out.glob(f".{name}.*tmp"):
+            tmp.unlink(missing_ok=True)
+
+
+def _saved_config(cfg: TrainConfig) -> str:
+    """RUN/config.toml: the resolved settings, the partition directory (and ``init_from``) as an absolute path, so
+    that ``--resume RUN`` (and ``--config RUN/config.toml``) work from any working directory, e.g. a batch job's.
+    ``force`` is saved off: it was this command's permission to replace a directory, and a rerun with ``--config
+    RUN/config.toml --out OTHER`` must not replace OTHER unless it says so. ``time_limit`` is saved off too: it
+    was this job's allocation (a resumed run gets its own from its launcher, G3_TIMEOUT, or ``--time-limit``)."""
+    return to_toml(cfg.replace(parts=str(Path(cfg.parts).resolve()), force=False, time_limit=0.0,
+                               init_from=str(Path(cfg.init_from).resolve()) if cfg.init_from else ""))

@@ -1,18 +1,16 @@
-"""Full-graph distributed training on one rank's part: the loop, evaluation, early stopping, the run directory.
+"""Full-graph distributed training on one rank's part: the loop, evaluation, early stopping, the outputs.
 
 Loss = sum over this rank's training nodes / number of training nodes in the whole graph, so the sum over
 ranks is the single-process mean and the allreduced (summed) parameter gradients equal single-process ones.
 Parameters are replicated (same seed, same initialisation on every rank); every rank steps its own optimiser on
-identical gradients.
+identical gradients. What comes before (loading, the start-up checks, the run directory) is :mod:`.startup` and
+:mod:`.rundir`.
 """
 from __future__ import annotations
 
 import copy
-import ctypes
 import json
 import logging
-import os
-import resource
 import time
 from pathlib import Path
 
@@ -26,102 +24,45 @@ from g3mpi.comm.timeline import Recorder, clock_offset, combine
 from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format.errors import failure_reason
 from g3mpi.format.limits import FLOAT32_SQUARE_LIMIT
-from g3mpi.format.partition import id_checksum, part_name, range_checksum
+from g3mpi.format.partition import part_name
 from g3mpi.nn import GNN
 from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.sched import Schedule
 
 from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
-from .config import ConfigError, TrainConfig, config_from, to_toml
+from .config import TrainConfig
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync
-from .plots import PLOTS, TIMELINE, TIMELINE_PLOT, plot_run
-from .rundir import (LOCK_NAME, SPLITS, MetricsLog, OutputError, RunDirBusy, RunLock, read_metrics, rewind_metrics,
-                     run_timings, save_state_dict, write_json_atomic, write_predictions, write_text_atomic)
+from .plots import plot_run
+from .rundir import SPLITS, TIMELINE, MetricsLog, read_metrics, run_timings, save_state_dict, write_json_atomic, \
+    write_predictions
 from .stop import STOP_SLOTS
+from .sysmem import current_rss_bytes, peak_rss_bytes
 
 log = logging.getLogger("g3mpi.train")
 #: what each rank reports to rank 0 after every epoch (metrics.jsonl's rank_* lists), integers in INT_FIGURES
 EPOCH_FIGURES = ("compute_s", "blocked_s", "comm_s", "overlap", "allreduce_s", "bytes_sent", "bytes_recv", "messages",
                  "epoch_time_s", "rss_bytes")
 INT_FIGURES = ("bytes_sent", "bytes_recv", "messages", "rss_bytes")
-#: the files of a run directory
-RUN_FILES = ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME, TIMELINE,
-             TIMELINE_PLOT, *PLOTS)
 
 
 def _no_mark(phase: str) -> None:
     """The phase mark of an epoch that is not recorded."""
 
 
-def peak_rss_bytes() -> int:
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-#: allocations from this size on get their own mapping, returned to the system when freed (glibc)
-MMAP_THRESHOLD = 128 * 1024
-
-
-def return_freed_memory() -> bool:
-    """Make freed tensors and arrays go back to the system at once (glibc ``mallopt``; idempotent).
-
-    glibc raises its mmap threshold each time a mapped block is freed (up to 32 MiB), after which every
-    allocation below it comes from the heap, whose freed space stays resident: one epoch's temporaries of a few
-    MiB (interior rows, neighbour blocks, chunks) and the scipy arrays of setup then pin memory for the whole
-    run (about 150 MiB per rank at 200k nodes / 4M edges). A fixed threshold keeps large blocks mapped and
-    trims the heap top. Left alone if the user set ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_``,
-    and a no-op without glibc. Returns whether the setting was applied."""
-    if any(k in os.environ for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD)) and bool(mallopt(m_trim_threshold, MMAP_THRESHOLD))
-
-
-def current_rss_bytes() -> int:
-    """Resident set size now (Linux /proc; the peak where /proc is unavailable)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * resource.getpagesize()
-    except (OSError, IndexError, ValueError):
-        return peak_rss_bytes()
-
-
-#: what the start-up sums found when two parts own the same original node ID
-IDS_NOT_ONCE = ("the parts do not own every original node ID exactly once (two parts own the same node; "
-                "g3-inspect names the part whose IDs disagree with node_map.h5)")
-
-
-def start_up_sums(part, watchdog: Watchdog) -> tuple[dict, bool]:
-    """What the ranks learn together at start-up, in one ``Allreduce`` (every rank calls it): the number of
-    training, validation and test nodes of the whole graph (``{"train": ..., "val": ..., "test": ...}``), and
-    whether the parts own every original node ID exactly once. Each part checks its own IDs on load (in range,
-    strictly increasing); that no two parts own the same ID is the sum of the parts' :func:`id_checksum` against
-    that of ``range(N)``, whose share each rank computes: that of its own new-ID range, as long as its original
-    IDs (the new ranges of the parts tile ``range(N)``), so a rank's work is O(owned), whatever N is."""
-    ids = (id_checksum(part.orig_ids) - range_checksum(part.owned_start, part.owned_end)) % (1 << 64)
-    sums = np.array([int(getattr(part, f"{s}_mask").sum()) for s in SPLITS] + [ids], dtype=np.uint64)
-    watchdog.allreduce(sums, what="start-up check 'split sizes'")   # (uint64 sums wrap: the checksum's modulus)
-    return dict(zip(SPLITS, map(int, sums[:len(SPLITS)]))), int(sums[-1]) == 0
-
-
 class Trainer:
     """Owns one rank's graph view, model and optimiser. ``comm`` is injected; every rank calls the same methods."""
 
-    def __init__(self, cfg: TrainConfig, comm, part, meta: dict, stop=None, watchdog: Watchdog | None = None,
-                 hooks: TestHooks | None = None, split_sizes: dict | None = None):
-        """``stop``: a :class:`~g3mpi.train.stop.StopSignals` (or anything with a ``received`` attribute): when
-        set on any rank, :meth:`fit` stops after the current epoch with a checkpoint. ``watchdog`` (on ``comm``,
-        with ``cfg.comm_timeout``) and ``hooks`` are the caller's when it has them (g3-train's start-up uses
-        them too), else made here. ``split_sizes``: from :func:`start_up_sums` when the caller has them already
-        (g3-train checks them before building the model), else counted (and the ID ownership checked) here."""
+    def __init__(self, cfg: TrainConfig, comm, part, meta: dict, split_sizes: dict, stop=None,
+                 watchdog: Watchdog | None = None, hooks: TestHooks | None = None):
+        """``split_sizes``: the training, validation and test nodes of the whole graph
+        (:func:`g3mpi.train.startup.start_up_sums`, which every caller runs before building a model). ``stop``: a
+        :class:`~g3mpi.train.stop.StopSignals` (or anything with a ``received`` attribute): when set on any rank,
+        :meth:`fit` stops after the current epoch with a checkpoint. ``watchdog`` (on ``comm``, with
+        ``cfg.comm_timeout``) and ``hooks`` are the caller's when it has them (g3-train's start-up uses them too),
+        else made here."""
         self.cfg, self.comm, self.part, self.meta = cfg, comm, part, meta
         self.stop = stop
-        if cfg.release_memory:
-            return_freed_memory()
         torch.set_num_threads(cfg.threads)
         simnet = SimNet.from_spec(cfg.sim_net) if cfg.sim_net else None
         self.watchdog = watchdog or Watchdog(comm, cfg.comm_timeout, prog="g3-train")
@@ -145,10 +86,6 @@ class Trainer:
         self.x = torch.from_numpy(part.features)
         self.y = torch.from_numpy(part.labels)
         self.masks = {s: torch.from_numpy(getattr(part, f"{s}_mask")) for s in SPLITS}
-        if split_sizes is None:
-            split_sizes, ids_once = start_up_sums(part, self.watchdog)
-            if not ids_once:
-                raise ValueError(f"{cfg.parts}: {IDS_NOT_ONCE}")
         self.split_sizes = dict(split_sizes)
         if self.split_sizes["train"] == 0:
             raise ValueError(f"{cfg.parts}: the graph has no training nodes")
@@ -373,94 +310,121 @@ class Trainer:
         reason=...)`` on every rank after writing the checkpoint of epoch E, and writes nothing else. Started from
         given parameters (:meth:`start_from`), it first evaluates them as epoch 0 (a metrics.jsonl line of
         accuracies); with ``cfg.epochs`` 0 that is the whole run, and its outputs come from them."""
-        cfg, comm, rank = self.cfg, self.comm, self.comm.rank
-        metrics = MetricsLog(run_dir / "metrics.jsonl") if rank == 0 else None
-        bar = None
-        if rank == 0 and cfg.progress:
-            from tqdm import tqdm
-            bar = tqdm(total=cfg.epochs, desc=f"g3-train {cfg.model} P={comm.size}", unit="epoch", leave=True)
-        best = dict(val_acc=-1.0, epoch=0, state=None, accs={})
-        since_best = 0
-        last_loss = None
-        if self.resumed is not None:
-            r = self.resumed
-            best = dict(val_acc=r["best"]["val_acc"], epoch=r["best"]["epoch"], state=r["best"]["state"],
-                        accs=r["best"]["accs"])
-            since_best, last_loss = r["since_best"], r["last_loss"]
-            if bar is not None:
-                bar.update(self.start_epoch - 1)
+        cfg = self.cfg
+        metrics = MetricsLog(run_dir / "metrics.jsonl") if self.comm.rank == 0 else None
+        bar = self._progress_bar()
+        sel = _Selection(self.resumed)
         epoch = self.start_epoch - 1
-        last = None   # the evaluation after the last epoch when it is off the --eval-every grid, if better
         # resumed with nothing left to train (its outputs were never written: a full disk, a kill): only the outputs
-        done = self.resumed is not None and (epoch >= cfg.epochs or bool(cfg.patience and since_best >= cfg.patience))
+        done = self.resumed is not None and (epoch >= cfg.epochs or self._patience_spent(sel))
         if done and epoch == cfg.epochs and epoch % cfg.eval_every:   # the off-grid last evaluation, as it was
-            last = self._if_better(self.evaluate(), best, epoch)
+            sel.last = self._if_better(self.evaluate(), sel.best, epoch)
         if self.given and self.resumed is None:
             # given parameters (--init-from) are evaluated as epoch 0 and compete for the best model: a fine-tuning
             # that only lowers the validation accuracy keeps them (and with --epochs 0 that is all the run does)
             accs = self.evaluate()
-            best = self._if_better(accs, best, 0) or best
-            if rank == 0:
+            sel.best = self._if_better(accs, sel.best, 0) or sel.best
+            if metrics is not None:
                 metrics.write(dict(epoch=0, **accs))
         try:
-            for epoch in range(self.start_epoch, epoch + 1 if done else cfg.epochs + 1):
-                rec = self.train_step(epoch)
-                last_loss = rec["loss"]
-                accs = {}
-                if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
-                    accs = self.evaluate()
-                    this = self._if_better(accs, best, epoch)
-                    if epoch % cfg.eval_every:
-                        # off the grid: it competes for the outputs but stays out of the selection state that
-                        # the checkpoint keeps, so a run resumed to more epochs selects as a straight run does
-                        last = this
-                    elif this is not None:
-                        best, since_best = this, 0
-                    else:
-                        since_best += 1
-                per_rank = self._gather_epoch_figures(rec)
-                if rank == 0:
-                    ep_time = max(r["epoch_time_s"] for r in per_rank)
-                    sent = sum(r["bytes_sent"] for r in per_rank)
-                    line = dict(epoch=epoch, loss=rec["loss"], epoch_time_s=ep_time, bytes_sent=sent,
-                                bytes_recv=sum(r["bytes_recv"] for r in per_rank),
-                                rank_compute_s=[r["compute_s"] for r in per_rank],
-                                rank_blocked_s=[r["blocked_s"] for r in per_rank],
-                                rank_comm_s=[r["comm_s"] for r in per_rank],
-                                rank_overlap=[r["overlap"] for r in per_rank],
-                                rank_allreduce_s=[r["allreduce_s"] for r in per_rank],
-                                rank_bytes_sent=[r["bytes_sent"] for r in per_rank],
-                                rank_bytes_recv=[r["bytes_recv"] for r in per_rank],
-                                rank_messages=[r["messages"] for r in per_rank],
-                                rank_rss_bytes=[r["rss_bytes"] for r in per_rank], **accs)
-                    metrics.write(line)
-                    if bar is not None:
-                        post = dict(loss=f"{rec['loss']:.4f}")
-                        if accs:
-                            post.update(val=f"{accs['val_acc']:.3f}", best=f"{best['val_acc']:.3f}")
-                        bar.set_postfix(post, refresh=False)
-                        bar.update(1)
-                stop = bool(cfg.patience and since_best >= cfg.patience)
-                if (any(rec["signal_ranks"]) or rec["time_up_ranks"]) and epoch < cfg.epochs and not stop:
-                    # a signal or the time limit on some rank: all stop here (an early stop in this epoch wins: the
-                    # run ends with its outputs, as an unsignalled one does)
-                    self.checkpoint(run_dir, epoch, best, since_best, last_loss)
-                    reason = self._stop_reason(rec["signal_ranks"])
-                    log.info("stopping after epoch %d: %s; checkpoint written", epoch, reason)
-                    return dict(stopped=True, epoch=epoch, reason=reason)
-                if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0 and epoch != cfg.epochs and not stop:
-                    self.checkpoint(run_dir, epoch, best, since_best, last_loss)
-                if stop:
-                    log.info("early stop at epoch %d: no better validation accuracy in %d evaluations",
-                             epoch, cfg.patience)
-                    break
-            self.checkpoint(run_dir, epoch, best, since_best, last_loss)
+            epoch, stopped = self._train_epochs(run_dir, sel, metrics, bar, epoch if done else cfg.epochs)
+            if stopped is not None:
+                return stopped
+            self.checkpoint(run_dir, epoch, sel.best, sel.since_best, sel.last_loss)
         finally:
             if bar is not None:
                 bar.close()
             if metrics is not None:
                 metrics.close()
-        best = last or best
+        return self._write_outputs(run_dir, epoch, sel)
+
+    def _progress_bar(self):
+        """Rank 0's progress bar (with ``cfg.progress``), at the resumed epoch; None elsewhere."""
+        if self.comm.rank != 0 or not self.cfg.progress:
+            return None
+        from tqdm import tqdm
+        bar = tqdm(total=self.cfg.epochs, desc=f"g3-train {self.cfg.model} P={self.comm.size}", unit="epoch",
+                   leave=True)
+        if self.resumed is not None:
+            bar.update(self.start_epoch - 1)
+        return bar
+
+    def _patience_spent(self, sel: "_Selection") -> bool:
+        return bool(self.cfg.patience and sel.since_best >= self.cfg.patience)
+
+    def _train_epochs(self, run_dir: Path, sel: "_Selection", metrics, bar, end: int) -> tuple[int, dict | None]:
+        """Epochs ``start_epoch`` .. ``end`` (fewer on an early stop): (the last epoch trained, or ``start_epoch -
+        1`` for none; None, or the result of :meth:`fit` when a signal or the time limit stopped the run)."""
+        cfg = self.cfg
+        epoch = self.start_epoch - 1
+        for epoch in range(self.start_epoch, end + 1):
+            rec = self.train_step(epoch)
+            sel.last_loss = rec["loss"]
+            accs = self._evaluate_epoch(epoch, sel)
+            per_rank = self._gather_epoch_figures(rec)
+            if self.comm.rank == 0:
+                metrics.write(self._metrics_line(epoch, rec, per_rank, accs))
+                if bar is not None:
+                    post = dict(loss=f"{rec['loss']:.4f}")
+                    if accs:
+                        post.update(val=f"{accs['val_acc']:.3f}", best=f"{sel.best['val_acc']:.3f}")
+                    bar.set_postfix(post, refresh=False)
+                    bar.update(1)
+            stop = self._patience_spent(sel)
+            if (any(rec["signal_ranks"]) or rec["time_up_ranks"]) and epoch < cfg.epochs and not stop:
+                # a signal or the time limit on some rank: all stop here (an early stop in this epoch wins: the
+                # run ends with its outputs, as an unsignalled one does)
+                self.checkpoint(run_dir, epoch, sel.best, sel.since_best, sel.last_loss)
+                reason = self._stop_reason(rec["signal_ranks"])
+                log.info("stopping after epoch %d: %s; checkpoint written", epoch, reason)
+                return epoch, dict(stopped=True, epoch=epoch, reason=reason)
+            if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0 and epoch != cfg.epochs and not stop:
+                self.checkpoint(run_dir, epoch, sel.best, sel.since_best, sel.last_loss)
+            if stop:
+                log.info("early stop at epoch %d: no better validation accuracy in %d evaluations",
+                         epoch, cfg.patience)
+                break
+        return epoch, None
+
+    def _evaluate_epoch(self, epoch: int, sel: "_Selection") -> dict:
+        """The accuracies after ``epoch`` when it is evaluated (every ``eval_every`` epochs and the last), else {};
+        the model selection ``sel`` updated."""
+        cfg = self.cfg
+        if epoch % cfg.eval_every and epoch != cfg.epochs:
+            return {}
+        accs = self.evaluate()
+        this = self._if_better(accs, sel.best, epoch)
+        if epoch % cfg.eval_every:
+            # off the grid: it competes for the outputs but stays out of the selection state that the checkpoint
+            # keeps, so a run resumed to more epochs selects as a straight run does
+            sel.last = this
+        elif this is not None:
+            sel.best, sel.since_best = this, 0
+        else:
+            sel.since_best += 1
+        return accs
+
+    @staticmethod
+    def _metrics_line(epoch: int, rec: dict, per_rank: list, accs: dict) -> dict:
+        """metrics.jsonl's record of an epoch: the loss, the slowest rank's time, every rank's figures."""
+        return dict(epoch=epoch, loss=rec["loss"], epoch_time_s=max(r["epoch_time_s"] for r in per_rank),
+                    bytes_sent=sum(r["bytes_sent"] for r in per_rank),
+                    bytes_recv=sum(r["bytes_recv"] for r in per_rank),
+                    rank_compute_s=[r["compute_s"] for r in per_rank],
+                    rank_blocked_s=[r["blocked_s"] for r in per_rank],
+                    rank_comm_s=[r["comm_s"] for r in per_rank],
+                    rank_overlap=[r["overlap"] for r in per_rank],
+                    rank_allreduce_s=[r["allreduce_s"] for r in per_rank],
+                    rank_bytes_sent=[r["bytes_sent"] for r in per_rank],
+                    rank_bytes_recv=[r["bytes_recv"] for r in per_rank],
+                    rank_messages=[r["messages"] for r in per_rank],
+                    rank_rss_bytes=[r["rss_bytes"] for r in per_rank], **accs)
+
+    def _write_outputs(self, run_dir: Path, epoch: int, sel: "_Selection") -> dict:
+        """The outputs of a finished run from its best model: predictions.h5 (every rank its rows), the timeline,
+        then on rank 0 model.pt, the plots and summary.json. Returns the summary on rank 0, {} elsewhere."""
+        cfg, comm = self.cfg, self.comm
+        best = sel.last or sel.best
         if best["state"] is not None:
             self.model.load_state_dict(best["state"])
         logits = self.logits().numpy()
@@ -468,15 +432,22 @@ class Trainer:
         write_predictions(comm, run_dir / "predictions.h5", self.part.orig_ids, logits, self.part.num_nodes,
                           attrs=dict(model=cfg.model, best_epoch=best["epoch"], partition_id=self.part.partition_id),
                           watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
-        peaks = np.empty(comm.size, dtype=np.int64) if rank == 0 else None
+        peaks = np.empty(comm.size, dtype=np.int64) if comm.rank == 0 else None
         self.watchdog.gather(np.array([peak_rss_bytes()], dtype=np.int64), peaks, 0, "peak memory gather")
         # with the other outputs of a finished run (a stopped one writes only its checkpoint)
         self._write_timeline(run_dir)
-        if rank != 0:
+        if comm.rank != 0:
             return {}
         save_state_dict(run_dir / "model.pt", self.model.state_dict())
         if cfg.plots:   # before summary.json: a run without its plots is not finished (--resume draws them)
             plot_run(run_dir, best_epoch=best["epoch"])
+        summary = self._summary(run_dir, epoch, best, sel.last_loss, peaks)
+        write_json_atomic(run_dir / "summary.json", summary)
+        return summary
+
+    def _summary(self, run_dir: Path, epoch: int, best: dict, last_loss, peaks: np.ndarray) -> dict:
+        """summary.json of a finished run (rank 0)."""
+        cfg, comm = self.cfg, self.comm
         # the timings of every epoch of the run, also those of the jobs before a --resume (metrics.jsonl)
         try:
             timings = run_timings(read_metrics(run_dir / "metrics.jsonl"))
@@ -494,8 +465,13 @@ class Trainer:
             schedule=cfg.schedule, sim_net=cfg.sim_net or None, valid=exact, split_sizes=self.split_sizes)
         if not exact:
             summary["invalid_reason"] = "schedule nocomm skips the halo exchange: timings only, results are wrong"
-        write_json_atomic(run_dir / "summary.json", summary)
         return summary
+
+    # -- what the bench reads and switches -------------------------------------------------------------------------
+    def use_schedule(self, mode: str) -> None:
+        """Run the passes from now on under the schedule ``mode`` (of ``g3mpi.sched.MODES``), same chunk rule: the
+        bench's variants of one design share one trainer."""
+        self.graph.schedule = Schedule(mode, self.cfg.chunk_rows)
 
     def close(self) -> None:
         """Free the halo exchanges and remove the gradient hooks from the model's parameters."""
@@ -503,91 +479,15 @@ class Trainer:
         self.ctx.free()
 
 
-def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None, resume_eval_every: int | None = None,
-                    watchdog: Watchdog | None = None, lock: RunLock | None = None) -> tuple[Path | None, str | None]:
-    """Rank 0 creates the run directory (refusing a non-empty one without ``force``) and writes config.toml.
-    With ``resume_epoch`` (``--resume``) the directory is kept and metrics.jsonl is cut back to that epoch (the
-    accuracies of an off-grid last epoch go too, under the ``--eval-every`` of the run that wrote them, when the
-    resumed run trains further). Either way the temporary files of writes a crash interrupted (``.NAME.*.tmp``,
-    possibly a whole checkpoint's size) go. Rank 0 takes ``lock`` (a :class:`RunLock`, held by the caller until
-    the run ends) before it changes anything there: a directory another run is using is refused. ``watchdog`` (on
-    ``comm``) bounds the other ranks' wait for rank 0. Returns (path, error) identically on every rank."""
-    err = None
-    out = Path(cfg.out)
-    if comm.rank == 0:
-        try:
-            if resume_epoch is not None:
-                if lock is not None:
-                    lock.acquire(out)
-                _remove_interrupted_writes(out)
-                grid = (resume_eval_every or cfg.eval_every) if cfg.epochs > resume_epoch else 1
-                rewind_metrics(out / "metrics.jsonl", resume_epoch, grid)
-                write_text_atomic(out / "config.toml", _saved_config(cfg))
-            else:
-                _create_run_dir(cfg, out, lock)
-        except OSError as e:   # making the directory, its lock, removing old files: the file and the system's words
-            err = f"{e.filename or out}: cannot be written: {failure_reason(e)}"
-        except (ValueError, OutputError, RunDirBusy) as e:
-            err = str(e)
-        except Exception as e:  # noqa: BLE001 - the other ranks wait for rank 0's word below: never leave them waiting
-            err = f"{out}: preparing the run directory failed: {type(e).__name__}: {e}"
-    err = (watchdog or Watchdog(comm, 0)).bcast_text(err, 0, "start-up step 'run directory' (rank 0 prepares it)")
-    return (None if err else out), err
+class _Selection:
+    """The best-model selection of a run: the best evaluation on the ``--eval-every`` grid (accuracies, epoch, a
+    copy of the parameters), the evaluations since it, the last loss (what a checkpoint keeps, restored from
+    ``resumed``), and the off-grid last evaluation when it beat the best (``last``, which the outputs prefer)."""
 
-
-def _create_run_dir(cfg: TrainConfig, out: Path, lock: RunLock | None = None) -> None:
-    if not cfg.out:
-        raise ValueError("no run directory given (--out)")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{out}: exists and is not a directory")
-    if _occupied(out) and not cfg.force:   # (refused before the lock: nothing is written into another's directory)
-        raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
-    out.mkdir(parents=True, exist_ok=True)  # runs/NAME works in a fresh directory, as the launchers' default
-    if lock is not None:
-        lock.acquire(out)
-    if _occupied(out):   # looked at again under the lock: a run started at the same time may have written here
-        if not cfg.force:
-            raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
-        _check_replaceable(out)
-        for name in RUN_FILES:
-            (out / name).unlink(missing_ok=True)
-        _remove_interrupted_writes(out)
-    write_text_atomic(out / "config.toml", _saved_config(cfg))
-
-
-def _occupied(out: Path) -> bool:
-    """A directory with anything in it but a lock file (the one a run that was killed leaves behind)."""
-    return out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir())
-
-
-def _check_replaceable(out: Path) -> None:
-    """ValueError unless ``--force`` may remove the run files in the non-empty directory ``out``: none there, or
-    a run directory's (its config.toml, written first, reads as g3-train's). A file of the user's that bears one
-    of their names (a config.toml, a model.pt) in a directory that ``--out`` named by mistake is kept."""
-    present = [name for name in RUN_FILES if os.path.lexists(out / name)]
-    if not present:
-        return
-    try:
-        config_from(str(out / "config.toml"))
-        return
-    except ConfigError:
-        why = "its config.toml is not g3-train's" if "config.toml" in present else "it has no config.toml"
-    raise ValueError(f"{out}: not a run directory ({why}) but holds {', '.join(present)}: not replaced, even with "
-                     f"--force (remove them yourself or choose another --out)")
-
-
-def _remove_interrupted_writes(out: Path) -> None:
-    """The temporary files (``.NAME.*.tmp``) that writes of the run directory's files left when a crash cut them."""
-    for name in RUN_FILES:
-        for tmp in out.glob(f".{name}.*tmp"):
-            tmp.unlink(missing_ok=True)
-
-
-def _saved_config(cfg: TrainConfig) -> str:
-    """RUN/config.toml: the resolved settings, the partition directory (and ``init_from``) as an absolute path, so
-    that ``--resume RUN`` (and ``--config RUN/config.toml``) work from any working directory, e.g. a batch job's.
-    ``force`` is saved off: it was this command's permission to replace a directory, and a rerun with ``--config
-    RUN/config.toml --out OTHER`` must not replace OTHER unless it says so. ``time_limit`` is saved off too: it
-    was this job's allocation (a resumed run gets its own from its launcher, G3_TIMEOUT, or ``--time-limit``)."""
-    return to_toml(cfg.replace(parts=str(Path(cfg.parts).resolve()), force=False, time_limit=0.0,
-                               init_from=str(Path(cfg.init_from).resolve()) if cfg.init_from else ""))
+    def __init__(self, resumed: dict | None = None):
+        self.best = dict(val_acc=-1.0, epoch=0, state=None, accs={})
+        self.since_best, self.last_loss, self.last = 0, None, None
+        if resumed is not None:
+            b = resumed["best"]
+            self.best = dict(val_acc=b["val_acc"], epoch=b["epoch"], state=b["state"], accs=b["accs"])
+            self.since_best, self.last_loss = resumed["since_best"], resumed["last_loss"]

@@ -1,0 +1,282 @@
+"""Start-up of a training rank: its part loaded and checked against the other ranks', then its trainer built.
+
+Every rank runs the same steps in the same order. After each step that can fail on some ranks only, the ranks
+agree (:meth:`Protocol.agree`: one text allgather of their errors) before any rank goes on to the next
+collective, so that a failure anywhere stops every rank at the same step, each with one line
+(``g3-train: error: [rank r] ...``: its own error, or which ranks failed) and a non-zero exit, never a hang:
+
+1. the configuration check (:func:`config_check`), every rank's first collective, once its command line is read;
+2. ``part files``: meta.json and the rank's own part (:func:`read_rank_part`, which the bench's worker uses too);
+3. ``halo lists``: each neighbour sends the rows this rank expects (:mod:`g3mpi.comm.consistency`);
+4. ``split sizes``: the graph's training, validation and test counts, and that the parts own every node ID
+   exactly once (:func:`start_up_sums`, which the bench's worker uses too);
+5. ``checkpoint`` (``--resume``) or ``initial model`` (``--init-from``): read and checked against the settings;
+6. the trainer built, then the checkpoint's states or the initial parameters checked against its model.
+
+A failure inside a collective, where other ranks may wait, ends the job at once (``abort_job``) instead. Every
+wait has the watchdog's deadline (``--comm-timeout``): a rank that never arrives ends the job naming the step.
+"""
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+from g3mpi.comm.abort import abort_job, write_line
+from g3mpi.comm.consistency import check_neighbours
+from g3mpi.comm.watchdog import Watchdog
+from g3mpi.format import FormatError, part_name, read_meta, read_part
+from g3mpi.format.partition import id_checksum, range_checksum
+from g3mpi.log import node_name
+from g3mpi.nn.model import LAYERS
+
+from .checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, check_restorable, load_checkpoint,
+                         load_model_state, state_mismatch)
+from .config import TrainConfig, settings_without_effect
+from .faults import TestHooks
+from .rundir import SPLITS
+from .trainer import Trainer
+
+PROG = "g3-train"
+log = logging.getLogger("g3mpi")
+#: what the start-up sums found when two parts own the same original node ID
+IDS_NOT_ONCE = ("the parts do not own every original node ID exactly once (two parts own the same node; "
+                "g3-inspect names the part whose IDs disagree with node_map.h5)")
+
+
+class StartupFailed(Exception):
+    """Start-up stopped on this rank, its line out (and, but after an abort, every other rank's): exit ``code``."""
+
+    def __init__(self, code: int = 1):
+        super().__init__(code)
+        self.code = code
+
+
+class Protocol:
+    """One rank's lines and agreements at start-up (and at the end of a run), on the ``watchdog``'s communicator
+    and with its deadline."""
+
+    def __init__(self, watchdog: Watchdog, prog: str = PROG):
+        self.watchdog, self.comm, self.prog = watchdog, watchdog.comm, prog
+
+    def line(self, msg: str) -> str:
+        return f"{self.prog}: error: [rank {self.comm.rank}] {msg}"
+
+    def error(self, msg: str) -> None:
+        write_line(self.line(msg))
+
+    def agree(self, err: str | None, what: str, check: str) -> None:
+        """Every rank learns whether any rank failed (``err``: this rank's error or None); unless all succeeded,
+        each prints one line (its own ``err``, or that other ranks ``what``) and :class:`StartupFailed` is raised
+        on every rank. The waits name the start-up ``check``."""
+        errs = self.watchdog.allgather_text(err, f"start-up check {check!r}")
+        if not any(errs):
+            return
+        if err:
+            self.error(err)
+        else:
+            self.error(f"stopping: rank(s) {[r for r, e in enumerate(errs) if e]} {what}")
+        self.all_out(f"start-up check {check!r}")
+
+    def all_out(self, what: str) -> None:
+        """Every rank's line is out before any rank exits (under ``python -m mpi4py`` the first non-zero exit
+        aborts the rest): a barrier, then :class:`StartupFailed`."""
+        self.watchdog.barrier(f"{what} (every rank's line is out before the job ends)")
+        raise StartupFailed(1)
+
+    def abort(self, msg: str) -> None:
+        """End the job from this rank alone (a failure where the other ranks may wait in a collective)."""
+        abort_job(self.comm, self.line(msg))
+        raise StartupFailed(1)
+
+
+def config_check(comm, err: str | None, timeout: float, own_world: bool, failed_wait_s: float,
+                 prog: str = PROG) -> bool:
+    """Every rank's first collective, once it has read its command line and configuration (``err``: why it could
+    not, or None): True if every rank could. Else every rank has printed one line, its own error or which ranks
+    failed, and on its own COMM_WORLD finalized MPI, so that no rank's exit cuts another's line off (under
+    ``python -m mpi4py`` the first non-zero exit aborts the job); the caller then exits with status 2. A rank that
+    failed waits at most ``failed_wait_s`` for the others (they may still be importing torch on a busy node), then
+    ends the job alone; one that did not waits as at the other start-up checks (``timeout``: --comm-timeout)."""
+    def error(msg):
+        write_line(f"{prog}: error: [rank {comm.rank}] {msg}")
+    if err:
+        error(err)   # first: the line stands whatever the other ranks do
+    failed = np.zeros(comm.size, dtype=np.uint8)
+    req = comm.Iallgather(np.array([err is not None], dtype=np.uint8), failed)
+    wd = (Watchdog(comm, failed_wait_s, prog=prog, limit="the configuration check's limit", code=2) if err
+          else Watchdog(comm, timeout, prog=prog))
+    wd.wait_collective([req], "configuration check")
+    if not failed.any():
+        return True
+    if not err:
+        error(f"stopping: rank(s) {np.flatnonzero(failed).tolist()} could not read the command line or the "
+              "configuration")
+    if own_world:
+        MPI.Finalize()
+    return False
+
+
+def read_rank_part(parts: str, comm, verify: bool = True):
+    """(meta.json, this rank's part) of the partition directory ``parts``; FormatError (naming the file) when it
+    has not one part per rank of ``comm`` or the part is bad."""
+    meta = read_meta(parts)
+    if meta["num_parts"] != comm.size:
+        raise FormatError(f"{parts}/meta.json",
+                          f"the partition has {meta['num_parts']} parts but {comm.size} "
+                          f"{'rank was' if comm.size == 1 else 'ranks were'} started "
+                          f"(run with mpiexec -n {meta['num_parts']})")
+    return meta, read_part(parts, comm.rank, meta, verify=verify)
+
+
+def start_up_sums(part, watchdog: Watchdog) -> tuple[dict, bool]:
+    """What the ranks learn together at start-up, in one ``Allreduce`` (every rank calls it): the number of
+    training, validation and test nodes of the whole graph (``{"train": ..., "val": ..., "test": ...}``), and
+    whether the parts own every original node ID exactly once. Each part checks its own IDs on load (in range,
+    strictly increasing); that no two parts own the same ID is the sum of the parts'
+    :func:`~g3mpi.format.partition.id_checksum` against that of ``range(N)``, whose share each rank computes: that
+    of its own new-ID range, as long as its original IDs (the new ranges of the parts tile ``range(N)``), so a
+    rank's work is O(owned), whatever N is."""
+    ids = (id_checksum(part.orig_ids) - range_checksum(part.owned_start, part.owned_end)) % (1 << 64)
+    sums = np.array([int(getattr(part, f"{s}_mask").sum()) for s in SPLITS] + [ids], dtype=np.uint64)
+    watchdog.allreduce(sums, what="start-up check 'split sizes'")   # (uint64 sums wrap: the checksum's modulus)
+    return dict(zip(SPLITS, map(int, sums[:len(SPLITS)]))), int(sums[-1]) == 0
+
+
+def model_args(cfg: TrainConfig) -> str:
+    """The settings that shape the model's parameters, as options (for messages)."""
+    heads = f" --heads {cfg.heads} --out-heads {cfg.out_heads}" if LAYERS[cfg.model].attention else ""
+    return f"--model {cfg.model} --layers {cfg.layers} --hidden {cfg.hidden}{heads}"
+
+
+def failure(what: str, e: BaseException, cfg: TrainConfig, part) -> str:
+    """The line for an unexpected failure while ``what`` ran: for memory that could not be allocated (torch says
+    so in a RuntimeError) what was asked for and of which model, else the traceback."""
+    text = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+    if isinstance(e, MemoryError) or "can't allocate memory" in text:
+        return (f"{what} ran out of memory ({model_args(cfg)}, {part.num_classes} classes, {part.num_owned} "
+                f"owned and {part.num_halo} halo nodes of {part.feature_dim} features on this rank): "
+                f"{type(e).__name__}: {text}")
+    return f"{what} failed:\n{traceback.format_exc()}"
+
+
+@dataclass
+class Started:
+    """A rank ready to train: its trainer (restored or started from the given parameters by the caller), part,
+    meta.json, test hooks, and the checkpoint (``--resume``) and initial parameters (``--init-from``) it has."""
+    trainer: Trainer
+    part: object
+    meta: dict
+    hooks: TestHooks
+    ckpt: dict | None
+    init: dict | None
+
+
+def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None) -> Started:
+    """Steps 2 to 6 (the module's list) for g3-train: :class:`StartupFailed` on every rank when one fails.
+    ``stop``: the run's :class:`~g3mpi.train.stop.StopSignals`; ``resume``: the run directory to continue."""
+    part, meta, hooks = _load_part(proto, cfg)
+    hooks.stall_at("startup")
+    _check_halo(proto, cfg, part)
+    split_sizes = _split_sizes(proto, cfg, part)
+    ckpt = _read_checkpoint(proto, cfg, meta, resume) if resume else None
+    init = _read_initial(proto, cfg) if cfg.init_from and not resume else None   # (a resumed run's: its checkpoint)
+    log.info("part %d on node %s: %d owned, %d halo, %d local edges; model %s", part.part_id, node_name(),
+             part.num_owned, part.num_halo, int(part.indptr[-1]), cfg.model)
+    # the model is built before the run directory is made, so that parameters that do not fit it leave no run
+    try:
+        trainer = Trainer(cfg, proto.comm, part, meta, split_sizes, stop=stop, watchdog=proto.watchdog, hooks=hooks)
+    except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
+        proto.abort(failure("setting up training", e, cfg, part))
+    try:
+        _check_fit(proto, cfg, part, trainer, ckpt, init, resume)
+    except StartupFailed:
+        trainer.close()
+        raise
+    return Started(trainer, part, meta, hooks, ckpt, init)
+
+
+def _load_part(proto: Protocol, cfg: TrainConfig):
+    """Step 2: (part, meta, test hooks) of this rank, agreed on by every rank before any exchange starts."""
+    err, part, meta, hooks = None, None, None, None
+    try:
+        hooks = TestHooks.from_env(proto.comm.rank)
+        meta, part = read_rank_part(cfg.parts, proto.comm, cfg.verify)
+    except FormatError as e:
+        err = str(e)
+    except Exception as e:  # noqa: BLE001 - any load failure must reach every rank
+        err = f"{type(e).__name__}: {e}"
+    proto.agree(err, "failed to load their part", "part files")
+    return part, meta, hooks
+
+
+def _check_halo(proto: Protocol, cfg: TrainConfig, part) -> None:
+    """Step 3: halo/send consistency with every neighbour (a pairwise exchange of counts and ID checksums)."""
+    comm = proto.comm
+    try:
+        err = check_neighbours(comm, part, name_of=part_name, watchdog=proto.watchdog)
+        err = err and f"{cfg.parts.rstrip('/')}/{part_name(comm.rank)}: {err}"
+    except Exception:  # noqa: BLE001 - failed inside its collectives: the others may wait there, so no agree
+        proto.abort("checking the halo against the neighbours failed:\n" + traceback.format_exc())
+    proto.agree(err, "found their halo inconsistent with a neighbour", "halo lists")
+
+
+def _split_sizes(proto: Protocol, cfg: TrainConfig, part) -> dict:
+    """Step 4: the split sizes of the whole graph, which has training nodes and every node ID owned once (every
+    rank has the same sums, so every rank says the same line and none waits for another)."""
+    split_sizes, ids_once = start_up_sums(part, proto.watchdog)
+    err = None if ids_once else f"{cfg.parts}: {IDS_NOT_ONCE}"
+    if not split_sizes["train"]:  # before the run directory is made: nothing to train on
+        err = err or (f"{cfg.parts}: the graph has no training nodes (no labels, or an empty train mask; "
+                      "g3-prepare edgelist takes them with --labels and --masks)")
+    if err:
+        proto.error(err)
+        proto.all_out("start-up check 'split sizes'")
+    return split_sizes
+
+
+def _read_checkpoint(proto: Protocol, cfg: TrainConfig, meta: dict, resume: str) -> dict:
+    """Step 5 of ``--resume``: RUN/checkpoint.pt, compatible with the settings and the partition."""
+    err, ckpt = None, None
+    try:
+        ckpt = load_checkpoint(f"{resume}/{CHECKPOINT_NAME}")
+        check_compatible(f"{resume}/{CHECKPOINT_NAME}", ckpt, cfg, meta,
+                         finished=Path(resume, "summary.json").exists(),
+                         idle=settings_without_effect(cfg, world_size=proto.comm.size, resuming=True))
+    except CheckpointError as e:
+        err = str(e)
+    proto.agree(err, "could not resume from the checkpoint", "checkpoint")
+    return ckpt
+
+
+def _read_initial(proto: Protocol, cfg: TrainConfig) -> dict:
+    """Step 5 of ``--init-from``: the initial parameters."""
+    err, init = None, None
+    try:
+        init = load_model_state(cfg.init_from)
+    except CheckpointError as e:
+        err = str(e)
+    proto.agree(err, "could not read the initial model", "initial model")
+    return init
+
+
+def _check_fit(proto: Protocol, cfg: TrainConfig, part, trainer: Trainer, ckpt, init, resume) -> None:
+    """Step 6: the checkpoint's states, or the initial parameters (then loaded), fit the trainer's model (every
+    rank holds the same ones)."""
+    if ckpt is not None:
+        err = None
+        try:
+            check_restorable(f"{resume}/{CHECKPOINT_NAME}", ckpt, trainer.model, trainer.opt)
+        except CheckpointError as e:
+            err = str(e)
+        proto.agree(err, "could not resume from the checkpoint", "checkpoint")
+    if init is not None:
+        why = state_mismatch(init, trainer.model.state_dict())
+        err = why and (f"{cfg.init_from}: its parameters do not fit this model ({model_args(cfg)}, "
+                       f"{part.feature_dim} features, {part.num_classes} classes): {why}")
+        proto.agree(err, "could not start from the initial model", "initial model")
+        trainer.start_from(init)
