@@ -33,7 +33,10 @@ echo "== working directory $WORK"
 
 importable() { "$G3_PY" -c "import $1" >/dev/null 2>&1; }
 for m in data_tools.prepare data_tools.partition data_tools.inspection g3mpi.cli.train; do
-    importable "$m" || { echo "quickstart: error: $m is not available in this checkout (python -c 'import $m' fails)" >&2; exit 1; }
+    importable "$m" || {
+        echo "quickstart: error: $m is not available in this checkout (python -c 'import $m' fails)" >&2
+        exit 1
+    }
 done
 
 declare -A took
@@ -53,7 +56,8 @@ else
     stage prepare bash "$REPO/jobs/mpirun/prepare.sh" -t "$THREADS" -- \
         sbm --nodes "$NODES" --classes 8 --feature-dim 64 --seed 0 --out graph.h5
 fi
-if [[ -f parts/meta.json ]] && [[ parts/meta.json -nt graph.h5 ]] && "$G3_PY" -m data_tools.inspection parts >/dev/null 2>&1 &&
+if [[ -f parts/meta.json ]] && [[ parts/meta.json -nt graph.h5 ]] &&
+    "$G3_PY" -m data_tools.inspection parts >/dev/null 2>&1 &&
     [[ $("$G3_PY" -c 'import json; print(json.load(open("parts/meta.json"))["num_parts"])') == "$RANKS" ]]; then
     echo "== reusing $WORK/parts (delete it to repartition)"
 else
@@ -76,7 +80,8 @@ def show(prefix, d):
     for k, v in d.items():
         if isinstance(v, dict):
             show(f"{prefix}{k}.", v)
-        elif k.endswith("acc") or "time" in k or "seconds" in k or k.endswith("_s") or k in ("epochs", "world_size", "model"):
+        elif (k.endswith("acc") or "time" in k or "seconds" in k or k.endswith("_s")
+              or k in ("epochs", "world_size", "model")):
             print(f"   {prefix}{k}: {v:.4f}" if isinstance(v, float) else f"   {prefix}{k}: {v}")
 show("", s)
 EOF

@@ -6,7 +6,8 @@
 # Creates or reuses a virtual environment (G3_VENV, default .venv in the repository), installs torch==2.13.0
 # first and then the package with its test extra, installs the Debian packages some tests need when it can
 # (root and apt-get: slurm-wlm and munge for the SLURM tests, hdf5-tools for h5ls; otherwise those tests skip and
-# say why, or fail under G3_NO_SKIP=1 as in .ci/run), and runs pytest. Multi-rank tests start `mpiexec -n N` from the venv (the pip MPICH).
+# say why, or fail under G3_NO_SKIP=1 as in .ci/run), and runs pytest. Multi-rank tests start `mpiexec -n N` from
+# the venv (the pip MPICH).
 # Exit status: pytest's, except that "no tests collected" (pytest's 5) is a failure too.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

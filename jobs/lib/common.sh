@@ -124,7 +124,8 @@ g3_check_settings() {
     local v
     for v in G3_TIMEOUT G3_KILL_AFTER; do
         if [[ -n ${!v:-} ]] && ! [[ ${!v} =~ ^([0-9]+(\.[0-9]*)?|\.[0-9]+)[smhd]?$ ]]; then
-            g3_die "$v must be a duration for timeout(1) (a number with an optional unit s, m, h or d, e.g. 90m), got '${!v}'"
+            g3_die "$v must be a duration for timeout(1) (a number with an optional unit s, m, h or d, e.g. 90m)," \
+                "got '${!v}'"
         fi
     done
 }
@@ -159,7 +160,8 @@ g3_setup_env() {
         G3_PY=$(command -v python3 || true)
     fi
     if [[ -z $G3_PY ]] || ! command -v "$G3_PY" >/dev/null 2>&1; then
-        g3_die "no Python found at '${G3_PY:-python3}' (set G3_PYTHON or G3_VENV, or put the environment with g3mpi on PATH)"
+        g3_die "no Python found at '${G3_PY:-python3}' (set G3_PYTHON or G3_VENV, or put the environment with g3mpi" \
+            "on PATH)"
     fi
     G3_THREADS=${G3_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
     g3_positive G3_THREADS "$G3_THREADS"
@@ -169,7 +171,8 @@ g3_setup_env() {
 
 g3_launcher() {
     if [[ -n ${G3_LAUNCHER:-} ]]; then
-        [[ $G3_LAUNCHER == srun || $G3_LAUNCHER == mpiexec ]] || g3_die "G3_LAUNCHER must be srun or mpiexec, got '$G3_LAUNCHER'"
+        [[ $G3_LAUNCHER == srun || $G3_LAUNCHER == mpiexec ]] ||
+            g3_die "G3_LAUNCHER must be srun or mpiexec, got '$G3_LAUNCHER'"
         echo "$G3_LAUNCHER"
     elif g3_in_slurm; then
         echo srun
@@ -286,15 +289,23 @@ if c.rank == 0:
         $1 == "g3-probe" { lines++; if ($3 != n) bad++; seen[$2]++; size = $3 }
         END {
             dup = 0; for (r = 0; r < n; r++) if (seen[r] != 1) dup++
+            note = ""
+            if (lines > 0 && size == 1 && n > 1)
+                note = " (singletons: the launcher did not wire the ranks into one MPI world)"
             if (lines == n && bad == 0 && dup == 0) print "ok"
             else printf "expected %d ranks of one world of size %d, got %d processes reporting world size %s%s\n",
-                        n, n, lines, (lines ? size : "?"), (lines > 0 && size == 1 && n > 1 ? " (singletons: the launcher did not wire the ranks into one MPI world)" : "")
+                        n, n, lines, (lines ? size : "?"), note
         }')
     if [[ $verdict != ok ]]; then
         printf '%s\n' "$out" >&2
-        g3_die "MPI world size mismatch: $verdict. Under SLURM use srun --mpi=pmi2 for the pip MPICH (G3_SRUN_MPI; 'srun --mpi=list' shows the plugins) or G3_LAUNCHER=mpiexec; with mpiexec, use the one of the MPI that mpi4py was built against (G3_MPIEXEC)"
+        g3_die "MPI world size mismatch: $verdict. Under SLURM use srun --mpi=pmi2 for the pip MPICH" \
+            "(G3_SRUN_MPI; 'srun --mpi=list' shows the plugins) or G3_LAUNCHER=mpiexec; with mpiexec, use the one" \
+            "of the MPI that mpi4py was built against (G3_MPIEXEC)"
     fi
-    g3_log "MPI world check passed: $n ranks, one world of size $n ($(printf '%s\n' "$out" | awk '$1 == "g3-probe" { h[$4]++ } END { for (k in h) printf "%s%s:%d", (c++ ? " " : ""), k, h[k] }'))"
+    local per_node
+    per_node=$(printf '%s\n' "$out" |
+        awk '$1 == "g3-probe" { h[$4]++ } END { for (k in h) printf "%s%s:%d", (c++ ? " " : ""), k, h[k] }')
+    g3_log "MPI world check passed: $n ranks, one world of size $n ($per_node)"
 }
 
 # g3_check_module MODULE: the stage's module is importable by $G3_PY (before any rank starts)
@@ -306,13 +317,15 @@ try:
 except ImportError:
     ok = False
 sys.exit(0 if ok else 1)' "$1" ||
-        g3_die "$1 is not importable by $G3_PY: install g3mpi in that environment (pip install -e .) or choose another with G3_VENV / G3_PYTHON"
+        g3_die "$1 is not importable by $G3_PY: install g3mpi in that environment (pip install -e .) or choose" \
+            "another with G3_VENV / G3_PYTHON"
 }
 
 # g3_part_count DIR: num_parts from DIR/meta.json (the partition format of docs/FORMAT.md)
 g3_part_count() {
     local dir=$1
-    [[ -f $dir/meta.json ]] || g3_die "$dir/meta.json: no such file (is the partition directory on a filesystem every node sees?)"
+    [[ -f $dir/meta.json ]] ||
+        g3_die "$dir/meta.json: no such file (is the partition directory on a filesystem every node sees?)"
     "$G3_PY" -c 'import json, sys
 try:
     meta = json.load(open(sys.argv[1]))
@@ -325,7 +338,9 @@ print(n)' "$dir/meta.json" || g3_die "$dir/meta.json: unreadable partition metad
 # g3_seconds DURATION: a timeout(1) duration (a number with an optional unit s, m, h or d) in seconds
 g3_seconds() {
     awk -v d="$1" 'BEGIN { u = substr(d, length(d)); n = d; f = 1
-        if (u == "s" || u == "m" || u == "h" || u == "d") { n = substr(d, 1, length(d) - 1); f = (u == "m") ? 60 : (u == "h") ? 3600 : (u == "d") ? 86400 : 1 }
+        if (u == "s" || u == "m" || u == "h" || u == "d") {
+            n = substr(d, 1, length(d) - 1); f = (u == "m") ? 60 : (u == "h") ? 3600 : (u == "d") ? 86400 : 1
+        }
         printf "%g\n", n * f }'
 }
 
@@ -508,7 +523,8 @@ g3_stage() {
         if ! g3_flag G3_DRY_RUN 0; then
             num_parts=$(g3_part_count "$parts") || exit 1
             ((num_parts == n)) ||
-                g3_die "$parts has $num_parts parts but $n ranks were requested: training needs exactly one rank per part"
+                g3_die "$parts has $num_parts parts but $n ranks were requested: training needs exactly one rank" \
+                    "per part"
         fi
     fi
     g3_check_module "$module"
@@ -516,7 +532,8 @@ g3_stage() {
     launcher=$(g3_launcher) || exit 1
     g3_log "$stage: $n rank(s) x $G3_THREADS thread(s), launcher $launcher"
     if [[ $launcher == srun && -n ${SLURM_CPUS_PER_TASK:-} ]] && ((G3_THREADS > SLURM_CPUS_PER_TASK)); then
-        g3_log "warning: G3_THREADS=$G3_THREADS threads per rank on ${SLURM_CPUS_PER_TASK:-1} CPU(s) per task (--cpus-per-task): the threads share cores"
+        g3_log "warning: G3_THREADS=$G3_THREADS threads per rank on ${SLURM_CPUS_PER_TASK:-1} CPU(s) per task" \
+            "(--cpus-per-task): the threads share cores"
     fi
     g3_check_world "$n" "$hostfile" "$ppn"
     g3_mpi_command "$n" "$hostfile" "$ppn"

@@ -26,7 +26,8 @@ g3_venv_install() {
     else
         command -v "$base" >/dev/null 2>&1 || { echo "error: $base not found (set G3_BASE_PYTHON)" >&2; return 1; }
         "$base" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
-            { echo "error: $base is Python $("$base" -c 'import platform; print(platform.python_version())'); g3mpi needs 3.11 or newer (set G3_BASE_PYTHON)" >&2; return 1; }
+            { echo "error: $base is Python $("$base" -c 'import platform; print(platform.python_version())');" \
+                   "g3mpi needs 3.11 or newer (set G3_BASE_PYTHON)" >&2; return 1; }
         echo "== creating the virtual environment $G3_VENV with $base"
         if ! "$base" -m venv "$G3_VENV"; then
             # Debian's python3 lacks ensurepip until python3-venv is installed
@@ -42,7 +43,8 @@ g3_venv_install() {
     spec=${G3_TORCH_SPEC:-torch==2.13.0}
     # the install is editable, so only a change of setup.py, extras, torch spec or pip arguments needs pip again
     local stamp_file=$G3_VENV/.g3mpi-install stamp
-    stamp=$(cat "$repo/setup.py" <(printf '%s\n' "$repo" "$extras" "$spec" "${G3_PIP_ARGS:-}") | sha256sum | cut -d' ' -f1)
+    stamp=$(cat "$repo/setup.py" <(printf '%s\n' "$repo" "$extras" "$spec" "${G3_PIP_ARGS:-}") |
+        sha256sum | cut -d' ' -f1)
     if [[ -f $stamp_file && $(<"$stamp_file") == "$stamp" ]] &&
         (cd / && "$G3_PY" -c 'import torch, mpi4py, h5py, pymetis, g3mpi, data_tools') >/dev/null 2>&1; then
         echo "== g3mpi already installed in $G3_VENV (setup.py unchanged)"
@@ -57,7 +59,8 @@ g3_venv_install() {
     # shellcheck disable=SC2086
     "$G3_PY" -m pip install -q ${G3_PIP_ARGS:-} -e "$repo${extras:+[$extras]}" ||
         { echo "error: pip install -e $repo${extras:+[$extras]} failed" >&2; return 1; }
-    "$G3_PY" -c 'import torch, mpi4py, h5py, pymetis; print("== torch", torch.__version__, "| mpi4py", mpi4py.__version__, "| h5py", h5py.__version__)' ||
+    "$G3_PY" -c 'import torch, mpi4py, h5py, pymetis
+print("== torch", torch.__version__, "| mpi4py", mpi4py.__version__, "| h5py", h5py.__version__)' ||
         return 1
     echo "$stamp" >"$stamp_file"
 }

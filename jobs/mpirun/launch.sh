@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run one g3mpi stage with mpiexec on a workstation or on the hosts of a hostfile.
 #
-#   jobs/mpirun/launch.sh STAGE [-n RANKS] [-t THREADS] [-f HOSTFILE] [--ppn RANKS_PER_NODE] [--dry-run] [--] [TOOL ARGS]
+#   jobs/mpirun/launch.sh STAGE [-n RANKS] [-t THREADS] [-f HOSTFILE] [--ppn RANKS_PER_NODE] [--dry-run] [--]
+#                         [TOOL ARGS]
 #
 # STAGE is prepare, partition (serial: one process; with a hostfile it runs on the file's first host), train or
 # bench (MPI: RANKS processes under `python -m mpi4py`, so an exception on any rank aborts them all). THREADS is

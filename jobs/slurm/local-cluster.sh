@@ -240,7 +240,8 @@ start_munged() {
         { show_log_tail munged; die "munged did not start"; }
     wait_for "$TIMEOUT" "munged" pid_alive "$pidf" munged || { show_log_tail munged; die "munged did not start"; }
     munge_works() { munge -n -S "$MUNGE_SOCKET" | unmunge -S "$MUNGE_SOCKET"; }
-    wait_for "$TIMEOUT" "munge to answer" munge_works || { show_log_tail munged; die "munge does not answer on $MUNGE_SOCKET"; }
+    wait_for "$TIMEOUT" "munge to answer" munge_works ||
+        { show_log_tail munged; die "munge does not answer on $MUNGE_SOCKET"; }
     log "munged running (pid $(<"$pidf"), socket $MUNGE_SOCKET)"
 }
 
@@ -334,7 +335,8 @@ cmd_start() {
     export SLURM_CONF=$CONF
     start_munged
     start_daemon slurmctld "" -i -f "$CONF"
-    wait_for "$TIMEOUT" "slurmctld to answer" scontrol ping || { show_log_tail slurmctld; die "slurmctld does not answer"; }
+    wait_for "$TIMEOUT" "slurmctld to answer" scontrol ping ||
+        { show_log_tail slurmctld; die "slurmctld does not answer"; }
     local node nodes
     nodes=$(conf_nodes)
     [[ -n $nodes ]] || die "$CONF names no node: stop the cluster and start it again"
