@@ -73,64 +73,16 @@ def inspect_partition(path: Path) -> dict:
     meta = read_meta(path)
     P, N = int(meta["num_parts"]), int(meta["num_nodes"])
     meta_path = path / META_NAME
-    want_files = {part_name(p) for p in range(P)} | {NODE_MAP_NAME}
-    if set(meta["files"]) != want_files:
-        raise FormatError(meta_path, f"files lists {sorted(set(meta['files']) ^ want_files)} wrongly")
-    extra = sorted(f.name for f in path.glob("part-*.h5") if f.name not in want_files)
-    if extra:
-        raise FormatError(path / extra[0], f"stray part file (the partition has {P} parts)")
+    _check_file_list(path, meta, P)
     new_to_orig = read_node_map(path, meta)
     if not np.array_equal(np.sort(new_to_orig), np.arange(N)):
         raise FormatError(path / NODE_MAP_NAME, "new_to_orig is not a permutation of 0..N-1")
-    offsets = np.asarray(meta["offsets"], dtype=np.int64)
     model = cost_model_of(meta, meta_path)
-    parts, stats = [], []
-    out_deg_seen = np.zeros(N, dtype=np.int64)
-    in_deg_global = np.zeros(N, dtype=np.int64)
-    for p in range(P):
-        part = read_part(path, p, meta)
-        f = path / part_name(p)
-        if not np.array_equal(part.orig_ids, new_to_orig[offsets[p]:offsets[p + 1]]):
-            raise FormatError(f, "orig_ids disagree with node_map.h5")
-        part.features = None  # only the structure is needed from here on
-        gcols = np.concatenate([np.arange(part.owned_start, part.owned_end), part.halo_ids])[part.indices]
-        out_deg_seen += np.bincount(gcols, minlength=N)
-        in_deg_global[part.owned_start:part.owned_end] = part.in_degree[:part.num_owned]
-        parts.append(part)
+    parts, in_deg_global, out_deg_seen = _read_parts(path, meta, new_to_orig)
+    stats = []
     for p, part in enumerate(parts):
-        f = path / part_name(p)
-        rows = np.concatenate([np.arange(part.owned_start, part.owned_end), part.halo_ids])
-        if not np.array_equal(part.in_degree, in_deg_global[rows]):
-            raise FormatError(f, "in_degree of halo rows disagrees with their owners")
-        if not np.array_equal(part.out_degree, out_deg_seen[rows]):
-            raise FormatError(f, "out_degree disagrees with the edges stored across all parts")
-        recv = {int(q): i for i, q in enumerate(part.recv_parts)}
-        for q, other in enumerate(parts):
-            if q == p:
-                continue
-            sends = {int(r): i for i, r in enumerate(other.send_parts)}
-            fq = path / part_name(q)
-            if (q in recv) != (p in sends):
-                raise FormatError(f if q in recv else fq,
-                                  f"part {p} {'receives' if q in recv else 'does not receive'} from part {q} but part "
-                                  f"{q} {'sends' if p in sends else 'does not send'} to it")
-            if q in recv:
-                i, j = recv[q], sends[p]
-                halo = part.halo_ids[part.recv_offsets[i]:part.recv_offsets[i + 1]]
-                want = other.owned_start + other.send_list(j)
-                if not np.array_equal(halo, want):
-                    raise FormatError(f, f"halo slice from part {q} disagrees with {fq.name}'s send list for part {p}")
-        st = dict(part=p, owned=part.num_owned, local_edges=int(part.indptr[-1]), halo=part.num_halo,
-                  send=int(len(part.send_rows)), recv=part.num_halo,
-                  neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
-                  cut_edges=int((part.indices >= part.num_owned).sum()), train=int(part.train_mask.sum()),
-                  val=int(part.val_mask.sum()), test=int(part.test_mask.sum()))
-        comm = st["halo"] + st["send"]
-        c, m = model.layer_costs([st["local_edges"]], [comm])
-        st.update(bytes_per_layer=int(model.layer_bytes([comm])[0]), est_compute_seconds=float(c[0]),
-                  est_comm_seconds=float(m[0]), est_epoch_seconds=float(model.epoch_costs([st["local_edges"]],
-                                                                                          [comm])[0]))
-        stats.append(st)
+        _check_against_the_others(path, p, parts, in_deg_global, out_deg_seen)
+        stats.append(_part_stats(p, part, model))
     num_edges = sum(s["local_edges"] for s in stats)
     if int(meta.get("num_edges", num_edges)) != num_edges:
         raise FormatError(meta_path, f"num_edges {meta['num_edges']} != {num_edges} edges stored in the parts")
@@ -147,6 +99,81 @@ def inspect_partition(path: Path) -> dict:
         if k in meta:
             report[k] = meta[k]
     return report
+
+
+def _check_file_list(path: Path, meta: dict, P: int) -> None:
+    """meta.json's files are the node map and the P part files, and the directory holds no other part file."""
+    want_files = {part_name(p) for p in range(P)} | {NODE_MAP_NAME}
+    if set(meta["files"]) != want_files:
+        raise FormatError(path / META_NAME, f"files lists {sorted(set(meta['files']) ^ want_files)} wrongly")
+    extra = sorted(f.name for f in path.glob("part-*.h5") if f.name not in want_files)
+    if extra:
+        raise FormatError(path / extra[0], f"stray part file (the partition has {P} parts)")
+
+
+def _read_parts(path: Path, meta: dict, new_to_orig: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+    """Every part (structure only, its own checks passed, its IDs those of the node map), the global in-degree
+    of each node as its owner stores it, and the out-degree of each node over the edges of all parts."""
+    N = int(meta["num_nodes"])
+    offsets = np.asarray(meta["offsets"], dtype=np.int64)
+    parts = []
+    out_deg_seen = np.zeros(N, dtype=np.int64)
+    in_deg_global = np.zeros(N, dtype=np.int64)
+    for p in range(int(meta["num_parts"])):
+        part = read_part(path, p, meta)
+        f = path / part_name(p)
+        if not np.array_equal(part.orig_ids, new_to_orig[offsets[p]:offsets[p + 1]]):
+            raise FormatError(f, "orig_ids disagree with node_map.h5")
+        part.features = None  # only the structure is needed from here on
+        gcols = np.concatenate([np.arange(part.owned_start, part.owned_end), part.halo_ids])[part.indices]
+        out_deg_seen += np.bincount(gcols, minlength=N)
+        in_deg_global[part.owned_start:part.owned_end] = part.in_degree[:part.num_owned]
+        parts.append(part)
+    return parts, in_deg_global, out_deg_seen
+
+
+def _check_against_the_others(path: Path, p: int, parts: list, in_deg_global: np.ndarray,
+                              out_deg_seen: np.ndarray) -> None:
+    """Part p's degrees agree with the owners' and with all edges, and each of its halo slices with the sender's
+    send list (a part receives from q exactly when q sends to it)."""
+    part = parts[p]
+    f = path / part_name(p)
+    rows = np.concatenate([np.arange(part.owned_start, part.owned_end), part.halo_ids])
+    if not np.array_equal(part.in_degree, in_deg_global[rows]):
+        raise FormatError(f, "in_degree of halo rows disagrees with their owners")
+    if not np.array_equal(part.out_degree, out_deg_seen[rows]):
+        raise FormatError(f, "out_degree disagrees with the edges stored across all parts")
+    recv = {int(q): i for i, q in enumerate(part.recv_parts)}
+    for q, other in enumerate(parts):
+        if q == p:
+            continue
+        sends = {int(r): i for i, r in enumerate(other.send_parts)}
+        fq = path / part_name(q)
+        if (q in recv) != (p in sends):
+            raise FormatError(f if q in recv else fq,
+                              f"part {p} {'receives' if q in recv else 'does not receive'} from part {q} but part "
+                              f"{q} {'sends' if p in sends else 'does not send'} to it")
+        if q in recv:
+            i, j = recv[q], sends[p]
+            halo = part.halo_ids[part.recv_offsets[i]:part.recv_offsets[i + 1]]
+            want = other.owned_start + other.send_list(j)
+            if not np.array_equal(halo, want):
+                raise FormatError(f, f"halo slice from part {q} disagrees with {fq.name}'s send list for part {p}")
+
+
+def _part_stats(p: int, part, model) -> dict:
+    """Part p's row of the report: sizes, communication and the cost model's estimates."""
+    st = dict(part=p, owned=part.num_owned, local_edges=int(part.indptr[-1]), halo=part.num_halo,
+              send=int(len(part.send_rows)), recv=part.num_halo,
+              neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
+              cut_edges=int((part.indices >= part.num_owned).sum()), train=int(part.train_mask.sum()),
+              val=int(part.val_mask.sum()), test=int(part.test_mask.sum()))
+    comm = st["halo"] + st["send"]
+    c, m = model.layer_costs([st["local_edges"]], [comm])
+    st.update(bytes_per_layer=int(model.layer_bytes([comm])[0]), est_compute_seconds=float(c[0]),
+              est_comm_seconds=float(m[0]), est_epoch_seconds=float(model.epoch_costs([st["local_edges"]],
+                                                                                      [comm])[0]))
+    return st
 
 
 def inspect_path(path) -> dict:

@@ -197,18 +197,27 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG,
                                  description="Import or generate a graph into one graph.h5 (see docs/PREPARE.md).")
     sub = ap.add_subparsers(dest="kind", required=True, metavar="KIND")
+    for add in (_add_npz, _add_ogb, _add_edgelist, _add_sbm, _add_rmat):
+        _common(add(sub))
+    return ap
 
+
+def _add_npz(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("npz", help="NumPy archive: edge_index, x, y, train/val/test_mask (e.g. cora.npz)")
     p.add_argument("input", type=Path)
     p.add_argument("--num-classes", type=int, help="number of classes (default: max label + 1)")
-    _common(p)
+    return p
 
+
+def _add_ogb(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("ogb", help="OGB node-property dataset directory (raw/*.csv.gz, split/<scheme>/)")
     p.add_argument("input", type=Path, help="the dataset directory (containing raw/ and split/)")
     p.add_argument("--split", help="split scheme under split/ (default: the only / first one)")
     p.add_argument("--num-classes", type=int, help="number of classes (default: max label + 1)")
-    _common(p)
+    return p
 
+
+def _add_edgelist(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("edgelist", help="text edge list: 'source target [ignored columns]' per line")
     p.add_argument("input", type=Path, help="CSV / TSV / whitespace-separated edge list (.gz accepted)")
     p.add_argument("--delimiter",
@@ -229,8 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without --features: this many seeded random N(0,1) features per node "
                         f"(default {EdgelistSource.feature_dim})")
     p.add_argument("--num-classes", type=int, help="number of classes (default: max label + 1)")
-    _common(p)
+    return p
 
+
+def _add_sbm(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("sbm", help="synthetic planted-partition graph with class-correlated features")
     p.add_argument("--nodes", type=int, help=f"number of nodes (default {SbmSource.nodes})")
     p.add_argument("--classes", type=int, help=f"number of classes, balanced at random (default {SbmSource.classes})")
@@ -243,8 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noise", type=float,
                    help="std of each feature's Gaussian noise; class centres have unit norm "
                         f"(default {SbmSource.noise})")
-    _common(p)
+    return p
 
+
+def _add_rmat(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("rmat", help="synthetic Graph500-style R-MAT graph (a,b,c,d = .57,.19,.19,.05)")
     p.add_argument("--scale", type=int, required=True, help="2**scale nodes")
     p.add_argument("--edge-factor", type=int, help=f"edges per node (default {RmatSource.edge_factor})")
@@ -254,8 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noise", type=float,
                    help="std of each feature's Gaussian noise; class centres have unit norm "
                         f"(default {RmatSource.noise:g})")
-    _common(p)
-    return ap
+    return p
 
 
 def config_from(args: argparse.Namespace) -> PrepareConfig:

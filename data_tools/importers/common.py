@@ -273,36 +273,49 @@ def build_in_csr(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, symmetrize
     """
     n = int(num_nodes)
     idt = index_dtype(n)
-    dedup = dedup or symmetrize
     E = len(src)
     add = self_loops == "add"
 
     def chunks():
-        for s in range(0, E, EDGE_CHUNK):
-            yield src[s:s + EDGE_CHUNK], dst[s:s + EDGE_CHUNK]
-            if symmetrize:
-                yield dst[s:s + EDGE_CHUNK], src[s:s + EDGE_CHUNK]
-        if add:
-            for s in range(0, n, EDGE_CHUNK):
-                r = np.arange(s, min(n, s + EDGE_CHUNK), dtype=idt)
-                yield r, r
+        return _edge_chunks(src, dst, n, idt, symmetrize=symmetrize, add=add)
     n_chunks = ((E + EDGE_CHUNK - 1) // EDGE_CHUNK) * (2 if symmetrize else 1) + \
         (((n + EDGE_CHUNK - 1) // EDGE_CHUNK) if add else 0)
+    indptr = _count_in_degrees(chunks(), n, n_chunks, quiet)
+    indices = _fill_rows(chunks(), indptr, idt, n_chunks, quiet)
+    return _sort_rows(indptr, indices, n, dedup=dedup or symmetrize, drop_self=self_loops == "drop", add=add,
+                      quiet=quiet)
 
-    # 1. in-degrees
+
+def _edge_chunks(src: np.ndarray, dst: np.ndarray, n: int, idt, *, symmetrize: bool, add: bool):
+    """(sources, targets) of every stored edge, EDGE_CHUNK at a time: the edges, their reverses with
+    ``symmetrize``, one self loop per node with ``add``."""
+    E = len(src)
+    for s in range(0, E, EDGE_CHUNK):
+        yield src[s:s + EDGE_CHUNK], dst[s:s + EDGE_CHUNK]
+        if symmetrize:
+            yield dst[s:s + EDGE_CHUNK], src[s:s + EDGE_CHUNK]
+    if add:
+        for s in range(0, n, EDGE_CHUNK):
+            r = np.arange(s, min(n, s + EDGE_CHUNK), dtype=idt)
+            yield r, r
+
+
+def _count_in_degrees(chunks, n: int, n_chunks: int, quiet: bool) -> np.ndarray:
+    """Step 1 of :func:`build_in_csr`: the indptr of the in-degrees of the edges of ``chunks``."""
     deg = np.zeros(n, dtype=np.int64)
-    for s, d in progress(chunks(), total=n_chunks, desc="count degrees", disable=True if quiet else None):
+    for s, d in progress(chunks, total=n_chunks, desc="count degrees", disable=True if quiet else None):
         deg += np.bincount(d, minlength=n)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(deg, out=indptr[1:])
-    total = int(indptr[-1])
-    del deg
+    return indptr
 
-    # 2. fill rows: group each chunk by target, place each group at its row's next free slot (the order
-    #    inside a row does not matter yet: step 3 sorts it)
-    indices = np.empty(total, dtype=idt)
+
+def _fill_rows(chunks, indptr: np.ndarray, idt, n_chunks: int, quiet: bool) -> np.ndarray:
+    """Step 2: the columns of every row, unsorted: each chunk grouped by target, each group placed at its row's
+    next free slot (the order inside a row does not matter yet: step 3 sorts it)."""
+    indices = np.empty(int(indptr[-1]), dtype=idt)
     nxt = indptr[:-1].copy()
-    for s, d in progress(chunks(), total=n_chunks, desc="fill CSR", disable=True if quiet else None):
+    for s, d in progress(chunks, total=n_chunks, desc="fill CSR", disable=True if quiet else None):
         order = np.argsort(d)
         ds = d[order]
         starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
@@ -312,10 +325,13 @@ def build_in_csr(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, symmetrize
         indices[nxt[rows].repeat(counts) + rank] = s[order]
         nxt[rows] += counts
         del order, ds, rank
-    del nxt
+    return indices
 
-    # 3. sort each row's columns, drop duplicates / self loops, compact in place (writes never pass reads)
-    drop_self = self_loops in ("drop",)
+
+def _sort_rows(indptr: np.ndarray, indices: np.ndarray, n: int, *, dedup: bool, drop_self: bool, add: bool,
+               quiet: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Step 3: sort each row's columns, drop duplicates / self loops, compact in place (writes never pass
+    reads). Returns the final (indptr, indices)."""
     need_compact = dedup or drop_self or add
     new_deg = np.diff(indptr) if need_compact else None
     bounds = _row_blocks(indptr, SORT_BLOCK)
@@ -413,7 +429,6 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
     (``external.build_csr_external``, temporaries in ``work`` or a directory made beside ``out``) in sorts of
     ``memory_budget / BLOCK_BYTES_PER_EDGE`` edges: the same file either way. ``meter``: a StageMeter that
     measures the stages edges, csr, features and nodes (the labels, masks and the commit)."""
-    from .external import build_csr_external, work_dir
     meter = meter if meter is not None else StageMeter()
     n = raw.num_nodes
     labels = raw.labels if raw.labels is not None else np.full(n, -1, dtype=np.int64)
@@ -432,35 +447,10 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
                      source=source, symmetric=symmetric, self_loops=opts.self_loops, force=opts.force,
                      extra_attrs=dict(raw.extra_attrs, deduplicated=bool(opts.dedup or opts.symmetrize or raw.simple),
                                       normalized_features=bool(opts.normalize_features))) as w:
-        if in_memory:
-            with meter.stage("edges"):
-                src, dst = (raw.src, raw.dst) if raw.edges is None else stream.arrays()
-                stream.close()
-            with meter.stage("csr"):
-                indptr, indices = build_in_csr(n, src, dst, symmetrize=symmetrize, self_loops=opts.self_loops,
-                                               dedup=dedup, quiet=opts.quiet)
-                # the edge list is no longer needed: free it before features are generated
-                raw.src = raw.dst = src = dst = None
-                w.write_csr(indptr, indices)
-                num_edges = int(indptr[-1])
-                del indptr, indices
-        else:
-            with (contextlib.nullcontext(work) if work is not None else work_dir(out)) as d:
-                num_edges = build_csr_external(w, n, stream.blocks, symmetrize=symmetrize,
-                                               self_loops=opts.self_loops, dedup=dedup, block_edges=block_edges,
-                                               directory=d, num_edges=stream.num_edges, quiet=opts.quiet,
-                                               meter=meter)
-            stream.close()
-            raw.src = raw.dst = None
+        num_edges = _write_edges(w, raw, stream, opts, in_memory=in_memory, symmetrize=symmetrize, dedup=dedup,
+                                 block_edges=block_edges, out=out, work=work, meter=meter)
         with meter.stage("features"):
-            bar = progress(total=n, desc="features", unit="rows", disable=True if opts.quiet else None)
-            for start, blk in feature_blocks_of(raw):
-                if opts.normalize_features:
-                    blk = normalize_rows(blk)
-                w.write_features(start, blk)
-                bar.update(len(blk))
-                raise_if_terminated()
-            bar.close()
+            _write_features(w, raw, opts)
         nodes = meter.stage("nodes")
         nodes.__enter__()                 # left after the commit (the writer's exit: close, fsync, rename)
         w.write_nodes(labels, masks["train_mask"], masks["val_mask"], masks["test_mask"], raw.orig_ids)
@@ -472,3 +462,42 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
                 test=int(masks["test_mask"].sum()), source=source,
                 build="in-memory" if in_memory else "out-of-core", memory_budget=int(opts.memory_budget),
                 block_edges=None if in_memory else int(block_edges))
+
+
+def _write_edges(w, raw: RawGraph, stream, opts: PrepareOptions, *, in_memory: bool, symmetrize: bool, dedup: bool,
+                 block_edges: int, out, work: Path | None, meter) -> int:
+    """The CSR of ``raw``'s edges into the GraphWriter ``w``, in memory or out of core (stages edges and csr);
+    the edge list is freed once built. Returns the stored edge count."""
+    from .external import build_csr_external, work_dir
+    n = raw.num_nodes
+    if in_memory:
+        with meter.stage("edges"):
+            src, dst = (raw.src, raw.dst) if raw.edges is None else stream.arrays()
+            stream.close()
+        with meter.stage("csr"):
+            indptr, indices = build_in_csr(n, src, dst, symmetrize=symmetrize, self_loops=opts.self_loops,
+                                           dedup=dedup, quiet=opts.quiet)
+            # the edge list is no longer needed: free it before features are generated
+            raw.src = raw.dst = src = dst = None
+            w.write_csr(indptr, indices)
+            return int(indptr[-1])
+    with (contextlib.nullcontext(work) if work is not None else work_dir(out)) as d:
+        num_edges = build_csr_external(w, n, stream.blocks, symmetrize=symmetrize,
+                                       self_loops=opts.self_loops, dedup=dedup, block_edges=block_edges,
+                                       directory=d, num_edges=stream.num_edges, quiet=opts.quiet,
+                                       meter=meter)
+    stream.close()
+    raw.src = raw.dst = None
+    return num_edges
+
+
+def _write_features(w, raw: RawGraph, opts: PrepareOptions) -> None:
+    """``raw``'s features into ``w`` block by block (row-normalized with ``opts.normalize_features``)."""
+    bar = progress(total=raw.num_nodes, desc="features", unit="rows", disable=True if opts.quiet else None)
+    for start, blk in feature_blocks_of(raw):
+        if opts.normalize_features:
+            blk = normalize_rows(blk)
+        w.write_features(start, blk)
+        bar.update(len(blk))
+        raise_if_terminated()
+    bar.close()

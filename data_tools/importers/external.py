@@ -137,89 +137,101 @@ def build_csr_external(writer, num_nodes: int, edge_blocks: Callable[[], Iterato
     dedup = dedup or symmetrize
     add = self_loops == "add"
     drop_self = self_loops == "drop"
-    need_compact = dedup or drop_self or add
     block_edges = max(1, int(block_edges))
     stage = meter.stage if meter is not None else (lambda name: contextlib.nullcontext({}))
     deg = np.zeros(n, dtype=np.int64)
-
-    def pairs_stream():
-        """(dst, src) pairs of every stored edge before compaction, as build_in_csr's chunks(); counts in-degrees."""
-        step = min(EDGE_CHUNK, block_edges)        # the bucketing's temporaries stay within a block too
-
-        def emit(s, d):
-            for a in range(0, len(s), step):
-                p = np.empty((min(step, len(s) - a), 2), dtype=idt)
-                p[:, 0], p[:, 1] = d[a:a + step], s[a:a + step]
-                deg[:] += np.bincount(p[:, 0], minlength=n)
-                yield p
-        for s, d in progress(edge_blocks(), desc="bucket edges", disable=True if quiet else None):
-            yield from emit(s, d)
-            if symmetrize:
-                yield from emit(d, s)
-        if add:
-            for a in range(0, n, step):
-                r = np.arange(a, min(n, a + step), dtype=idt)
-                yield from emit(r, r)
-
     total_in = num_edges * (2 if symmetrize else 1) + (n if add else 0)
     nb = int(min(MAX_BUCKETS, max(1, n), max(1, -(-2 * total_in // block_edges))))
     width = max(1, -(-n // nb))
     starts = np.arange(0, max(n, 1), width, dtype=np.int64)
     with stage("edges"):
-        buckets = _distribute(pairs_stream(), starts, directory, "bucket", width)
-    ends = np.r_[starts[1:], n]
+        pairs = _stored_pairs(edge_blocks, n, idt, min(EDGE_CHUNK, block_edges), deg, symmetrize=symmetrize,
+                              add=add, quiet=quiet)
+        buckets = _distribute(pairs, starts, directory, "bucket", width)
     indptr0 = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(deg, out=indptr0[1:])
     del deg
-
-    def sorted_blocks():
-        """(r0, r1, sorted and compacted columns of rows r0..r1-1, their counts) in row order."""
-        for i, path in enumerate(progress(buckets, desc="sort buckets", disable=True if quiet else None)):
-            r_lo, r_hi = int(starts[i]), int(ends[i])
-            size = int(indptr0[r_hi] - indptr0[r_lo])
-            if size <= block_edges or r_hi - r_lo == 1:
-                parts = [(r_lo, r_hi, path)]
-            else:                                  # too many edges for one sort: split by rows (indptr0 knows where)
-                bounds = [(a + r_lo, b + r_lo) for a, b in _row_blocks(indptr0[r_lo:r_hi + 1] - indptr0[r_lo],
-                                                                         block_edges)]
-                subs = _distribute(_read_pairs(path, idt, block_edges), np.array([a for a, _ in bounds]),
-                                   directory, f"split{i}")
-                path.unlink()
-                parts = [(a, b, p) for (a, b), p in zip(bounds, subs)]
-            for r0, r1, p in parts:
-                pairs = np.fromfile(p, dtype=idt).reshape(-1, 2)
-                p.unlink()
-                rloc = pairs[:, 0].astype(np.int64)
-                rloc -= r0
-                key = rloc * n + pairs[:, 1]
-                del pairs
-                key.sort()
-                rloc = key // n if n else key
-                cols, counts = _compact_rows(key, rloc, r0, r1, n, dedup=dedup, drop_self=drop_self, add=add)
-                if counts is None:
-                    counts = np.bincount(rloc, minlength=r1 - r0)
-                del key, rloc
-                yield r0, r1, cols.astype(idt), counts
-                raise_if_terminated()
-
+    blocks = _sorted_blocks(buckets, starts, indptr0, n, idt, block_edges, directory, dedup=dedup,
+                            drop_self=drop_self, add=add, quiet=quiet)
     with stage("csr"):
-        if not need_compact:                       # rows keep every edge: indptr is known, write them as sorted
-            writer.write_csr_rows(indptr0, ((r0, r1, cols) for r0, r1, cols, _ in sorted_blocks()))
+        if not (dedup or drop_self or add):    # rows keep every edge: indptr is known, write them as sorted
+            writer.write_csr_rows(indptr0, ((r0, r1, cols) for r0, r1, cols, _ in blocks))
             return int(indptr0[-1])
-        new_deg = np.zeros(n, dtype=np.int64)
-        spooled = directory / "indices.bin"
-        with open(spooled, "wb") as f:
-            for r0, r1, cols, counts in sorted_blocks():
-                new_deg[r0:r1] = counts
-                cols.tofile(f)
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(new_deg, out=indptr[1:])
-        del new_deg
+        return _write_compacted(writer, blocks, n, idt, block_edges, directory)
 
-        def rows():
-            with open(spooled, "rb") as f:
-                for r0, r1 in _row_blocks(indptr, block_edges):
-                    yield r0, r1, np.fromfile(f, dtype=idt, count=int(indptr[r1] - indptr[r0]))
-        writer.write_csr_rows(indptr, rows())
-        spooled.unlink()
-        return int(indptr[-1])
+
+def _stored_pairs(edge_blocks: Callable[[], Iterator], n: int, idt, step: int, deg: np.ndarray, *,
+                  symmetrize: bool, add: bool, quiet: bool) -> Iterator[np.ndarray]:
+    """(dst, src) pairs of every stored edge before compaction, as build_in_csr's chunks(), ``step`` at a time
+    (the bucketing's temporaries stay within a block too); adds the in-degrees to ``deg``."""
+    def emit(s, d):
+        for a in range(0, len(s), step):
+            p = np.empty((min(step, len(s) - a), 2), dtype=idt)
+            p[:, 0], p[:, 1] = d[a:a + step], s[a:a + step]
+            deg[:] += np.bincount(p[:, 0], minlength=n)
+            yield p
+    for s, d in progress(edge_blocks(), desc="bucket edges", disable=True if quiet else None):
+        yield from emit(s, d)
+        if symmetrize:
+            yield from emit(d, s)
+    if add:
+        for a in range(0, n, step):
+            r = np.arange(a, min(n, a + step), dtype=idt)
+            yield from emit(r, r)
+
+
+def _sorted_blocks(buckets: list[Path], starts: np.ndarray, indptr0: np.ndarray, n: int, idt, block_edges: int,
+                   directory: Path, *, dedup: bool, drop_self: bool, add: bool, quiet: bool) -> Iterator[tuple]:
+    """(r0, r1, sorted and compacted columns of rows r0..r1-1, their counts) in row order, from the buckets of
+    rows starting at ``starts`` (``indptr0``: the rows' uncompacted extents); each bucket file is removed once
+    read."""
+    ends = np.r_[starts[1:], n]
+    for i, path in enumerate(progress(buckets, desc="sort buckets", disable=True if quiet else None)):
+        r_lo, r_hi = int(starts[i]), int(ends[i])
+        size = int(indptr0[r_hi] - indptr0[r_lo])
+        if size <= block_edges or r_hi - r_lo == 1:
+            parts = [(r_lo, r_hi, path)]
+        else:                                  # too many edges for one sort: split by rows (indptr0 knows where)
+            bounds = [(a + r_lo, b + r_lo) for a, b in _row_blocks(indptr0[r_lo:r_hi + 1] - indptr0[r_lo],
+                                                                     block_edges)]
+            subs = _distribute(_read_pairs(path, idt, block_edges), np.array([a for a, _ in bounds]),
+                               directory, f"split{i}")
+            path.unlink()
+            parts = [(a, b, p) for (a, b), p in zip(bounds, subs)]
+        for r0, r1, p in parts:
+            pairs = np.fromfile(p, dtype=idt).reshape(-1, 2)
+            p.unlink()
+            rloc = pairs[:, 0].astype(np.int64)
+            rloc -= r0
+            key = rloc * n + pairs[:, 1]
+            del pairs
+            key.sort()
+            rloc = key // n if n else key
+            cols, counts = _compact_rows(key, rloc, r0, r1, n, dedup=dedup, drop_self=drop_self, add=add)
+            if counts is None:
+                counts = np.bincount(rloc, minlength=r1 - r0)
+            del key, rloc
+            yield r0, r1, cols.astype(idt), counts
+            raise_if_terminated()
+
+
+def _write_compacted(writer, blocks: Iterator[tuple], n: int, idt, block_edges: int, directory: Path) -> int:
+    """Write compacted rows, whose counts are known only once sorted: their columns are spooled to a file in
+    ``directory``, then written under the indptr of the counts. Returns the stored edge count."""
+    new_deg = np.zeros(n, dtype=np.int64)
+    spooled = directory / "indices.bin"
+    with open(spooled, "wb") as f:
+        for r0, r1, cols, counts in blocks:
+            new_deg[r0:r1] = counts
+            cols.tofile(f)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(new_deg, out=indptr[1:])
+    del new_deg
+
+    def rows():
+        with open(spooled, "rb") as f:
+            for r0, r1 in _row_blocks(indptr, block_edges):
+                yield r0, r1, np.fromfile(f, dtype=idt, count=int(indptr[r1] - indptr[r0]))
+    writer.write_csr_rows(indptr, rows())
+    spooled.unlink()
+    return int(indptr[-1])

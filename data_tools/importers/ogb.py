@@ -83,6 +83,28 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
              spool_dir: Path | None = None, spool_limit: int = 1 << 30) -> RawGraph:
     """``spool_dir``: where the parsed edges go beyond ``spool_limit`` bytes (None: kept in memory)."""
     root = Path(path)
+    raw_dir, edge_f, label_f, feat_f = _raw_files(root)
+    nn_f = find(raw_dir, "num-node-list", required=False)
+    n = None if nn_f is None else read_count(nn_f, "node")
+    ne_f = find(raw_dir, "num-edge-list", required=False)
+    num_edges = None if ne_f is None else read_count(ne_f, "edge")
+    feature_dim = len(first_fields(feat_f))        # the features are streamed into graph.h5 once the CSR is written
+    labels, origin = _read_labels(label_f, n, num_classes)
+    n = len(labels)
+    c = check_labels(label_f, labels, n, num_classes)
+    edges = _read_edges(edge_f, n, origin, ne_f, num_edges, quiet, spool_dir, spool_limit)
+    masks, scheme = read_split(root, split, n, origin)
+    if masks is not None:
+        masks = check_masks(root / "split" / scheme, masks, labels)
+    return RawGraph(path=str(root), num_nodes=n, src=None, dst=None, edges=edges, feature_dim=feature_dim,
+                    feature_blocks=feature_stream(feat_f, n, feature_dim, quiet, origin), labels=labels, num_classes=c,
+                    masks=masks,
+                    source=f"ogb:{root.name}" + (f",split={scheme}" if scheme else ""))
+
+
+def _raw_files(root: Path) -> tuple[Path, Path, Path, Path]:
+    """``root``/raw and its edge, node-label and node-feat files; FormatError for a layout this importer does not
+    read."""
     if not root.exists():
         raise FormatError(root, "no such directory")
     if not root.is_dir():
@@ -97,18 +119,17 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     if ncols > 1:                                  # before node-feat: ogbn-proteins has none
         raise FormatError(label_f, f"{ncols} label columns: multi-label datasets (ogbn-proteins) are not supported")
     feat_f = find(raw_dir, "node-feat")
-    nn_f = find(raw_dir, "num-node-list", required=False)
+    return raw_dir, edge_f, label_f, feat_f
 
-    n = None if nn_f is None else read_count(nn_f, "node")
-    ne_f = find(raw_dir, "num-edge-list", required=False)
-    num_edges = None if ne_f is None else read_count(ne_f, "edge")
-    feature_dim = len(first_fields(feat_f))        # the features are streamed into graph.h5 once the CSR is written
 
+def _read_labels(label_f: Path, n: int | None, num_classes: int | None) -> tuple[np.ndarray, str]:
+    """The labels of node-label (-1 for NaN: unlabelled), checked to be integers in range, one per node (``n``,
+    or as many as there are lines without a num-node-list); and where N comes from, for the errors that name
+    another file than node-label (its edges, features, split)."""
     y = _concat(read_table(label_f, delimiter=",", dtype=np.float64, comments=None), 1, np.float64)
     if y.shape[1] != 1:
         raise FormatError(label_f, f"{y.shape[1]} label columns: multi-label datasets are not supported")
     y = y[:, 0]
-    # where N comes from, for the errors that name another file than node-label (its edges, features, split)
     origin = ""
     if n is None:
         n = len(y)
@@ -128,10 +149,13 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
         i = int(np.argmax(bad))
         hi = "" if num_classes is None else f", {num_classes}"
         raise FormatError(label_f, f"line {line_of(label_f, i)}: label {y[i]:g} out of range [-1{hi})")
-    labels = np.where(np.isnan(y), -1, y).astype(np.int64)
-    del y
-    c = check_labels(label_f, labels, n, num_classes)
+    return np.where(np.isnan(y), -1, y).astype(np.int64), origin
 
+
+def _read_edges(edge_f: Path, n: int, origin: str, ne_f: Path | None, num_edges: int | None, quiet: bool,
+                spool_dir: Path | None, spool_limit: int) -> EdgeStream:
+    """The edges of the edge file, spooled (to ``spool_dir`` beyond ``spool_limit`` bytes): FormatError for a
+    count other than num-edge-list's, then for the first node ID outside [0, n)."""
     idt = index_dtype(n)
     spool = EdgeSpool(idt, spool_dir, spool_limit)     # its file, if any, goes with spool_dir
     bar = progress(desc="read edges", unit="lines", disable=True if quiet else None)
@@ -151,15 +175,7 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     if first_bad is not None:
         r, v = first_bad
         raise FormatError(edge_f, f"line {line_of(edge_f, r)}: node ID {v} out of range [0, {n}){origin}")
-    edges = EdgeStream(spool.num_edges, spool.blocks, np.dtype(idt), spool.close)
-
-    masks, scheme = read_split(root, split, n, origin)
-    if masks is not None:
-        masks = check_masks(root / "split" / scheme, masks, labels)
-    return RawGraph(path=str(root), num_nodes=n, src=None, dst=None, edges=edges, feature_dim=feature_dim,
-                    feature_blocks=feature_stream(feat_f, n, feature_dim, quiet, origin), labels=labels, num_classes=c,
-                    masks=masks,
-                    source=f"ogb:{root.name}" + (f",split={scheme}" if scheme else ""))
+    return EdgeStream(spool.num_edges, spool.blocks, np.dtype(idt), spool.close)
 
 
 def feature_stream(feat_f: Path, n: int, dim: int, quiet: bool, origin: str = ""):

@@ -156,17 +156,10 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     t_setup = time.time() - t0
     said, switched = (), None
     if start is None:
-        sym = symmetrize(indptr, indices)
-        start, info = metis_partition(indptr, indices, num_parts, balance=start_balance, seed=seed, sym=sym,
-                                      recursive=recursive, objective=start_objective)
-        said = tuple(info.get("metis_messages", ()))
-        if auto_balance and start_balance == "nodes":
-            switched = _switch_to_edges(ref.src, ref.dst, in_deg, start, num_parts, edge_imbalance)
-        if switched:   # hubs bunched in a part of a graph with little locality: an edge-balanced start instead
-            start_balance = "edges"
-            start, info = metis_partition(indptr, indices, num_parts, balance=start_balance, seed=seed, sym=sym,
-                                          recursive=recursive, objective=start_objective)
-            said += tuple(info.get("metis_messages", ()))
+        start, start_balance, said, switched = _metis_start(indptr, indices, num_parts, ref, in_deg, seed=seed,
+                                                            balance=start_balance, auto_balance=auto_balance,
+                                                            recursive=recursive, objective=start_objective,
+                                                            edge_imbalance=edge_imbalance)
     t_metis = time.time() - t0 - t_setup  # the refiner's setup counts as refinement time
     bar = _progress_bar if progress else None
     start = np.asarray(start, dtype=np.int64)
@@ -174,17 +167,7 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     isolated = (in_deg == 0) & (out_deg == 0)
     a, r = ref.refine(fill_isolated(start, isolated, num_parts), max_iters, bar, start, cost_slack=cost_slack,
                       descent_iters=descent_iters, seed=seed)
-    degree = in_deg + out_deg
-    a = repair_nodes(a, ref.node_cap, num_parts, degree)
-    a, _ = fill_empty_parts(a, num_parts, degree)  # a no-op unless P is close to N
-    a = repair_edges(a, ref.node_cap, ref.edge_cap, num_parts, in_deg)
-    if not np.array_equal(a, r["assignment"]):
-        last = _State(ref, a)
-        r["last"] = dict(max_cost=last.max_cost, violation=last.violation, total_comm=last.total_comm,
-                         max_comm=last.max_comm,
-                         node_imbalance=float(last.n.max() / last.n.mean()),
-                         edge_imbalance=float(last.e.max() / max(1e-300, last.e.mean())))
-        r["repaired"] = True
+    a = _final_repairs(a, r, ref, num_parts, in_deg, out_deg)
     first, last = r["first"], r["last"]
     out = dict(objective="max over parts of the estimated epoch seconds (cost_model)",
                objective_before=epoch * first["max_cost"], objective_after=epoch * last["max_cost"],
@@ -206,22 +189,69 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     if switched:
         out["start_switched"] = switched
     if log:
-        if switched:
-            log(f"g3: note: node-balanced METIS left an edge imbalance of {switched['edge_imbalance']:.3f} and cut "
-                f"{100 * switched['cut_fraction']:.0f} % of the edges; starting from edge-balanced METIS instead")
-        if in_deg.max() > ref.edge_cap:
-            hub = int(np.argmax(in_deg))
-            big = int((in_deg > ref.edge_cap).sum())
-            log(f"g3: note: {big} node(s) have more in-edges than an edge imbalance of {edge_imbalance:g} allows "
-                f"({ref.edge_cap:.0f} per part); the largest, node {hub}, has {int(in_deg[hub])} "
-                f"({out['edge_imbalance_floor']:.3f}x the mean part's {m / num_parts:.0f}). A part owning a node with "
-                f"d in-edges above the mean may hold d - {m / num_parts:.0f} more than the cap")
-        if ref.node_cap > node_imbalance * n / num_parts:
-            log(f"g3: note: a node imbalance of {node_imbalance:g} cannot be met with {n} nodes in {num_parts} parts; "
-                f"each part may own {int(ref.node_cap)} ({out['node_imbalance_cap']:.3f}x the mean)")
-        log(f"g3: objective {out['objective_before']:.6g}s -> {out['objective_after']:.6g}s, cap violation "
-            f"{first['violation']:.3g} -> {last['violation']:.3g}, {r['iterations']} iterations ({r['accepted']} kept)")
-        if last["violation"] > 0:
-            log(f"g3: warning: node/edge caps not met (node imbalance {out['node_imbalance_after']:.3f}, "
-                f"edge imbalance {out['edge_imbalance_after']:.3f})")
+        _log_outcome(log, out, r, ref, in_deg, n, num_parts, node_imbalance, edge_imbalance)
     return a, out
+
+
+def _metis_start(indptr, indices, num_parts: int, ref: _Refiner, in_deg: np.ndarray, *, seed: int, balance: str,
+                 auto_balance: bool, recursive: bool, objective: str, edge_imbalance: float) -> tuple:
+    """The METIS start: (assignment, its balance, what METIS said, the switch to an edge-balanced start or
+    None). A node-balanced start of an ``auto`` balance over the edge cap with a large cut is run again
+    edge-balanced."""
+    sym = symmetrize(indptr, indices)
+    start, info = metis_partition(indptr, indices, num_parts, balance=balance, seed=seed, sym=sym,
+                                  recursive=recursive, objective=objective)
+    said = tuple(info.get("metis_messages", ()))
+    switched = None
+    if auto_balance and balance == "nodes":
+        switched = _switch_to_edges(ref.src, ref.dst, in_deg, start, num_parts, edge_imbalance)
+    if switched:   # hubs bunched in a part of a graph with little locality: an edge-balanced start instead
+        balance = "edges"
+        start, info = metis_partition(indptr, indices, num_parts, balance=balance, seed=seed, sym=sym,
+                                      recursive=recursive, objective=objective)
+        said += tuple(info.get("metis_messages", ()))
+    return start, balance, said, switched
+
+
+def _final_repairs(a: np.ndarray, r: dict, ref: _Refiner, num_parts: int, in_deg: np.ndarray,
+                   out_deg: np.ndarray) -> np.ndarray:
+    """The refined assignment within the node and edge caps and with no empty part; ``r["last"]`` (and
+    ``r["repaired"]``) updated when that moved a node."""
+    degree = in_deg + out_deg
+    a = repair_nodes(a, ref.node_cap, num_parts, degree)
+    a, _ = fill_empty_parts(a, num_parts, degree)  # a no-op unless P is close to N
+    a = repair_edges(a, ref.node_cap, ref.edge_cap, num_parts, in_deg)
+    if not np.array_equal(a, r["assignment"]):
+        last = _State(ref, a)
+        r["last"] = dict(max_cost=last.max_cost, violation=last.violation, total_comm=last.total_comm,
+                         max_comm=last.max_comm,
+                         node_imbalance=float(last.n.max() / last.n.mean()),
+                         edge_imbalance=float(last.e.max() / max(1e-300, last.e.mean())))
+        r["repaired"] = True
+    return a
+
+
+def _log_outcome(log, out: dict, r: dict, ref: _Refiner, in_deg: np.ndarray, n: int, num_parts: int,
+                 node_imbalance: float, edge_imbalance: float) -> None:
+    """The refinement's notes (a switched start, caps that cannot be met), its result and a warning if the caps
+    were not met."""
+    switched, first, last = out.get("start_switched"), r["first"], r["last"]
+    m = int(in_deg.sum())
+    if switched:
+        log(f"g3: note: node-balanced METIS left an edge imbalance of {switched['edge_imbalance']:.3f} and cut "
+            f"{100 * switched['cut_fraction']:.0f} % of the edges; starting from edge-balanced METIS instead")
+    if in_deg.max() > ref.edge_cap:
+        hub = int(np.argmax(in_deg))
+        big = int((in_deg > ref.edge_cap).sum())
+        log(f"g3: note: {big} node(s) have more in-edges than an edge imbalance of {edge_imbalance:g} allows "
+            f"({ref.edge_cap:.0f} per part); the largest, node {hub}, has {int(in_deg[hub])} "
+            f"({out['edge_imbalance_floor']:.3f}x the mean part's {m / num_parts:.0f}). A part owning a node with "
+            f"d in-edges above the mean may hold d - {m / num_parts:.0f} more than the cap")
+    if ref.node_cap > node_imbalance * n / num_parts:
+        log(f"g3: note: a node imbalance of {node_imbalance:g} cannot be met with {n} nodes in {num_parts} parts; "
+            f"each part may own {int(ref.node_cap)} ({out['node_imbalance_cap']:.3f}x the mean)")
+    log(f"g3: objective {out['objective_before']:.6g}s -> {out['objective_after']:.6g}s, cap violation "
+        f"{first['violation']:.3g} -> {last['violation']:.3g}, {r['iterations']} iterations ({r['accepted']} kept)")
+    if last["violation"] > 0:
+        log(f"g3: warning: node/edge caps not met (node imbalance {out['node_imbalance_after']:.3f}, "
+            f"edge imbalance {out['edge_imbalance_after']:.3f})")

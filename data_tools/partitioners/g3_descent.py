@@ -58,56 +58,18 @@ class _Descent(_Moves):
         of every part it changes under ``cost_top`` and raises no part to the current maximum rows. The batch
         keeps, per part, the running total of its row changes within that room (:meth:`_within_budgets`)
         and never moves two neighbours (:meth:`_no_clash`)."""
-        a, comm, P = s.a, s.comm, self.P
+        comm = s.comm
         none = np.zeros(0, np.int64)
         top = float(comm.max())
-        hot = comm > level
-        if s.dense:
-            if hot.sum() < P:
-                near = hot[a]
-                for h in np.flatnonzero(hot):   # the few parts above the level: one column each
-                    near |= s.C[:, h] > 0
-                cand = np.flatnonzero(near)
-            else:
-                cand = np.arange(self.N)
-            cand = cand[s.ext[cand] > 0]   # boundary nodes
-        else:
-            cross = a[self.src] != a[self.dst]
-            touch = cross & (hot[a[self.src]] | hot[a[self.dst]])
-            mark = np.zeros(self.N, dtype=bool)
-            mark[self.src[touch]] = True   # u -> v across parts: u has an out-edge into another part
-            cand = np.flatnonzero(mark)
-        if len(cand) > DESCENT_K:   # a random subset (random keys, O(len(cand)))
-            cand = np.sort(cand[np.argpartition(rng.random(len(cand)), DESCENT_K)[:DESCENT_K]])
+        cand = self._descent_candidates(s, level, rng)
         if not len(cand):
             return none, none
+        cand, p, q = self._descent_destinations(s, cand, rng)
         nc = len(cand)
-        p = a[cand]
-        oc, orr = s.out_pairs(cand, weights=False)
-        other = orr != p[oc]
-        oc, orr = oc[other], orr[other]
-        # per candidate the out-part with the lowest random key (ties: the lowest part), from nc <= DESCENT_K rows
-        key = np.full((nc, P), np.inf)
-        key[oc, orr] = rng.random(len(oc))
-        q = key.argmin(axis=1)
-        has = key[np.arange(nc), q] < np.inf
-        if not has.all():
-            cand, q, p = cand[has], q[has], p[has]
-            nc = len(cand)
         ci, u = self.in_edges(cand)
         terms = self._edge_terms(s, p, q, ci, u)
         d_p, d_q, _ = self._deltas(s, cand, q, ci, u, halo=False, terms=terms)
-        # the send rows of the in-neighbours' parts r (neither p nor q): -1 when u loses its last edge into p
-        # (y), +1 when u gets its first edge into q (x)
-        au, x, y, in_p, in_q = terms
-        w = x + y
-        third = np.flatnonzero(~(in_p | in_q) & (w != 0))
-        k3, w3 = ci[third] * P + au[third], w[third]
-        key3 = _sorted_unique(k3)
-        d3 = np.bincount(np.searchsorted(key3, k3), weights=w3, minlength=len(key3))
-        keep3 = d3 != 0
-        key3, d3 = key3[keep3], d3[keep3]
-        c3, r3 = key3 // P, key3 % P
+        c3, r3, d3 = self._third_part_rows(ci, terms)
 
         def excess(c):
             return np.maximum(0.0, c - level)
@@ -131,7 +93,72 @@ class _Descent(_Moves):
         idx = np.concatenate([better, flat])
         if not len(idx):
             return none, none
-        # per-part budgets over the batch: p, q, and the in-neighbours' parts (moves in rank order)
+        fit = self._descent_budgets(s, idx, p, q, d_p, d_q, d_e, (c3, r3, d3), room, cost_room)
+        kept = self._no_clash(cand, idx[fit])
+        return cand[kept], q[kept]
+
+    def _descent_candidates(self, s: _State, level: float, rng: np.random.Generator) -> np.ndarray:
+        """The descent's candidates: boundary nodes in, or next to, a part above ``level``; at most
+        ``DESCENT_K``, a random subset beyond."""
+        a, P = s.a, self.P
+        hot = s.comm > level
+        if s.dense:
+            if hot.sum() < P:
+                near = hot[a]
+                for h in np.flatnonzero(hot):   # the few parts above the level: one column each
+                    near |= s.C[:, h] > 0
+                cand = np.flatnonzero(near)
+            else:
+                cand = np.arange(self.N)
+            cand = cand[s.ext[cand] > 0]   # boundary nodes
+        else:
+            cross = a[self.src] != a[self.dst]
+            touch = cross & (hot[a[self.src]] | hot[a[self.dst]])
+            mark = np.zeros(self.N, dtype=bool)
+            mark[self.src[touch]] = True   # u -> v across parts: u has an out-edge into another part
+            cand = np.flatnonzero(mark)
+        if len(cand) > DESCENT_K:   # a random subset (random keys, O(len(cand)))
+            cand = np.sort(cand[np.argpartition(rng.random(len(cand)), DESCENT_K)[:DESCENT_K]])
+        return cand
+
+    def _descent_destinations(self, s: _State, cand: np.ndarray,
+                              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(candidates, their parts, their destinations): per candidate the out-part other than its own with the
+        lowest random key (ties: the lowest part), from nc <= DESCENT_K rows; a candidate without one is
+        dropped."""
+        nc, P = len(cand), self.P
+        p = s.a[cand]
+        oc, orr = s.out_pairs(cand, weights=False)
+        other = orr != p[oc]
+        oc, orr = oc[other], orr[other]
+        key = np.full((nc, P), np.inf)
+        key[oc, orr] = rng.random(len(oc))
+        q = key.argmin(axis=1)
+        has = key[np.arange(nc), q] < np.inf
+        if not has.all():
+            cand, q, p = cand[has], q[has], p[has]
+        return cand, p, q
+
+    def _third_part_rows(self, ci: np.ndarray, terms) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(candidate, part, row change) of the send rows of the in-neighbours' parts r (neither p nor q) that a
+        move changes: -1 when u loses its last edge into p (y), +1 when u gets its first edge into q (x)."""
+        P = self.P
+        au, x, y, in_p, in_q = terms
+        w = x + y
+        third = np.flatnonzero(~(in_p | in_q) & (w != 0))
+        k3, w3 = ci[third] * P + au[third], w[third]
+        key3 = _sorted_unique(k3)
+        d3 = np.bincount(np.searchsorted(key3, k3), weights=w3, minlength=len(key3))
+        keep3 = d3 != 0
+        key3, d3 = key3[keep3], d3[keep3]
+        return key3 // P, key3 % P, d3
+
+    def _descent_budgets(self, s: _State, idx: np.ndarray, p: np.ndarray, q: np.ndarray, d_p: np.ndarray,
+                         d_q: np.ndarray, d_e: np.ndarray, third: tuple, room: np.ndarray,
+                         cost_room: np.ndarray) -> np.ndarray:
+        """Which of the moves ``idx`` (in rank order) fit the per-part budgets over the batch: rows and cost of
+        p, q and the in-neighbours' parts (``third``: their (candidate, part, row change)), both caps."""
+        c3, r3, d3 = third
         pi, qi = p[idx], q[idx]
         d_ei = d_e[idx]
         ones = np.ones(len(idx))
@@ -141,7 +168,7 @@ class _Descent(_Moves):
             (qi, self.c_edge * d_ei + self.c_row * d_q[idx], cost_room),
             (pi, ones, s.n - 1, True), (qi, ones, self.node_cap - s.n, True),
             (qi, d_ei, s.edge_cap - s.e, True)))
-        rank = np.full(nc, len(idx), dtype=np.int64)
+        rank = np.full(len(p), len(idx), dtype=np.int64)
         rank[idx] = np.arange(len(idx))
         up = d3 > 0
         if up.any():   # the third parts' rises, in the moves' rank order, within their room
@@ -152,8 +179,7 @@ class _Descent(_Moves):
             t_rank, t_r, t_d = t_rank[live], t_r[live], t_d[live]
             fits = _fits(t_r, t_d, np.minimum(room, cost_room / self.c_row), False)
             fit[t_rank[~fits]] = False
-        kept = self._no_clash(cand, idx[fit])
-        return cand[kept], q[kept]
+        return fit
 
     def _descend(self, s: _State, cost_top: float, max_iters: int, seed: int, bar) -> tuple[int, int]:
         """Phase 3: threshold descent on the max communication rows (:meth:`propose_descent`), the level

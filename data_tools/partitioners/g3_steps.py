@@ -124,13 +124,8 @@ class _Steps(_Moves):
                 break
             q = self._destinations(s, cand, ci, u, receivers, int(rec[np.argmax(edge_room[rec])]), rows)
             p = a[cand]
-            d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, halo=False)
             d_e = self.in_deg[cand]
-            dq = self.c_edge * d_e + self.c_row * d_comm_q
-            gain = self._source_gain(s, p, d_e, d_comm_p, nodes=False)
-            idx = np.flatnonzero((gain > 0) & (d_e > mean_deg))
-            score = d_e[idx] / (1.0 + np.maximum(0.0, d_comm_p[idx] + d_comm_q[idx]))
-            idx = idx[np.lexsort((cand[idx], -score))]
+            idx, dq = self._shed_order(s, cand, q, ci, u, mean_deg)
             pi, qi, de = p[idx], q[idx], d_e[idx]
             ones = np.ones(len(idx))
             ok = self._within_budgets(idx, (
@@ -157,6 +152,19 @@ class _Steps(_Moves):
             cand = cand[left]
             rows = rows[left] if rows is not None else None
         return np.concatenate(out_n) if out_n else empty, np.concatenate(out_q) if out_q else empty
+
+    def _shed_order(self, s: _State, cand: np.ndarray, q: np.ndarray, ci: np.ndarray, u: np.ndarray,
+                    mean_deg: float) -> tuple[np.ndarray, np.ndarray]:
+        """The shedding moves worth proposing (their source gains, an in-degree above the mean), most in-edges per
+        communication row added first; and every candidate's cost added to its receiver."""
+        p = s.a[cand]
+        d_comm_p, d_comm_q, _ = self._deltas(s, cand, q, ci, u, halo=False)
+        d_e = self.in_deg[cand]
+        dq = self.c_edge * d_e + self.c_row * d_comm_q
+        gain = self._source_gain(s, p, d_e, d_comm_p, nodes=False)
+        idx = np.flatnonzero((gain > 0) & (d_e > mean_deg))
+        score = d_e[idx] / (1.0 + np.maximum(0.0, d_comm_p[idx] + d_comm_q[idx]))
+        return idx[np.lexsort((cand[idx], -score))], dq
 
     def propose_return(self, s: _State) -> tuple[np.ndarray, np.ndarray]:
         """The second half of an edge-cap swap: parts over the node cap give their nodes with fewest in-edges
@@ -308,34 +316,18 @@ class _Steps(_Moves):
             seen = memo.get(mode)
             if seen is not None and seen[0] == s.version:  # a step was undone: same state, same proposal
                 nodes, dest = seen[1:]
-            elif mode in ("balance", "chain"):
-                nodes, dest = self.propose_balance(s, strict=mode == "balance")
-            elif mode == "capswap":  # heavy nodes out of parts over the edge cap, else light ones out of parts
-                nodes, dest = self.propose_shed_edges(s)   # over the node cap (the second half returns more)
-                if not len(nodes):
-                    nodes, dest = self.propose_return(s)
-            elif mode == "comm":
-                nodes, dest = self.propose_comm(s)
             else:
-                nodes, dest = self.propose_maxcomm(s, bound, strict=mode == "maxcomm")
+                nodes, dest = self._propose(s, mode, bound)
             memo[mode] = s.version, nodes, dest
             if not len(nodes) or steps[mode] < MIN_STEP:
                 idle[mode] = True
                 continue
             k = max(1, int(np.ceil(steps[mode] * len(nodes))))
             before = s.key(bound)
-            s.apply(nodes[:k], dest[:k])
-            if mode in ("swap", "chain"):  # G3's swap, batched: the receivers pass load on to the lightest parts
-                n2, d2 = self.propose_balance(s)
-                s.apply(n2, d2)
-            elif mode == "capswap":  # the receivers of heavy nodes give light ones back where there is node room
-                n2, d2 = self.propose_return(s)
-                s.apply(n2, d2)
+            self._apply_step(s, mode, nodes[:k], dest[:k])
             iters += 1
             if bar:
-                bar.update(1)
-                bar.set_postfix(max_ms=f"{1e3 * s.max_cost:.3g}", rows=int(s.max_comm), viol=f"{s.violation:.3g}",
-                                mode=mode)
+                _show(bar, s, mode)
             after = s.key(bound)
             if _better(after, before):
                 accepted += 1
@@ -354,3 +346,33 @@ class _Steps(_Moves):
                     idle[mode] = True
             history.append(s.key(bound)[objective])
         return iters, accepted
+
+    def _propose(self, s: _State, mode: str, bound: float) -> tuple[np.ndarray, np.ndarray]:
+        """The moves (nodes, destinations) that the step ``mode`` of :meth:`_loop` proposes on ``s``."""
+        if mode in ("balance", "chain"):
+            return self.propose_balance(s, strict=mode == "balance")
+        if mode == "capswap":  # heavy nodes out of parts over the edge cap, else light ones out of parts
+            nodes, dest = self.propose_shed_edges(s)   # over the node cap (the second half returns more)
+            if not len(nodes):
+                nodes, dest = self.propose_return(s)
+            return nodes, dest
+        if mode == "comm":
+            return self.propose_comm(s)
+        return self.propose_maxcomm(s, bound, strict=mode == "maxcomm")
+
+    def _apply_step(self, s: _State, mode: str, nodes: np.ndarray, dest: np.ndarray) -> None:
+        """Apply a step's moves, and for the two-part steps their second half (undone with them: :meth:`_loop`
+        undoes twice)."""
+        s.apply(nodes, dest)
+        if mode in ("swap", "chain"):  # G3's swap, batched: the receivers pass load on to the lightest parts
+            n2, d2 = self.propose_balance(s)
+            s.apply(n2, d2)
+        elif mode == "capswap":  # the receivers of heavy nodes give light ones back where there is node room
+            n2, d2 = self.propose_return(s)
+            s.apply(n2, d2)
+
+
+def _show(bar, s: _State, mode: str) -> None:
+    """One evaluation on the progress bar, with the state it left."""
+    bar.update(1)
+    bar.set_postfix(max_ms=f"{1e3 * s.max_cost:.3g}", rows=int(s.max_comm), viol=f"{s.violation:.3g}", mode=mode)

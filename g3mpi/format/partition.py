@@ -432,6 +432,29 @@ def check_part(path, part: PartData, meta: dict) -> None:
     def bad(msg):
         raise FormatError(path, msg)
 
+    _check_identity(path, part, meta)
+    _check_shapes_and_types(path, part, meta)
+    n, h = part.num_owned, part.num_halo
+    check_csr(path, part.indptr, part.indices, n + h, "local CSR")
+    _check_halo_and_lists(path, part, meta["offsets"])
+    _check_row_order(path, part)
+    if len(part.send_rows) and (part.send_rows.min() < 0 or part.send_rows.max() >= n):
+        bad(f"send row out of range [0, {n})")
+    _check_boundary_first(path, part)
+    _check_labels_and_ids(path, part)
+    _check_original_ids(path, part)
+    _check_feature_range(path, part)
+    if np.any(part.in_degree < 0) or np.any(part.out_degree < 0) or np.any(part.self_loops < 0):
+        bad("negative degree")
+    if not np.array_equal(part.in_degree[:n], np.diff(part.indptr)):
+        bad("in_degree of owned rows does not match the local CSR")
+
+
+def _check_identity(path, part: PartData, meta: dict) -> None:
+    """The part belongs to this partition, is the part its name says, and owns the rows meta.json assigns it."""
+    def bad(msg):
+        raise FormatError(path, msg)
+
     if part.partition_id != meta["partition_id"]:
         bad(f"belongs to partition {part.partition_id}, not to this directory's {meta['partition_id']} "
             "(files from different partitions mixed?)")
@@ -446,11 +469,19 @@ def check_part(path, part: PartData, meta: dict) -> None:
             "(part files swapped or renamed?)")
     if (part.owned_start, part.owned_end) != (off[pid], off[pid + 1]):
         bad(f"owns [{part.owned_start}, {part.owned_end}) but meta.json assigns [{off[pid]}, {off[pid + 1]})")
+
+
+def _check_shapes_and_types(path, part: PartData, meta: dict) -> None:
+    """Every dataset's shape and type (integer ones converted to int64 in place, ``indices``' int32 kept), and the
+    counts that meta.json also records."""
+    def bad(msg):
+        raise FormatError(path, msg)
+
     # lengths checked against the offsets below; halo_ids before num_halo (its length) is taken
     for k in ("indices", "recv_parts", "send_parts", "send_rows", "halo_ids"):
         if getattr(part, k).ndim != 1:
             bad(f"dataset {k!r} has shape {getattr(part, k).shape}, expected one dimension")
-    n, h, N = part.num_owned, part.num_halo, part.num_nodes
+    n, h = part.num_owned, part.num_halo
     shapes = dict(indptr=(n + 1,), halo_ids=(h,), in_degree=(n + h,), out_degree=(n + h,), self_loops=(n,),
                   features=(n, part.feature_dim), labels=(n,), train_mask=(n,), val_mask=(n,), test_mask=(n,),
                   orig_ids=(n,), recv_offsets=(len(part.recv_parts) + 1,),
@@ -471,7 +502,15 @@ def check_part(path, part: PartData, meta: dict) -> None:
     for k in ("num_nodes", "num_edges", "feature_dim", "num_classes"):   # (summary.json reports num_edges)
         if k in meta and getattr(part, k) != meta[k]:
             bad(f"says {k} = {getattr(part, k)}, meta.json says {meta[k]}")
-    check_csr(path, part.indptr, part.indices, n + h, "local CSR")
+
+
+def _check_halo_and_lists(path, part: PartData, off) -> None:
+    """Halo IDs: in range, strictly increasing, not owned here, and sliced by their owners (``off``: the
+    partition's offsets); the receive and send lists: other parts' IDs, increasing, with increasing offsets."""
+    def bad(msg):
+        raise FormatError(path, msg)
+
+    h, N, pid = part.num_halo, part.num_nodes, part.part_id
     hid = part.halo_ids
     if h:
         if hid.min() < 0 or hid.max() >= N:
@@ -492,24 +531,23 @@ def check_part(path, part: PartData, meta: dict) -> None:
         want = np.repeat(part.recv_parts.astype(np.int64), np.diff(part.recv_offsets))
         if not np.array_equal(owners, want):
             bad("halo slices do not match the owners of their IDs")
-    _check_row_order(path, part)
-    if len(part.send_rows) and (part.send_rows.min() < 0 or part.send_rows.max() >= n):
-        bad(f"send row out of range [0, {n})")
-    _check_boundary_first(path, part)
+
+
+def _check_labels_and_ids(path, part: PartData) -> None:
+    """Labels in range, no unlabelled node in a mask, original IDs in range."""
+    def bad(msg):
+        raise FormatError(path, msg)
+
+    n, N = part.num_owned, part.num_nodes
     if len(part.labels) and (part.labels.min() < -1 or part.labels.max() >= part.num_classes):
-        bad(f"labels out of range [-1, {part.num_classes}): found {int(part.labels.min())}..{int(part.labels.max())}")
+        bad(f"labels out of range [-1, {part.num_classes}): found "
+            f"{int(part.labels.min())}..{int(part.labels.max())}")
     for k in ("train_mask", "val_mask", "test_mask"):
         unlabelled = np.count_nonzero(getattr(part, k) & (part.labels < 0))
         if unlabelled:
             bad(f"{k} contains {unlabelled} unlabelled nodes")
     if n and (part.orig_ids.min() < 0 or part.orig_ids.max() >= N):
         bad(f"original node ID out of range [0, {N})")
-    _check_original_ids(path, part)
-    _check_feature_range(path, part)
-    if np.any(part.in_degree < 0) or np.any(part.out_degree < 0) or np.any(part.self_loops < 0):
-        bad("negative degree")
-    if not np.array_equal(part.in_degree[:n], np.diff(part.indptr)):
-        bad("in_degree of owned rows does not match the local CSR")
 
 
 def _check_boundary_first(path, part: PartData) -> None:
