@@ -128,16 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
-    a = build_parser().parse_args(argv)
-    work = a.work.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    graph = work / "graph.h5"
-    stages, quality, notes = [], [], []
-    t0 = time.time()
-    skip = set(a.skip)
-    if skip:
-        notes.append("stages left out, their outputs in WORK reused: " + ", ".join(s for s in STAGES if s in skip))
+def _prepare(a, work: Path, graph: Path, skip: set, stages: list) -> dict:
+    """The prepare stage (or its reused output): g3-prepare's own record of the graph."""
     if "prepare" not in skip:
         stages.append(run_stage("prepare", "data_tools.prepare", [
             "rmat", "--scale", a.scale, "--edge-factor", a.edge_factor, "--feature-dim", a.feature_dim,
@@ -154,6 +146,35 @@ def main(argv=None) -> int:
     elif int(record["num_nodes"]) != 1 << a.scale:
         raise SystemExit(f"bench_scale: error: --skip prepare: {graph} has {record['num_nodes']} nodes, not the "
                          f"2^{a.scale} of --scale {a.scale}")
+    return record
+
+
+def _print_tables(stages: list, quality: list, notes: list) -> None:
+    """Per stage: ranks, wall, peak RSS (max and sum), bytes written; then the partitions' quality."""
+    print(f"{'stage':<18}{'ranks':>6}{'seconds':>10}{'max RSS MiB':>13}{'sum RSS MiB':>13}{'written MiB':>13}")
+    for s in stages:
+        print(f"{s['stage']:<18}{s['ranks']:>6}{s['seconds']:>10.1f}{s['peak_rss_bytes_max'] / 2**20:>13.0f}"
+              f"{s['peak_rss_bytes_sum'] / 2**20:>13.0f}{s['bytes_written'] / 2**20:>13.1f}")
+    print(f"\n{'partition':<16}{'parts':>6}{'edge cut':>12}{'max comm':>11}{'node imb':>10}{'comp imb':>10}"
+          f"{'repl':>8}")
+    for q in quality:
+        print(f"{q['method']:<16}{q.get('num_parts', ''):>6}{q['edge_cut']:>12}{q['max_comm_rows']:>11}"
+              f"{q['node_imbalance']:>10.3f}{q['compute_imbalance']:>10.3f}{q['replication_factor']:>8.3f}")
+    for n in notes:
+        print(n)
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
+    work = a.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    graph = work / "graph.h5"
+    stages, quality, notes = [], [], []
+    t0 = time.time()
+    skip = set(a.skip)
+    if skip:
+        notes.append("stages left out, their outputs in WORK reused: " + ", ".join(s for s in STAGES if s in skip))
+    record = _prepare(a, work, graph, skip, stages)
     num_edges = int(record["num_edges"])
 
     def partition(name: str, method: str, parts: int, ranks: int) -> Path:
@@ -195,17 +216,7 @@ def main(argv=None) -> int:
                    num_edges=num_edges, feature_dim=a.feature_dim, classes=a.classes),
                seconds=round(time.time() - t0, 1), stages=stages, quality=quality, notes=notes)
     write_json(a.out, out)
-    print(f"{'stage':<18}{'ranks':>6}{'seconds':>10}{'max RSS MiB':>13}{'sum RSS MiB':>13}{'written MiB':>13}")
-    for s in stages:
-        print(f"{s['stage']:<18}{s['ranks']:>6}{s['seconds']:>10.1f}{s['peak_rss_bytes_max'] / 2**20:>13.0f}"
-              f"{s['peak_rss_bytes_sum'] / 2**20:>13.0f}{s['bytes_written'] / 2**20:>13.1f}")
-    print(f"\n{'partition':<16}{'parts':>6}{'edge cut':>12}{'max comm':>11}{'node imb':>10}{'comp imb':>10}"
-          f"{'repl':>8}")
-    for q in quality:
-        print(f"{q['method']:<16}{q.get('num_parts', ''):>6}{q['edge_cut']:>12}{q['max_comm_rows']:>11}"
-              f"{q['node_imbalance']:>10.3f}{q['compute_imbalance']:>10.3f}{q['replication_factor']:>8.3f}")
-    for n in notes:
-        print(n)
+    _print_tables(stages, quality, notes)
     return 0
 
 

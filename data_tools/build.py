@@ -347,12 +347,13 @@ def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, ext
                                                         large)):
                 files[name] = sha
         files[NODE_MAP_NAME] = write_node_map(tmp / NODE_MAP_NAME, new_to_orig)
+        local_edges = int(sum(s["local_edges"] for s in stats))
         meta = dict(format=PARTITION_FORMAT, version=PARTITION_VERSION, num_parts=num_parts, method=method, seed=seed,
-                    partition_id=partition_id, num_nodes=g.num_nodes, num_edges=int(sum(s["local_edges"] for s in stats)),
+                    partition_id=partition_id, num_nodes=g.num_nodes, num_edges=local_edges,
                     num_edges_input=g.num_edges, feature_dim=graph_feature_dim(g),
                     num_classes=int(g.attrs["num_classes"]), graph_source=str(g.attrs.get("source", "")),
                     offsets=[int(o) for o in offsets], files=files,
-                    quality=summarize(stats, g.num_nodes, int(sum(s["local_edges"] for s in stats))),
+                    quality=summarize(stats, g.num_nodes, local_edges),
                     parts=stats, build_seconds=round(time.time() - t0, 3))
         meta.update(extra_meta or {})
         write_meta(tmp, meta)

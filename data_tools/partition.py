@@ -73,7 +73,8 @@ class PartitionConfig:
     progress: bool = True
 
 
-def parse_args(argv) -> PartitionConfig:
+def build_parser() -> argparse.ArgumentParser:
+    """g3-partition's options (their values are checked by :func:`parse_args`)."""
     ap = argparse.ArgumentParser(prog=PROG, description="Partition a graph.h5 into P parts (see docs/PARTITION.md).")
     ap.add_argument("graph", type=Path, help="input graph.h5 (from g3-prepare)")
     ap.add_argument("--parts", "-p", type=int, required=True, help=f"number of parts, 1..min(N, {MAX_PARTS})")
@@ -125,8 +126,12 @@ def parse_args(argv) -> PartitionConfig:
                    help=f"row width of the cost model, 1 .. {MAX_WIDTH} (default: feature_dim)")
     g.add_argument("--calibrate", action="store_true", help="measure --edge-seconds on this machine (SpMM)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
-    a = ap.parse_args(argv)
-    # an option of another method than the one chosen is refused, not silently ignored
+    return ap
+
+
+def _refuse_other_methods_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """An option of another method than the one chosen is refused, not silently ignored; unset ones get their
+    defaults."""
     for dest, method in METHOD_OPTIONS.items():
         if getattr(a, dest) is not None and a.method not in method.split():
             opt = "--" + dest.replace("_", "-")
@@ -140,6 +145,12 @@ def parse_args(argv) -> PartitionConfig:
                      f"(the tolerance of its two constraints), not metis --balance {a.balance or 'nodes'}")
         if getattr(a, dest) is None:
             setattr(a, dest, PartitionConfig.__dataclass_fields__[dest].default)
+
+
+def parse_args(argv) -> PartitionConfig:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    _refuse_other_methods_options(ap, a)
     check_values(ap, a)
     try:
         bw = parse_bandwidth(a.bandwidth)

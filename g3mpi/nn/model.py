@@ -24,7 +24,8 @@ from .gcn import GCNLayer
 from .sage import SAGELayer
 
 #: model name -> layer class; every layer implements the same interface: ``build``, ``forward(x, key, layer)``,
-#: ``attention``, ``rowwise``, ``output_free``, ``input_product_free`` (and, row-wise ones, ``g3mpi.sched.layers.RowwiseLayer``)
+#: ``attention``, ``rowwise``, ``output_free``, ``input_product_free`` (and, row-wise ones,
+#: ``g3mpi.sched.layers.RowwiseLayer``)
 LAYERS = {"gcn": GCNLayer, "sage": SAGELayer, "gat": GATLayer}
 MODELS = tuple(LAYERS)
 ACTIVATIONS = {"relu": F.relu, "elu": F.elu, "gelu": F.gelu, "leaky_relu": F.leaky_relu, "tanh": torch.tanh}

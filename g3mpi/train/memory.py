@@ -1,14 +1,14 @@
 """The per-rank memory model of a training run (docs/RUNTIME.md, Memory per rank): bytes a rank needs, from its part's
 counts and the model's widths, never from the whole graph's.
 
-Terms (bytes): ``part`` the part file's arrays as loaded; ``matrices`` the aggregation CSR and its transpose
-(int32 indices where they fit, else int64: ``g3mpi.ops.blocks.csr_index_dtype``; float32 values, GCN's and GAT's
-self loops included; the edge weights are not kept beside them); ``exchange`` the halo and send buffers of
-every layer's exchange (twice where a gradient flows back); ``activations`` what autograd keeps for backward in
-one training step (the coefficients counted with saved-tensor hooks, ``g3mpi.bench.worker.saved_activation_bytes``,
-at several widths, dropout on: its masks are kept as bool); ``params`` parameters, gradients and Adam's two moments. The peak adds the gradients of the
-activations during backward, at most as large as the activations themselves, and the process's ``baseline``
-(interpreter, torch, numpy, scipy, h5py, MPI).
+Terms (bytes): ``part`` the part file's arrays as loaded; ``matrices`` the aggregation CSR and its transpose (int32
+indices where they fit, else int64: ``g3mpi.ops.blocks.csr_index_dtype``; float32 values, GCN's and GAT's self loops
+included; the edge weights are not kept beside them); ``exchange`` the halo and send buffers of every layer's
+exchange (twice where a gradient flows back); ``activations`` what autograd keeps for backward in one training step
+(the coefficients counted with saved-tensor hooks, ``g3mpi.bench.worker.saved_activation_bytes``, at several widths,
+dropout on: its masks are kept as bool); ``params`` parameters, gradients and Adam's two moments. The peak adds the
+gradients of the activations during backward, at most as large as the activations themselves, and the process's
+``baseline`` (interpreter, torch, numpy, scipy, h5py, MPI).
 """
 from __future__ import annotations
 
