@@ -186,9 +186,9 @@ class Transfer:
             self._data_sends[j].Start()
             self._active.append((self._data_sends[j], peer, None))
         self.net.stamp(self._stamp_out, j, self.send_bytes[j], t)
-        for r in self._stamp_sends[j:j + 1]:
-            r.Start()
-            self._active.append((r, peer, None))
+        if self._stamp_sends:   # under a simulated network the arrival stamp follows the data
+            self._stamp_sends[j].Start()
+            self._active.append((self._stamp_sends[j], peer, None))
         rec = self.recorder
         if rec is not None and rec.active:
             rec.add("send", self.name, t, peer=peer)
