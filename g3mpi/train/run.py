@@ -54,7 +54,10 @@ def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: 
     if err:
         proto.error(err)
         started.trainer.close()
-        return 1
+        try:
+            proto.all_out("start-up step 'run directory'")
+        except StartupFailed as e:
+            return e.code
     summary = _train(proto, cfg, started, run_dir, lock)
     if summary is None:
         return 1
