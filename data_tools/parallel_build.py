@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import ExitStack
 
 import numpy as np
 from mpi4py import MPI
@@ -26,7 +27,7 @@ from .build import exchange_lists, part_stats, summarize
 from .layout import ranks_of_groups, slice_order_keys
 from .mpi_util import agree, allgather_rows, allreduce, alltoallv, exchange_counts
 from .partitioners.stream import BLOCK_EDGES, row_blocks
-from .slices import GraphSlice, slice_features
+from .slices import GraphSlice, SliceFeatures
 from .termination import raise_if_terminated
 
 #: message tag of the parts' original IDs sent to rank 0 for the node map
@@ -241,11 +242,6 @@ def write_parts(comm, tmp, sl: GraphSlice, own: OwnRows, rows: dict, halos: dict
             write_part(path, part, atomic=False, deferred={"indices": ((int(part.indptr[-1]),), width)})
         except (OSError, RuntimeError, FormatError) as e:   # (h5py reports a failed flush as a RuntimeError)
             err = f"{path}: cannot be written: {failure_reason(e)}"
-    if sl.features is None:    # read only now: the halo exchange above never holds them
-        try:
-            sl.features = slice_features(sl)
-        except FormatError as e:
-            err = err or str(e)
     agree(comm, err)
     files, cuts, err = fill_parts(comm, tmp, sl, own, rows, halos, offsets, P, None, **blocks)
     for p, cut in cuts.items():
@@ -281,8 +277,20 @@ def fill_parts(comm, tmp, sl: GraphSlice, own: OwnRows, rows: dict, halos: dict,
     each writer its rows of that writer's j-th block (:func:`write_blocks`), so that a writer holds one block at
     a time, never a whole part. Returns ({file: sha256}, {part: cut edges}, the first error); after an error this
     rank keeps taking part in the rounds without writing."""
-    R = comm.size
-    blocks = write_blocks(comm, rows, offsets, P, int(sl.attrs["feature_dim"]), **blocks)
+    width = int(sl.attrs["feature_dim"])
+    blocks = write_blocks(comm, rows, offsets, P, width, **blocks)
+    with ExitStack() as stack:
+        try:
+            feats_of = stack.enter_context(SliceFeatures(sl))
+        except FormatError as e:    # (the graph cannot be opened again: this rank still takes part in the rounds)
+            feats_of, err = None, err or str(e)
+        return _fill_rounds(comm, tmp, own, rows, halos, offsets, blocks, feats_of, width, err)
+
+
+def _fill_rounds(comm, tmp, own: OwnRows, rows: dict, halos: dict, offsets: np.ndarray, blocks: np.ndarray,
+                 feats_of: SliceFeatures | None, width: int, err: str | None) -> tuple[dict, dict, str | None]:
+    """:func:`fill_parts`' rounds; ``feats_of`` reads this rank's rows' features for each round (None after an
+    error: zeros are sent)."""
     by_id = np.argsort(own.new_ids, kind="stable")
     ids_sorted = own.new_ids[by_id]
     ptr = np.zeros(len(own.row_len) + 1, dtype=np.int64)
@@ -296,7 +304,16 @@ def fill_parts(comm, tmp, sl: GraphSlice, own: OwnRows, rows: dict, halos: dict,
         rc = exchange_counts(comm, counts)
         ids = alltoallv(comm, own.new_ids[send], counts, rc)
         lens = alltoallv(comm, own.row_len[send], counts, rc)
-        feats = alltoallv(comm, sl.features[send], counts, rc)
+        mine = None
+        if feats_of is not None and err is None:
+            try:
+                mine = feats_of.rows(send)
+            except FormatError as e:
+                err = str(e)
+        if mine is None:
+            mine = np.zeros((len(send), width), dtype=np.float32)
+        feats = alltoallv(comm, mine, counts, rc)
+        del mine
         edge_counts = np.array([own.row_len[by_id[a:b]].sum() for a, b in zip(lo.tolist(), hi.tolist())],
                                dtype=np.int64)
         cols = alltoallv(comm, gather_values(ptr, send, own.cols), edge_counts, exchange_counts(comm, edge_counts))

@@ -32,7 +32,7 @@ class GraphSlice:
     hi: int
     indptr: np.ndarray       # int64 [hi-lo+1], from 0
     indices: np.ndarray      # int32 (as stored where N < 2^31) or int64 [indptr[-1]], sources (global row IDs)
-    features: np.ndarray | None   # float32 [hi-lo, F] (None: checked, not kept; see slice_features)
+    features: np.ndarray | None   # float32 [hi-lo, F] (None: checked, not kept; see SliceFeatures)
     labels: np.ndarray       # int64 [hi-lo]
     masks: dict              # name -> bool [hi-lo]
 
@@ -50,7 +50,7 @@ def read_slice(path, bounds: np.ndarray, rank: int, verify: bool = True, feature
     """Rank ``rank``'s rows of the graph at ``path`` (``bounds``: :func:`~data_tools.mpi_util.rank_bounds`), checked;
     FormatError naming the file (and the row) on any problem. ``verify``: check the checksums of the datasets
     this rank is dealt (``rank``, ``rank + R``, ... of their sorted names). ``features=False``: the features are
-    checked but not kept (``features`` None), to be read when needed with :func:`slice_features`."""
+    checked but not kept (``features`` None), to be read when needed with :class:`SliceFeatures`."""
     path = Path(path)
     with open_graph(path) as f:
         try:
@@ -59,21 +59,39 @@ def read_slice(path, bounds: np.ndarray, rank: int, verify: bool = True, feature
             raise unreadable(path, e) from None
 
 
-def slice_features(sl: GraphSlice) -> np.ndarray:
-    """The features of the slice's rows as float32, read again (block by block) from its graph file, which
-    :func:`read_slice` checked."""
-    with open_graph(sl.path) as f:
-        try:
-            ds = f["features"]
-            out = np.empty((sl.num_rows, ds.shape[1]), dtype=np.float32)
-            step = max(1, STREAM_BYTES // max(1, ds.dtype.itemsize * ds.shape[1]))
-            for a in range(sl.lo, sl.hi, step):
-                b = min(sl.hi, a + step)
+class SliceFeatures:
+    """The features of some rows of a slice, read from its graph file (which :func:`read_slice` checked) when they
+    are asked for, so that a rank never holds its whole slice's features. A context manager: the file stays open
+    between reads; a slice that holds its features (``features`` not None) is served from them."""
+
+    def __init__(self, sl: GraphSlice):
+        self.sl, self.file, self.ds = sl, None, None
+
+    def __enter__(self):
+        if self.sl.features is None:
+            self.file = open_graph(self.sl.path)
+            self.ds = self.file["features"]
+        return self
+
+    def __exit__(self, *exc):
+        if self.file is not None:
+            self.file.close()
+            self.file = self.ds = None
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        """float32 [len(idx), F]: the features of the slice's rows ``idx`` (slice-local, unique, any order);
+        FormatError naming the file if it cannot be read."""
+        if self.ds is None:
+            return self.sl.features[idx]
+        out = np.empty((len(idx), self.ds.shape[1]), dtype=np.float32)
+        if len(idx):
+            order = np.argsort(idx, kind="stable")
+            try:
                 with np.errstate(over="ignore"):
-                    out[a - sl.lo:b - sl.lo] = ds[a:b]
-            return out
-        except H5_READ_ERRORS as e:
-            raise unreadable(sl.path, e) from None
+                    out[order] = self.ds[self.sl.lo + idx[order]]   # (h5py reads increasing indices only)
+            except H5_READ_ERRORS as e:
+                raise unreadable(self.sl.path, e) from None
+        return out
 
 
 def _read(path, f, bounds, rank, verify, keep_features=True) -> GraphSlice:
