@@ -27,11 +27,14 @@ class GCNLayer(RowwiseAggLayer):
         self.transform_first = in_dim > out_dim
         self.agg = Aggregation(graph, "gcn", out_dim if self.transform_first else in_dim, name=name)
 
-    # row-wise halves of forward, for the inter-layer pipeline (g3mpi.ops.pipeline)
-    def pre(self, x: torch.Tensor):
-        return (x @ self.lin.weight.t() if self.transform_first else x), None
+    # row-wise parts of forward, for the inter-layer pipeline (g3mpi.sched.layers.RowwiseLayer)
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.lin.weight.t() if self.transform_first else x
 
-    def post(self, agg: torch.Tensor, aux, x: torch.Tensor) -> torch.Tensor:
+    def root(self, x: torch.Tensor) -> None:
+        return None     # (the self loop is part of the aggregation)
+
+    def post(self, agg: torch.Tensor, aux) -> torch.Tensor:
         return agg + self.bias if self.transform_first else F.linear(agg, self.lin.weight, self.bias)
 
     def input_product_rows(self, agg_rows: torch.Tensor, x_rows: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,8 @@
 
 x [n_owned, in] -> [n_owned, out]. Parameters ``lin_l.weight`` [out, in], ``lin_l.bias`` [out],
 ``lin_r.weight`` [out, in], named as in PyG. The mean is linear, so W_l is applied before the exchange when
-in > out (fewer bytes travel) and after it otherwise.
+in > out (fewer bytes travel) and after it otherwise. The root term W_r x_i + b_l needs no message: the pipeline
+computes it while the layer's messages travel (``root``), and every schedule adds it the same way.
 """
 from __future__ import annotations
 
@@ -26,26 +27,20 @@ class SAGELayer(RowwiseAggLayer):
         self.transform_first = in_dim > out_dim
         self.agg = Aggregation(graph, "mean", out_dim if self.transform_first else in_dim, name=name)
 
-    # row-wise halves of forward, for the inter-layer pipeline (g3mpi.ops.pipeline)
-    def pre(self, x: torch.Tensor):
-        if self.transform_first:
-            hw = x @ torch.cat([self.lin_l.weight, self.lin_r.weight]).t()
-            return hw[:, :self.out_dim].contiguous(), hw[:, self.out_dim:]
-        return x, None
+    # row-wise parts of forward, for the inter-layer pipeline (g3mpi.sched.layers.RowwiseLayer)
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.lin_l.weight.t() if self.transform_first else x
 
-    def post(self, agg: torch.Tensor, aux, x: torch.Tensor) -> torch.Tensor:
+    def root(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.lin_r.weight, self.lin_l.bias)
+
+    def post(self, agg: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
         if self.transform_first:
-            return agg + self.lin_l.bias + aux
-        return F.linear(torch.cat([agg, x], dim=1), torch.cat([self.lin_l.weight, self.lin_r.weight], dim=1),
-                        self.lin_l.bias)
+            return agg + aux
+        return torch.addmm(aux, agg, self.lin_l.weight.t())
 
     def forward(self, x: torch.Tensor, key=None, layer: int = 0) -> torch.Tensor:
-        # W_l and W_r act on the same rows: one matrix product [.., 2*out] (or [.., 2*in] input) instead of two
-        o = self.out_dim
-        if self.transform_first:
-            hw = x @ torch.cat([self.lin_l.weight, self.lin_r.weight]).t()
-            return self.agg(hw[:, :o].contiguous()) + self.lin_l.bias + hw[:, o:]
-        return self.from_input_product(self.input_product(x))
+        return self.post(self.agg(self.pre(x)), self.root(x))
 
     def input_product_rows(self, agg_rows: torch.Tensor, x_rows: torch.Tensor) -> torch.Tensor:
         """``input_product`` ([mean_{j -> i} x_j, x_i], [n, 2 * in]) of some rows, from their aggregate and their
@@ -53,4 +48,4 @@ class SAGELayer(RowwiseAggLayer):
         return torch.cat([agg_rows, x_rows], dim=1)
 
     def from_input_product(self, z: torch.Tensor) -> torch.Tensor:
-        return F.linear(z, torch.cat([self.lin_l.weight, self.lin_r.weight], dim=1), self.lin_l.bias)
+        return self.post(z[:, :self.in_dim], self.root(z[:, self.in_dim:]))

@@ -5,12 +5,13 @@ Each layer's owned rows split into the boundary group B (rows some neighbour nee
 ``0 .. num_boundary-1``, the part format's boundary-first order) and the interior group I (the rest).
 Per layer l (schedule ``pipelined``):
 
-  1. local block of B rows;  2. neighbour blocks, piece by piece as layer l's message pieces land (for B and I
-     rows);
+  1. local block of B rows, then their own term (``root``: SAGE's W_r x; needs no message);
+  2. neighbour blocks, piece by piece as layer l's message pieces land (for B and I rows);
   3. B rows finished: ``post``, then the model's activation and dropout (``between``), layer l+1's ``pre`` ->
      layer l+1's exchange starts now (the payload's send rows are a view: no gather);
-  4. local block of I rows, chunk by chunk, driving MPI progress between chunks, while layer l+1's messages
-     travel (chunks of it also fill step 2's waits for a piece); then I rows finished likewise.
+  4. the I rows' own term, then their local block, chunk by chunk, driving MPI progress between chunks, while
+     layer l+1's messages travel (chunks of it also fill step 2's waits for a piece); then I rows finished
+     likewise.
 
 So each exchange overlaps the interior computation of the previous layer (including its dense part) and the
 boundary rows' local block of its own layer. The two groups are row ranges, so the input splits into views and
@@ -152,9 +153,9 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
     last = len(layers) - 1
 
     def start(layer, xb):
-        pb, ab = layer.pre(xb)
+        pb = layer.pre(xb)
         rnd = HaloRound(layer.exchange, schedule)
-        return pb, ab, rnd, rnd.start(pb)
+        return pb, rnd, rnd.start(pb)
 
     first = 0
     if c0 is not None:
@@ -166,14 +167,17 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
         yb = yi = None
     else:
         xb, xi = between(0, x[rows_b], rows_b), between(0, x[rows_i], rows_i)
-    pb, ab, rnd, token = start(layers[first], xb)
-    pi, ai = layers[first].pre(xi)
+    pb, rnd, token = start(layers[first], xb)
+    pi = layers[first].pre(xi)
     for l in range(first, last + 1):
         layer = layers[l]
         k = len(B.nb)
         op = _LocalProduct(B, I, schedule.rows_per_chunk(pb.shape[1], k), progress, rnd)
         ob, tok = _LocalB.apply(pb, pi, op)
         pb = pi = None   # dead from here on: references to dead tensors are dropped as soon as possible
+        # the boundary rows' own term while the messages travel; created after _LocalB, so that in backward
+        # autograd runs it after the halo gradients left and before _LocalB's wait for the returned ones
+        ab = layer.root(xb)
         parts_b, parts_i = [None] * k, [None] * k
         bounds = rnd.ex.recv_pieces
 
@@ -195,20 +199,22 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
                 ob = rnd.add(ob, token, i, parts_b[i], B.nb[i][0], B.nb_pieces(i, bounds[i])[1])
                 parts_b[i] = None
         ob = rnd.join(ob, token)
-        yb = layer.post(ob, ab, xb)
-        ob = None
+        yb = layer.post(ob, ab)
+        ob = ab = None
         if l < last:
             xb = between(l + 1, yb, rows_b)
             yb = None
-            pb, ab, rnd_next, token_next = start(layers[l + 1], xb)
+            pb, rnd_next, token_next = start(layers[l + 1], xb)
+        ai = layer.root(xi)     # (while the next layer's messages travel)
         oi = _LocalI.apply(tok, op)
         tok = op = None
         for i in range(k):
             if parts_i[i] is not None:
                 oi = rnd.add(oi, token, i, parts_i[i], I.nb[i][0], I.nb_pieces(i, bounds[i])[1])
-        yi = layer.post(oi, ai, xi)
+        yi = layer.post(oi, ai)
+        oi = ai = None
         if l == last:
             return torch.cat([yb, yi])
         xi = between(l + 1, yi, rows_i)
-        pi, ai = layers[l + 1].pre(xi)
+        pi = layers[l + 1].pre(xi)
         rnd, token = rnd_next, token_next

@@ -1,8 +1,9 @@
 """The layer protocol of the inter-layer pipeline (``g3mpi.ops.pipeline``): what it needs of a layer, so that it
 drives any row-wise layer without knowing the model (GCN and SAGE implement it; GAT's attention is not row-wise).
 
-A layer is ``pre`` (row-wise, before the exchange) -> aggregation -> ``post`` (row-wise); the pipeline computes
-both on the boundary rows first, so the next layer's exchange leaves while the interior rows are computed.
+A layer is ``pre`` (row-wise, before the exchange) -> aggregation -> ``post`` (row-wise), plus ``root``, its
+row-wise term that needs no message; the pipeline computes them on the boundary rows first, so the next layer's
+exchange leaves while the interior rows are computed, and computes ``root`` while messages travel.
 """
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ Between = Callable[[int, Any, slice], Any]
 @runtime_checkable
 class RowwiseLayer(Protocol):
     """``exchange``: the layer's ``HaloExchange``; ``groups``: (boundary, interior) ``RowGroup`` of its blocks.
-    ``pre(x_rows) -> (payload_rows, aux_rows)``: what is aggregated (and what ``post`` needs besides);
-    ``post(agg_rows, aux_rows, x_rows) -> y_rows``: the layer's output rows."""
+    ``pre(x_rows) -> payload_rows``: what is aggregated (only that, so that the exchange starts early);
+    ``root(x_rows) -> aux_rows``: the rows' own term, which needs no message (None if the layer has none);
+    ``post(agg_rows, aux_rows) -> y_rows``: the layer's output rows."""
 
     exchange: Any
     groups: Any
 
     def pre(self, x): ...
 
-    def post(self, agg, aux, x): ...
+    def root(self, x): ...
+
+    def post(self, agg, aux): ...
