@@ -292,49 +292,20 @@ def _fill_rounds(comm, tmp, own: OwnRows, rows: dict, halos: dict, offsets: np.n
     """:func:`fill_parts`' rounds; ``feats_of`` reads this rank's rows' features for each round (None after an
     error: zeros are sent)."""
     by_id = np.argsort(own.new_ids, kind="stable")
-    ids_sorted = own.new_ids[by_id]
     ptr = np.zeros(len(own.row_len) + 1, dtype=np.int64)
     np.cumsum(own.row_len, out=ptr[1:])
+    mine = (by_id, own.new_ids[by_id], ptr)
     files, cuts, writer = {}, {}, None
     for j in range(blocks.shape[1]):
-        # my rows in each writer's block j, in new-ID order
-        lo, hi = np.searchsorted(ids_sorted, blocks[:, j, 1]), np.searchsorted(ids_sorted, blocks[:, j, 2])
-        send = np.concatenate([by_id[a:b] for a, b in zip(lo.tolist(), hi.tolist())])
-        counts = (hi - lo).astype(np.int64)
-        rc = exchange_counts(comm, counts)
-        ids = alltoallv(comm, own.new_ids[send], counts, rc)
-        lens = alltoallv(comm, own.row_len[send], counts, rc)
-        mine = None
-        if feats_of is not None and err is None:
-            try:
-                mine = feats_of.rows(send)
-            except FormatError as e:
-                err = str(e)
-        if mine is None:
-            mine = np.zeros((len(send), width), dtype=np.float32)
-        feats = alltoallv(comm, mine, counts, rc)
-        del mine
-        edge_counts = np.array([own.row_len[by_id[a:b]].sum() for a, b in zip(lo.tolist(), hi.tolist())],
-                               dtype=np.int64)
-        cols = alltoallv(comm, gather_values(ptr, send, own.cols), edge_counts, exchange_counts(comm, edge_counts))
-        del send
+        ids, feats, cols, err = _block_round(comm, own, mine, blocks[:, j, 1:], feats_of, width, err)
         p, s, e = (int(x) for x in blocks[comm.rank, j])
         if p < 0:
             continue
-        # received by source rank, each rank's rows in new-ID order; boundary-first new IDs interleave the
-        # ranks' rows, so the block is put in new-ID order here (rows, their features and their in-edges)
-        if np.any(ids[1:] < ids[:-1]):
-            by_new = np.argsort(ids, kind="stable")
-            got_ptr = np.zeros(len(ids) + 1, dtype=np.int64)
-            np.cumsum(lens, out=got_ptr[1:])
-            ids, feats, cols = ids[by_new], feats[by_new], gather_values(got_ptr, by_new, cols)
         if len(ids) != e - s or (len(ids) and (ids[0] != s or ids[-1] != e - 1)):
             raise RuntimeError(f"part {p}: block {s}..{e} received rows {ids[:1]}..{ids[-1:]} ({len(ids)})")
         first, last = int(offsets[p]), int(offsets[p + 1])
-        outside = (cols < first) | (cols >= last)
-        local = np.where(outside, 0, cols - first)
-        local[outside] = (last - first) + np.searchsorted(halos[p], cols[outside])
-        cuts[p] = cuts.get(p, 0) + int(outside.sum())
+        local, cut = _local_columns(cols, first, last, halos[p])
+        cuts[p] = cuts.get(p, 0) + cut
         if err is not None:
             continue
         path = tmp / part_name(p)
@@ -354,6 +325,50 @@ def _fill_rounds(comm, tmp, own: OwnRows, rows: dict, halos: dict, offsets: np.n
     if writer is not None:
         writer.close_on_error()
     return files, cuts, err
+
+
+def _block_round(comm, own: OwnRows, mine: tuple, bounds: np.ndarray, feats_of: SliceFeatures | None, width: int,
+                 err: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, str | None]:
+    """One round: every rank sends each writer w its rows with new IDs ``bounds[w, 0] .. bounds[w, 1] - 1`` (IDs,
+    features, in-edges); returns what this rank received (new IDs, features, in-edge sources), in new-ID order,
+    and the first error. ``mine``: this rank's rows sorted by new ID (order, sorted IDs, CSR row pointer)."""
+    by_id, ids_sorted, ptr = mine
+    lo, hi = np.searchsorted(ids_sorted, bounds[:, 0]), np.searchsorted(ids_sorted, bounds[:, 1])
+    send = np.concatenate([by_id[a:b] for a, b in zip(lo.tolist(), hi.tolist())])
+    counts = (hi - lo).astype(np.int64)
+    rc = exchange_counts(comm, counts)
+    ids = alltoallv(comm, own.new_ids[send], counts, rc)
+    lens = alltoallv(comm, own.row_len[send], counts, rc)
+    feats = None
+    if feats_of is not None and err is None:
+        try:
+            feats = feats_of.rows(send)
+        except FormatError as e:
+            err = str(e)
+    if feats is None:
+        feats = np.zeros((len(send), width), dtype=np.float32)
+    feats = alltoallv(comm, feats, counts, rc)
+    edge_counts = np.array([own.row_len[by_id[a:b]].sum() for a, b in zip(lo.tolist(), hi.tolist())],
+                           dtype=np.int64)
+    cols = alltoallv(comm, gather_values(ptr, send, own.cols), edge_counts, exchange_counts(comm, edge_counts))
+    del send
+    # received by source rank, each rank's rows in new-ID order; boundary-first new IDs interleave the ranks'
+    # rows, so the block is put in new-ID order here (rows, their features and their in-edges)
+    if np.any(ids[1:] < ids[:-1]):
+        by_new = np.argsort(ids, kind="stable")
+        got_ptr = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(lens, out=got_ptr[1:])
+        ids, feats, cols = ids[by_new], feats[by_new], gather_values(got_ptr, by_new, cols)
+    return ids, feats, cols, err
+
+
+def _local_columns(cols: np.ndarray, first: int, last: int, halo: np.ndarray) -> tuple[np.ndarray, int]:
+    """(local columns, cut edges) of a part's in-edge sources ``cols`` (new IDs): its own rows ``first ..
+    last - 1`` to 0 .., every other to its place after them in the part's sorted ``halo``."""
+    outside = (cols < first) | (cols >= last)
+    local = np.where(outside, 0, cols - first)
+    local[outside] = (last - first) + np.searchsorted(halo, cols[outside])
+    return local, int(outside.sum())
 
 
 def write_node_map(comm, path, rows: dict, offsets: np.ndarray, P: int) -> str | None:
