@@ -124,6 +124,26 @@ class _LocalI(torch.autograd.Function):
         return g.new_zeros(0), None
 
 
+def _neighbour_products(rnd: HaloRound, op: _LocalProduct, B, I) -> tuple[list, list]:
+    """Both row groups' products with each neighbour's block, per neighbour (None where a group has no block),
+    piece by piece as the round's pieces land; while nothing has landed, the next chunk of the interior rows'
+    local product (``op``) fills the wait."""
+    k = len(B.nb)
+    parts_b, parts_i = [None] * k, [None] * k
+    bounds = rnd.ex.recv_pieces
+    while rnd.pieces_left:
+        got = rnd.landed_pieces()
+        if not got and op.interior_step():
+            continue    # nothing landed: the interior rows' product, which needs no message, meanwhile
+        for i, p in got or rnd.next_pieces():   # piece p of neighbour i: its columns of both groups' blocks
+            h = rnd.halo(i, p)
+            for grp, parts in ((B, parts_b), (I, parts_i)):
+                if grp.nb[i] is not None:
+                    mat = grp.nb_pieces(i, bounds[i])[0][p]
+                    parts[i] = spmm(mat, h) if p == 0 else parts[i].addmm_(mat, h)
+    return parts_b, parts_i
+
+
 def input_product_groups(layer, x, schedule):
     """The first layer's input product (``input_product_rows``) of the boundary and of the interior rows, computed
     with the row groups' own matrices (no whole-rank blocks are built for it); no autograd."""
@@ -178,22 +198,8 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
         # the boundary rows' own term while the messages travel; created after _LocalB, so that in backward
         # autograd runs it after the halo gradients left and before _LocalB's wait for the returned ones
         ab = layer.root(xb)
-        parts_b, parts_i = [None] * k, [None] * k
+        parts_b, parts_i = _neighbour_products(rnd, op, B, I)
         bounds = rnd.ex.recv_pieces
-
-        def land(landed):
-            for i, p in landed:     # piece p of neighbour i: its columns of both groups' blocks, in order
-                h = rnd.halo(i, p)
-                for grp, parts in ((B, parts_b), (I, parts_i)):
-                    if grp.nb[i] is not None:
-                        mat = grp.nb_pieces(i, bounds[i])[0][p]
-                        parts[i] = spmm(mat, h) if p == 0 else parts[i].addmm_(mat, h)
-
-        while rnd.pieces_left:
-            got = rnd.landed_pieces()
-            if not got and op.interior_step():
-                continue    # nothing landed: the interior rows' product, which needs no message, meanwhile
-            land(got or rnd.next_pieces())
         for i in range(k):
             if parts_b[i] is not None:
                 ob = rnd.add(ob, token, i, parts_b[i], B.nb[i][0], B.nb_pieces(i, bounds[i])[1])
