@@ -148,7 +148,6 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
         return np.zeros(n, dtype=np.int64), dict(objective_before=0.0, objective_after=0.0, iterations=0, **limits)
     t0 = time.time()
     in_deg = np.diff(np.asarray(indptr))
-    m = int(in_deg.sum())
     auto_balance = start_balance == "auto"
     start_balance, recursive, start_objective = start_plan(in_deg, num_parts, start_balance, recursive,
                                                            start_objective)
@@ -168,22 +167,10 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     a, r = ref.refine(fill_isolated(start, isolated, num_parts), max_iters, bar, start, cost_slack=cost_slack,
                       descent_iters=descent_iters, seed=seed)
     a = _final_repairs(a, r, ref, num_parts, in_deg, out_deg)
-    first, last = r["first"], r["last"]
-    out = dict(objective="max over parts of the estimated epoch seconds (cost_model)",
-               objective_before=epoch * first["max_cost"], objective_after=epoch * last["max_cost"],
-               violation_before=first["violation"], violation_after=last["violation"],
-               halo_rows_before=int(first["total_comm"]), halo_rows_after=int(last["total_comm"]),
-               max_comm_rows_before=int(first["max_comm"]), max_comm_rows_after=int(last["max_comm"]),
-               max_comm_rows_phase1=int(r["phase1"]["max_comm"]), cost_slack=cost_slack,
-               node_imbalance_after=last["node_imbalance"], edge_imbalance_after=last["edge_imbalance"],
-               iterations=r["iterations"], accepted_iterations=r["accepted"],
-               max_comm_rows_phase2=int(r["phase2"]["max_comm"]), phase2_skipped=r["phase2"]["skipped"],
-               descent_iterations=r["descent"]["iterations"],
-               start=f"metis balance={start_balance} {'recursive' if recursive else 'kway'}"
-                     + (" objective=volume" if start_objective == "volume" else ""),
-               metis_seconds=round(t_metis, 3), refine_seconds=round(time.time() - t0 - t_metis, 3),
-               node_imbalance_cap=ref.node_cap * num_parts / n, hubs=len(ref.hubs),
-               edge_imbalance_floor=float(in_deg.max()) * num_parts / max(1, m), **limits)
+    desc = f"metis balance={start_balance} {'recursive' if recursive else 'kway'}" + \
+        (" objective=volume" if start_objective == "volume" else "")
+    out = _info(r, ref, epoch, desc, cost_slack, round(t_metis, 3), round(time.time() - t0 - t_metis, 3), in_deg,
+                num_parts, limits)
     if said:
         out["metis_messages"] = list(said)
     if switched:
@@ -191,6 +178,26 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     if log:
         _log_outcome(log, out, r, ref, in_deg, n, num_parts, node_imbalance, edge_imbalance)
     return a, out
+
+
+def _info(r: dict, ref: _Refiner, epoch: int, start: str, cost_slack: float, t_metis: float, t_refine: float,
+          in_deg: np.ndarray, num_parts: int, limits: dict) -> dict:
+    """:func:`g3_partition`'s info from the refiner's record ``r``: the objective and the comm rows before and after,
+    per phase, the imbalances, the start and the times."""
+    n, m = len(in_deg), int(in_deg.sum())
+    first, last = r["first"], r["last"]
+    return dict(objective="max over parts of the estimated epoch seconds (cost_model)",
+                objective_before=epoch * first["max_cost"], objective_after=epoch * last["max_cost"],
+                violation_before=first["violation"], violation_after=last["violation"],
+                halo_rows_before=int(first["total_comm"]), halo_rows_after=int(last["total_comm"]),
+                max_comm_rows_before=int(first["max_comm"]), max_comm_rows_after=int(last["max_comm"]),
+                max_comm_rows_phase1=int(r["phase1"]["max_comm"]), cost_slack=cost_slack,
+                node_imbalance_after=last["node_imbalance"], edge_imbalance_after=last["edge_imbalance"],
+                iterations=r["iterations"], accepted_iterations=r["accepted"],
+                max_comm_rows_phase2=int(r["phase2"]["max_comm"]), phase2_skipped=r["phase2"]["skipped"],
+                descent_iterations=r["descent"]["iterations"], start=start, metis_seconds=t_metis,
+                refine_seconds=t_refine, node_imbalance_cap=ref.node_cap * num_parts / n, hubs=len(ref.hubs),
+                edge_imbalance_floor=float(in_deg.max()) * num_parts / max(1, m), **limits)
 
 
 def _metis_start(indptr, indices, num_parts: int, ref: _Refiner, in_deg: np.ndarray, *, seed: int, balance: str,
