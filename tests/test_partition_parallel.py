@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import run_module, run_mpi
 from tests.partition_graphs import expected_edges, reassemble
 from data_tools.build import write_partition
-from data_tools.slices import read_slice
+from data_tools.slices import SliceFeatures, read_slice
 from data_tools.mpi_util import rank_bounds
 from g3mpi.format import FormatError, array_sha256, load_graph, read_meta, read_node_map, read_part
 from g3mpi.format.partition import ARRAYS, SCALARS
@@ -236,3 +236,16 @@ def test_serial_method_on_several_ranks_is_refused(method, rand_h5, tmp_path):
 def test_blocked_passes_match_the_direct_construction(R, rand_h5, tmp_path):
     _, path = rand_h5
     run_mpi(R, "tests.mpi_stream_blocks", path, tmp_path, timeout=120)
+
+
+def test_slice_features_read_on_demand_equal_the_slice(rand_h5):
+    g, path = rand_h5
+    bounds = rank_bounds(g.num_nodes, 3)
+    held, lazy = read_slice(path, bounds, 1), read_slice(path, bounds, 1, features=False)
+    assert lazy.features is None
+    idx = np.random.default_rng(0).permutation(held.num_rows)[: max(1, held.num_rows // 2)]
+    for sl in (held, lazy):
+        with SliceFeatures(sl) as feats:
+            got = feats.rows(idx)
+            assert got.dtype == np.float32 and np.array_equal(got, held.features[idx])
+            assert feats.rows(idx[:0]).shape == (0, held.features.shape[1])
