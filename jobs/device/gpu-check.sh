@@ -7,7 +7,8 @@
 # Linux from PyPI is the CUDA build), refuses to go on where torch sees no GPU (the CUDA tests would only skip),
 # prints what torch and MPI see, and runs the tests of the CUDA code: the device selection with the real GPU count
 # and g3-train's start-up refusal (tests/test_device.py), the halo exchange staged through pinned host buffers on a
-# side stream (tests/test_staging.py), and the queued sends (tests/test_comm.py). A few minutes at most.
+# side stream (tests/test_staging.py), the queued sends (tests/test_comm.py) and the gradient allreduce from device
+# memory (tests/test_gradsync.py). A few minutes at most.
 # Exit status: pytest's; 1 without a GPU.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -33,7 +34,7 @@ print(f"== MPI {MPI.Get_library_version().splitlines()[0]}; reports CUDA support
 sys.exit(0 if torch.cuda.is_available() else 1)
 PY
 args=("$@")
-((${#args[@]})) || args=(tests/test_device.py tests/test_staging.py tests/test_comm.py)
+((${#args[@]})) || args=(tests/test_device.py tests/test_staging.py tests/test_comm.py tests/test_gradsync.py)
 rc=0
 "$G3_PY" -m pytest -ra "${args[@]}" || rc=$?
 echo "== jobs/device/gpu-check.sh: pytest exited with status $rc"
