@@ -131,7 +131,11 @@ def test_sends_after_events_leave_in_order_once_their_copies_complete():
         first, second = FakeEvent(log, "first"), FakeEvent(log, "second")
         tr.send_after(0, first)
         tr.send_after(1, second)
+        assert not tr.all_started
         tr.send_after(2, second)
+        assert tr.all_started and not tr.all_sent
+        with pytest.raises(RuntimeError, match="message 2 sent twice"):
+            tr.send_after(2, second)
         assert tr.test() == [] and ctx.stats.messages_sent == 0
         second.done = True
         ctx.progress()

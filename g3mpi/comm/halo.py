@@ -176,6 +176,7 @@ class Transfer:
         self._t_data = np.zeros(self.num_recvs)
         self._landed = np.ones(self.num_recvs, dtype=bool)
         self._sent = np.ones(len(self.send_peers), dtype=bool)
+        self._queued = np.zeros(len(self.send_peers), dtype=bool)   # in the queue (send_after), not yet sent
         self._t0 = 0.0
         self._t_last = 0.0
         self.send_bytes = [int(b.nbytes) for b in send_bufs]
@@ -230,6 +231,7 @@ class Transfer:
         if rec is not None and rec.active:
             rec.add("send", self.name, t, peer=peer)
         self._sent[j] = True
+        self._queued[j] = False
         self.stats.bytes_sent += self.send_bytes[j]
         self.stats.messages_sent += 1
         self.stats.add(self.name, "bytes_sent", self.send_bytes[j])
@@ -239,6 +241,9 @@ class Transfer:
         before it (``SendQueue``), then sent by the polls and waits that follow."""
         if self.queue is None:
             raise RuntimeError(f"exchange {self.name}: a send after an event needs a send queue")
+        if self._sent[j] or self._queued[j]:
+            raise RuntimeError(f"exchange {self.name}: message {j} sent twice in one round")
+        self._queued[j] = True
         self.queue.put(self, j, event)
 
     def _drain(self) -> None:
@@ -253,6 +258,11 @@ class Transfer:
     @property
     def all_sent(self) -> bool:
         return bool(self._sent.all())
+
+    @property
+    def all_started(self) -> bool:
+        """Every message of the round sent, or queued behind its copy (``send_after``)."""
+        return bool((self._sent | self._queued).all())
 
     # -- completion ---------------------------------------------------------------------------------------------
     def _complete(self) -> np.ndarray:

@@ -160,7 +160,7 @@ class HaloRound:
                     st.send_grad(i, k, j)
         if last:
             self.sent[i] = True
-            if sched.waits_first and tr.all_sent:
+            if sched.waits_first and tr.all_started:
                 sched.rest(tr)
 
     def add_received(self, grad: torch.Tensor) -> torch.Tensor:
