@@ -6,7 +6,9 @@ Rank 0 writes OUT.npz with, per variant and model, the initial parameters, the l
 loss and every parameter gradient (summed over ranks), so a test can compare with a single-process PyG
 reference or variants with each other. A variant is a schedule, a chunk size (0 = automatic, -1 = none) and a
 maximum random extra delay per message in seconds (random completion orders), ``nocache`` to turn the
-model's input cache off, and ``pieceN`` for messages in pieces of about N bytes (``Schedule.piece_bytes``).
+model's input cache off, ``pieceN`` for messages in pieces of about N bytes (``Schedule.piece_bytes``), and
+``staged`` for every layer's exchange staged through host buffers as on a GPU rank, the CPU standing in
+(``g3mpi.ops.staging``).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from g3mpi.comm import CommContext, SimNet
 from g3mpi.format import read_meta, read_part
 from g3mpi.nn import GNN
 from g3mpi.ops import DistGraph
+from g3mpi.ops.staging import Stager
 from g3mpi.sched import Schedule
 from g3mpi.sched.schedule import PIECE_BYTES
 
@@ -59,7 +62,9 @@ def main(argv=None):
         ctx = CommContext(comm, simnet)
         ctxs.append(ctx)
         pieces = [int(f[len("piece"):]) for f in flags if f.startswith("piece")]
-        graph = DistGraph(part, ctx, Schedule(schedule, int(chunk), piece_bytes=pieces[0] if pieces else PIECE_BYTES))
+        stager = Stager.for_device("cpu") if "staged" in flags else None
+        graph = DistGraph(part, ctx, Schedule(schedule, int(chunk), piece_bytes=pieces[0] if pieces else PIECE_BYTES),
+                          stager=stager)
         for model in a.models.split(","):
             net = build(model, graph, part, hidden=a.hidden, input_cache="nocache" not in flags)
             init = {k: v.detach().clone() for k, v in net.state_dict().items()}

@@ -86,3 +86,92 @@ def test_backward_buffers_made_on_first_use():
         assert np.array_equal(ex.grad_bufs[0], np.ones((3, 2)))
     finally:
         ctx.free()
+
+
+class FakeEvent:
+    """A copy's completion as the CPU stands in for a CUDA event: done when the test says so, or when waited for;
+    every query and wait is logged."""
+
+    def __init__(self, log: list, name: str):
+        self.log, self.name, self.done = log, name, False
+
+    def query(self) -> bool:
+        self.log.append(("query", self.name))
+        return self.done
+
+    def synchronize(self) -> None:
+        self.log.append(("wait", self.name))
+        self.done = True
+
+
+def _self_exchange(ctx, piece_rows=0):
+    """An exchange of one rank with itself: 3 halo rows that are its own rows 0, 2, 4, 2 floats wide."""
+    import numpy as np
+
+    from g3mpi.comm import HaloPlan
+    plan = HaloPlan(num_owned=5, num_halo=3, recv_parts=[0], recv_offsets=np.array([0, 3]), send_parts=[0],
+                    send_idx=[np.array([0, 2, 4])])
+    return ctx.exchange(plan, 2, piece_rows=piece_rows)
+
+
+def test_sends_after_events_leave_in_order_once_their_copies_complete():
+    """Staged sends (a GPU rank's rows copied to host memory): polls send the queued prefix whose copies have
+    completed, never one behind a copy still running; a blocking wait waits for the copies and sends them all."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from g3mpi.comm import CommContext
+    ctx = CommContext(MPI.COMM_SELF)
+    log = []
+    try:
+        ex = _self_exchange(ctx, piece_rows=1)   # three pieces, three messages
+        tr = ex.forward
+        tr.begin()
+        ex.send_bufs[0][:] = [[1, 2], [3, 4], [5, 6]]
+        first, second = FakeEvent(log, "first"), FakeEvent(log, "second")
+        tr.send_after(0, first)
+        tr.send_after(1, second)
+        assert not tr.all_started
+        tr.send_after(2, second)
+        assert tr.all_started and not tr.all_sent
+        with pytest.raises(RuntimeError, match="message 2 sent twice"):
+            tr.send_after(2, second)
+        assert tr.test() == [] and ctx.stats.messages_sent == 0
+        second.done = True
+        ctx.progress()
+        assert ctx.stats.messages_sent == 0 and not tr.all_sent, "a send overtook one whose copy is running"
+        first.done = True
+        ctx.progress()
+        assert ctx.stats.messages_sent == 3 and tr.all_sent and len(ctx.sends) == 0
+        assert sorted(tr.wait_all()) == [0, 1, 2] and np.array_equal(ex.halo, [[1, 2], [3, 4], [5, 6]])
+        assert ("wait", "first") not in log and ("wait", "second") not in log
+        # a blocking wait: every queued copy waited for and sent first (no rank blocks with a message queued)
+        tr.begin()
+        ex.send_bufs[0][:] = 7
+        third = FakeEvent(log, "third")
+        for j in range(3):
+            tr.send_after(j, third)
+        assert sorted(tr.wait_all()) == [0, 1, 2] and ("wait", "third") in log and np.all(ex.halo == 7)
+        # queued at the end: freeing sends and completes them
+        tr.begin()
+        tr.send_after(0, FakeEvent(log, "last"))
+        tr.send_after(1, FakeEvent(log, "last"))
+        tr.send_after(2, FakeEvent(log, "last"))
+    finally:
+        ctx.free()
+    assert log.count(("wait", "last")) == 3 and ctx.stats.messages_sent == 9
+
+
+def test_send_after_needs_a_queue():
+    import numpy as np
+    from mpi4py import MPI
+
+    from g3mpi.comm import Transfer
+    from g3mpi.comm.halo import CommStats
+    buf = np.zeros((1, 1), np.float32)
+    tr = Transfer(MPI.COMM_SELF, [0], [buf], [], [], 5, CommStats())
+    try:
+        with pytest.raises(RuntimeError, match="needs a send queue"):
+            tr.send_after(0, None)
+    finally:
+        tr.free()

@@ -50,7 +50,7 @@ def standin(bm, ro, F, sched, forward=None, backward=None, events=None):
                          recv_msgs=[range(i, i + 1) for i in range(k)], send_pieces=[], send_msgs=[], send_ranges=[],
                          forward=forward or SimpleNamespace(num_recvs=k),
                          backward=backward or SimpleNamespace(num_recvs=0, landed=np.zeros(0, bool)),
-                         start_forward=lambda h: events.append("start"))
+                         start_forward=lambda h: events.append("start"), staging=None)
     graph = SimpleNamespace(blocks=lambda kind: bm, exchange=lambda width, name: ex, schedule=sched,
                             num_owned=bm.num_owned)
     return graph, ex

@@ -32,6 +32,9 @@ def test_round_trip_of_paths_with_any_character(tmp_path):
                                        ('schedule = "fast"', "schedule"), ('sim_net = "fast"', "BANDWIDTH"),
                                        ("epochs = 0", "epochs"), ("lr = nan", "lr"), ("verify = 1", "verify"),
                                        ("time_limit = -1", "time_limit"), ("time-limit = nan", "time_limit"),
+                                       ('device = "gpu"', "device 'gpu': expected one of cpu, cuda, auto"),
+                                       ('cuda-aware = "yes"', "cuda_aware 'yes': expected one of auto, on, off"),
+                                       ('oversubscribe_gpus = 1', "oversubscribe_gpus must be true or false"),
                                        ("= broken", "TOML"), ("a = " + "[" * 10**5 + "]" * 10**5, "TOML")])
 def test_bad_values_are_named(tmp_path, text, word):
     (tmp_path / "bad.toml").write_text(text + "\n")
@@ -172,6 +175,10 @@ NO_EFFECT = [
      "the parameters come from the checkpoint and no dropout is drawn"),
     ("--force", "force = true", dict(force=True), {}, 2, dict(resuming=True),
      "a resumed run continues in its run directory: nothing is replaced"),
+    ("--cuda-aware on", 'cuda-aware = "on"', dict(cuda_aware="on"), {}, 2, {},
+     "the device is cpu (--device cuda or auto uses GPUs)"),
+    ("--oversubscribe-gpus", "oversubscribe_gpus = true", dict(oversubscribe_gpus=True), dict(device="cpu"), 1, {},
+     "the device is cpu (--device cuda or auto uses GPUs)"),
 ]
 
 
@@ -213,6 +220,8 @@ def test_a_setting_without_effect_is_named_once_where_it_was_given(tmp_path, cli
     (dict(seed=3, init_from="m.pt"), 2, {}),                       # dropout 0.5 draws from the seed
     (dict(seed=3, init_from="m.pt", dropout=0.0, model="gat", attn_dropout=0.1), 2, {}),
     (dict(force=True), 2, {}),
+    (dict(device="cuda", cuda_aware="off", oversubscribe_gpus=True), 2, {}),
+    (dict(device="auto", cuda_aware="on"), 1, {}),
 ])
 def test_settings_with_an_effect_are_not_named(overrides, world, facts):
     from g3mpi.train.config import config_and_origins, ineffective_settings

@@ -82,8 +82,14 @@ def _optimisation_options(g) -> None:
 
 
 def _runtime_options(g) -> None:
-    from g3mpi.train.config import LOG_LEVELS, MODES
+    from g3mpi.train.config import CUDA_AWARE, DEVICES, LOG_LEVELS, MODES
     g.add_argument("--threads", type=int, help="torch threads per rank")
+    g.add_argument("--device", choices=DEVICES,
+                   help="where each rank computes: cpu, cuda (a rank takes the GPU of its index among the ranks "
+                        "of its node) or auto (cuda where every rank sees a GPU, else cpu)")
+    g.add_argument("--cuda-aware", choices=CUDA_AWARE,
+                   help="with --device cuda, hand device buffers straight to MPI (auto: where the MPI reports "
+                        "CUDA support; off: stage messages through host memory)")
     g.add_argument("--schedule", choices=MODES)
     g.add_argument("--chunk-rows", type=int, help="rows per aggregation chunk (0: automatic, <0: no chunks)")
     g.add_argument("--sim-net", help="simulated network BANDWIDTH,LATENCY, e.g. 10Gbit,20us")
@@ -103,6 +109,9 @@ def _runtime_options(g) -> None:
     g.add_argument("--timeline-epoch", type=int, metavar="E",
                    help="record epoch E's per-rank timeline (compute, sends, waits per layer): RUN/timeline.json, "
                         "and RUN/timeline.png with plots (default 2, or the last epoch of a shorter run; 0: off)")
+    g.add_argument("--oversubscribe-gpus", action=onoff,
+                   help="with --device cuda, let the ranks of a node share its GPUs when they outnumber them "
+                        "(rank r takes GPU r mod the GPU count)")
     g.add_argument("--log-level", help=f"one of {', '.join(LOG_LEVELS)} (any case)")
     g.add_argument("--force", action=onoff,
                    help="replace an existing run directory (default off; saved as off in RUN/config.toml)")

@@ -15,6 +15,7 @@ epochs of one exchange in order.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -91,6 +92,39 @@ class HaloPlan:
                 for ix in self.send_idx]
 
 
+class SendQueue:
+    """Sends waiting for their buffer: a GPU rank's staged rows leave once the copy that writes them into host memory
+    has completed (its ``event``: ``query()`` without blocking, ``synchronize()`` blocking; ``g3mpi.ops.staging``).
+    Sends leave in the order they were queued, whichever transfer they belong to: ``flush`` (every poll) sends the
+    prefix whose events have completed, ``drain`` (before every blocking wait) all of them, so a rank never blocks
+    while a message that another rank may need is still queued, and sends and waits come in the unstaged order.
+    One queue per ``CommContext``, shared by its transfers; empty on a CPU rank, which sends at once."""
+
+    def __init__(self):
+        self._q = deque()   # (transfer, message, event)
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def put(self, transfer: "Transfer", j: int, event) -> None:
+        self._q.append((transfer, j, event))
+
+    def flush(self) -> None:
+        """Send the queued messages whose events have completed, in order, up to the first one still copying."""
+        q = self._q
+        while q and q[0][2].query():
+            transfer, j, _ = q.popleft()
+            transfer.send(j)
+
+    def drain(self) -> None:
+        """Send every queued message, waiting for each one's copy."""
+        q = self._q
+        while q:
+            transfer, j, event = q.popleft()
+            event.synchronize()
+            transfer.send(j)
+
+
 class Transfer:
     """One direction of an exchange: fixed messages and buffers, persistent requests, open / send / test / wait.
 
@@ -105,11 +139,13 @@ class Transfer:
     ``net`` (``g3mpi.comm.simnet``: ``DirectNet`` or ``SimNet``) decides when a delivered message becomes visible;
     ``watchdog`` (``g3mpi.comm.watchdog``, or None) puts a deadline on every blocking wait; ``recorder``
     (``g3mpi.comm.timeline``, or None) records posts, sends, landings and blocked spans while it is active.
+    ``queue``: the :class:`SendQueue` of ``send_after`` (None: every send leaves at once).
     """
 
     def __init__(self, comm, send_peers, send_bufs, recv_peers, recv_bufs, tag: int, stats: CommStats, *,
-                 net=None, watchdog=None, name: str = "", recorder=None):
+                 net=None, watchdog=None, name: str = "", recorder=None, queue: SendQueue | None = None):
         self.comm, self.stats, self.name = comm, stats, name
+        self.queue = queue
         self.net = net if net is not None else DirectNet()
         self.watchdog = watchdog if watchdog is not None and watchdog.active else None
         self.recorder = recorder
@@ -140,6 +176,7 @@ class Transfer:
         self._t_data = np.zeros(self.num_recvs)
         self._landed = np.ones(self.num_recvs, dtype=bool)
         self._sent = np.ones(len(self.send_peers), dtype=bool)
+        self._queued = np.zeros(len(self.send_peers), dtype=bool)   # in the queue (send_after), not yet sent
         self._t0 = 0.0
         self._t_last = 0.0
         self.send_bytes = [int(b.nbytes) for b in send_bufs]
@@ -156,6 +193,7 @@ class Transfer:
 
     def begin(self) -> None:
         """Open a round: post every receive (the one way a round starts)."""
+        self._drain()
         if not self.round_over:
             raise RuntimeError(f"exchange {self.name}: a round opened before the previous one was over")
         self._t0 = time.perf_counter()
@@ -193,9 +231,24 @@ class Transfer:
         if rec is not None and rec.active:
             rec.add("send", self.name, t, peer=peer)
         self._sent[j] = True
+        self._queued[j] = False
         self.stats.bytes_sent += self.send_bytes[j]
         self.stats.messages_sent += 1
         self.stats.add(self.name, "bytes_sent", self.send_bytes[j])
+
+    def send_after(self, j: int, event) -> None:
+        """Send buffer j once ``event`` (the copy that fills it) has completed: queued behind the sends queued
+        before it (``SendQueue``), then sent by the polls and waits that follow."""
+        if self.queue is None:
+            raise RuntimeError(f"exchange {self.name}: a send after an event needs a send queue")
+        if self._sent[j] or self._queued[j]:
+            raise RuntimeError(f"exchange {self.name}: message {j} sent twice in one round")
+        self._queued[j] = True
+        self.queue.put(self, j, event)
+
+    def _drain(self) -> None:
+        if self.queue:
+            self.queue.drain()
 
     def send_all(self) -> None:
         for j in range(len(self.send_peers)):
@@ -205,6 +258,11 @@ class Transfer:
     @property
     def all_sent(self) -> bool:
         return bool(self._sent.all())
+
+    @property
+    def all_started(self) -> bool:
+        """Every message of the round sent, or queued behind its copy (``send_after``)."""
+        return bool((self._sent | self._queued).all())
 
     # -- completion ---------------------------------------------------------------------------------------------
     def _complete(self) -> np.ndarray:
@@ -244,21 +302,29 @@ class Transfer:
             self._t_data[data] = time.perf_counter()
 
     def progress(self) -> None:
-        """Let MPI progress this transfer's messages (marks completions; landing is decided by ``test``)."""
+        """Let MPI progress this transfer's messages (marks completions; landing is decided by ``test``) and send
+        the queued messages whose copies have completed."""
+        if self.queue:
+            self.queue.flush()
         if not self._landed.all():
             self._poll_recvs()
         elif self._active:
             MPI.Request.Testall([a[0] for a in self._active])
 
     def test(self) -> list:
-        """Receive indices that have landed since the last call (never blocks)."""
+        """Receive indices that have landed since the last call (never blocks); sends the queued messages whose
+        copies have completed first."""
+        if self.queue:
+            self.queue.flush()
         if self._landed.all():
             return []
         self._poll_recvs()
         return self._deliverable(time.perf_counter())
 
     def wait_some(self) -> list:
-        """Block until at least one more receive has landed; returns the newly landed indices."""
+        """Block until at least one more receive has landed (every queued send out first); returns the newly
+        landed indices."""
+        self._drain()
         if self._landed.all():
             return []
         t0 = time.perf_counter()
@@ -300,6 +366,7 @@ class Transfer:
         return self._landed
 
     def _finish_sends(self) -> None:
+        self._drain()
         if self._active:
             t0 = time.perf_counter()
             reqs = [a[0] for a in self._active]
@@ -351,21 +418,29 @@ class HaloExchange:
     ``send_msgs[q]``: the indices of their pieces among the forward transfer's receives / sends (the backward
     transfer's sends / receives have the same indices: piece j of the gradient of a halo slice is the reverse of
     forward receive j).
+
+    ``alloc(shape, dtype)``: makes every buffer (default zeros in ordinary memory; a GPU rank's are pinned host
+    memory, ``g3mpi.ops.staging``); ``queue``: the transfers' :class:`SendQueue`. ``staging``: the device side of
+    the exchange when the rank's tensors live on a device (set by the graph; None: they are these buffers).
     """
 
     def __init__(self, comm, plan: HaloPlan, width: int, tag: int, stats: CommStats, net=None, watchdog=None,
-                 dtype=np.float32, name: str = "", recorder=None, piece_rows: int = 0):
+                 dtype=np.float32, name: str = "", recorder=None, piece_rows: int = 0, alloc=None,
+                 queue: SendQueue | None = None):
         self.plan, self.width, self.name = plan, int(width), name or f"x{tag}"
         self._comm, self._tag, self._stats, self._dtype = comm, tag, stats, dtype
         self._net, self._watchdog, self._recorder = net, watchdog, recorder
+        self._alloc = alloc or _zeros
+        self._queue = queue
+        self.staging = None
         k = len(plan.recv_parts)
         self.recv_pieces = [piece_bounds(plan.recv_slice(i).stop - plan.recv_slice(i).start, piece_rows)
                             for i in range(k)]
         self.send_pieces = [piece_bounds(len(ix), piece_rows) for ix in plan.send_idx]
         self.recv_msgs = _numbered(self.recv_pieces)
         self.send_msgs = _numbered(self.send_pieces)
-        self.halo = np.zeros(self._shape(plan.num_halo), dtype=dtype)
-        self.send_bufs = [np.zeros(self._shape(len(ix)), dtype=dtype) for ix in plan.send_idx]
+        self.halo = self._alloc(self._shape(plan.num_halo), dtype)
+        self.send_bufs = [self._alloc(self._shape(len(ix)), dtype) for ix in plan.send_idx]
         halo_slices = [self.halo[plan.recv_slice(i)] for i in range(k)]
         self.forward = self._transfer(plan.send_parts, self.send_bufs, self.send_pieces, plan.recv_parts,
                                       halo_slices, self.recv_pieces, 4 * tag, ".fwd")
@@ -383,7 +458,7 @@ class HaloExchange:
                     [buf[a:z] for buf, b in zip(bufs, pieces) for a, z in zip(b[:-1], b[1:])])
         sends, recvs = flat(send_peers, send_bufs, send_pieces), flat(recv_peers, recv_bufs, recv_pieces)
         return Transfer(self._comm, *sends, *recvs, tag, self._stats, net=self._net, watchdog=self._watchdog,
-                        name=self.name + suffix, recorder=self._recorder)
+                        name=self.name + suffix, recorder=self._recorder, queue=self._queue)
 
     # The backward direction is planned on first use: no gradient flows back through an exchange of raw input
     # features (layer 0), so its gradient buffers would only take memory. Planning is local (persistent
@@ -392,8 +467,8 @@ class HaloExchange:
     def backward(self) -> Transfer:
         if self._backward is None:
             plan, dtype = self.plan, self._dtype
-            self._halo_grad = np.zeros(self._shape(plan.num_halo), dtype=dtype)
-            self._grad_bufs = [np.zeros(self._shape(len(ix)), dtype=dtype) for ix in plan.send_idx]
+            self._halo_grad = self._alloc(self._shape(plan.num_halo), dtype)
+            self._grad_bufs = [self._alloc(self._shape(len(ix)), dtype) for ix in plan.send_idx]
             grad_slices = [self._halo_grad[plan.recv_slice(i)] for i in range(len(plan.recv_parts))]
             self._backward = self._transfer(plan.recv_parts, grad_slices, self.recv_pieces, plan.send_parts,
                                             self._grad_bufs, self.send_pieces, 4 * self._tag + 2, ".bwd")
@@ -451,6 +526,10 @@ class HaloExchange:
             self._backward.free()
 
 
+def _zeros(shape: tuple, dtype) -> np.ndarray:
+    return np.zeros(shape, dtype=dtype)
+
+
 def _numbered(pieces: list) -> list:
     """Per neighbour, the indices of its pieces among all neighbours' pieces in order."""
     out, j = [], 0
@@ -474,18 +553,20 @@ class CommContext:
         self.watchdog = watchdog
         self.recorder = recorder
         self.stats = CommStats()
+        self.sends = SendQueue()   # sends waiting for a device-to-host copy (none on a CPU rank)
         self._next = 1
         self._exchanges = []
 
-    def exchange(self, plan: HaloPlan, width: int, dtype=np.float32, name: str = "",
-                 piece_rows: int = 0) -> HaloExchange:
-        """A new exchange; ``piece_rows``: rows per piece of each neighbour's message (0: one piece)."""
+    def exchange(self, plan: HaloPlan, width: int, dtype=np.float32, name: str = "", piece_rows: int = 0,
+                 alloc=None) -> HaloExchange:
+        """A new exchange; ``piece_rows``: rows per piece of each neighbour's message (0: one piece); ``alloc``:
+        how its buffers are made (``HaloExchange``)."""
         tag = self._next
         self._next += 1
         if 4 * tag + 3 > self.comm.Get_attr(MPI.TAG_UB):
             raise RuntimeError("too many halo exchanges for this MPI's tag range")
         ex = HaloExchange(self.comm, plan, width, tag, self.stats, self.net, self.watchdog, dtype, name,
-                          self.recorder, piece_rows)
+                          self.recorder, piece_rows, alloc, self.sends)
         self._exchanges.append(ex)
         return ex
 

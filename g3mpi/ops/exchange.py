@@ -15,6 +15,11 @@ halo-gradient buffer (the neighbour block's precomputed transpose, ``spmm`` in p
 by piece; the last share of this round sends each piece as soon as it is written. The gradients other ranks send
 for our rows are added in place as their pieces land (``add_received``) by whoever holds the payload's gradient:
 the local product's backward, or ``start``'s backward when ``start(payload, grads=True)`` (GAT).
+
+An exchange with a ``staging`` (a rank whose tensors live on a device, ``g3mpi.ops.staging``) takes the same
+steps on device tensors: the payload's send rows are copied to the host buffers and their sends queued behind the
+copy, halo pieces are copied to the device as they are handed out, halo gradients are written on the device and
+copied back piece by piece, and the returned gradients are copied to the device before they are added.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from itertools import chain
 import torch
 
 from .blocks import spmm
+from .staging import DONE
 
 
 class HaloRound:
@@ -98,6 +104,8 @@ class HaloRound:
 
     def halo(self, i: int, k: int | None = None) -> torch.Tensor:
         """Neighbour i's halo slice (or its piece k), outside autograd (for a product computed when it lands)."""
+        if self.ex.staging is not None:
+            return self.ex.staging.halo_rows(i, k)
         h = self.ex.halo_slice(i)
         if k is not None:
             b = self.ex.recv_pieces[i]
@@ -135,17 +143,24 @@ class HaloRound:
         first pieces travel while the rest is computed."""
         sched, tr = self.schedule, self._open_backward()
         bounds, msgs = self.ex.recv_pieces[i], self.ex.recv_msgs[i]
-        grad = self.ex.halo_grad[self.ex.plan.recv_slice(i)]
+        st = self.ex.staging
+        if st is None:
+            grad = torch.from_numpy(self.ex.halo_grad[self.ex.plan.recv_slice(i)])
+        else:
+            grad = st.halo_grad[self.ex.plan.recv_slice(i)]
         first = self.got[i] == 0
         self.got[i] += 1
         last = self.got[i] == self.expected[i] and sched.communicates
         for k, j in enumerate(msgs):
-            write(k, torch.from_numpy(grad[bounds[k]:bounds[k + 1]]), first)
+            write(k, grad[bounds[k]:bounds[k + 1]], first)
             if last:
-                tr.send(j)
+                if st is None:
+                    tr.send(j)
+                else:
+                    st.send_grad(i, k, j)
         if last:
             self.sent[i] = True
-            if sched.waits_first and tr.all_sent:
+            if sched.waits_first and tr.all_started:
                 sched.rest(tr)
 
     def add_received(self, grad: torch.Tensor) -> torch.Tensor:
@@ -159,8 +174,13 @@ class HaloRound:
                 if not sent:    # a share that no gradient reached: what it has (zeros without any) goes now
                     if self.got[i] == 0:
                         ex.halo_grad[ex.plan.recv_slice(i)] = 0
-                    for j in ex.recv_msgs[i]:
-                        tr.send(j)
+                    for k, j in enumerate(ex.recv_msgs[i]):
+                        if ex.staging is None:
+                            tr.send(j)
+                        elif self.got[i] == 0:   # (behind the sends queued before it)
+                            tr.send_after(j, DONE)
+                        else:
+                            ex.staging.send_grad(i, k, j)
         order = [(q, k, j) for q, js in enumerate(ex.send_msgs) for k, j in enumerate(js)]
         nxt = 0
         for _ in chain([None], sched.arrivals(tr)):  # what landed already (a blocking share waited), then as it lands
@@ -172,21 +192,26 @@ class HaloRound:
     def _add_piece(self, grad: torch.Tensor, q: int, k: int) -> None:
         ex = self.ex
         a, b = (int(v) for v in ex.send_pieces[q][k:k + 2])
-        got = torch.from_numpy(ex.grad_bufs[q][a:b])
+        st = ex.staging
+        got = torch.from_numpy(ex.grad_bufs[q][a:b]) if st is None else st.grad_rows(q, a, b)
         r = ex.send_ranges[q]
         if r is not None:
             grad[r[0] + a:r[0] + b].add_(got)
         else:
-            grad.index_add_(0, torch.from_numpy(ex.plan.send_idx[q][a:b]), got)
+            idx = torch.from_numpy(ex.plan.send_idx[q][a:b]) if st is None else st.send_index(q)[a:b]
+            grad.index_add_(0, idx, got)
 
 
 class _Start(torch.autograd.Function):
     @staticmethod
     def forward(ctx, payload, rnd, grads):
         ctx.rnd, ctx.grads = rnd, grads
-        ctx.shape = payload.shape
+        ctx.shape, ctx.device = payload.shape, payload.device
         if rnd.schedule.communicates:
-            rnd.ex.start_forward(payload.detach().contiguous().numpy())
+            if rnd.ex.staging is None:
+                rnd.ex.start_forward(payload.detach().contiguous().numpy())
+            else:
+                rnd.ex.staging.start_forward(payload.detach())
         return payload.new_zeros(0)
 
     @staticmethod
@@ -194,7 +219,7 @@ class _Start(torch.autograd.Function):
         rnd = ctx.rnd
         if not ctx.grads:
             return None, None, None
-        return rnd.add_received(torch.zeros(ctx.shape, dtype=torch.float32)), None, None
+        return rnd.add_received(torch.zeros(ctx.shape, dtype=torch.float32, device=ctx.device)), None, None
 
 
 class _Recv(torch.autograd.Function):

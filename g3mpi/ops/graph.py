@@ -63,9 +63,12 @@ def _mean_weights(part) -> np.ndarray:
 
 
 class DistGraph:
-    def __init__(self, part, ctx: CommContext, schedule: Schedule | None = None):
+    def __init__(self, part, ctx: CommContext, schedule: Schedule | None = None, stager=None):
+        """``stager``: a :class:`~g3mpi.ops.staging.Stager` when the layers compute on device tensors (every
+        layer's exchange is then staged through host buffers); None: on the exchanges' own buffers."""
         self.part = part
         self.ctx = ctx
+        self.stager = stager
         self.schedule = schedule or Schedule()
         self.plan = HaloPlan.from_part(part)
         self.num_owned = part.num_owned
@@ -130,5 +133,11 @@ class DistGraph:
         return self._blocks[key]
 
     def exchange(self, width: int, name: str = ""):
-        """A layer's exchange of ``width`` floats a row, its messages in pieces by the schedule's piece rule."""
-        return self.ctx.exchange(self.plan, width, name=name, piece_rows=self.schedule.rows_per_piece(width))
+        """A layer's exchange of ``width`` floats a row, its messages in pieces by the schedule's piece rule (staged
+        by the graph's ``stager``, if any)."""
+        st = self.stager
+        ex = self.ctx.exchange(self.plan, width, name=name, piece_rows=self.schedule.rows_per_piece(width),
+                               alloc=st.alloc if st is not None else None)
+        if st is not None:
+            st.stage(ex)
+        return ex

@@ -22,6 +22,9 @@ MAX_LAYERS = 1024
 MAX_HIDDEN = 2**40
 MAX_HEADS = 2**16
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: --device (g3mpi.train.device: which GPU a rank takes) and --cuda-aware (device buffers straight to MPI)
+DEVICES = ("cpu", "cuda", "auto")
+CUDA_AWARE = ("auto", "on", "off")
 
 
 class ConfigError(ValueError):
@@ -53,6 +56,9 @@ class TrainConfig:
     patience: int = 0               # stop after this many evaluations without a better validation accuracy (0: never)
     seed: int = 0
     threads: int = 1                # torch threads per rank
+    device: str = "cpu"             # cpu | cuda | auto (cuda where every rank sees a GPU, else cpu)
+    cuda_aware: str = "auto"        # CUDA device buffers straight to MPI: auto (where MPI reports support) | on | off
+    oversubscribe_gpus: bool = False  # let the ranks of a node share its GPUs when they outnumber them
     schedule: str = PIPELINED       # one of sched.MODES (nocomm: timing only, results invalid on P > 1)
     chunk_rows: int = 0             # rows per aggregation chunk (0: from the feature width; <0: no chunking)
     sim_net: str = ""               # simulated network BANDWIDTH,LATENCY, e.g. "10Gbit,20us" ("" = off)
@@ -76,7 +82,8 @@ class TrainConfig:
         def bad(key, msg):
             raise ConfigError(msg, key)
         for k, allowed in (("model", MODELS), ("activation", ACTIVATIONS), ("optimizer", OPTIMIZERS),
-                           ("schedule", MODES), ("log_level", LOG_LEVELS)):
+                           ("schedule", MODES), ("log_level", LOG_LEVELS), ("device", DEVICES),
+                           ("cuda_aware", CUDA_AWARE)):
             if (getattr(self, k).upper() if k == "log_level" else getattr(self, k)) not in allowed:
                 bad(k, f"{k} {getattr(self, k)!r}: expected one of {', '.join(allowed)}")
         for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads"):
@@ -245,6 +252,8 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
         why["comm_timeout"] = "one rank waits for no other"
     elif not Schedule(cfg.schedule).communicates:
         why["sim_net"] = "the nocomm schedule sends no messages"
+    if cfg.device == "cpu":
+        why["cuda_aware"] = why["oversubscribe_gpus"] = "the device is cpu (--device cuda or auto uses GPUs)"
     if not input_cache_applies:
         why["input_cache"] = "there is no parameter-free product of the input to keep: " + (
             "GAT's first layer weighs its input before it aggregates" if layer.attention else

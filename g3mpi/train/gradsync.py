@@ -12,6 +12,10 @@ order everywhere; ``flush`` starts whatever backward did not reach (parameters w
     sync.begin(); loss.backward(); sync.flush()    # every step: buckets leave during backward
     ...                                            # other collectives may follow (same order on every rank)
     sync.wait(); sync.unpack()                     # summed gradients back into p.grad
+
+Parameters on a GPU: the flat buffer is pinned host memory, each gradient copied into it as its bucket is packed
+(staged), or, with ``direct`` (an MPI that takes CUDA buffers, ``--cuda-aware``), the buffer is on the device and
+MPI reduces it there once the stream has finished writing it.
 """
 from __future__ import annotations
 
@@ -20,12 +24,23 @@ from mpi4py import MPI
 
 
 class GradSync:
-    def __init__(self, comm, buckets: list, watchdog=None):
-        """``buckets``: lists of parameters, in the order backward completes them (last layer first)."""
+    def __init__(self, comm, buckets: list, watchdog=None, direct: bool = False):
+        """``buckets``: lists of parameters, in the order backward completes them (last layer first), all on one
+        device; ``direct``: hand MPI the device buffer (parameters on a GPU, a CUDA-aware MPI)."""
         self.comm, self.watchdog = comm, watchdog
         self.buckets = [list(b) for b in buckets if len(b)]
         sizes = [sum(p.numel() for p in b) for b in self.buckets]
-        self.buf = torch.zeros(sum(sizes), dtype=torch.float32)
+        devices = {p.device for b in self.buckets for p in b}
+        if len(devices) > 1:
+            raise ValueError(f"the parameters are on several devices: {sorted(map(str, devices))}")
+        self.device = devices.pop() if devices else torch.device("cpu")
+        self.direct = bool(direct) and self.device.type == "cuda"
+        if self.device.type != "cuda":
+            self.buf = torch.zeros(sum(sizes), dtype=torch.float32)
+        elif self.direct:
+            self.buf = torch.zeros(sum(sizes), dtype=torch.float32, device=self.device)
+        else:
+            self.buf = torch.zeros(sum(sizes), dtype=torch.float32, pin_memory=True)
         self.segments, off = [], 0
         for n in sizes:
             self.segments.append(self.buf[off:off + n])
@@ -63,9 +78,13 @@ class GradSync:
             if p.grad is None:
                 seg[off:off + n].zero_()
             else:
-                seg[off:off + n] = p.grad.reshape(-1)
+                seg[off:off + n] = p.grad.reshape(-1)   # (on a GPU, staged: a device-to-host copy)
             off += n
-        self.reqs[i] = self.comm.Iallreduce(MPI.IN_PLACE, seg.numpy(), op=MPI.SUM)
+        if self.direct:   # MPI reads the device buffer: what the stream has queued must be written first
+            torch.cuda.current_stream(self.device).synchronize()
+            self.reqs[i] = self.comm.Iallreduce(MPI.IN_PLACE, seg, op=MPI.SUM)
+        else:
+            self.reqs[i] = self.comm.Iallreduce(MPI.IN_PLACE, seg.numpy(), op=MPI.SUM)
         self._next = i + 1
 
     def flush(self) -> None:
@@ -87,7 +106,7 @@ class GradSync:
             for p in b:
                 n = p.numel()
                 if p.grad is None:
-                    p.grad = seg[off:off + n].view_as(p).clone()
+                    p.grad = seg[off:off + n].view_as(p).to(p.device, copy=True)
                 else:
                     p.grad.copy_(seg[off:off + n].view_as(p))
                 off += n

@@ -6,12 +6,13 @@ collective, so that a failure anywhere stops every rank at the same step, each w
 (``g3-train: error: [rank r] ...``: its own error, or which ranks failed) and a non-zero exit, never a hang:
 
 1. the configuration check (:func:`config_check`), every rank's first collective, once its command line is read;
-2. ``part files``: meta.json and the rank's own part (:func:`read_rank_part`, which the bench's worker uses too);
-3. ``halo lists``: each neighbour sends the rows this rank expects (:mod:`g3mpi.comm.consistency`);
-4. ``split sizes``: the graph's training, validation and test counts, and that the parts own every node ID
+2. ``device``: the rank's device (``--device``, :mod:`.device`: its GPU from its place on its node);
+3. ``part files``: meta.json and the rank's own part (:func:`read_rank_part`, which the bench's worker uses too);
+4. ``halo lists``: each neighbour sends the rows this rank expects (:mod:`g3mpi.comm.consistency`);
+5. ``split sizes``: the graph's training, validation and test counts, and that the parts own every node ID
    exactly once (:func:`start_up_sums`, which the bench's worker uses too);
-5. ``checkpoint`` (``--resume``) or ``initial model`` (``--init-from``): read and checked against the settings;
-6. the trainer built, then the checkpoint's states or the initial parameters checked against its model.
+6. ``checkpoint`` (``--resume``) or ``initial model`` (``--init-from``): read and checked against the settings;
+7. the trainer built, then the checkpoint's states or the initial parameters checked against its model.
 
 A failure inside a collective, where other ranks may wait, ends the job at once (``abort_job``) instead. Every
 wait has the watchdog's deadline (``--comm-timeout``): a rank that never arrives ends the job naming the step.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from mpi4py import MPI
 
 from g3mpi.comm.abort import abort_job, write_line
@@ -36,7 +38,8 @@ from g3mpi.nn.model import LAYERS
 
 from .checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, check_restorable, load_checkpoint,
                          load_model_state, state_mismatch)
-from .config import TrainConfig, settings_without_effect
+from .config import ConfigError, TrainConfig, settings_without_effect
+from .device import mpi_cuda_support, select_device, use_cuda_aware
 from .faults import TestHooks
 from .rundir import SPLITS
 from .trainer import Trainer
@@ -46,6 +49,8 @@ log = logging.getLogger("g3mpi")
 #: what the start-up sums found when two parts own the same original node ID
 IDS_NOT_ONCE = ("the parts do not own every original node ID exactly once (two parts own the same node; "
                 "g3-inspect names the part whose IDs disagree with node_map.h5)")
+#: the devices the training runtime computes on so far (the CUDA path of issue 28 is not in yet)
+RUNTIME_DEVICES = ("cpu",)
 
 
 class StartupFailed(Exception):
@@ -177,8 +182,9 @@ class Started:
 
 
 def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None) -> Started:
-    """Steps 2 to 6 (the module's list) for g3-train: :class:`StartupFailed` on every rank when one fails.
+    """Steps 2 to 7 (the module's list) for g3-train: :class:`StartupFailed` on every rank when one fails.
     ``stop``: the run's :class:`~g3mpi.train.stop.StopSignals`; ``resume``: the run directory to continue."""
+    select_rank_device(proto, cfg)
     part, meta, hooks = _load_part(proto, cfg)
     hooks.stall_at("startup")
     _check_halo(proto, cfg, part)
@@ -200,8 +206,29 @@ def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None) -> Starte
     return Started(trainer, part, meta, hooks, ckpt, init)
 
 
+def select_rank_device(proto: Protocol, cfg: TrainConfig, cuda_count: int | None = None):
+    """Step 2: this rank's device (:func:`~.device.select_device`; ``cuda_count``: the GPUs it sees, default
+    torch's count) and whether its messages leave from device memory (:func:`~.device.use_cuda_aware`), agreed on
+    by every rank: (device, CUDA-aware). A device the runtime does not compute on yet (``RUNTIME_DEVICES``) is
+    refused here, before any part is read."""
+    if cfg.device == "cpu":     # no collective: a CPU run starts as it always has
+        return torch.device("cpu"), False
+    err, device, direct = None, None, False
+    try:
+        device = select_device(proto.comm, cfg.device, cfg.oversubscribe_gpus, cuda_count)
+        direct = use_cuda_aware(cfg.cuda_aware, device, mpi_cuda_support() if device.type == "cuda" else False)
+        if device.type not in RUNTIME_DEVICES:
+            err = (f"--device {cfg.device}: this rank would compute on {device}, but the training runtime computes "
+                   f"on the {' or '.join(RUNTIME_DEVICES)} only so far (its CUDA path is not in yet); use "
+                   "--device cpu")
+    except ConfigError as e:
+        err = str(e)
+    proto.agree(err, "cannot compute on the device asked for", "device")
+    return device, direct
+
+
 def _load_part(proto: Protocol, cfg: TrainConfig):
-    """Step 2: (part, meta, test hooks) of this rank, agreed on by every rank before any exchange starts."""
+    """Step 3: (part, meta, test hooks) of this rank, agreed on by every rank before any exchange starts."""
     err, part, meta, hooks = None, None, None, None
     try:
         hooks = TestHooks.from_env(proto.comm.rank)
@@ -215,7 +242,7 @@ def _load_part(proto: Protocol, cfg: TrainConfig):
 
 
 def _check_halo(proto: Protocol, cfg: TrainConfig, part) -> None:
-    """Step 3: halo/send consistency with every neighbour (a pairwise exchange of counts and ID checksums)."""
+    """Step 4: halo/send consistency with every neighbour (a pairwise exchange of counts and ID checksums)."""
     comm = proto.comm
     try:
         err = check_neighbours(comm, part, name_of=part_name, watchdog=proto.watchdog)
@@ -226,7 +253,7 @@ def _check_halo(proto: Protocol, cfg: TrainConfig, part) -> None:
 
 
 def _split_sizes(proto: Protocol, cfg: TrainConfig, part) -> dict:
-    """Step 4: the split sizes of the whole graph, which has training nodes and every node ID owned once (every
+    """Step 5: the split sizes of the whole graph, which has training nodes and every node ID owned once (every
     rank has the same sums, so every rank says the same line and none waits for another)."""
     split_sizes, ids_once = start_up_sums(part, proto.watchdog)
     err = None if ids_once else f"{cfg.parts}: {IDS_NOT_ONCE}"
@@ -240,7 +267,7 @@ def _split_sizes(proto: Protocol, cfg: TrainConfig, part) -> dict:
 
 
 def _read_checkpoint(proto: Protocol, cfg: TrainConfig, meta: dict, resume: str) -> dict:
-    """Step 5 of ``--resume``: RUN/checkpoint.pt, compatible with the settings and the partition."""
+    """Step 6 of ``--resume``: RUN/checkpoint.pt, compatible with the settings and the partition."""
     err, ckpt = None, None
     try:
         ckpt = load_checkpoint(f"{resume}/{CHECKPOINT_NAME}")
@@ -254,7 +281,7 @@ def _read_checkpoint(proto: Protocol, cfg: TrainConfig, meta: dict, resume: str)
 
 
 def _read_initial(proto: Protocol, cfg: TrainConfig) -> dict:
-    """Step 5 of ``--init-from``: the initial parameters."""
+    """Step 6 of ``--init-from``: the initial parameters."""
     err, init = None, None
     try:
         init = load_model_state(cfg.init_from)
@@ -265,7 +292,7 @@ def _read_initial(proto: Protocol, cfg: TrainConfig) -> dict:
 
 
 def _check_fit(proto: Protocol, cfg: TrainConfig, part, trainer: Trainer, ckpt, init, resume) -> None:
-    """Step 6: the checkpoint's states, or the initial parameters (then loaded), fit the trainer's model (every
+    """Step 7: the checkpoint's states, or the initial parameters (then loaded), fit the trainer's model (every
     rank holds the same ones)."""
     if ckpt is not None:
         err = None
