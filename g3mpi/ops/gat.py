@@ -79,6 +79,9 @@ class GATAggregation:
         token = rnd.start(payload, grads=True)
         k = ex.forward.num_recvs
         parts = [None] * k
+        # each neighbour's destination terms taken in neighbour order, not arrival order: backward then adds
+        # their gradients into a_dst's in a fixed order, so the gradients do not depend on arrivals in rounding
+        a_dst_nb = [a_dst.index_select(0, nb.rows) for nb in blk.neighbours]
 
         def compute(landed):
             for i in landed:
@@ -90,7 +93,7 @@ class GATAggregation:
                     keep = edge_keep_mask(key, layer, g.orig_ids[nb.rows][nb.dst], halo_ids[nb.src], H,
                                           attn_dropout)
                 parts[i] = _partial(nb.dst, nb.src, self.patterns[1][i], h[:, :H * C].reshape(-1, H, C),
-                                    h[:, H * C:], a_dst.index_select(0, nb.rows), len(nb.rows), keep)
+                                    h[:, H * C:], a_dst_nb[i], len(nb.rows), keep)
 
         if sched.waits_first:
             compute(rnd.rest())
