@@ -13,6 +13,7 @@ agreement reaches every rank.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 from mpi4py import MPI
 
@@ -58,7 +59,9 @@ def select_device(comm, wanted: str, oversubscribe: bool = False, cuda_count: in
     gpus = torch.cuda.device_count() if cuda_count is None else int(cuda_count)
     kind = wanted
     if wanted == "auto":
-        kind = "cuda" if comm.allreduce(gpus > 0, op=MPI.LAND) else "cpu"
+        every = np.array([int(gpus > 0)], dtype=np.int32)    # (a buffer call: nothing pickled)
+        comm.Allreduce(MPI.IN_PLACE, every, op=MPI.MIN)
+        kind = "cuda" if every[0] else "cpu"
     return choose_device(kind, local_rank, local_size, gpus, oversubscribe, wanted)
 
 
