@@ -107,7 +107,6 @@ class Staging:
         self.sources = [r if r is not None else torch.from_numpy(ix).to(self.device)
                         for r, ix in zip(ex.send_ranges, ex.plan.send_idx)]
         self._halo_grad = None
-        self._send_idx = None
 
     def start_forward(self, payload: torch.Tensor) -> None:
         """Open the forward round, copy every send neighbour's rows of ``payload`` (device; row i = owned row i)
@@ -154,7 +153,6 @@ class Staging:
         return torch.from_numpy(self.ex.grad_bufs[q][a:b]).to(self.device)
 
     def send_index(self, q: int) -> torch.Tensor:
-        """Send neighbour q's rows (``plan.send_idx[q]``) on the device."""
-        if self._send_idx is None:
-            self._send_idx = [torch.from_numpy(ix).to(self.device) for ix in self.ex.plan.send_idx]
-        return self._send_idx[q]
+        """Send neighbour q's rows (``plan.send_idx[q]``) on the device, for a send list that is not a contiguous
+        range (the only kind whose returned gradients are added by index)."""
+        return self.sources[q]
