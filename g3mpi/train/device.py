@@ -53,8 +53,6 @@ def select_device(comm, wanted: str, oversubscribe: bool = False, cuda_count: in
     """This rank's device for the setting ``wanted`` (one of DEVICES), on every rank of ``comm`` (collective).
     ``cuda_count``: the GPUs this process sees (default ``torch.cuda.device_count()``, which does not initialise
     CUDA)."""
-    if wanted not in DEVICES:
-        raise ConfigError(f"--device {wanted}: expected one of {', '.join(DEVICES)}", "device")
     local_rank, local_size = node_rank(comm)
     gpus = torch.cuda.device_count() if cuda_count is None else int(cuda_count)
     kind = wanted
