@@ -1,7 +1,18 @@
-"""Distributed GNN layers (one per file) and the model stack. Layers never call MPI: they use ``g3mpi.ops``."""
+"""Distributed GNN layers (one per file), the model stack, and the public API of user models.
+
+User models (``from g3mpi import nn as gnn``; docs/MODELS.md): ``Graph`` (the rank's graph handle), ``Propagate``,
+``Attention``, ``Dropout``, ``global_sum``/``global_mean``/``global_max``, ``DropoutKey``. Layers never call MPI:
+they use ``g3mpi.ops``.
+"""
+from g3mpi.ops import DistGraph as Graph
+from g3mpi.ops import DropoutKey
+from g3mpi.ops.reduce import global_max, global_mean, global_sum
+
 from .gat import GATLayer
 from .gcn import GCNLayer
 from .model import ACTIVATIONS, GNN, MODELS
+from .primitives import Attention, Dropout, Propagate
 from .sage import SAGELayer
 
-__all__ = ["GATLayer", "GCNLayer", "SAGELayer", "GNN", "MODELS", "ACTIVATIONS"]
+__all__ = ["Graph", "Propagate", "Attention", "Dropout", "DropoutKey", "global_sum", "global_mean", "global_max",
+           "GATLayer", "GCNLayer", "SAGELayer", "GNN", "MODELS", "ACTIVATIONS"]

@@ -17,8 +17,21 @@ from g3mpi.sched import Schedule
 from .blocks import BlockMatrix, row_groups
 from .heads import HeadPattern
 
-#: edge weightings a layer can ask for
-KINDS = ("gcn", "mean", "gat")
+#: edge weightings a layer can ask for: the built-ins' (``gcn`` with self loops, SAGE's ``mean`` over the file's
+#: edges, ``gat``) and those of ``propagate`` (``REDUCES``, ``+loops``: one self loop per node)
+KINDS = ("gcn", "mean", "gat", "sum", "sum+loops", "avg", "avg+loops", "gcn-noloops")
+#: the reductions of ``g3mpi.nn.propagate``
+REDUCES = ("sum", "mean", "gcn")
+
+
+def propagate_kind(reduce: str, self_loops: bool) -> str:
+    """The block kind of ``propagate(reduce, self_loops)``: the file's self loops are left out, ``self_loops`` adds
+    one per node (so ``gcn`` with loops is the built-in GCN's kind, PyG's ``add_remaining_self_loops``)."""
+    if reduce not in REDUCES:
+        raise ValueError(f"reduce {reduce!r}: expected one of {', '.join(REDUCES)}")
+    if reduce == "gcn":
+        return "gcn" if self_loops else "gcn-noloops"
+    return ("avg" if reduce == "mean" else "sum") + ("+loops" if self_loops else "")
 
 
 #: edges per slice when edge weights are computed (bounds the float64 temporaries)
@@ -52,13 +65,22 @@ def _mean_inv(part) -> np.ndarray:
                             1.0)
 
 
-def _gcn_weights(part) -> np.ndarray:
-    dinv = _gcn_dinv(part)
+def _gcn_dinv_noloops(part) -> np.ndarray:
+    deg = np.asarray(part.in_degree, np.float64)
+    return np.where(deg > 0, 1.0 / np.sqrt(np.maximum(deg, 1.0)), 0.0)
+
+
+def _avg_inv(part, loops: bool) -> np.ndarray:
+    return 1.0 / np.maximum(np.asarray(part.in_degree[:part.num_owned], np.float64) + float(loops), 1.0)
+
+
+def _gcn_weights(part, dinv_of=_gcn_dinv) -> np.ndarray:
+    dinv = dinv_of(part)
     return _edge_weights(part.indptr, part.indices, lambda r, c: dinv[r] * dinv[c])
 
 
-def _mean_weights(part) -> np.ndarray:
-    inv = _mean_inv(part)
+def _mean_weights(part, inv_of=_mean_inv) -> np.ndarray:
+    inv = inv_of(part)
     return _edge_weights(part.indptr, part.indices, lambda r, c: inv[r])
 
 
@@ -82,12 +104,42 @@ class DistGraph:
         ex.forward.wait_all()
         self.halo_orig_ids = torch.from_numpy(ex.halo[:, 0].copy())
 
+    # -- the graph handle of user models (g3mpi.nn): owned and halo rows, their original IDs, global degrees -----
+    @property
+    def num_nodes(self) -> int:
+        """Nodes of the whole graph (all ranks)."""
+        return int(self.part.num_nodes)
+
+    @property
+    def owned_ids(self) -> torch.Tensor:
+        """Original node IDs of the owned rows, int64 [n_owned] (increasing; boundary rows first in row order)."""
+        return self.orig_ids
+
+    @property
+    def halo_ids(self) -> torch.Tensor:
+        """Original node IDs of the halo rows, int64 [n_halo]."""
+        return self.halo_orig_ids
+
+    @property
+    def in_degree(self) -> torch.Tensor:
+        """In-degree over the whole graph (self loops not counted) of the owned rows, int64 [n_owned]."""
+        return torch.from_numpy(np.asarray(self.part.in_degree[:self.num_owned], dtype=np.int64))
+
+    @property
+    def out_degree(self) -> torch.Tensor:
+        """Out-degree over the whole graph (self loops not counted) of the owned rows, int64 [n_owned]: edges to
+        nodes of every rank, counted when the graph was partitioned."""
+        return torch.from_numpy(np.asarray(self.part.out_degree[:self.num_owned], dtype=np.int64))
+
     def blocks(self, kind: str) -> BlockMatrix:
         """Aggregation blocks for an edge weighting (cached):
         ``gcn``: D^-1/2 (A + I) D^-1/2 with D the global in-degree + 1 (PyG ``gcn_norm``);
         ``mean``: 1 / (in-degree + self loops) per row, a node's own row weighted by its self loops in the
         graph file (PyG ``SAGEConv``'s mean over the edges as given, loops and duplicates included);
-        ``gat``: unit weights with self loops (the attention supplies the weights)."""
+        ``gat``: unit weights with self loops (the attention supplies the weights);
+        ``propagate``'s kinds (:func:`propagate_kind`), over the edges without the file's self loops, ``+loops``
+        adding one per node: ``sum`` unit weights; ``avg`` 1 / (in-degree [+ 1]) per row; ``gcn-noloops``
+        D^-1/2 A D^-1/2 with D the global in-degree (0 for a node without in-edges, as PyG)."""
         if kind not in self._blocks:
             p = self.part
             n = self.num_owned
@@ -100,8 +152,16 @@ class DistGraph:
                 loops = np.asarray(p.self_loops, np.float64)
                 vals = partial(_mean_weights, p)
                 diag = (loops * _mean_inv(p)).astype(np.float32) if loops.any() else None
-            elif kind == "gat":
+            elif kind in ("gat", "sum+loops"):
                 vals, diag = None, np.ones(n, dtype=np.float32)
+            elif kind == "sum":
+                vals, diag = None, None
+            elif kind in ("avg", "avg+loops"):
+                loops = kind == "avg+loops"
+                vals = partial(_mean_weights, p, partial(_avg_inv, loops=loops))
+                diag = _avg_inv(p, True).astype(np.float32) if loops else None
+            elif kind == "gcn-noloops":
+                vals, diag = partial(_gcn_weights, p, _gcn_dinv_noloops), None
             else:
                 raise ValueError(f"unknown aggregation kind {kind!r}")
             self._blocks[kind] = BlockMatrix(p.indptr, p.indices, n, self.plan.recv_offsets, self.num_boundary,

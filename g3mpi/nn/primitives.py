@@ -1,0 +1,122 @@
+"""The primitives of user models (``from g3mpi import nn as gnn``): exact message passing over owned + halo rows,
+attention, node dropout keyed by global node ID. Shapes: n = the rank's owned rows, * = any feature shape.
+
+    Propagate(graph, reduce, self_loops)(x)       x [n, *] -> [n, *]
+        sum:  out_i = sum_{j -> i} x_j                     (+ x_i with self_loops)
+        mean: out_i = (sum_{j -> i} x_j (+ x_i)) / max(deg_i (+ 1), 1)
+        gcn:  out_i = sum_{j -> i} x_j / sqrt(d_i d_j) (+ x_i / d_i),   d = deg (+ 1), 1/sqrt(0) taken as 0
+    deg_i: the global in-degree of i, over the graph's edges without self loops (the file's self loops are left out,
+    ``self_loops`` adds one per node: PyG's ``gcn_norm`` with ``add_remaining_self_loops``, and ``aggr`` over
+    ``add_self_loops(remove_self_loops(edge_index))``).
+
+    Attention(graph, heads, channels, dropout)(x, a_src, a_dst, key)   x [n, H, C], a_src/a_dst [n, H] -> [n, H, C]
+        alpha_ij = softmax over j -> i and the self loop of LeakyReLU_0.2(a_src[j] + a_dst[i]),
+        out_i = sum_j dropout(alpha_ij) x_j                (PyG ``GATConv``'s attention, before bias and heads)
+
+    Dropout(graph, p)(x, key)                      x [n, *] -> [n, *]: node features dropped with masks keyed by
+        (seed, epoch, site, original node ID): the same for every number of ranks
+
+Each module owns its halo exchange (as a PyG layer owns its ``propagate``): make one per place it is used, in
+``__init__``, in the same order on every rank. Every call is an autograd op: backward returns the halo's
+gradients to their owners, so logits and gradients equal one process's on the whole graph. The pipelined schedule
+runs each call as the built-in layers' aggregation: the local block in row chunks while the messages travel, each
+neighbour's block piece by piece as its message lands.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from g3mpi.ops import Aggregation, DistGraph, DropoutKey, GATAggregation, node_dropout
+from g3mpi.ops.graph import REDUCES, propagate_kind
+
+#: dropout sites of user modules are keyed from here on (the built-in stacks key theirs by layer index, below it)
+SITE_BASE = 1 << 20
+
+
+def _new_site(graph: DistGraph) -> int:
+    """The next dropout site of ``graph``: modules number theirs in construction order, the same on every rank."""
+    site = getattr(graph, "_user_sites", 0)
+    graph._user_sites = site + 1
+    return SITE_BASE + site
+
+
+class Propagate(nn.Module):
+    """Exact message passing ``x [n_owned, *] -> [n_owned, *]`` (module docstring): ``reduce`` one of sum, mean,
+    gcn; ``self_loops`` default True for gcn (PyG ``GCNConv``), False for sum and mean (PyG ``aggr``)."""
+
+    def __init__(self, graph: DistGraph, reduce: str = "sum", self_loops: bool | None = None, name: str = ""):
+        super().__init__()
+        if reduce not in REDUCES:
+            raise ValueError(f"reduce {reduce!r}: expected one of {', '.join(REDUCES)}")
+        self.graph, self.reduce = graph, reduce
+        self.self_loops = reduce == "gcn" if self_loops is None else bool(self_loops)
+        self.kind = propagate_kind(reduce, self.self_loops)
+        self.name = name or f"prop-{self.kind}"
+        self._aggs: dict[int, Aggregation] = {}   # by row width: an exchange of that width, made on first use
+
+    def aggregation(self, width: int) -> Aggregation:
+        """The ``Aggregation`` (blocks and halo exchange) this module uses for rows ``width`` floats wide."""
+        if width not in self._aggs:
+            self._aggs[width] = Aggregation(self.graph, self.kind, width, name=f"{self.name}/{width}")
+        return self._aggs[width]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = self.graph.num_owned
+        if x.dim() < 1 or x.shape[0] != n:
+            raise ValueError(f"propagate: expected [{n}, ...] rows (this rank's owned nodes), got {tuple(x.shape)}")
+        width = math.prod(x.shape[1:])
+        out = self.aggregation(width)(x.reshape(n, width).float())
+        return out.view(x.shape)
+
+    def extra_repr(self) -> str:
+        return f"reduce={self.reduce}, self_loops={self.self_loops}"
+
+
+class Attention(nn.Module):
+    """GAT-style multi-head attention over a node's in-edges and its self loop (module docstring): ``heads`` H,
+    ``channels`` C; ``dropout``: on the attention coefficients in training (keyed by both ends' original IDs)."""
+
+    def __init__(self, graph: DistGraph, heads: int, channels: int, dropout: float = 0.0, name: str = ""):
+        super().__init__()
+        self.graph, self.heads, self.channels = graph, int(heads), int(channels)
+        self.dropout = float(dropout)
+        self.site = _new_site(graph)
+        self.agg = GATAggregation(graph, self.heads, self.channels, name=name or f"attention{self.site - SITE_BASE}")
+
+    def forward(self, x: torch.Tensor, a_src: torch.Tensor, a_dst: torch.Tensor,
+                key: DropoutKey | None = None) -> torch.Tensor:
+        n, H, C = self.graph.num_owned, self.heads, self.channels
+        if tuple(x.shape) != (n, H, C) or tuple(a_src.shape) != (n, H) or tuple(a_dst.shape) != (n, H):
+            raise ValueError(f"attention: expected x [{n}, {H}, {C}], a_src and a_dst [{n}, {H}], got "
+                             f"{tuple(x.shape)}, {tuple(a_src.shape)}, {tuple(a_dst.shape)}")
+        return self.agg(x, a_src, a_dst, attn_dropout=self.dropout, key=key, layer=self.site,
+                        training=self.training)
+
+    def extra_repr(self) -> str:
+        return f"heads={self.heads}, channels={self.channels}, dropout={self.dropout}"
+
+
+class Dropout(nn.Module):
+    """Dropout of node features ``x [n_owned, *]`` in training, its mask keyed by (the pass's ``key``: seed and
+    epoch; this module's site, numbered in construction order; the original node ID), so a seeded model draws the
+    same masks for every number of ranks. No key (evaluation, or a caller without one): the identity."""
+
+    def __init__(self, graph: DistGraph, p: float = 0.5):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout p must be in [0, 1) (got {p})")
+        self.graph, self.p = graph, float(p)
+        self.site = _new_site(graph)
+
+    def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
+        if not self.training or self.p <= 0 or key is None:
+            return x
+        n = x.shape[0]
+        out = node_dropout(x.reshape(n, -1), key, self.site, self.graph.orig_ids, self.p, True)
+        return out.view(x.shape)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
