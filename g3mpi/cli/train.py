@@ -1,6 +1,7 @@
 """g3-train: distributed full-graph GNN training, one rank per partition part.
 
     mpiexec -n P g3-train --parts PARTS --out RUN [--config run.toml] [--model gcn|sage|gat] [...]
+    mpiexec -n P g3-train --parts PARTS --out RUN --model-file PATH.py:FUNCTION [...]   (your own model)
     mpiexec -n P python -m mpi4py -m g3mpi.cli.train --parts PARTS --out RUN [...]
     mpiexec -n P g3-train --resume RUN [--epochs N] [...]      (continue from RUN/checkpoint.pt)
 
@@ -56,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _model_options(g) -> None:
     from g3mpi.train.config import ACTIVATIONS, MODELS   # the choices' one home (imports torch)
     g.add_argument("--model", choices=MODELS)
+    g.add_argument("--model-file", metavar="PATH.py:FUNCTION",
+                   help="a model of your own instead of --model: FUNCTION(graph, in_dim, out_dim, cfg) in PATH.py "
+                        "returns a torch.nn.Module whose forward(x, key) gives [owned nodes, out_dim] "
+                        "(docs/MODELS.md)")
     g.add_argument("--layers", type=int)
     g.add_argument("--hidden", type=int, help="hidden channels (per head for GAT)")
     g.add_argument("--heads", type=int, help="GAT heads in hidden layers")
@@ -137,7 +142,7 @@ def _name_defaults(ap: argparse.ArgumentParser) -> None:
     defaults = {f.name: f.default for f in fields(TrainConfig)}
     for a in ap._actions:
         d = defaults.get(a.dest)
-        if a.dest in ("parts", "out", "init_from") or d is None or "default" in (a.help or ""):
+        if a.dest in ("parts", "out", "init_from", "model_file") or d is None or "default" in (a.help or ""):
             continue
         if isinstance(d, bool):
             shown = "on" if d else "off"

@@ -42,7 +42,7 @@ CHECKPOINT_FORMAT = "g3mpi-checkpoint"
 CHECKPOINT_VERSION = 1
 #: settings a resumed run must share with its checkpoint (the rest, e.g. epochs, threads, schedule, may change; so
 #: may those of these that have no effect on the run, e.g. heads for GCN or momentum with Adam, with a warning)
-RESUME_KEYS = ("model", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout", "activation",
+RESUME_KEYS = ("model", "model_file", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout", "activation",
                "optimizer", "lr", "weight_decay", "momentum", "seed")
 
 
@@ -308,8 +308,11 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False, 
         changed = sorted(k for k in set(saved["files"]) | set(now["files"])
                          if saved["files"].get(k) != now["files"].get(k))
         raise CheckpointError(path, f"the partition's files changed since the checkpoint: {', '.join(changed)}")
-    diffs = [f"{k} = {ckpt['config'].get(k)!r} in the checkpoint but {getattr(cfg, k)!r} now"
-             for k in RESUME_KEYS if ckpt["config"].get(k) != getattr(cfg, k) and k not in idle]
+    # (a key newer than the checkpoint has its default there: model_file "" is the built-in model)
+    default = {f.name: f.default for f in dataclasses.fields(cfg)}
+    was = {k: ckpt["config"].get(k, default[k]) for k in RESUME_KEYS}
+    diffs = [f"{k} = {was[k]!r} in the checkpoint but {getattr(cfg, k)!r} now"
+             for k in RESUME_KEYS if was[k] != getattr(cfg, k) and k not in idle]
     if diffs:
         raise CheckpointError(path, "incompatible configuration: " + "; ".join(diffs))
     if cfg.epochs < ckpt["epoch"]:

@@ -40,6 +40,7 @@ class TrainConfig:
     parts: str = ""                 # partition directory (meta.json + part files)
     out: str = ""                   # run directory to create
     model: str = "gcn"              # gcn | sage | gat
+    model_file: str = ""            # PATH.py:FUNCTION: a user's model instead of the built-in one (docs/MODELS.md)
     layers: int = 2
     hidden: int = 16                # hidden channels (per head for GAT)
     heads: int = 8                  # GAT heads in hidden layers (concatenated)
@@ -119,12 +120,22 @@ class TrainConfig:
             v = getattr(self, k)
             if not (math.isfinite(v) and v >= 0):
                 bad(k, f"{k} must be a finite non-negative number (got {v})")
+        if self.model_file:
+            path, _, func = self.model_file.rpartition(":")
+            if not path or not func.isidentifier():
+                bad("model_file", f"model_file {self.model_file!r}: expected PATH.py:FUNCTION (the file and the "
+                                  "function in it that builds the model)")
         if self.sim_net:
             from g3mpi.comm import parse_sim_net
             try:
                 parse_sim_net(self.sim_net)
             except ValueError as e:
                 bad("sim_net", str(e))
+
+    @property
+    def model_label(self) -> str:
+        """The model as outputs name it: the built-in's name, or the user's ``PATH.py:FUNCTION``."""
+        return self.model_file or self.model
 
     def replace(self, **kw) -> "TrainConfig":
         return dataclasses.replace(self, **kw)
@@ -235,14 +246,17 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
     layer = LAYERS[cfg.model]   # what the model's layers have: attention heads, row chunks
     if cfg.optimizer != "sgd":
         why["momentum"] = f"the optimizer is {cfg.optimizer}, and momentum is SGD's (optimizer sgd)"
-    if not layer.attention:
+    if cfg.model_file:
+        # the user's function gets the whole configuration: only the choice of a built-in is known to be idle
+        why["model"] = f"the model comes from model_file {cfg.model_file}"
+    elif not layer.attention:
         why["heads"] = why["out_heads"] = f"the model is {cfg.model}, and attention heads are GAT's"
         why["attn_dropout"] = f"the model is {cfg.model}, and attention dropout is GAT's"
     elif cfg.layers == 1:
         why["heads"] = "with one layer there is no hidden layer (the last layer has out_heads heads)"
-    if cfg.layers == 1:
+    if cfg.layers == 1 and not cfg.model_file:
         why["activation"] = "with one layer there is no hidden layer (the last layer has no activation)"
-    if not layer.rowwise:
+    if not layer.rowwise and not cfg.model_file:
         why["chunk_rows"] = "GAT computes its attention without row chunks (GCN and SAGE chunk their products)"
     elif Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size):
         why["chunk_rows"] = Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size)
@@ -254,7 +268,9 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
         why["sim_net"] = "the nocomm schedule sends no messages"
     if cfg.device == "cpu":
         why["cuda_aware"] = why["oversubscribe_gpus"] = "the device is cpu (--device cuda or auto uses GPUs)"
-    if not input_cache_applies:
+    if not input_cache_applies and cfg.model_file:
+        why["input_cache"] = "it is the built-in models' cache (a model file's module keeps what it wants)"
+    elif not input_cache_applies:
         why["input_cache"] = "there is no parameter-free product of the input to keep: " + (
             "GAT's first layer weighs its input before it aggregates" if layer.attention else
             "the first layer has more input features than outputs, so it multiplies by its weight before it aggregates")
@@ -269,7 +285,8 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
         why["patience"] = (f"the run could stop at epoch {soonest} at the soonest (the best at epoch {first}, then "
                            f"{cfg.patience} evaluation{'' if cfg.patience == 1 else 's'} every {cfg.eval_every} "
                            f"epoch{'' if cfg.eval_every == 1 else 's'}), not before its last epoch {cfg.epochs}")
-    if (cfg.init_from or resuming) and not (cfg.dropout > 0 or layer.attention and cfg.attn_dropout > 0):
+    if (cfg.init_from or resuming) and not cfg.model_file and \
+            not (cfg.dropout > 0 or layer.attention and cfg.attn_dropout > 0):
         why["seed"] = (f"the parameters come from {'the checkpoint' if resuming else 'init_from'} and no dropout "
                        "is drawn")
     if resuming:

@@ -23,6 +23,19 @@ import torch
 from mpi4py import MPI
 
 
+def param_buckets(model) -> list[list]:
+    """A model's parameters in buckets, in about the order backward completes them: one per layer of a stack
+    (``model.convs``), last first, else one per child module in reverse order of definition; the model's own
+    parameters and any left last. A parameter shared by two modules is in the first bucket that holds it."""
+    mods = list(model.convs) if hasattr(model, "convs") else list(model.children())
+    seen, buckets = set(), []
+    for m in [*reversed(mods), model]:
+        b = [p for p in m.parameters() if p.requires_grad and id(p) not in seen]
+        seen.update(id(p) for p in b)
+        buckets.append(b)
+    return [b for b in buckets if b]
+
+
 class GradSync:
     def __init__(self, comm, buckets: list, watchdog=None, direct: bool = False):
         """``buckets``: lists of parameters, in the order backward completes them (last layer first), all on one

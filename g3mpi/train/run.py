@@ -45,7 +45,8 @@ def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: 
     ckpt = started.ckpt
     if comm.rank == 0:   # settings the user gave that change nothing here: one line each, and the run goes on
         for line in ineffective_settings(cfg, given, world_size=comm.size, resuming=bool(resume),
-                                         input_cache_applies=started.trainer.model.input_cache_applies,
+                                         input_cache_applies=getattr(started.trainer.model, "input_cache_applies",
+                                                                     False),
                                          saved=ckpt["config"] if ckpt else None):
             log.warning("%s", line)
     run_dir, err = prepare_run_dir(comm, cfg, resume_epoch=ckpt["epoch"] if ckpt else None,

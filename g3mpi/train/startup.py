@@ -43,6 +43,7 @@ from .device import mpi_cuda_support, select_device, use_cuda_aware
 from .faults import TestHooks
 from .rundir import SPLITS
 from .trainer import Trainer
+from .userfile import ModelFileError
 
 PROG = "g3-train"
 log = logging.getLogger("g3mpi")
@@ -154,6 +155,8 @@ def start_up_sums(part, watchdog: Watchdog) -> tuple[dict, bool]:
 
 def model_args(cfg: TrainConfig) -> str:
     """The settings that shape the model's parameters, as options (for messages)."""
+    if cfg.model_file:
+        return f"--model-file {cfg.model_file}"
     heads = f" --heads {cfg.heads} --out-heads {cfg.out_heads}" if LAYERS[cfg.model].attention else ""
     return f"--model {cfg.model} --layers {cfg.layers} --hidden {cfg.hidden}{heads}"
 
@@ -192,16 +195,27 @@ def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None) -> Starte
     ckpt = _read_checkpoint(proto, cfg, meta, resume) if resume else None
     init = _read_initial(proto, cfg) if cfg.init_from and not resume else None   # (a resumed run's: its checkpoint)
     log.info("part %d on node %s: %d owned, %d halo, %d local edges; model %s", part.part_id, node_name(),
-             part.num_owned, part.num_halo, int(part.indptr[-1]), cfg.model)
+             part.num_owned, part.num_halo, int(part.indptr[-1]), cfg.model_label)
     # the model is built before the run directory is made, so that parameters that do not fit it leave no run
+    trainer, err = None, None
     try:
         trainer = Trainer(cfg, proto.comm, part, meta, split_sizes, stop=stop, watchdog=proto.watchdog, hooks=hooks)
+    except ModelFileError as e:     # (a user's model file: every rank says why, as at the other checks)
+        err = str(e)
     except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
         proto.abort(failure("setting up training", e, cfg, part))
     try:
+        if cfg.model_file:
+            proto.agree(err, "could not build the model", "model file")
+            try:
+                trainer.check_model_output()
+            except ModelFileError as e:
+                err = str(e)
+            proto.agree(err, "could not run the model", "model output")
         _check_fit(proto, cfg, part, trainer, ckpt, init, resume)
     except StartupFailed:
-        trainer.close()
+        if trainer is not None:
+            trainer.close()
         raise
     return Started(trainer, part, meta, hooks, ckpt, init)
 

@@ -32,12 +32,13 @@ from g3mpi.sched import Schedule
 from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .faults import TestHooks, TrainingFault, first_nonfinite
-from .gradsync import GradSync
+from .gradsync import GradSync, param_buckets
 from .plots import plot_run
 from .rundir import SPLITS, TIMELINE, MetricsLog, read_metrics, run_timings, save_state_dict, write_json_atomic, \
     write_predictions
 from .stop import STOP_SLOTS
 from .sysmem import current_rss_bytes, peak_rss_bytes
+from .userfile import build_user_model, check_output
 
 log = logging.getLogger("g3mpi.train")
 #: what each rank reports to rank 0 after every epoch (metrics.jsonl's rank_* lists), integers in INT_FIGURES
@@ -74,9 +75,12 @@ class Trainer:
                                recorder=self.recorder)
         self.graph = DistGraph(part, self.ctx, Schedule(cfg.schedule, cfg.chunk_rows))
         torch.manual_seed(cfg.seed)
-        self.model = GNN(self.graph, cfg.model, part.feature_dim, cfg.hidden, part.num_classes, layers=cfg.layers,
-                         heads=cfg.heads, out_heads=cfg.out_heads, dropout=cfg.dropout,
-                         attn_dropout=cfg.attn_dropout, activation=cfg.activation, input_cache=cfg.input_cache)
+        self.out_dim = part.num_classes
+        try:
+            self.model = self._build_model(part.feature_dim, self.out_dim)
+        except Exception:
+            self.ctx.free()     # (the exchanges the model's layers planned so far)
+            raise
         self.named_params = list(self.model.named_parameters())
         self.params = [p for _, p in self.named_params]
         if cfg.optimizer == "adam":
@@ -93,13 +97,29 @@ class Trainer:
             log.warning("%s: no validation nodes: the model of the last evaluated epoch is kept%s", cfg.parts,
                         ", and --patience is ignored" if cfg.patience else "")
         # gradients summed over ranks layer by layer during backward (last layer first), overlapped with it
-        self.gradsync = GradSync(comm, [list(c.parameters()) for c in reversed(self.model.convs)], self.watchdog)
+        self.gradsync = GradSync(comm, param_buckets(self.model), self.watchdog)
         # the loss, the numbers of ranks with a non-finite loss / gradient, past the time limit, and with each stop
         # signal (STOP_SLOTS)
         self._flags = np.zeros(4 + len(STOP_SLOTS), dtype=np.float64)
         self.start_epoch = 1
         self.resumed = None   # the checkpoint this trainer continues from, if any
         self.given = False    # started from given parameters (start_from)
+
+    def _build_model(self, in_dim: int, out_dim: int) -> torch.nn.Module:
+        """The built-in stack of ``cfg.model``, or the user's module of ``cfg.model_file``
+        (:class:`~.userfile.ModelFileError` when that fails)."""
+        cfg = self.cfg
+        if cfg.model_file:
+            return build_user_model(cfg.model_file, self.graph, in_dim, out_dim, cfg)
+        return GNN(self.graph, cfg.model, in_dim, cfg.hidden, out_dim, layers=cfg.layers, heads=cfg.heads,
+                   out_heads=cfg.out_heads, dropout=cfg.dropout, attn_dropout=cfg.attn_dropout,
+                   activation=cfg.activation, input_cache=cfg.input_cache)
+
+    def check_model_output(self) -> None:
+        """A user's model: one evaluation pass, whose output must be [owned nodes, out_dim]
+        (:class:`~.userfile.ModelFileError` otherwise). Every rank calls it together."""
+        if self.cfg.model_file:
+            check_output(self.cfg.model_file, self.model, self.x, self.out_dim)
 
     # -- checkpoints --------------------------------------------------------------------------------------------
     def restore(self, ckpt: dict) -> None:
@@ -268,7 +288,7 @@ class Trainer:
         if self.comm.rank != 0:
             return None
         cfg = self.cfg
-        return combine([json.loads(t) for t in texts], epoch=rec.epoch, model=cfg.model, schedule=cfg.schedule,
+        return combine([json.loads(t) for t in texts], epoch=rec.epoch, model=cfg.model_label, schedule=cfg.schedule,
                        sim_net=cfg.sim_net or None, world_size=self.comm.size)
 
     def _write_timeline(self, run_dir: Path) -> None:
@@ -343,7 +363,7 @@ class Trainer:
         if self.comm.rank != 0 or not self.cfg.progress:
             return None
         from tqdm import tqdm
-        bar = tqdm(total=self.cfg.epochs, desc=f"g3-train {self.cfg.model} P={self.comm.size}", unit="epoch",
+        bar = tqdm(total=self.cfg.epochs, desc=f"g3-train {self.cfg.model_label} P={self.comm.size}", unit="epoch",
                    leave=True)
         if self.resumed is not None:
             bar.update(self.start_epoch - 1)
@@ -430,7 +450,7 @@ class Trainer:
         logits = self.logits().numpy()
         self.watchdog.context = f"after epoch {epoch}"
         write_predictions(comm, run_dir / "predictions.h5", self.part.orig_ids, logits, self.part.num_nodes,
-                          attrs=dict(model=cfg.model, best_epoch=best["epoch"], partition_id=self.part.partition_id),
+                          attrs=dict(model=cfg.model_label, best_epoch=best["epoch"], partition_id=self.part.partition_id),
                           watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
         peaks = np.empty(comm.size, dtype=np.int64) if comm.rank == 0 else None
         self.watchdog.gather(np.array([peak_rss_bytes()], dtype=np.int64), peaks, 0, "peak memory gather")
@@ -457,7 +477,7 @@ class Trainer:
             timings = run_timings([])
         exact = Schedule(cfg.schedule).communicates or comm.size == 1   # one rank has no halo for nocomm to skip
         summary = dict(
-            model=cfg.model, world_size=comm.size, num_parts=self.meta["num_parts"],
+            model=cfg.model_label, world_size=comm.size, num_parts=self.meta["num_parts"],
             partition_method=self.meta.get("method"), num_nodes=self.part.num_nodes, num_edges=self.part.num_edges,
             epochs=epoch, best_epoch=best["epoch"], train_acc=best["accs"].get("train_acc"),
             val_acc=best["accs"].get("val_acc"), test_acc=best["accs"].get("test_acc"),
