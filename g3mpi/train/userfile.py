@@ -77,6 +77,8 @@ def build_user_model(spec: str, graph, in_dim: int, out_dim: int, cfg) -> nn.Mod
             from None
     if not isinstance(model, nn.Module):
         raise ModelFileError(f"{path}: {func} returned {type(model).__name__}, not a torch.nn.Module")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ModelFileError(f"{path}: {func} returned a module without parameters to train")
     return model
 
 
