@@ -32,8 +32,8 @@ def small_parts(tmp_path_factory):
 
 
 def train(P, parts, out, *extra, check=True):
-    return run_mpi(P, MOD, "--parts", parts, "--out", out, "--no-progress", "--no-plots", "--log-level", "WARNING",
-                   *extra, check=check)
+    where = ["--parts", parts, "--out", out] if out is not None else []
+    return run_mpi(P, MOD, *where, "--no-progress", "--no-plots", "--log-level", "WARNING", *extra, check=check)
 
 
 def params(run) -> dict:

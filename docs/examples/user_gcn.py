@@ -1,10 +1,12 @@
-"""A GCN written from the public primitives: ``Linear`` then ``Propagate(graph, "gcn")`` per layer.
+"""A GCN written from the public primitives: per layer ``Linear``, then ``Propagate(graph, "gcn")``.
 
     mpiexec -n 2 g3-train --parts PARTS --out RUN --model-file docs/examples/user_gcn.py:build --layers 2 --hidden 16
 
 Layer i:  x_{i+1} = act( D^-1/2 (A + I) D^-1/2 dropout(x_i) W_i + b_i ),  no activation after the last layer:
 the built-in GCN's maths, parameter names (``convs.<i>.lin.weight``, ``convs.<i>.bias``) and initialisation, so
-with the same seed and no dropout it gives the built-in ``--model gcn``'s logits and gradients.
+with the same seed and no dropout it trains the built-in ``--model gcn``'s model. The layer is row-wise around its
+one propagation (``pre`` -> propagate -> ``post``), so ``gnn.run_stack`` pipelines the stack across layers as the
+built-in stacks are.
 """
 import torch
 import torch.nn.functional as F
@@ -13,8 +15,8 @@ from torch import nn
 from g3mpi import nn as gnn
 
 
-class GCNConv(nn.Module):
-    """x [n, in] -> [n, out]: multiply by W, propagate with GCN weights (self loops added), add the bias."""
+class GCNConv(gnn.Layer):
+    """x [n, in] -> [n, out]: multiply by W (``pre``), propagate with GCN weights, add the bias (``post``)."""
 
     def __init__(self, graph, in_dim, out_dim):
         super().__init__()
@@ -23,23 +25,29 @@ class GCNConv(nn.Module):
         nn.init.xavier_uniform_(self.lin.weight)
         self.prop = gnn.Propagate(graph, "gcn")      # its own halo exchange: one per layer
 
-    def forward(self, x):
-        return self.prop(self.lin(x)) + self.bias
+    @property
+    def aggregation(self):
+        return self.prop.aggregation(self.lin.out_features)    # (what travels: pre's rows, out_dim wide)
+
+    def pre(self, x):
+        return self.lin(x)
+
+    def post(self, agg, aux):
+        return agg + self.bias
 
 
 class GCN(nn.Module):
     def __init__(self, graph, in_dim, hidden, out_dim, layers=2, dropout=0.5):
         super().__init__()
+        self.graph = graph
         dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
         self.convs = nn.ModuleList([GCNConv(graph, a, b) for a, b in zip(dims, dims[1:])])
         self.drops = nn.ModuleList([gnn.Dropout(graph, dropout) for _ in range(layers)])
 
     def forward(self, x, key=None):
-        for i, (drop, conv) in enumerate(zip(self.drops, self.convs)):
-            x = conv(drop(x, key))
-            if i < len(self.convs) - 1:
-                x = F.relu(x)
-        return x
+        def between(l, y, rows):     # layer l's input rows from layer l-1's output rows
+            return self.drops[l](y if l == 0 else F.relu(y), key, rows)
+        return gnn.run_stack(self.graph, self.convs, x, between, key)
 
 
 def build(graph, in_dim, out_dim, cfg):

@@ -14,8 +14,10 @@ from torch import nn
 
 from g3mpi.ops import DistGraph, DropoutKey, GATAggregation
 
+from .base import Layer
 
-class GATLayer(nn.Module):
+
+class GATLayer(Layer):
     def __init__(self, graph: DistGraph, in_dim: int, channels: int, heads: int = 1, concat: bool = True,
                  attn_dropout: float = 0.0, name: str = "gat"):
         super().__init__()
@@ -30,13 +32,9 @@ class GATLayer(nn.Module):
         nn.init.xavier_uniform_(self.att_dst)
         self.agg = GATAggregation(graph, heads, channels, name=name)
 
-    #: the layer interface of ``g3mpi.nn.model`` (GCN and SAGE too): attention is not row-wise (no inter-layer
-    #: pipeline), its backward needs its output (no in-place activation), and no product of the input is free;
-    #: ``attention``: it has heads and attention dropout (``heads``, ``out_heads``, ``attn_dropout`` apply)
+    #: the layer contract (``g3mpi.nn.base.Layer``): heads and attention dropout apply; not row-wise (no
+    #: inter-layer pipeline), its backward needs its output, and no product of its input is free of parameters
     attention = True
-    rowwise = False
-    output_free = False
-    input_product_free = False
 
     @classmethod
     def build(cls, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, last: bool, name: str, *,

@@ -17,15 +17,15 @@ from torch import nn
 
 from g3mpi.ops import DistGraph, DropoutKey, node_dropout
 from g3mpi.ops.activation import relu_
-from g3mpi.ops.pipeline import forward_pipelined, input_product_groups
+from g3mpi.ops.pipeline import input_product_groups
 
+from .base import pipelines, run_stack
 from .gat import GATLayer
 from .gcn import GCNLayer
 from .sage import SAGELayer
 
-#: model name -> layer class; every layer implements the same interface: ``build``, ``forward(x, key, layer)``,
-#: ``attention``, ``rowwise``, ``output_free``, ``input_product_free`` (and, row-wise ones,
-#: ``g3mpi.sched.layers.RowwiseLayer``)
+#: model name -> layer class; each implements the layer contract ``g3mpi.nn.base.Layer`` (``build``,
+#: ``forward(x, key, layer)``, and for GCN and SAGE the row-wise split that the inter-layer pipeline drives)
 LAYERS = {"gcn": GCNLayer, "sage": SAGELayer, "gat": GATLayer}
 MODELS = tuple(LAYERS)
 ACTIVATIONS = {"relu": F.relu, "elu": F.elu, "gelu": F.gelu, "leaky_relu": F.leaky_relu, "tanh": torch.tanh}
@@ -79,25 +79,13 @@ class GNN(nn.Module):
         return c[3]
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
-        g = self.graph
-        ids = g.orig_ids
-        if self.rowwise and g.schedule.pipelines and (g.plan.send_parts or g.plan.recv_parts):
-            def between(l, y, rows):
-                y = y if l == 0 else self.activation(y)
-                return node_dropout(y, key, l, ids[rows], self.dropout, self.training)
-            groups = self.convs[0].groups
-            return forward_pipelined(list(self.convs), between, x, g.schedule, g.ctx.progress,
-                                     self._input_product(x, groups))
-        c0 = self._input_product(x)
-        last = len(self.convs) - 1
-        for i, conv in enumerate(self.convs):
-            if i == 0 and c0 is not None:
-                x = conv.from_input_product(c0)
-            else:
-                x = conv(node_dropout(x, key, i, ids, self.dropout, self.training), key, i)
-            if i < last:
-                x = self.activation(x)
-        return x
+        g, ids = self.graph, self.graph.orig_ids
+
+        def between(l, y, rows):
+            y = y if l == 0 else self.activation(y)
+            return node_dropout(y, key, l, ids[rows], self.dropout, self.training)
+        c0 = self._input_product(x, self.convs[0].groups if pipelines(g, self.convs) else None)
+        return run_stack(g, self.convs, x, between, key, c0)
 
     def activation(self, x: torch.Tensor) -> torch.Tensor:
         """The hidden activation; ReLU in place on outputs their layer's backward does not need (GCN, SAGE),

@@ -13,7 +13,7 @@ attention, node dropout keyed by global node ID. Shapes: n = the rank's owned ro
         alpha_ij = softmax over j -> i and the self loop of LeakyReLU_0.2(a_src[j] + a_dst[i]),
         out_i = sum_j dropout(alpha_ij) x_j                (PyG ``GATConv``'s attention, before bias and heads)
 
-    Dropout(graph, p)(x, key)                      x [n, *] -> [n, *]: node features dropped with masks keyed by
+    Dropout(graph, p)(x, key[, rows])              x [n, *] -> [n, *]: node features dropped with masks keyed by
         (seed, epoch, site, original node ID): the same for every number of ranks
 
 Each module owns its halo exchange (as a PyG layer owns its ``propagate``): make one per place it is used, in
@@ -111,11 +111,13 @@ class Dropout(nn.Module):
         self.graph, self.p = graph, float(p)
         self.site = _new_site(graph)
 
-    def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, key: DropoutKey | None = None, rows: slice | None = None) -> torch.Tensor:
+        """``rows``: the owned rows ``x`` holds (a slice, as ``run_stack``'s ``between`` gets; default all)."""
         if not self.training or self.p <= 0 or key is None:
             return x
         n = x.shape[0]
-        out = node_dropout(x.reshape(n, -1), key, self.site, self.graph.orig_ids, self.p, True)
+        ids = self.graph.orig_ids if rows is None else self.graph.orig_ids[rows]
+        out = node_dropout(x.reshape(n, -1), key, self.site, ids, self.p, True)
         return out.view(x.shape)
 
     def extra_repr(self) -> str:

@@ -1,5 +1,6 @@
-"""The layer protocol of the inter-layer pipeline (``g3mpi.ops.pipeline``): what it needs of a layer, so that it
-drives any row-wise layer without knowing the model (GCN and SAGE implement it; GAT's attention is not row-wise).
+"""What the inter-layer pipeline (``g3mpi.ops.pipeline``) needs of a layer, so that it drives any row-wise layer
+without knowing the model: the row-wise split of the layer contract ``g3mpi.nn.base.Layer`` (GCN, SAGE and user
+layers implement it; GAT's attention is not row-wise).
 
 A layer is ``pre`` (row-wise, before the exchange) -> aggregation -> ``post`` (row-wise), plus ``root``, its
 row-wise term that needs no message; the pipeline computes them on the boundary rows first, so the next layer's

@@ -256,7 +256,7 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
         why["heads"] = "with one layer there is no hidden layer (the last layer has out_heads heads)"
     if cfg.layers == 1 and not cfg.model_file:
         why["activation"] = "with one layer there is no hidden layer (the last layer has no activation)"
-    if not layer.rowwise and not cfg.model_file:
+    if layer.attention and not cfg.model_file:   # (the row-wise layers, GCN and SAGE, chunk)
         why["chunk_rows"] = "GAT computes its attention without row chunks (GCN and SAGE chunk their products)"
     elif Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size):
         why["chunk_rows"] = Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size)

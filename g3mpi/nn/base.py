@@ -1,0 +1,105 @@
+"""``Layer``: the one contract of a graph layer, which the built-in GCN, SAGE and GAT implement and user layers
+write against (as PyG's ``MessagePassing``).
+
+    forward(x, key=None, layer=0) -> y          x [n_owned, in] -> y [n_owned, out]
+
+``key`` is the pass's ``DropoutKey`` (None in evaluation), ``layer`` the layer's index in its stack (what keys
+the built-ins' dropout). A layer that is row-wise around ONE aggregation A,
+
+    y = post(A @ pre(x), root(x))               pre, root, post: row-wise (each row from that row alone)
+
+says so by returning that aggregation from ``aggregation`` (a ``Propagate(...).aggregation(width)`` or the
+built-ins' ``g3mpi.ops.Aggregation``) and defining ``pre`` (what travels), ``root`` (the row's own term, which
+needs no message; None if none) and ``post``; ``forward`` then follows from them, and ``run_stack`` (as the
+built-in stacks) drives a stack of such layers with the inter-layer pipeline (``g3mpi.ops.pipeline``: boundary rows
+first, the next layer's messages leaving while the interior rows are computed). Any other layer (attention, several
+propagations) overrides ``forward`` and runs layer by layer, each primitive pipelined within itself.
+
+Two properties let a stack save memory and work, both off by default (always safe): ``output_free`` (its backward
+does not need its output: the stack may apply ReLU in place) and ``input_product_free`` (its aggregation of the
+input needs no parameter: a stack may cache it for a constant input, ``input_product`` / ``from_input_product``).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from g3mpi.ops import DistGraph, DropoutKey
+from g3mpi.ops.pipeline import forward_pipelined
+
+
+class Layer(nn.Module):
+    #: attention heads and attention dropout apply to it (``--heads``, ``--out-heads``, ``--attn-dropout``)
+    attention = False
+    #: its backward does not need its output (the stack may apply its activation in place)
+    output_free = False
+    #: its aggregation of the input needs no parameter (the stack may cache it for a constant input)
+    input_product_free = False
+
+    @classmethod
+    def build(cls, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, last: bool, name: str, **_):
+        """(layer, its output width) for layer ``name`` of a built-in stack (``GNN``): ``hidden`` wide, or
+        ``out_dim`` when ``last``. Layers with heads take ``heads``, ``out_heads``, ``attn_dropout``."""
+        o = out_dim if last else hidden
+        return cls(graph, in_dim, o, name=name), o
+
+    # -- the row-wise split (a layer that is not row-wise leaves ``aggregation`` None and overrides forward) --------
+    @property
+    def aggregation(self):
+        """The one aggregation the layer is row-wise around (``exchange``, ``groups``, callable on [n, width]), or
+        None."""
+        return None
+
+    @property
+    def rowwise(self) -> bool:
+        """The inter-layer pipeline may drive it (``pre``/``root``/``post`` around ``aggregation``)."""
+        return self.aggregation is not None
+
+    @property
+    def exchange(self):
+        return self.aggregation.ex
+
+    @property
+    def groups(self):
+        """(boundary, interior) row groups of the aggregation's blocks (the inter-layer pipeline's)."""
+        return self.aggregation.groups
+
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
+        """Rows of x -> the rows that are aggregated (and travel): [r, width]."""
+        return x
+
+    def root(self, x: torch.Tensor):
+        """Rows of x -> the rows' own term (needs no message), or None."""
+        return None
+
+    def post(self, agg: torch.Tensor, aux) -> torch.Tensor:
+        """The rows' aggregate and own term -> their output rows."""
+        return agg if aux is None else agg + aux
+
+    def forward(self, x: torch.Tensor, key: DropoutKey | None = None, layer: int = 0) -> torch.Tensor:
+        if self.aggregation is None:
+            raise NotImplementedError(f"{type(self).__name__}: define forward, or aggregation with pre/root/post")
+        return self.post(self.aggregation(self.pre(x)), self.root(x))
+
+
+def pipelines(graph: DistGraph, layers) -> bool:
+    """``run_stack`` drives ``layers`` with the inter-layer pipeline: every layer is row-wise, the schedule
+    pipelines, and the rank has neighbours to exchange with."""
+    return all(getattr(c, "rowwise", False) for c in layers) and graph.schedule.pipelines and \
+        bool(graph.plan.send_parts or graph.plan.recv_parts)
+
+
+def run_stack(graph: DistGraph, layers, x: torch.Tensor, between, key: DropoutKey | None = None,
+              c0=None) -> torch.Tensor:
+    """``layers`` one after the other: ``y = layers[l](between(l, y, rows), key, l)``, starting from ``x``;
+    ``between(l, y, rows)`` makes layer l's input from the rows ``rows`` (a slice of the owned rows) of the
+    previous layer's output (for l = 0, of ``x``): the stack's activation and dropout, row-wise. When
+    :func:`pipelines`, the stack runs with the inter-layer pipeline (the same result up to rounding: the local row
+    sums are split in two); else layer by layer. ``c0``: the first layer's cached input product
+    (``Layer.input_product_free``), as (boundary rows, interior rows) when :func:`pipelines`, else whole."""
+    if pipelines(graph, layers):
+        return forward_pipelined(list(layers), between, x, graph.schedule, graph.ctx.progress, c0)
+    rows = slice(0, graph.num_owned)
+    for i, layer in enumerate(layers):
+        x = layer.from_input_product(c0) if i == 0 and c0 is not None else layer(between(i, x, rows), key, i)
+    return x
