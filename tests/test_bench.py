@@ -22,7 +22,7 @@ SLOW_TESTS = ("test_bad_options", "test_bench_plot_legends_clear_of_the_data", "
               "test_error_on_rank0_ends_every_rank", "test_kernels", "test_memory",
               "test_no_pickled_mpi_calls_in_the_tools", "test_partitions", "test_plots_draw_like_the_run_plots",
               "test_ranks_of_a_multi_rank_bench_share_results_as_json", "test_scaling", "test_schedules",
-              "test_vs_pyg", "test_worker_closes_its_trainers")
+              "test_vs_pyg", "test_worker_closes_its_trainers", "test_user_model")
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -123,6 +123,18 @@ def test_memory(bench_dirs):
         finite(r["ratio"], r["rss_peak"], r["rss_base"], *r["theoretical"].values())
         assert r["rss_peak"] >= r["rss_base"] > 0
         assert r["theoretical"]["total"] == sum(v for k, v in r["theoretical"].items() if k != "total")
+
+
+def test_user_model(bench_dirs):
+    """The user GCN of docs/examples starts from the built-in GCN's parameters and computes its logits."""
+    res = bench(bench_dirs, "user-model")
+    assert set(res["designs"]) == {"builtin", "user"} and res["ranks"] == 2
+    for d in res["designs"].values():
+        finite(d["epoch_time_median_s"], *d["rank_compute_s"], *d["rank_blocked_s"])
+        assert d["bytes_sent_per_epoch"] > 0
+    assert res["designs"]["user"]["bytes_sent_per_epoch"] == res["designs"]["builtin"]["bytes_sent_per_epoch"]
+    finite(res["user_vs_builtin"])
+    assert res["initial_logits_rel_diff"] <= 1e-5
 
 
 def test_partitions(bench_dirs):
@@ -233,7 +245,7 @@ def test_worker_config_from_its_command_line():
     assert worker.parse_args(["--parts", "p", "--json", "w.json"]).designs == ("g3",)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.epochs = 3
-    with pytest.raises(ValueError, match=r"^unknown design 'g4' \(g3, g3-original, replicate-all\)$"):
+    with pytest.raises(ValueError, match=r"^unknown design 'g4' \(g3, g3-original, replicate-all, user\)$"):
         worker.parse_args(["--parts", "p", "--designs", "g3,g4", "--json", "w.json"])
 
 

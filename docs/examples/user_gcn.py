@@ -1,4 +1,4 @@
-"""A GCN written from the public primitives: per layer ``Linear``, then ``Propagate(graph, "gcn")``.
+"""A GCN written from the public primitives: per layer ``Propagate(graph, "gcn")`` and a ``Linear``.
 
     mpiexec -n 2 g3-train --parts PARTS --out RUN --model-file docs/examples/user_gcn.py:build --layers 2 --hidden 16
 
@@ -16,24 +16,27 @@ from g3mpi import nn as gnn
 
 
 class GCNConv(gnn.Layer):
-    """x [n, in] -> [n, out]: multiply by W (``pre``), propagate with GCN weights, add the bias (``post``)."""
+    """x [n, in] -> [n, out]: A_hat x W + b. A_hat is linear, so (A_hat x) W = A_hat (x W): multiply first
+    (``pre``) when that narrows the rows that travel (in > out), else after propagating (``post``)."""
 
     def __init__(self, graph, in_dim, out_dim):
         super().__init__()
         self.lin = nn.Linear(in_dim, out_dim, bias=False)
         self.bias = nn.Parameter(torch.zeros(out_dim))
         nn.init.xavier_uniform_(self.lin.weight)
-        self.prop = gnn.Propagate(graph, "gcn")      # its own halo exchange: one per layer
+        self.first = in_dim > out_dim
+        self.width = out_dim if self.first else in_dim          # what travels
+        self.prop = gnn.Propagate(graph, "gcn")                 # its own halo exchange: one per layer
 
     @property
     def aggregation(self):
-        return self.prop.aggregation(self.lin.out_features)    # (what travels: pre's rows, out_dim wide)
+        return self.prop.aggregation(self.width)
 
     def pre(self, x):
-        return self.lin(x)
+        return self.lin(x) if self.first else x
 
     def post(self, agg, aux):
-        return agg + self.bias
+        return agg + self.bias if self.first else F.linear(agg, self.lin.weight, self.bias)
 
 
 class GCN(nn.Module):

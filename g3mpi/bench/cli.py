@@ -12,6 +12,7 @@ Suites (each writes DIR/<suite>.json and DIR/<suite>*.png):
   scaling    1 rank x 2 threads vs 2 ranks x 1 thread (real) and 1 -> 8 ranks oversubscribed (informational)
   memory     peak RSS per rank against the theoretical size of its data
   partitions measured epoch time on the g3 partition vs each METIS partition of one graph, under --sim-net
+  user-model a GCN written from the public primitives (docs/examples/user_gcn.py) vs the built-in GCN, pipelined
   all        every suite in turn
 
 Multi-rank suites start ``mpiexec -n P python -m mpi4py -m g3mpi.bench.worker`` themselves (the mpiexec beside
@@ -33,7 +34,7 @@ from g3mpi.options import from_options
 from .common import SYSTEMS, Sizes
 
 PROG = "g3-bench"
-SUITES = ("vs-pyg", "kernels", "bytes", "schedules", "scaling", "memory", "partitions")
+SUITES = ("vs-pyg", "kernels", "bytes", "schedules", "scaling", "memory", "partitions", "user-model")
 
 #: defaults per suite: (nodes, edges, dims, epochs, graph generator); the acceptance sizes of the issue
 DEFAULTS = {
@@ -44,6 +45,7 @@ DEFAULTS = {
     "scaling": (200_000, 4_000_000, "128,256,40", 5, "sbm"),
     "memory": (200_000, 4_000_000, "128,256,40", 3, "sbm"),
     "partitions": (65_536, 2_097_152, "64,128,128,16", 5, "rmat"),
+    "user-model": (65_536, 1_048_576, "64,128,128,16", 5, "rmat"),
 }
 SMOKE = {
     "vs-pyg": (1500, 12_000, "16,32,4", 2, "random"),
@@ -53,10 +55,11 @@ SMOKE = {
     "scaling": (1500, 12_000, "16,32,4", 1, "sbm"),
     "memory": (1500, 12_000, "16,32,4", 1, "sbm"),
     "partitions": (1024, 12_000, "16,32,32,4", 1, "rmat"),
+    "user-model": (1024, 12_000, "16,32,32,4", 1, "rmat"),
 }
 MODELS = {"vs-pyg": "gcn,sage,gat", "kernels": "gcn,sage", "bytes": "gcn,sage", "schedules": "gcn,gat",
-          "scaling": "gcn", "memory": "gcn,sage", "partitions": "gcn"}
-RANKS = {"bytes": 4, "schedules": 4, "memory": 2, "partitions": 4}
+          "scaling": "gcn", "memory": "gcn,sage", "partitions": "gcn", "user-model": "gcn"}
+RANKS = {"bytes": 4, "schedules": 4, "memory": 2, "partitions": 4, "user-model": 2}
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,10 @@ class BenchConfig:
             if suite != "schedules" and len(self.ranks or ()) > 1:
                 raise ValueError(f"{suite}: --ranks {','.join(map(str, self.ranks))}: several rank counts are for "
                                  f"the schedules suite only")
-            if suite == "partitions" and len(self.sim_net) > 1:
-                raise ValueError(f"partitions: --sim-net given {len(self.sim_net)} times: it takes one network")
+            if suite == "user-model" and models != ("gcn",):
+                raise ValueError(f"user-model: --models {','.join(models)}: it measures the user GCN against gcn")
+            if suite in ("partitions", "user-model") and len(self.sim_net) > 1:
+                raise ValueError(f"{suite}: --sim-net given {len(self.sim_net)} times: it takes one network")
             if suite == "scaling" and self.threads is not None and self.threads < 2:
                 raise ValueError(f"scaling: --threads {self.threads}: it compares 1 rank x T threads with T ranks "
                                  f"x 1 thread, so T must be at least 2")
@@ -284,6 +289,9 @@ def run_suite(suite: str, cfg: BenchConfig, argv) -> dict:
         from .partitions import run
         res = run(sz, work, ranks=ranks, sim_net=cfg.sim_net[0], model=models[0],
                   repeats=1 if cfg.smoke else cfg.repeats)
+    elif suite == "user-model":
+        from .usermodel import run
+        res = run(sz, work, ranks=ranks, sim_net=cfg.sim_net[0] if cfg.sim_net else "")
     else:
         from .memory import run
         res = run(sz, work, ranks=ranks, models=models)

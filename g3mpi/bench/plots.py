@@ -177,5 +177,20 @@ def plot_partitions(res: dict, out: Path) -> list:
     return [_save(fig, out / "partitions.png")]
 
 
+def plot_user_model(res: dict, out: Path) -> list:
+    labels = ["builtin", "user"]
+    fig = figure(10.4, 4)
+    axes = fig.subplots(1, 3)
+    axes[0].bar(labels, [res["epoch_time_median_s"][k] for k in labels], color=["C0", "C1"])
+    axes[0].set_ylabel("median epoch time (s)")
+    axes[0].set_title(f"gcn, {res['ranks']} ranks, sim-net {res['sim_net']}: user/built-in "
+                      f"{res['user_vs_builtin']:.3f}", fontsize=9)
+    for ax, k in zip(axes[1:], labels):
+        d = res["designs"][k]
+        rank_breakdown(ax, d["rank_compute_s"], d["rank_blocked_s"], d["rank_idle_s"], f"{k}: per-rank breakdown")
+    return [_save(fig, out / "user-model.png")]
+
+
 PLOTS = {"vs-pyg": plot_vs_pyg, "kernels": plot_kernels, "bytes": plot_bytes, "schedules": plot_schedules,
-         "scaling": plot_scaling, "memory": plot_memory, "partitions": plot_partitions}
+         "scaling": plot_scaling, "memory": plot_memory, "partitions": plot_partitions,
+         "user-model": plot_user_model}

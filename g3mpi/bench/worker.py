@@ -37,7 +37,7 @@ from g3mpi.train.sysmem import current_rss_bytes, peak_rss_bytes, return_freed_m
 
 from .results import gather_json, write_json
 
-DESIGNS = ("g3", "g3-original", "replicate-all")
+DESIGNS = ("g3", "g3-original", "replicate-all", "user")
 
 
 def warm_libraries(comm) -> None:
@@ -154,6 +154,7 @@ class WorkerConfig:
     hidden: int = 256                   # hidden width (GAT: per head)
     layers: int = 2
     heads: int = 8
+    model_file: str = ""                # design "user": a user's model (g3-train --model-file PATH.py:FUNCTION)
     # what is measured: every (design, schedule) pair, epoch by epoch in turn
     designs: tuple = ("g3",)            # of DESIGNS
     schedules: tuple = (PIPELINED,)
@@ -171,6 +172,8 @@ class WorkerConfig:
         for d in self.designs:
             if d not in DESIGNS:
                 raise ValueError(f"unknown design {d!r} ({', '.join(DESIGNS)})")
+        if ("user" in self.designs) != bool(self.model_file):
+            raise ValueError("design user and --model-file go together")
 
 
 def build_parser():
@@ -181,6 +184,7 @@ def build_parser():
     ap.add_argument("--hidden", type=int, help="hidden width (GAT: per head)")
     ap.add_argument("--layers", type=int)
     ap.add_argument("--heads", type=int)
+    ap.add_argument("--model-file", help="design user: the model file, PATH.py:FUNCTION")
     ap.add_argument("--designs")
     ap.add_argument("--schedules")
     ap.add_argument("--sim-net")
@@ -272,8 +276,12 @@ def _variants(cfg: WorkerConfig, comm, part, meta: dict, trainers: list) -> tupl
         raise ValueError(f"{cfg.parts}: {IDS_NOT_ONCE}")
     variants, ref = [], None
     for d in cfg.designs:
-        if d in ("g3", "g3-original"):
-            tr = Trainer(train_cfg, comm, part, meta, split_sizes)
+        if d in ("g3", "g3-original", "user"):
+            # (a user's model starts from the same seed: the user GCN from the built-in GCN's parameters)
+            tc = train_cfg.replace(model_file=cfg.model_file) if d == "user" else train_cfg
+            tr = Trainer(tc, comm, part, meta, split_sizes)
+            if d == "user":
+                tr.check_model_output()
             trainers.append(tr)
             if d == "g3-original":
                 as_g3_original(tr.model)

@@ -142,7 +142,7 @@ def _name_defaults(ap: argparse.ArgumentParser) -> None:
     defaults = {f.name: f.default for f in fields(TrainConfig)}
     for a in ap._actions:
         d = defaults.get(a.dest)
-        if a.dest in ("parts", "out", "init_from", "model_file") or d is None or "default" in (a.help or ""):
+        if a.dest in ("parts", "out", "init_from") or d is None or "default" in (a.help or ""):
             continue
         if isinstance(d, bool):
             shown = "on" if d else "off"
