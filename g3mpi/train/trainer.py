@@ -450,7 +450,8 @@ class Trainer:
         logits = self.logits().numpy()
         self.watchdog.context = f"after epoch {epoch}"
         write_predictions(comm, run_dir / "predictions.h5", self.part.orig_ids, logits, self.part.num_nodes,
-                          attrs=dict(model=cfg.model_label, best_epoch=best["epoch"], partition_id=self.part.partition_id),
+                          attrs=dict(model=cfg.model_label, best_epoch=best["epoch"],
+                                     partition_id=self.part.partition_id),
                           watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
         peaks = np.empty(comm.size, dtype=np.int64) if comm.rank == 0 else None
         self.watchdog.gather(np.array([peak_rss_bytes()], dtype=np.int64), peaks, 0, "peak memory gather")
