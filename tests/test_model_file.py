@@ -1,9 +1,12 @@
 """User models from ``g3-train --model-file PATH.py:FUNCTION`` (docs/MODELS.md): the examples of docs/examples/
-train exactly (the user GCN as the built-in one; a seeded model with dropout the same for P = 1, 2, 4), resume,
+train exactly (the user GCN as the built-in one; a seeded model with dropout the same for P = 1, 2, 4 and as the
+single-process plain-PyTorch reference, docs/examples/single_process.py), resume,
 and a bad model file is one line naming it on every rank and a non-zero exit."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import run_mpi
+from tests.conftest import run_mpi, tool_env
 from tests.graphs import partition, random_graph
 from tests.train_runs import error_lines
 
@@ -24,8 +27,10 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 
 @pytest.fixture(scope="module")
 def small_parts(tmp_path_factory):
+    from g3mpi.format import write_graph
     g = random_graph(n=160, f=8, c=4, seed=9)
     root = tmp_path_factory.mktemp("parts")
+    write_graph(root / "graph.h5", g)
     for P in (1, 2, 4):
         partition(g, P, root / f"p{P}", seed=P)
     return root
@@ -74,6 +79,13 @@ def test_seeded_user_model_same_for_any_P(small_parts, tmp_path):
         assert sums[P]["test_acc"] == sums[1]["test_acc"] and sums[P]["best_epoch"] == sums[1]["best_epoch"]
     assert sums[1]["model"] == spec
     assert f'model_file = "{spec}"' in (tmp_path / "r1" / "config.toml").read_text()
+    # the single-process plain-PyTorch reference of docs/examples trains the same model
+    p = subprocess.run([sys.executable, str(EXAMPLES / "single_process.py"), str(small_parts / "graph.h5"), spec,
+                        "--epochs", "6", "--dropout", "0.3", "--hidden", "8", "--seed", "5"],
+                       capture_output=True, text=True, env=tool_env(), timeout=300, check=True)
+    one = json.loads(p.stdout.strip().splitlines()[-1])
+    assert one["best_epoch"] == sums[1]["best_epoch"]
+    assert abs(one["test_acc"] - sums[1]["test_acc"]) < 1e-6 and abs(one["val_acc"] - sums[1]["val_acc"]) < 1e-6
 
 
 def test_resume_checks_the_model_file(small_parts, tmp_path):
