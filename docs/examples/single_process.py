@@ -3,8 +3,8 @@ trained on the whole graph with plain PyTorch (a sparse matrix for ``Propagate``
 
     python docs/examples/single_process.py GRAPH.h5 docs/examples/resnet_gnn.py:build --hidden 64 --epochs 200
 
-Before the model file is imported, ``g3mpi.nn``'s ``Propagate`` and ``Dropout`` are replaced by whole-graph
-versions with the same definitions (docs/MODELS.md); dropout keeps its masks keyed by (seed, epoch, site, node ID)
+Before the model file is imported, ``g3mpi.nn``'s ``Propagate`` and ``Dropout`` (the primitives it covers) are
+replaced by whole-graph versions with the same definitions (docs/MODELS.md); dropout keeps its masks keyed by (seed, epoch, site, node ID)
 unless ``--torch-dropout`` (``torch.nn.functional.dropout``). Training follows g3-train: Adam, loss = mean cross
 entropy over the training nodes, evaluation every epoch, the best validation accuracy's epoch (the first of
 equals) reported. Prints one JSON line: best_epoch, train_acc, val_acc, test_acc.
@@ -43,6 +43,10 @@ class WholeGraph:
         self.sites = 0
         self.torch_dropout = False
 
+    def new_site(self) -> int:
+        self.sites += 1
+        return self.sites - 1
+
     def matrix(self, kind: str) -> torch.Tensor:
         """The sparse [n, n] matrix of a propagate kind (ops.graph.propagate_kind)."""
         n, loops = self.num_nodes, kind.endswith("+loops") or kind == "gcn"
@@ -75,8 +79,7 @@ class Dropout(nn.Module):
     def __init__(self, graph, p=0.5):
         super().__init__()
         self.graph, self.p = graph, p
-        self.site = gnn.primitives.SITE_BASE + graph.sites
-        graph.sites += 1
+        self.site = gnn.primitives.SITE_BASE + graph.new_site()
 
     def forward(self, x, key=None):
         if not self.training or self.p <= 0 or key is None:

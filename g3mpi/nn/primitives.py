@@ -37,10 +37,8 @@ SITE_BASE = 1 << 20
 
 
 def _new_site(graph: DistGraph) -> int:
-    """The next dropout site of ``graph``: modules number theirs in construction order, the same on every rank."""
-    site = getattr(graph, "_user_sites", 0)
-    graph._user_sites = site + 1
-    return SITE_BASE + site
+    """The key of the next dropout site of ``graph`` (``DistGraph.new_site``), above the built-ins' layer indices."""
+    return SITE_BASE + graph.new_site()
 
 
 class Propagate(nn.Module):

@@ -98,6 +98,7 @@ class DistGraph:
         self.orig_ids = torch.from_numpy(np.asarray(part.orig_ids, dtype=np.int64))
         self.num_boundary = int(part.num_boundary)   # owned rows 0 .. num_boundary-1 are the send rows
         self._blocks = {}
+        self._sites = 0     # dropout sites handed to user modules (``new_site``)
         # original IDs of halo rows: needed by randomness keyed on source nodes (GAT attention dropout)
         ex = ctx.exchange(self.plan, 1, dtype=np.int64, name="orig_ids")
         ex.start_forward(np.ascontiguousarray(part.orig_ids, dtype=np.int64).reshape(-1, 1))
@@ -130,6 +131,12 @@ class DistGraph:
         """Out-degree over the whole graph (self loops not counted) of the owned rows, int64 [n_owned]: edges to
         nodes of every rank, counted when the graph was partitioned."""
         return torch.from_numpy(np.asarray(self.part.out_degree[:self.num_owned], dtype=np.int64))
+
+    def new_site(self) -> int:
+        """The next dropout site (0, 1, ...): ``g3mpi.nn``'s modules take theirs in construction order, the same on
+        every rank, so their masks are keyed alike whatever the partition."""
+        self._sites += 1
+        return self._sites - 1
 
     def blocks(self, kind: str) -> BlockMatrix:
         """Aggregation blocks for an edge weighting (cached):
