@@ -49,7 +49,8 @@ class GCN(nn.Module):
 
     def forward(self, x, key=None):
         def between(l, y, rows):     # layer l's input rows from layer l-1's output rows
-            return self.drops[l](y if l == 0 else F.relu(y), key, rows)
+            # (ReLU in place both ways: post's output is not needed by its backward, and no fresh tensor is made)
+            return self.drops[l](y if l == 0 else gnn.relu_(y), key, rows)
         return gnn.run_stack(self.graph, self.convs, x, between, key)
 
 

@@ -2,11 +2,12 @@
 
 User models (``from g3mpi import nn as gnn``; docs/MODELS.md): ``Graph`` (the rank's graph handle), ``Propagate``,
 ``Attention``, ``Dropout``, ``global_sum``/``global_mean``/``global_max``, ``DropoutKey``, and the layer contract
-``Layer`` with ``run_stack`` (which the built-in GCN, SAGE and GAT use too). Layers never call MPI:
+``Layer`` with ``run_stack`` (which the built-in GCN, SAGE and GAT use too), ``relu_``. Layers never call MPI:
 they use ``g3mpi.ops``.
 """
 from g3mpi.ops import DistGraph as Graph
 from g3mpi.ops import DropoutKey
+from g3mpi.ops.activation import relu_
 from g3mpi.ops.reduce import global_max, global_mean, global_sum
 
 from .base import Layer, run_stack
@@ -17,5 +18,5 @@ from .primitives import Attention, Dropout, Propagate
 from .sage import SAGELayer
 
 __all__ = ["Graph", "Propagate", "Attention", "Dropout", "DropoutKey", "global_sum", "global_mean", "global_max",
-           "Layer", "run_stack",
+           "Layer", "run_stack", "relu_",
            "GATLayer", "GCNLayer", "SAGELayer", "GNN", "MODELS", "ACTIVATIONS"]
