@@ -146,3 +146,16 @@ def test_load_errors_name_the_file(tmp_path):
         with pytest.raises(ModelFileError, match=None) as e:
             build_user_model(spec, None, 8, 3, cfg)
         assert said in str(e.value), str(e.value)
+
+
+def test_model_file_setting_checked_and_model_idle():
+    """--model-file takes PATH.py:FUNCTION; beside it --model has no effect (one warning), while the settings a
+    model file may read (--hidden, --heads, ...) are not called idle."""
+    from g3mpi.train.config import ConfigError, config_and_origins, ineffective_settings
+    for bad in ("model.py", "model.py:", ":build", "model.py:2fast"):
+        with pytest.raises(ConfigError, match="expected PATH.py:FUNCTION"):
+            config_and_origins(None, dict(model_file=bad))
+    cfg, given = config_and_origins(None, dict(model_file="m.py:build", model="sage", heads=4, attn_dropout=0.2))
+    assert cfg.model_label == "m.py:build"
+    assert ineffective_settings(cfg, given, world_size=2, input_cache_applies=False) == [
+        "command line: --model sage has no effect: the model comes from model_file m.py:build"]
