@@ -159,3 +159,24 @@ def test_model_file_setting_checked_and_model_idle():
     assert cfg.model_label == "m.py:build"
     assert ineffective_settings(cfg, given, world_size=2, input_cache_applies=False) == [
         "command line: --model sage has no effect: the model comes from model_file m.py:build"]
+
+
+def test_param_buckets_of_any_module():
+    """The gradient allreduce groups a module without ``convs`` by its children, last first, then its own
+    parameters; a shared parameter goes once; frozen ones not at all."""
+    from torch import nn
+
+    from g3mpi.train.gradsync import param_buckets
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(2, 3)
+            self.b = nn.Linear(3, 3)
+            self.c = nn.Sequential(self.a)          # shares a's parameters
+            self.scale = nn.Parameter(torch.ones(1))
+            self.frozen = nn.Parameter(torch.ones(1), requires_grad=False)
+    m = M()
+    buckets = param_buckets(m)
+    ids = [[id(p) for p in b] for b in buckets]
+    assert ids == [[id(m.a.weight), id(m.a.bias)], [id(m.b.weight), id(m.b.bias)], [id(m.scale)]]
