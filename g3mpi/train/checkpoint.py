@@ -43,6 +43,7 @@ CHECKPOINT_VERSION = 1
 #: settings a resumed run must share with its checkpoint (the rest, e.g. epochs, threads, schedule, may change; so
 #: may those of these that have no effect on the run, e.g. heads for GCN or momentum with Adam, with a warning)
 RESUME_KEYS = ("model", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout", "activation",
+               "residual", "norm", "input_linear", "output_linear", "ffn", "jk", "k", "alpha", "theta",
                "optimizer", "lr", "weight_decay", "momentum", "seed")
 
 
@@ -308,8 +309,10 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False, 
         changed = sorted(k for k in set(saved["files"]) | set(now["files"])
                          if saved["files"].get(k) != now["files"].get(k))
         raise CheckpointError(path, f"the partition's files changed since the checkpoint: {', '.join(changed)}")
-    diffs = [f"{k} = {ckpt['config'].get(k)!r} in the checkpoint but {getattr(cfg, k)!r} now"
-             for k in RESUME_KEYS if ckpt["config"].get(k) != getattr(cfg, k) and k not in idle]
+    # a key the checkpoint lacks (written before the setting existed) had its default
+    was = {f.name: ckpt["config"].get(f.name, f.default) for f in dataclasses.fields(cfg)}
+    diffs = [f"{k} = {was[k]!r} in the checkpoint but {getattr(cfg, k)!r} now"
+             for k in RESUME_KEYS if was[k] != getattr(cfg, k) and k not in idle]
     if diffs:
         raise CheckpointError(path, "incompatible configuration: " + "; ".join(diffs))
     if cfg.epochs < ckpt["epoch"]:

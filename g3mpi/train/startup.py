@@ -34,7 +34,7 @@ from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format import FormatError, part_name, read_meta, read_part
 from g3mpi.format.partition import id_checksum, range_checksum
 from g3mpi.log import node_name
-from g3mpi.nn.model import LAYERS
+from g3mpi.nn.recipe import MODEL_CLASSES
 
 from .checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, check_restorable, load_checkpoint,
                          load_model_state, state_mismatch)
@@ -154,7 +154,7 @@ def start_up_sums(part, watchdog: Watchdog) -> tuple[dict, bool]:
 
 def model_args(cfg: TrainConfig) -> str:
     """The settings that shape the model's parameters, as options (for messages)."""
-    heads = f" --heads {cfg.heads} --out-heads {cfg.out_heads}" if LAYERS[cfg.model].attention else ""
+    heads = f" --heads {cfg.heads} --out-heads {cfg.out_heads}" if MODEL_CLASSES[cfg.model].attention else ""
     return f"--model {cfg.model} --layers {cfg.layers} --hidden {cfg.hidden}{heads}"
 
 

@@ -25,7 +25,7 @@ from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format.errors import failure_reason
 from g3mpi.format.limits import FLOAT32_SQUARE_LIMIT
 from g3mpi.format.partition import part_name
-from g3mpi.nn import GNN
+from g3mpi.nn import build_model
 from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.sched import Schedule
 
@@ -74,9 +74,7 @@ class Trainer:
                                recorder=self.recorder)
         self.graph = DistGraph(part, self.ctx, Schedule(cfg.schedule, cfg.chunk_rows))
         torch.manual_seed(cfg.seed)
-        self.model = GNN(self.graph, cfg.model, part.feature_dim, cfg.hidden, part.num_classes, layers=cfg.layers,
-                         heads=cfg.heads, out_heads=cfg.out_heads, dropout=cfg.dropout,
-                         attn_dropout=cfg.attn_dropout, activation=cfg.activation, input_cache=cfg.input_cache)
+        self.model = build_model(self.graph, cfg, part.feature_dim, part.num_classes)
         self.named_params = list(self.model.named_parameters())
         self.params = [p for _, p in self.named_params]
         if cfg.optimizer == "adam":
@@ -92,8 +90,12 @@ class Trainer:
         if self.split_sizes["val"] == 0 and comm.rank == 0:
             log.warning("%s: no validation nodes: the model of the last evaluated epoch is kept%s", cfg.parts,
                         ", and --patience is ignored" if cfg.patience else "")
-        # gradients summed over ranks layer by layer during backward (last layer first), overlapped with it
-        self.gradsync = GradSync(comm, [list(c.parameters()) for c in reversed(self.model.convs)], self.watchdog)
+        # gradients summed over ranks layer by layer during backward (last layer first), overlapped with it; the
+        # parameters outside the layers (recipe linears and norms) in a last bucket, so that every one is summed
+        buckets = [list(c.parameters()) for c in reversed(self.model.convs)]
+        in_layers = {id(p) for b in buckets for p in b}
+        buckets.append([p for p in self.params if id(p) not in in_layers])
+        self.gradsync = GradSync(comm, buckets, self.watchdog)
         # the loss, the numbers of ranks with a non-finite loss / gradient, past the time limit, and with each stop
         # signal (STOP_SLOTS)
         self._flags = np.zeros(4 + len(STOP_SLOTS), dtype=np.float64)
