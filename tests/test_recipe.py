@@ -1,0 +1,95 @@
+"""Recipe blocks (residual, LayerNorm / BatchNorm, input and output linears, feed-forward, jumping knowledge) and
+the appnp / gcn2 models, distributed on P = 1..4 ranks, equal a single-process reference on the whole graph (PyG's
+convolutions, APPNP, GCN2Conv and JumpingKnowledge, torch's BatchNorm1d and LayerNorm): logits, loss, every
+gradient and BatchNorm's running statistics, whole tensors (tests/mpi_recipe.py runs the distributed side)."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.conftest import run_mpi
+from tests.graphs import partition, random_graph
+from tests.pyg_reference import edge_index_of, rel_err
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_recipes_equal_reference", "test_batchnorm_with_an_empty_rank")
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch_geometric") is None, reason="torch_geometric missing")
+TOL = 1e-5
+
+
+def check(res, g, name):
+    """Compare the distributed results of spec ``name`` with the reference in float64 (so that the comparison
+    measures g3mpi's rounding, not the reference's). A parameter right before a BatchNorm (a bias) has an exact
+    gradient of zero (the normalisation removes any shift): both sides must be rounding noise there, below
+    1e-5 of the largest gradient."""
+    from tests.mpi_recipe import config
+    from tests.recipe_reference import reference_model
+    cfg = config(name)
+    init = {k[len(f"{name}/init/"):]: res[k] for k in res.files if k.startswith(f"{name}/init/")}
+    ref = reference_model(cfg, g.features.shape[1], int(g.attrs["num_classes"]))
+    ref.load_state_dict({k: torch.as_tensor(v) for k, v in init.items()})
+    ref.double()
+    ei = edge_index_of(g.indptr, g.indices)
+    x, y, train = torch.as_tensor(g.features).double(), torch.as_tensor(g.labels), torch.as_tensor(g.train_mask)
+    ref.train()
+    logits = ref(x, ei)
+    loss = F.cross_entropy(logits[train], y[train], reduction="sum") / int(train.sum())
+    loss.backward()
+    assert rel_err(res[f"{name}/logits"], logits.detach().numpy()) <= TOL, name
+    assert abs(float(res[f"{name}/loss"]) - float(loss.detach())) <= TOL * abs(float(loss.detach())), name
+    grads = {k: p.grad.numpy() for k, p in ref.named_parameters()}
+    assert set(grads) == {k[len(f"{name}/grad/"):] for k in res.files if k.startswith(f"{name}/grad/")}, name
+    top = max(np.linalg.norm(v) for v in grads.values())
+    for k, v in grads.items():
+        got = res[f"{name}/grad/{k}"]
+        if np.linalg.norm(v) <= 1e-9 * top:     # cancelled by a BatchNorm
+            assert np.linalg.norm(got) <= TOL * top, f"{name}: gradient of {k} should vanish"
+            continue
+        assert rel_err(got, v) <= TOL, f"{name}: gradient of {k}"
+    buffers = dict(ref.named_buffers())
+    assert set(buffers) == {k[len(f"{name}/buffer/"):] for k in res.files if k.startswith(f"{name}/buffer/")}
+    for k, v in buffers.items():
+        if k.endswith("num_batches_tracked"):
+            assert int(res[f"{name}/buffer/{k}"]) == int(v) == 1, f"{name}: {k}"
+        else:
+            assert rel_err(res[f"{name}/buffer/{k}"], v.numpy()) <= TOL, f"{name}: {k}"
+    assert sum(np.linalg.norm(v) > 1e-9 * top for v in grads.values()) >= len(grads) - 3   # not vacuous
+    ref.eval()
+    with torch.no_grad():
+        assert rel_err(res[f"{name}/eval_logits"], ref(x, ei).numpy()) <= TOL, f"{name}: evaluation logits"
+    return buffers
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return random_graph()
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 4])
+def test_recipes_equal_reference(P, graph, tmp_path):
+    from tests.mpi_recipe import SPECS
+    partition(graph, P, tmp_path / "parts")
+    run_mpi(P, "tests.mpi_recipe", tmp_path / "parts", tmp_path / "out.npz")
+    res = np.load(tmp_path / "out.npz")
+    seen = set()
+    for name in SPECS:
+        seen |= {k.rsplit(".", 1)[0] for k in check(res, graph, name)}
+    assert any("norms" in k for k in seen)     # BatchNorm's running statistics were compared
+
+
+def test_batchnorm_with_an_empty_rank(graph, tmp_path):
+    """A rank that owns no node still takes its part in BatchNorm's reductions, forward and backward: no hang, and
+    the statistics are those of the nodes the others own."""
+    from data_tools.build import write_partition
+    asg = np.random.default_rng(3).integers(0, 2, graph.num_nodes)     # part 2 of 3 owns nothing
+    write_partition(graph, asg, 3, tmp_path / "parts", method="random", seed=0, force=True)
+    run_mpi(3, "tests.mpi_recipe", tmp_path / "parts", tmp_path / "out.npz", "--specs", "gcn_all,gat_batch_max",
+            timeout=120)
+    res = np.load(tmp_path / "out.npz")
+    for name in ("gcn_all", "gat_batch_max"):
+        check(res, graph, name)
