@@ -16,7 +16,7 @@ from tests.graphs import partition, random_graph
 from tests.pyg_reference import edge_index_of, rel_err
 
 # more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
-SLOW_TESTS = ("test_recipes_equal_reference", "test_batchnorm_with_an_empty_rank")
+SLOW_TESTS = ("test_recipes_equal_reference", "test_batchnorm_with_an_empty_rank", "test_recipe_p_independent")
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch_geometric") is None, reason="torch_geometric missing")
 TOL = 1e-5
@@ -93,3 +93,35 @@ def test_batchnorm_with_an_empty_rank(graph, tmp_path):
     res = np.load(tmp_path / "out.npz")
     for name in ("gcn_all", "gat_batch_max"):
         check(res, graph, name)
+
+
+@pytest.mark.parametrize("args", [
+    ("--model", "sage", "--norm", "batch", "--residual", "--input-linear", "--ffn", "--jk", "cat"),
+    ("--model", "gcn2", "--layers", "4", "--alpha", "0.2")], ids=["recipe", "gcn2"])
+def test_recipe_p_independent(args, cora_npz, tmp_path):
+    """g3-train of a seeded model with dropout on Cora gives the same parameters (BatchNorm's running statistics
+    too), predictions and accuracies for P = 1, 2, 4: the masks are keyed by node ID, the statistics and every
+    gradient (the recipe's linears and norms outside the layers too) summed over all ranks."""
+    import json
+
+    from tests.graphs import cora_graph
+    g = cora_graph(cora_npz)
+    states, summaries = {}, {}
+    for P in (1, 2, 4):
+        partition(g, P, tmp_path / f"p{P}")
+        run_mpi(P, "g3mpi.cli.train", "--parts", tmp_path / f"p{P}", "--out", tmp_path / f"r{P}", "--no-progress",
+                "--no-plots", "--log-level", "WARNING", "--epochs", "6", "--hidden", "16", "--dropout", "0.5",
+                "--seed", "3", "--timeline-epoch", "0", *args)
+        states[P] = torch.load(tmp_path / f"r{P}" / "model.pt", weights_only=True)
+        summaries[P] = json.loads((tmp_path / f"r{P}" / "summary.json").read_text())
+    if "batch" in args:
+        assert any(k.endswith("running_var") for k in states[1])
+    for P in (2, 4):
+        assert states[P].keys() == states[1].keys()
+        for k, v in states[1].items():
+            if v.is_floating_point():
+                assert torch.linalg.norm(states[P][k] - v) <= 1e-4 * torch.linalg.norm(v), (P, k)
+            else:
+                assert torch.equal(states[P][k], v), (P, k)
+        for k in ("best_epoch", "test_acc", "val_acc"):
+            assert summaries[P][k] == summaries[1][k], (P, k)
