@@ -16,7 +16,8 @@ from tests.graphs import partition, random_graph
 from tests.pyg_reference import edge_index_of, rel_err
 
 # more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
-SLOW_TESTS = ("test_recipes_equal_reference", "test_batchnorm_with_an_empty_rank", "test_recipe_p_independent")
+SLOW_TESTS = ("test_recipes_equal_reference", "test_batchnorm_with_an_empty_rank", "test_recipe_p_independent",
+              "test_defaults_build_the_plain_gnn")
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch_geometric") is None, reason="torch_geometric missing")
 TOL = 1e-5
@@ -125,3 +126,35 @@ def test_recipe_p_independent(args, cora_npz, tmp_path):
                 assert torch.equal(states[P][k], v), (P, k)
         for k in ("best_epoch", "test_acc", "val_acc"):
             assert summaries[P][k] == summaries[1][k], (P, k)
+
+
+def test_defaults_build_the_plain_gnn(tmp_path):
+    """Without a recipe option, build_model is today's GNN: the same parameters from the same seed and the same
+    logits, bit for bit; any recipe option gives the recipe stack."""
+    from mpi4py import MPI
+
+    from g3mpi.comm import CommContext
+    from g3mpi.format import read_meta, read_part
+    from g3mpi.nn import GNN, RecipeGNN, build_model
+    from g3mpi.ops import DistGraph
+    from g3mpi.train.config import TrainConfig
+    partition(random_graph(n=60, seed=2), 1, tmp_path / "parts")
+    part = read_part(tmp_path / "parts", 0, read_meta(tmp_path / "parts"))
+    ctx = CommContext(MPI.COMM_SELF)
+    try:
+        graph = DistGraph(part, ctx)
+        x = torch.from_numpy(part.features)
+        for model in ("gcn", "sage", "gat"):
+            cfg = TrainConfig(model=model, heads=2)
+            torch.manual_seed(5)
+            a = build_model(graph, cfg, part.feature_dim, part.num_classes)
+            torch.manual_seed(5)
+            b = GNN(graph, model, part.feature_dim, cfg.hidden, part.num_classes, layers=cfg.layers, heads=2,
+                    out_heads=cfg.out_heads, dropout=cfg.dropout, activation=cfg.activation)
+            assert type(a) is GNN
+            assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
+            a.eval(), b.eval()
+            assert torch.equal(a(x), b(x))
+            assert isinstance(build_model(graph, cfg.replace(residual=True), part.feature_dim, 3), RecipeGNN)
+    finally:
+        ctx.free()
