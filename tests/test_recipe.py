@@ -5,12 +5,14 @@ gradient and BatchNorm's running statistics, whole tensors (tests/mpi_recipe.py 
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from g3mpi.train.config import ConfigError, config_from, settings_without_effect
 from tests.conftest import run_mpi
 from tests.graphs import partition, random_graph
 from tests.pyg_reference import edge_index_of, rel_err
@@ -158,3 +160,28 @@ def test_defaults_build_the_plain_gnn(tmp_path):
             assert isinstance(build_model(graph, cfg.replace(residual=True), part.feature_dim, 3), RecipeGNN)
     finally:
         ctx.free()
+
+
+@pytest.mark.parametrize("key, value, word", [("norm", "group", "expected one of none, layer, batch"),
+                                              ("jk", "lstm", "expected one of none, cat, max"),
+                                              ("k", 0, "at least 1"), ("k", 5000, "at most 1024"),
+                                              ("alpha", 1.5, "[0, 1]"), ("theta", 0.0, "positive"),
+                                              ("model", "gin", "appnp, gcn2")])
+def test_recipe_settings_are_checked(key, value, word):
+    with pytest.raises(ConfigError, match=re.escape(word)) as e:
+        config_from(None, {key: value})
+    assert str(e.value).startswith(f"--{key}")
+
+
+@pytest.mark.parametrize("overrides, idle, used", [
+    (dict(model="appnp", residual=True, norm="batch", k=3), {"residual", "norm", "theta"}, {"k", "alpha"}),
+    (dict(model="gcn2", jk="cat", theta=0.9), {"jk", "k"}, {"alpha", "theta", "activation"}),
+    (dict(model="gcn", k=3, alpha=0.2, jk="max", output_linear=True), {"k", "alpha", "output_linear"},
+     {"jk", "residual", "norm"}),
+    (dict(model="gat", layers=1, output_linear=True), {"input_cache"}, {"heads", "output_linear"})])
+def test_recipe_settings_without_effect(overrides, idle, used):
+    """Each recipe or appnp / gcn2 setting that a model does not use is named (g3-train warns, a resume may
+    change it); the ones it uses are not."""
+    why = settings_without_effect(config_from(None, overrides), world_size=2, resuming=False,
+                                  input_cache_applies=False)
+    assert idle <= set(why) and not used & set(why), why

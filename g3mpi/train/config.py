@@ -254,7 +254,7 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
     if not layer.attention:
         why["heads"] = why["out_heads"] = f"the model is {cfg.model}, and attention heads are GAT's"
         why["attn_dropout"] = f"the model is {cfg.model}, and attention dropout is GAT's"
-    elif cfg.layers == 1:
+    elif cfg.layers == 1 and not (cfg.output_linear or cfg.jk != "none"):
         why["heads"] = "with one layer there is no hidden layer (the last layer has out_heads heads)"
     if cfg.layers == 1 and not uses_recipe(cfg) and cfg.model != "gcn2":
         why["activation"] = "with one layer there is no hidden layer (the last layer has no activation)"
