@@ -185,3 +185,18 @@ def test_recipe_settings_without_effect(overrides, idle, used):
     why = settings_without_effect(config_from(None, overrides), world_size=2, resuming=False,
                                   input_cache_applies=False)
     assert idle <= set(why) and not used & set(why), why
+
+
+def test_a_checkpoint_from_before_the_recipe_settings_resumes_with_their_defaults():
+    from g3mpi.train.checkpoint import CheckpointError, check_compatible, make_checkpoint
+    from g3mpi.train.config import TrainConfig
+    meta = dict(partition_id="p1", num_parts=1, method="metis", graph_sha256="g" * 64,
+                files={"node_map.h5": "a" * 64, "part-00000.h5": "b" * 64})
+    cfg = TrainConfig(parts="PARTS", epochs=10)
+    ck = make_checkpoint(epoch=4, model={}, optimizer={}, best=dict(val_acc=0.5, epoch=4, accs={}, state=None),
+                         since_best=0, last_loss=1.0, cfg=cfg, meta=meta)
+    for k in ("residual", "norm", "input_linear", "output_linear", "ffn", "jk", "k", "alpha", "theta"):
+        del ck["config"][k]
+    check_compatible("ck.pt", ck, cfg, meta)
+    with pytest.raises(CheckpointError, match="norm = 'none' in the checkpoint but 'layer' now"):
+        check_compatible("ck.pt", ck, cfg.replace(norm="layer"), meta)
