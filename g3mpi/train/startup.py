@@ -155,7 +155,16 @@ def start_up_sums(part, watchdog: Watchdog) -> tuple[dict, bool]:
 def model_args(cfg: TrainConfig) -> str:
     """The settings that shape the model's parameters, as options (for messages)."""
     heads = f" --heads {cfg.heads} --out-heads {cfg.out_heads}" if MODEL_CLASSES[cfg.model].attention else ""
-    return f"--model {cfg.model} --layers {cfg.layers} --hidden {cfg.hidden}{heads}"
+    return f"--model {cfg.model} --layers {cfg.layers} --hidden {cfg.hidden}{heads}{recipe_args(cfg)}"
+
+
+def recipe_args(cfg: TrainConfig) -> str:
+    """The recipe blocks (docs/RECIPES.md) the model has, as options (" --residual --norm batch"; "" for none:
+    appnp and gcn2 have their own stacks, whose parameters k, alpha and theta do not shape)."""
+    if cfg.model in ("appnp", "gcn2"):
+        return ""
+    on = [f" --{k.replace('_', '-')}" for k in ("residual", "input_linear", "output_linear", "ffn") if getattr(cfg, k)]
+    return "".join(on) + "".join(f" --{k} {getattr(cfg, k)}" for k in ("norm", "jk") if getattr(cfg, k) != "none")
 
 
 def failure(what: str, e: BaseException, cfg: TrainConfig, part) -> str:
