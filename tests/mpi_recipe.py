@@ -30,6 +30,10 @@ SPECS = {
     "sage_layer_cat": dict(model="sage", layers=3, residual=True, norm="layer", jk="cat"),
     "gat_batch_max": dict(model="gat", layers=2, norm="batch", jk="max", ffn=True, activation="elu"),
     "gcn_batch_out": dict(model="gcn", layers=2, norm="batch", residual=True),
+    # row-wise between the layers: the inter-layer pipeline (P > 1)
+    "gcn_layer_pipe": dict(model="gcn", layers=3, residual=True, norm="layer", input_linear=True,
+                           output_linear=True, ffn=True),
+    "sage_res_pipe": dict(model="sage", layers=3, residual=True, ffn=True),
     "appnp": dict(model="appnp", layers=2, k=5, alpha=0.15),
     "gcn2": dict(model="gcn2", layers=4, alpha=0.2, theta=0.7),
 }
@@ -88,6 +92,7 @@ def main(argv=None):
         with torch.no_grad():
             evals = net(x)
         res[f"{name}/loss"] = np.array(comm.allreduce(float(loss.detach())))
+        res[f"{name}/pipelined"] = np.array(bool(getattr(net, "pipelines", False)))
         for what, t in (("logits", logits), ("eval_logits", evals)):
             full = gather_rows(comm, part.orig_ids, t.detach().numpy(), meta["num_nodes"])
             if comm.rank == 0:

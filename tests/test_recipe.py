@@ -83,6 +83,8 @@ def test_recipes_equal_reference(P, graph, tmp_path):
     for name in SPECS:
         seen |= {k.rsplit(".", 1)[0] for k in check(res, graph, name)}
     assert any("norms" in k for k in seen)     # BatchNorm's running statistics were compared
+    piped = {name for name in SPECS if res[f"{name}/pipelined"]}
+    assert piped == ({"gcn_layer_pipe", "sage_res_pipe"} if P > 1 else set())
 
 
 def test_batchnorm_with_an_empty_rank(graph, tmp_path):
@@ -91,16 +93,17 @@ def test_batchnorm_with_an_empty_rank(graph, tmp_path):
     from data_tools.build import write_partition
     asg = np.random.default_rng(3).integers(0, 2, graph.num_nodes)     # part 2 of 3 owns nothing
     write_partition(graph, asg, 3, tmp_path / "parts", method="random", seed=0, force=True)
-    run_mpi(3, "tests.mpi_recipe", tmp_path / "parts", tmp_path / "out.npz", "--specs", "gcn_all,gat_batch_max",
+    run_mpi(3, "tests.mpi_recipe", tmp_path / "parts", tmp_path / "out.npz", "--specs", "gcn_all,gat_batch_max,gcn_layer_pipe",
             timeout=120)
     res = np.load(tmp_path / "out.npz")
-    for name in ("gcn_all", "gat_batch_max"):
+    for name in ("gcn_all", "gat_batch_max", "gcn_layer_pipe"):
         check(res, graph, name)
 
 
 @pytest.mark.parametrize("args", [
     ("--model", "sage", "--norm", "batch", "--residual", "--input-linear", "--ffn", "--jk", "cat"),
-    ("--model", "gcn2", "--layers", "4", "--alpha", "0.2")], ids=["recipe", "gcn2"])
+    ("--model", "gcn", "--norm", "layer", "--residual", "--input-linear", "--output-linear", "--ffn"),
+    ("--model", "gcn2", "--layers", "4", "--alpha", "0.2")], ids=["recipe", "pipelined", "gcn2"])
 def test_recipe_p_independent(args, cora_npz, tmp_path):
     """g3-train of a seeded model with dropout on Cora gives the same parameters (BatchNorm's running statistics
     too), predictions and accuracies for P = 1, 2, 4: the masks are keyed by node ID, the statistics and every

@@ -13,8 +13,11 @@ The recipe stack (``RecipeGNN``), with d(h) node dropout keyed by original node 
     out = lin_out(d(h))                                   with output_linear (always with jk): [n, out]
 
 A hidden layer's width w is ``hidden`` (GAT: heads x hidden); with an output linear every layer is hidden.
-Norm, JK and the residual are not row-wise across layers (BatchNorm needs every node), so the stack runs layer by
-layer; each layer's aggregation is still pipelined inside the layer (chunks, per neighbour as messages land).
+Pipelining: every block but BatchNorm and JK is row-wise (a row of h_(l+1) needs only that row of h_l and of u), so a
+GCN or SAGE stack without them runs the inter-layer pipeline as the plain stack does (``forward_pipelined``: the
+blocks between two layers are its ``between``, on the boundary rows first). BatchNorm needs every node's row before
+any can go on and JK every layer's, so such a stack (and GAT) runs layer by layer, each layer's aggregation still
+pipelined inside it (chunks, per neighbour as messages land).
 
 ``build_model(graph, cfg, in_dim, out_dim)`` returns the plain ``GNN`` when no recipe option is set (today's
 models, bit for bit), ``APPNP`` / ``GCN2`` for those models, else a ``RecipeGNN``. Every model has ``convs`` (one
@@ -26,6 +29,7 @@ import torch
 from torch import nn
 
 from g3mpi.ops import DistGraph, DropoutKey, node_dropout
+from g3mpi.ops.pipeline import forward_pipelined
 
 from .appnp import APPNP
 from .gcn2 import GCN2
@@ -94,29 +98,64 @@ class RecipeGNN(nn.Module):
         jk_width = sum(widths) if jk == "cat" else d
         self.lin_out = nn.Linear(jk_width, out_dim) if output_linear else None
         self.input_cache_applies = False
+        #: row-wise between the layers (no BatchNorm, no JK) and row-wise layers: the inter-layer pipeline applies
+        self.rowwise = norm != "batch" and jk == "none" and all(c.rowwise for c in convs)
+
+    @property
+    def pipelines(self) -> bool:
+        """Whether forward runs the inter-layer pipeline (a row-wise stack, a pipelining schedule, a halo)."""
+        g = self.graph
+        return self.rowwise and g.schedule.pipelines and bool(g.plan.send_parts or g.plan.recv_parts)
+
+    def _block(self, l: int, u: torch.Tensor, h: torch.Tensor, drop) -> torch.Tensor:
+        """h_(l+1) from layer l's output u and its input h (rows of both): feed-forward, norm, activation,
+        residual."""
+        if self.use_ffn:
+            u = self.ffns[l](u, self.act, lambda t: drop(t, len(self.convs) + l))
+        u = self.act(self.norms[l](u))
+        return h + u if self.residual and h.shape[1] == u.shape[1] else u
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
         ids = self.graph.orig_ids
         L = len(self.convs)
 
-        def drop(h, site):
-            return node_dropout(h, key, site, ids, self.dropout, self.training)
+        def drop(h, site, rows=slice(None)):
+            return node_dropout(h, key, site, ids[rows], self.dropout, self.training)
+        if self.pipelines:
+            return self._forward_pipelined(x, drop)
         h = x if self.lin_in is None else self.act(self.lin_in(drop(x, 2 * L)))
         hs = []
         for l, conv in enumerate(self.convs):
             u = conv(drop(h, l), key, l)
             if l == len(self.norms):     # the last layer, without an output linear: the logits
                 return u
-            if self.use_ffn:
-                u = self.ffns[l](u, self.act, lambda t: drop(t, L + l))
-            u = self.act(self.norms[l](u))
-            h = h + u if self.residual and h.shape[1] == u.shape[1] else u
+            h = self._block(l, u, h, drop)
             hs.append(h)
         if self.jk == "cat":
             h = torch.cat(hs, dim=1)
         elif self.jk == "max":
             h = torch.stack(hs, dim=-1).max(dim=-1)[0]     # as PyG's JumpingKnowledge("max")
         return self.lin_out(drop(h, 2 * L + 1))
+
+    def _forward_pipelined(self, x: torch.Tensor, drop) -> torch.Tensor:
+        """forward through ``forward_pipelined``: the input linear and the blocks after each layer run as its
+        ``between`` on each row group (boundary rows first); ``inputs[(l, rows)]`` keeps layer l's input rows
+        h_l (before dropout) for the residual of the blocks after it."""
+        L = len(self.convs)
+        inputs = {}
+
+        def between(l, y, rows):
+            if l == 0:
+                h = y if self.lin_in is None else self.act(self.lin_in(drop(y, 2 * L, rows)))
+            else:
+                h = self._block(l - 1, y, inputs.pop((l - 1, rows.start, rows.stop)), lambda t, site: drop(t, site, rows))
+            inputs[(l, rows.start, rows.stop)] = h
+            return drop(h, l, rows)
+        u = forward_pipelined(list(self.convs), between, x, self.graph.schedule, self.graph.ctx.progress)
+        if self.lin_out is None:
+            return u
+        h = torch.cat([inputs[k] for k in sorted(inputs)])     # (boundary rows first)
+        return self.lin_out(drop(self._block(L - 1, u, h, drop), 2 * L + 1))
 
 
 def build_model(graph: DistGraph, cfg, in_dim: int, out_dim: int) -> nn.Module:
