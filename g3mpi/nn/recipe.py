@@ -148,7 +148,8 @@ class RecipeGNN(nn.Module):
             if l == 0:
                 h = y if self.lin_in is None else self.act(self.lin_in(drop(y, 2 * L, rows)))
             else:
-                h = self._block(l - 1, y, inputs.pop((l - 1, rows.start, rows.stop)), lambda t, site: drop(t, site, rows))
+                h_in = inputs.pop((l - 1, rows.start, rows.stop))
+                h = self._block(l - 1, y, h_in, lambda t, site: drop(t, site, rows))
             inputs[(l, rows.start, rows.stop)] = h
             return drop(h, l, rows)
         u = forward_pipelined(list(self.convs), between, x, self.graph.schedule, self.graph.ctx.progress)
