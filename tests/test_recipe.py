@@ -19,7 +19,7 @@ from tests.pyg_reference import edge_index_of, rel_err
 
 # more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
 SLOW_TESTS = ("test_recipes_equal_reference", "test_batchnorm_with_an_empty_rank", "test_recipe_p_independent",
-              "test_defaults_build_the_plain_gnn")
+              "test_defaults_build_the_plain_gnn", "test_batchnorm_run_resumes_and_initialises")
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch_geometric") is None, reason="torch_geometric missing")
 TOL = 1e-5
@@ -203,3 +203,24 @@ def test_a_checkpoint_from_before_the_recipe_settings_resumes_with_their_default
     check_compatible("ck.pt", ck, cfg, meta)
     with pytest.raises(CheckpointError, match="norm = 'none' in the checkpoint but 'layer' now"):
         check_compatible("ck.pt", ck, cfg.replace(norm="layer"), meta)
+
+
+def test_batchnorm_run_resumes_and_initialises(tmp_path):
+    """A model with BatchNorm (its integer step counter a buffer in the state) checkpoints, resumes to the same
+    parameters and running statistics as a run without a stop, and starts a run with --init-from."""
+    partition(random_graph(n=120, seed=8), 2, tmp_path / "p2")
+    args = ["--no-progress", "--no-plots", "--log-level", "WARNING", "--timeline-epoch", "0", "--hidden", "8",
+            "--norm", "batch", "--residual", "--jk", "max"]
+
+    def train(out, *more):
+        run_mpi(2, "g3mpi.cli.train", "--parts", tmp_path / "p2", "--out", tmp_path / out, *args, *more)
+    train("stopped", "--epochs", "3")
+    run_mpi(2, "g3mpi.cli.train", "--resume", tmp_path / "stopped", "--epochs", "5", "--no-progress")
+    train("straight", "--epochs", "5")
+    a, b = (torch.load(tmp_path / r / "checkpoint.pt", weights_only=True)["model"] for r in ("stopped", "straight"))
+    assert a.keys() == b.keys() and int(a["norms.0.num_batches_tracked"]) == 5
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    train("evaluated", "--epochs", "0", "--init-from", tmp_path / "straight" / "model.pt")
+    import json
+    s, e = (json.loads((tmp_path / r / "summary.json").read_text()) for r in ("straight", "evaluated"))
+    assert e["test_acc"] == s["test_acc"]

@@ -176,8 +176,12 @@ def load_model_state(path) -> dict:
 
 def unusable_values(state: dict) -> str | None:
     """Why the tensors of the state_dict ``state`` cannot be parameters to train from (the first one not floating
-    point or not finite), or None."""
+    point or not finite; BatchNorm's step counter ``num_batches_tracked`` is a non-negative integer), or None."""
     for k, v in state.items():
+        if k.endswith("num_batches_tracked") and v.dtype == torch.int64 and v.dim() == 0:
+            if int(v) < 0:
+                return f"buffer {k!r} is negative ({int(v)})"
+            continue
         if not v.is_floating_point():
             return f"parameter {k!r} is a {v.dtype} tensor, not floating point"
         if not bool(torch.isfinite(v).all()):
