@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="continue the run in RUN from RUN/checkpoint.pt, with RUN/config.toml as the settings "
                          "(with --parts OTHER: on another partition of the same graph, any number of ranks)")
     _model_options(ap.add_argument_group("model"))
+    _recipe_options(ap.add_argument_group("recipe blocks (gcn, sage, gat) and appnp / gcn2 (docs/RECIPES.md)"))
     _optimisation_options(ap.add_argument_group("optimisation"))
     _runtime_options(ap.add_argument_group("runtime"))
     _reliability_options(ap.add_argument_group("reliability"))
@@ -72,6 +73,21 @@ def _model_options(g) -> None:
                    help="start from these parameters (a run's model.pt; same model, features and classes) instead "
                         "of the seeded initialisation; with --epochs 0 only evaluate them (accuracies, "
                         "predictions.h5), on any partition of any graph")
+
+
+def _recipe_options(g) -> None:
+    from g3mpi.train.config import JKS, NORMS
+    onoff = argparse.BooleanOptionalAction
+    g.add_argument("--residual", action=onoff, help="add each hidden layer's input to its output (equal widths)")
+    g.add_argument("--norm", choices=NORMS, help="after each hidden layer: LayerNorm, or BatchNorm over all nodes")
+    g.add_argument("--input-linear", action=onoff, help="a Linear layer (features -> hidden) before the first")
+    g.add_argument("--output-linear", action=onoff, help="a Linear layer (hidden -> classes) after the last")
+    g.add_argument("--ffn", action=onoff, help="a feed-forward block after each hidden layer's propagation")
+    g.add_argument("--jk", choices=JKS, help="jumping knowledge: concatenate or take the maximum of the hidden "
+                                             "layers' outputs (with an output linear layer)")
+    g.add_argument("--k", type=int, help="appnp: propagation steps")
+    g.add_argument("--alpha", type=float, help="appnp: teleport probability; gcn2: initial residual strength")
+    g.add_argument("--theta", type=float, help="gcn2: identity mapping strength (beta_l = log(theta / l + 1))")
 
 
 def _optimisation_options(g) -> None:

@@ -14,9 +14,12 @@ from .base import Layer, run_stack
 from .gat import GATLayer
 from .gcn import GCNLayer
 from .model import ACTIVATIONS, GNN, MODELS
+from .norm import DistBatchNorm
 from .primitives import Attention, Dropout, Propagate
+from .recipe import APPNP, GCN2, RecipeGNN, build_model
 from .sage import SAGELayer
 
 __all__ = ["Graph", "Propagate", "Attention", "Dropout", "DropoutKey", "global_sum", "global_mean", "global_max",
            "Layer", "run_stack", "relu_",
-           "GATLayer", "GCNLayer", "SAGELayer", "GNN", "MODELS", "ACTIVATIONS"]
+           "GATLayer", "GCNLayer", "SAGELayer", "GNN", "MODELS", "ACTIVATIONS", "APPNP", "GCN2", "RecipeGNN",
+           "DistBatchNorm", "build_model"]

@@ -42,7 +42,8 @@ CHECKPOINT_FORMAT = "g3mpi-checkpoint"
 CHECKPOINT_VERSION = 1
 #: settings a resumed run must share with its checkpoint (the rest, e.g. epochs, threads, schedule, may change; so
 #: may those of these that have no effect on the run, e.g. heads for GCN or momentum with Adam, with a warning)
-RESUME_KEYS = ("model", "model_file", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout", "activation",
+RESUME_KEYS = ("model", "model_file", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout",
+               "activation", "residual", "norm", "input_linear", "output_linear", "ffn", "jk", "k", "alpha", "theta",
                "optimizer", "lr", "weight_decay", "momentum", "seed")
 
 
@@ -175,8 +176,12 @@ def load_model_state(path) -> dict:
 
 def unusable_values(state: dict) -> str | None:
     """Why the tensors of the state_dict ``state`` cannot be parameters to train from (the first one not floating
-    point or not finite), or None."""
+    point or not finite; BatchNorm's step counter ``num_batches_tracked`` is a non-negative integer), or None."""
     for k, v in state.items():
+        if k.endswith("num_batches_tracked") and v.dtype == torch.int64 and v.dim() == 0:
+            if int(v) < 0:
+                return f"buffer {k!r} is negative ({int(v)})"
+            continue
         if not v.is_floating_point():
             return f"parameter {k!r} is a {v.dtype} tensor, not floating point"
         if not bool(torch.isfinite(v).all()):
@@ -308,9 +313,8 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False, 
         changed = sorted(k for k in set(saved["files"]) | set(now["files"])
                          if saved["files"].get(k) != now["files"].get(k))
         raise CheckpointError(path, f"the partition's files changed since the checkpoint: {', '.join(changed)}")
-    # (a key newer than the checkpoint has its default there: model_file "" is the built-in model)
-    default = {f.name: f.default for f in dataclasses.fields(cfg)}
-    was = {k: ckpt["config"].get(k, default[k]) for k in RESUME_KEYS}
+    # a key the checkpoint lacks (written before the setting existed) had its default
+    was = {f.name: ckpt["config"].get(f.name, f.default) for f in dataclasses.fields(cfg)}
     diffs = [f"{k} = {was[k]!r} in the checkpoint but {getattr(cfg, k)!r} now"
              for k in RESUME_KEYS if was[k] != getattr(cfg, k) and k not in idle]
     if diffs:

@@ -8,8 +8,9 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from g3mpi.nn import ACTIVATIONS, MODELS
-from g3mpi.nn.model import LAYERS
+from g3mpi.nn import ACTIVATIONS
+from g3mpi.nn.norm import NORMS
+from g3mpi.nn.recipe import JKS, MODEL_CLASSES, MODELS, uses_recipe
 from g3mpi.sched import MODES, PIPELINED, Schedule
 
 OPTIMIZERS = ("adam", "sgd")
@@ -39,7 +40,7 @@ class ConfigError(ValueError):
 class TrainConfig:
     parts: str = ""                 # partition directory (meta.json + part files)
     out: str = ""                   # run directory to create
-    model: str = "gcn"              # gcn | sage | gat
+    model: str = "gcn"              # gcn | sage | gat | appnp | gcn2
     model_file: str = ""            # PATH.py:FUNCTION: a user's model instead of the built-in one (docs/MODELS.md)
     layers: int = 2
     hidden: int = 16                # hidden channels (per head for GAT)
@@ -48,6 +49,16 @@ class TrainConfig:
     dropout: float = 0.5            # on every layer's input
     attn_dropout: float = 0.0       # GAT attention coefficients
     activation: str = "relu"
+    # recipe blocks (gcn, sage, gat; docs/RECIPES.md) and the appnp / gcn2 models' settings
+    residual: bool = False          # add each hidden layer's input to its output (where the widths agree)
+    norm: str = "none"              # none | layer | batch, after each hidden layer (batch: over every node)
+    input_linear: bool = False      # a Linear in -> hidden before the first layer
+    output_linear: bool = False     # a Linear hidden -> out after the last layer (always with jk)
+    ffn: bool = False               # a feed-forward block (Linear, activation, Linear) after each hidden layer
+    jk: str = "none"                # jumping knowledge over the hidden layers: none | cat | max
+    k: int = 10                     # appnp: propagation steps
+    alpha: float = 0.1              # appnp: teleport probability; gcn2: initial residual
+    theta: float = 0.5              # gcn2: identity mapping strength, beta_l = log(theta / l + 1)
     optimizer: str = "adam"
     lr: float = 0.01
     weight_decay: float = 5e-4
@@ -84,17 +95,22 @@ class TrainConfig:
             raise ConfigError(msg, key)
         for k, allowed in (("model", MODELS), ("activation", ACTIVATIONS), ("optimizer", OPTIMIZERS),
                            ("schedule", MODES), ("log_level", LOG_LEVELS), ("device", DEVICES),
-                           ("cuda_aware", CUDA_AWARE)):
+                           ("cuda_aware", CUDA_AWARE), ("norm", NORMS), ("jk", JKS)):
             if (getattr(self, k).upper() if k == "log_level" else getattr(self, k)) not in allowed:
                 bad(k, f"{k} {getattr(self, k)!r}: expected one of {', '.join(allowed)}")
-        for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads"):
+        for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads", "k"):
             if getattr(self, k) < 1 and not (k == "epochs" and self.epochs == 0 and self.init_from):
                 only = "; 0 only with init_from (--init-from), to evaluate a trained model" if k == "epochs" else ""
                 bad(k, f"{k} must be at least 1 (got {getattr(self, k)}){only}")
         if self.threads > MAX_THREADS:
             bad("threads", f"threads must be at most {MAX_THREADS} per rank (got {self.threads})")
-        if self.layers > MAX_LAYERS:
-            bad("layers", f"layers must be at most {MAX_LAYERS} (got {self.layers})")
+        for k in ("layers", "k"):
+            if getattr(self, k) > MAX_LAYERS:
+                bad(k, f"{k} must be at most {MAX_LAYERS} (got {getattr(self, k)})")
+        if not 0.0 <= self.alpha <= 1.0:
+            bad("alpha", f"alpha must be in [0, 1] (got {self.alpha})")
+        if not (math.isfinite(self.theta) and self.theta > 0):
+            bad("theta", f"theta must be a finite positive number (got {self.theta})")
         for k, most in (("hidden", MAX_HIDDEN), ("heads", MAX_HEADS), ("out_heads", MAX_HEADS)):
             if getattr(self, k) > most:
                 bad(k, f"{k} must be at most {most} (got {getattr(self, k)})")
@@ -243,7 +259,7 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
     warnings of :func:`ineffective_settings`, and the settings a resumed run may change (``checkpoint.RESUME_KEYS``
     that are idle here). ``input_cache_applies`` decides only ``input_cache``'s entry."""
     why = {}
-    layer = LAYERS[cfg.model]   # what the model's layers have: attention heads, row chunks
+    layer = MODEL_CLASSES[cfg.model]   # what the model's layers have: attention heads, row chunks
     if cfg.optimizer != "sgd":
         why["momentum"] = f"the optimizer is {cfg.optimizer}, and momentum is SGD's (optimizer sgd)"
     if cfg.model_file:
@@ -252,11 +268,13 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
     elif not layer.attention:
         why["heads"] = why["out_heads"] = f"the model is {cfg.model}, and attention heads are GAT's"
         why["attn_dropout"] = f"the model is {cfg.model}, and attention dropout is GAT's"
-    elif cfg.layers == 1:
+    elif cfg.layers == 1 and not (cfg.output_linear or cfg.jk != "none"):
         why["heads"] = "with one layer there is no hidden layer (the last layer has out_heads heads)"
-    if cfg.layers == 1 and not cfg.model_file:
+    if cfg.layers == 1 and not cfg.model_file and not uses_recipe(cfg) and cfg.model != "gcn2":
         why["activation"] = "with one layer there is no hidden layer (the last layer has no activation)"
-    if layer.attention and not cfg.model_file:   # (the row-wise layers, GCN and SAGE, chunk)
+    if not cfg.model_file:
+        why.update(_recipe_without_effect(cfg))
+    if layer.attention and not cfg.model_file:   # (GCN, SAGE, appnp and gcn2 chunk their products)
         why["chunk_rows"] = "GAT computes its attention without row chunks (GCN and SAGE chunk their products)"
     elif Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size):
         why["chunk_rows"] = Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size)
@@ -272,6 +290,8 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
         why["input_cache"] = "it is the built-in models' cache (a model file's module keeps what it wants)"
     elif not input_cache_applies:
         why["input_cache"] = "there is no parameter-free product of the input to keep: " + (
+            f"the {cfg.model} model does not keep one" if cfg.model in ("appnp", "gcn2") else
+            "the recipe stack (docs/RECIPES.md) does not keep one" if uses_recipe(cfg) else
             "GAT's first layer weighs its input before it aggregates" if layer.attention else
             "the first layer has more input features than outputs, so it multiplies by its weight before it aggregates")
     # (an evaluation-only run, epochs 0, saves them for a --resume that trains)
@@ -291,6 +311,23 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
                        "is drawn")
     if resuming:
         why["force"] = "a resumed run continues in its run directory: nothing is replaced"
+    return why
+
+
+def _recipe_without_effect(cfg: TrainConfig) -> dict[str, str]:
+    """Why each recipe block or appnp / gcn2 setting has no effect with this model (by key)."""
+    why = {}
+    if cfg.model in ("appnp", "gcn2"):
+        for k in ("residual", "norm", "input_linear", "output_linear", "ffn", "jk"):
+            why[k] = f"the {cfg.model} model has its own stack (recipe blocks are gcn's, sage's and gat's)"
+    if cfg.model != "appnp":
+        why["k"] = f"the model is {cfg.model}, and k (propagation steps) is appnp's"
+    if cfg.model != "gcn2":
+        why["theta"] = f"the model is {cfg.model}, and theta (identity mapping) is gcn2's"
+    if cfg.model not in ("appnp", "gcn2"):
+        why["alpha"] = f"the model is {cfg.model}, and alpha is appnp's and gcn2's"
+    if cfg.jk != "none" and "output_linear" not in why:
+        why["output_linear"] = f"jk {cfg.jk} always ends with an output linear layer"
     return why
 
 

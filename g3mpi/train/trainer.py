@@ -25,7 +25,7 @@ from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format.errors import failure_reason
 from g3mpi.format.limits import FLOAT32_SQUARE_LIMIT
 from g3mpi.format.partition import part_name
-from g3mpi.nn import GNN
+from g3mpi.nn import build_model
 from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.sched import Schedule
 
@@ -96,7 +96,8 @@ class Trainer:
         if self.split_sizes["val"] == 0 and comm.rank == 0:
             log.warning("%s: no validation nodes: the model of the last evaluated epoch is kept%s", cfg.parts,
                         ", and --patience is ignored" if cfg.patience else "")
-        # gradients summed over ranks layer by layer during backward (last layer first), overlapped with it
+        # gradients summed over ranks layer by layer during backward (last layer first), overlapped with it; the
+        # parameters outside the layers (recipe linears and norms, a user module's own) in a last bucket
         self.gradsync = GradSync(comm, param_buckets(self.model), self.watchdog)
         # the loss, the numbers of ranks with a non-finite loss / gradient, past the time limit, and with each stop
         # signal (STOP_SLOTS)
@@ -111,9 +112,7 @@ class Trainer:
         cfg = self.cfg
         if cfg.model_file:
             return build_user_model(cfg.model_file, self.graph, in_dim, out_dim, cfg)
-        return GNN(self.graph, cfg.model, in_dim, cfg.hidden, out_dim, layers=cfg.layers, heads=cfg.heads,
-                   out_heads=cfg.out_heads, dropout=cfg.dropout, attn_dropout=cfg.attn_dropout,
-                   activation=cfg.activation, input_cache=cfg.input_cache)
+        return build_model(self.graph, cfg, in_dim, out_dim)
 
     def check_model_output(self) -> None:
         """A user's model: one evaluation pass, whose output must be [owned nodes, out_dim]

@@ -1,0 +1,59 @@
+"""APPNP (Gasteiger et al., ICLR 2019): an MLP, then K steps of personalised-PageRank propagation of its output,
+numerically PyG's ``APPNP`` after an MLP (its ``citation/appnp.py`` model).
+
+    h^0 = MLP(x)                                          dropout -> Linear, activation between, ``layers`` of them
+    h^k = (1 - alpha) A_hat h^(k-1) + alpha h^0            k = 1..K,   A_hat = D^-1/2 (A + I) D^-1/2 (GCN weights)
+    out = h^K
+
+x [n_owned, in] -> [n_owned, out]. Parameters ``lins.<i>.weight`` / ``lins.<i>.bias`` (the MLP); the K steps have
+none. Each step is one exact distributed GCN aggregation (``g3mpi.ops.Aggregation``: its exchange of the step's
+rows, pipelined by chunks and per neighbour as messages land) of width ``out``; the steps run one after another.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from g3mpi.ops import Aggregation, DistGraph, DropoutKey, node_dropout
+
+
+class APPNPStep(nn.Module):
+    """One propagation step: ``(1 - alpha) A_hat h + alpha h0``, [n_owned, width] -> [n_owned, width]."""
+
+    def __init__(self, graph: DistGraph, width: int, alpha: float, name: str = "appnp"):
+        super().__init__()
+        self.alpha = float(alpha)
+        self.agg = Aggregation(graph, "gcn", width, name=name)
+
+    def forward(self, h: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+        return self.agg(h) * (1 - self.alpha) + self.alpha * h0
+
+
+class APPNP(nn.Module):
+    """``layers`` Linear layers in -> hidden -> ... -> out (dropout on each one's input, ``act`` between), then
+    ``k`` propagation steps with teleport ``alpha`` (``convs``: the steps, one entry each)."""
+
+    #: what the configuration checks ask of a built-in model (``g3mpi.nn.recipe.MODEL_CLASSES``): no attention
+    #: heads, and its products are chunked row-wise (the GCN aggregation)
+    attention = False
+    rowwise = True
+
+    def __init__(self, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, layers: int = 2, k: int = 10,
+                 alpha: float = 0.1, dropout: float = 0.0, act=torch.relu):
+        super().__init__()
+        self.graph, self.dropout, self.act = graph, float(dropout), act
+        dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
+        self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.convs = nn.ModuleList(APPNPStep(graph, out_dim, alpha, name=f"appnp{i}") for i in range(k))
+        self.input_cache_applies = False
+
+    def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
+        ids = self.graph.orig_ids
+        for i, lin in enumerate(self.lins):
+            x = lin(node_dropout(x, key, i, ids, self.dropout, self.training))
+            if i < len(self.lins) - 1:
+                x = self.act(x)
+        h0 = x
+        for step in self.convs:
+            x = step(x, h0)
+        return x

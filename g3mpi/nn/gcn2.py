@@ -1,0 +1,64 @@
+"""GCNII (Chen et al., ICML 2020): deep GCN with initial residual and identity mapping, numerically PyG's
+``GCN2Conv`` (shared weights, GCN normalisation with self loops) in the model of its ``gcn2_cora.py`` example.
+
+One layer l = 1..L, with x^0 the output of the input linear layer and beta_l = log(theta / l + 1):
+
+    s = (1 - alpha) A_hat x + alpha x^0                       A_hat = D^-1/2 (A + I) D^-1/2
+    out = (1 - beta_l) s + beta_l s W                         W [C, C] (``weight1``, as PyG; no bias)
+
+The model: x^0 = act(Linear(dropout(x))) [n, C]; L layers x <- act(GCN2(dropout(x), x^0)); out =
+Linear(dropout(x)) [n, out]. Parameters ``lins.0``, ``lins.1`` (Linear) and ``convs.<i>.weight1``. Each layer's
+propagation is one exact distributed GCN aggregation (``g3mpi.ops.Aggregation``) of width C.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from g3mpi.ops import Aggregation, DistGraph, DropoutKey, node_dropout
+
+
+class GCN2Layer(nn.Module):
+    """[n_owned, C] x, x^0 -> [n_owned, C]; ``layer`` is l (from 1), which sets beta_l."""
+
+    def __init__(self, graph: DistGraph, channels: int, alpha: float, theta: float, layer: int, name: str = "gcn2"):
+        super().__init__()
+        self.alpha, self.beta = float(alpha), math.log(theta / layer + 1)
+        self.weight1 = nn.Parameter(torch.empty(channels, channels))
+        nn.init.xavier_uniform_(self.weight1)
+        self.agg = Aggregation(graph, "gcn", channels, name=name)
+
+    def forward(self, x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        s = self.agg(x) * (1 - self.alpha) + self.alpha * x0
+        return torch.addmm(s, s, self.weight1, beta=1.0 - self.beta, alpha=self.beta)
+
+
+class GCN2(nn.Module):
+    """Input linear -> ``layers`` GCNII layers of ``hidden`` channels -> output linear (see the module docstring);
+    ``convs``: the GCNII layers."""
+
+    #: as ``APPNP``: no attention heads, row-chunked products
+    attention = False
+    rowwise = True
+
+    def __init__(self, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
+                 alpha: float = 0.1, theta: float = 0.5, dropout: float = 0.0, act=torch.relu):
+        super().__init__()
+        self.graph, self.dropout, self.act = graph, float(dropout), act
+        self.lins = nn.ModuleList([nn.Linear(in_dim, hidden), nn.Linear(hidden, out_dim)])
+        self.convs = nn.ModuleList(GCN2Layer(graph, hidden, alpha, theta, l + 1, name=f"gcn2{l}")
+                                   for l in range(layers))
+        self.input_cache_applies = False
+
+    def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
+        ids = self.graph.orig_ids
+        L = len(self.convs)
+
+        def drop(h, site):
+            return node_dropout(h, key, site, ids, self.dropout, self.training)
+        x = x0 = self.act(self.lins[0](drop(x, L)))
+        for l, conv in enumerate(self.convs):
+            x = self.act(conv(drop(x, l), x0))
+        return self.lins[1](drop(x, L + 1))
