@@ -25,9 +25,9 @@ import numpy as np
 from g3mpi.format import FormatError, GraphWriter, index_dtype
 from g3mpi.format.limits import check_finite_features
 from g3mpi.format.graph import MASKS, check_node_data
+from g3mpi.mpi.termination import raise_if_terminated
 
 from ..stages import StageMeter
-from ..termination import raise_if_terminated
 
 #: edges handled at once when counting / filling the CSR
 EDGE_CHUNK = 1 << 22

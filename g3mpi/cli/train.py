@@ -188,7 +188,7 @@ def main(argv=None, comm=None) -> int:
     2 (bad configuration) or 75 (stopped by a signal after writing the checkpoint)."""
     own_world = comm is None
     comm = comm or MPI.COMM_WORLD
-    from g3mpi.train.stop import StopSignals   # no torch (g3mpi.train imports its modules on first use)
+    from g3mpi.mpi.stop import StopSignals   # no torch
 
     # SIGTERM / SIGUSR1 (a batch job's time limit, scancel, kill) stop the run after an epoch with a checkpoint.
     # Active from here, not only around training: MPICH's MPI_Init installs a SIGUSR1 handler of its own, which

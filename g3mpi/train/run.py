@@ -10,8 +10,8 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from g3mpi.comm.abort import abort_job, write_line
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.abort import abort_job, write_line
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.log import setup_logging
 
 from .checkpoint import CHECKPOINT_NAME
@@ -19,7 +19,7 @@ from .config import TrainConfig, ineffective_settings
 from .faults import TrainingFault
 from .rundir import OutputError, RunLock, prepare_run_dir
 from .startup import PROG, Protocol, Started, StartupFailed, failure, start
-from .stop import EXIT_STOPPED
+from g3mpi.mpi.stop import EXIT_STOPPED
 from .sysmem import return_freed_memory
 
 log = logging.getLogger("g3mpi")

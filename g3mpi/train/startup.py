@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from g3mpi.comm.abort import abort_job, write_line
+from g3mpi.mpi.abort import abort_job, write_line
 from g3mpi.comm.consistency import check_neighbours
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.format import FormatError, part_name, read_meta, read_part
 from g3mpi.format.partition import id_checksum, range_checksum
 from g3mpi.log import node_name

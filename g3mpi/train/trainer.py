@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 from g3mpi.comm import CommContext, SimNet
 from g3mpi.comm.timeline import Recorder, clock_offset, combine
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.format.errors import failure_reason
 from g3mpi.format.limits import FLOAT32_SQUARE_LIMIT
 from g3mpi.format.partition import part_name
@@ -36,7 +36,7 @@ from .gradsync import GradSync
 from .plots import plot_run
 from .rundir import SPLITS, TIMELINE, MetricsLog, read_metrics, run_timings, save_state_dict, write_json_atomic, \
     write_predictions
-from .stop import STOP_SLOTS
+from g3mpi.mpi.stop import STOP_SLOTS
 from .sysmem import current_rss_bytes, peak_rss_bytes
 
 log = logging.getLogger("g3mpi.train")
