@@ -25,8 +25,7 @@ from g3mpi.format import META_NAME, FormatError, graph_fingerprint, load_graph
 from g3mpi.format.atomic import check_output
 from g3mpi.log import setup_tool_logging
 from g3mpi.mpi.termination import exit_after_failed_write, interruption, terminate_as_interrupt
-from g3mpi.mpi.collectives import barrier
-from g3mpi.mpi.watchdog import ADAPTIVE, DEFAULT_FLOOR_S, Watchdog, add_timeout_options
+from g3mpi.mpi.deadline import DEFAULT_FLOOR_S, add_timeout_options
 
 from g3mpi.units import parse_bandwidth
 
@@ -291,6 +290,10 @@ def serial_on_many_ranks(method: str) -> bool:
     if "mpi4py" not in sys.modules:   # not started by mpi4py's runner
         return False
     from mpi4py import MPI
+
+    from g3mpi.mpi.collectives import barrier
+    from g3mpi.mpi.deadline import ADAPTIVE
+    from g3mpi.mpi.watchdog import Watchdog
     comm = MPI.COMM_WORLD
     if comm.size == 1:
         return False

@@ -123,9 +123,15 @@ def _reliability_options(g) -> None:
     g.add_argument("--time-limit", type=float, metavar="S",
                    help="stop after the first epoch that ends S seconds after the start, with RUN/checkpoint.pt "
                         "and exit status 75, as on SIGTERM (0: none; the job launchers set it from G3_TIMEOUT)")
-    g.add_argument("--comm-timeout", type=float, metavar="S",
-                   help="abort the job when a rank waits more than S seconds for another rank: start-up checks, "
-                        "training, writing the predictions (0: off)")
+    g.add_argument("--comm-timeout", metavar="S|auto",
+                   help="end the job (exit status 69) when a rank waits more than S seconds for another rank: "
+                        "start-up checks, training, writing the outputs (0: off; default auto: before the first "
+                        "epochs the largest part's size / 4 MiB/s, then the slowest epoch x --comm-timeout-factor, "
+                        "never under --comm-timeout-floor)")
+    g.add_argument("--comm-timeout-floor", type=float, metavar="S",
+                   help="the adaptive deadline's floor, seconds")
+    g.add_argument("--comm-timeout-factor", type=float, metavar="K",
+                   help="the adaptive deadline's multiple of the slowest epoch")
 
 
 def _name_defaults(ap: argparse.ArgumentParser) -> None:

@@ -65,7 +65,8 @@ class Trainer:
         self.stop = stop
         torch.set_num_threads(cfg.threads)
         simnet = SimNet.from_spec(cfg.sim_net) if cfg.sim_net else None
-        self.watchdog = watchdog or Watchdog(comm, cfg.comm_timeout, prog="g3-train")
+        self.watchdog = watchdog or Watchdog(comm, cfg.comm_timeout, prog="g3-train", floor=cfg.comm_timeout_floor,
+                                             factor=cfg.comm_timeout_factor)
         self.hooks = hooks or TestHooks.from_env(comm.rank)
         # the epoch whose timeline is recorded (0: none); the clock offsets are estimated only then
         self.timeline_epoch = min(cfg.timeline_epoch, cfg.epochs)
@@ -118,6 +119,7 @@ class Trainer:
 
     def checkpoint(self, run_dir: Path, epoch: int, best: dict, since_best: int, last_loss) -> None:
         """Rank 0 writes RUN/checkpoint.pt atomically; a failure stops every rank (TrainingFault)."""
+        self.watchdog.context = f"epoch {epoch}"
         err = None
         if self.comm.rank == 0:
             try:
@@ -358,6 +360,7 @@ class Trainer:
         cfg = self.cfg
         epoch = self.start_epoch - 1
         for epoch in range(self.start_epoch, end + 1):
+            t_epoch = time.perf_counter()
             rec = self.train_step(epoch)
             sel.last_loss = rec["loss"]
             accs = self._evaluate_epoch(epoch, sel)
@@ -380,6 +383,8 @@ class Trainer:
                 return epoch, dict(stopped=True, epoch=epoch, reason=reason)
             if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0 and epoch != cfg.epochs and not stop:
                 self.checkpoint(run_dir, epoch, sel.best, sel.since_best, sel.last_loss)
+            # the adaptive deadline follows the slowest epoch, with its evaluation, metrics and checkpoint
+            self.watchdog.step_done(time.perf_counter() - t_epoch)
             if stop:
                 log.info("early stop at epoch %d: no better validation accuracy in %d evaluations",
                          epoch, cfg.patience)
@@ -392,6 +397,7 @@ class Trainer:
         cfg = self.cfg
         if epoch % cfg.eval_every and epoch != cfg.epochs:
             return {}
+        self.watchdog.context = f"epoch {epoch}, evaluation"
         accs = self.evaluate()
         this = self._if_better(accs, sel.best, epoch)
         if epoch % cfg.eval_every:
