@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import time
 import traceback
@@ -23,12 +24,21 @@ from g3mpi.format import META_NAME, FormatError, atomic_dir, graph_fingerprint, 
 from g3mpi.format.atomic import check_output
 from g3mpi.format.errors import H5_READ_ERRORS, failure_reason, unreadable
 from g3mpi.mpi.collectives import (RankFailed, agree, allgather_rows, allgather_text, allreduce, barrier,
-                                   bcast_array, rank_bounds)
+                                   bcast_array, rank_bounds, set_phase)
 from g3mpi.mpi.rss import peak_rss_mib
 from g3mpi.mpi.termination import interruption, terminate_as_interrupt
 from g3mpi.mpi.watchdog import Watchdog
 
 PROG = "g3-partition"
+#: test-only (tests/test_stalls.py): ``G3_TEST_STOP=RANK:POINT`` makes rank RANK stop itself (SIGSTOP) at POINT,
+#: one of these: before partitioning, before writing the parts. Never set it in production
+STOP_POINTS = ("partition", "write")
+
+
+def _test_stop(comm, point: str) -> None:
+    spec = os.environ.get("G3_TEST_STOP", "")
+    if spec and spec == f"{comm.rank}:{point}":
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def error(comm, msg: str) -> None:
@@ -88,6 +98,7 @@ def run(cfg, comm) -> dict | None:
     from .slices import read_slice
 
     t0 = time.time()
+    set_phase(comm, "reading the graph's slices")
     on_root(comm, check_target, cfg)
     n = guarded(comm, num_nodes_of, cfg.graph)
     if cfg.parts > max(1, n):
@@ -101,6 +112,8 @@ def run(cfg, comm) -> dict | None:
                   f"refuse this partition")
     say(comm, f"{n} nodes, {sl.num_edges} edges; stream into {cfg.parts} parts on {comm.size} rank(s)")
     t1 = time.time()
+    _test_stop(comm, "partition")
+    set_phase(comm, "partitioning")
     lg = local_graph(comm, bounds, sl.indptr, sl.indices, bool(sl.attrs["symmetric"]))
     parts, info = stream_partition(comm, lg, cfg.parts, seed=cfg.seed, imbalance=cfg.node_imbalance,
                                    edge_imbalance=cfg.edge_imbalance, order=cfg.stream_order,
@@ -119,6 +132,8 @@ def run(cfg, comm) -> dict | None:
                  peak_rss_mib_partition=[round(float(x), 1) for x in rss_part],
                  graph_sha256=on_root(comm, graph_fingerprint, cfg.graph))
     partition_id = allgather_text(comm, uuid.uuid4().hex if comm.rank == 0 else None)[0]
+    _test_stop(comm, "write")
+    set_phase(comm, "writing the parts")
     meta = write(comm, cfg, sl, lg, parts, partition_id, extra)
     rss_all = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]
     if comm.rank == 0:
@@ -145,7 +160,7 @@ def write(comm, cfg, sl, lg, parts, partition_id, extra) -> dict | None:
                     tmp = stack.enter_context(atomic_dir(cfg.out, META_NAME, cfg.force))
                 except FormatError as e:
                     err = str(e)
-            agree(comm, err)
+            agree(comm, err, "agreement on the output directory (rank 0 makes it)")
             tmp = Path(allgather_text(comm, str(tmp) if comm.rank == 0 else None)[0])
             meta = write_partition_parallel(comm, tmp, sl, lg, parts, cfg.parts, partition_id=partition_id,
                                             method="stream", seed=cfg.seed, extra_meta=extra)

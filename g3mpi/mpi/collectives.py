@@ -30,6 +30,13 @@ def as_watchdog(comm) -> Watchdog:
     return comm if isinstance(comm, Watchdog) else Watchdog(comm, 0)
 
 
+def set_phase(comm, phase: str) -> None:
+    """Name the phase the waits from now on belong to (``"partitioning"``), for the line a deadline prints;
+    nothing for a bare communicator."""
+    if isinstance(comm, Watchdog):
+        comm.context = phase
+
+
 def allgather_text(comm, msg: str | None, what: str = "agreement") -> list[str | None]:
     """Every rank's ``msg`` (text or None), in rank order (:meth:`Watchdog.allgather_text`)."""
     return as_watchdog(comm).allgather_text(msg, what)

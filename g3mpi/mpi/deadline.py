@@ -87,7 +87,8 @@ class Deadline:
         if not self.adaptive:
             return f"{limit} {self.fixed:g}"
         if self.steps < WARMUP_STEPS:
-            return f"the start-up deadline {self.seconds:.0f} s from the input's size, {limit} 0 turns it off"
+            return (f"the deadline {self.seconds:.0f} s = max({limit}-floor {self.floor:g}, the input's size / "
+                    f"{STARTUP_BYTES_PER_S >> 20} MiB/s), {limit} 0 turns it off")
         return (f"the deadline {self.seconds:.1f} s = max({limit}-floor {self.floor:g}, {self.factor:g} x the "
                 f"slowest epoch {self.slowest:.2f} s), {limit} 0 turns it off")
 

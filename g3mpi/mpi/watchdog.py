@@ -50,6 +50,12 @@ MAX_SLEEP_S = 0.02
 SIGNAL_GRACE_S = 5.0
 #: how often a waiting rank checks that its launcher is still there, seconds
 ORPHAN_CHECK_S = 1.0
+#: the roll call that names the ranks missing from a collective when its deadline passes: a rank about to fire
+#: asks every other rank (one byte each, these tags, above any the exchanges use); a rank inside a polled wait
+#: answers within ROLL_CALL_EVERY_S; those that did not within ROLL_CALL_WAIT_S are named
+ROLL_CALL_TAG, ROLL_ANSWER_TAG = 32001, 32002
+ROLL_CALL_EVERY_S = 0.25
+ROLL_CALL_WAIT_S = 1.5
 
 
 def encode_text(msg: str | None) -> np.ndarray:
@@ -91,6 +97,8 @@ class Watchdog:
         self.code = code
         self.stop = stop
         self._ppid = os.getppid()
+        self._byte = np.ones(1, dtype=np.uint8)
+        self._answers: list = []   # roll-call answers in flight (their requests keep them alive)
 
     @property
     def timeout(self) -> float:
@@ -126,7 +134,7 @@ class Watchdog:
         spans, e.g. the turns before one's own), after a stop signal's grace, or when the launcher is gone."""
         limit = self.timeout * max(1, turns)
         t0 = time.monotonic()
-        sleep, n, orphan_at = 0.0, 0, t0 + ORPHAN_CHECK_S
+        sleep, n, orphan_at, answer_at = 0.0, 0, t0 + ORPHAN_CHECK_S, t0 + ROLL_CALL_EVERY_S
         while True:
             done, got = test()
             if done:
@@ -144,6 +152,37 @@ class Watchdog:
             if now > orphan_at:
                 orphan_at = now + ORPHAN_CHECK_S
                 self._check_orphan(describe, waited)
+            if now > answer_at:
+                answer_at = now + ROLL_CALL_EVERY_S
+                self._answer_roll_call()
+
+    def _answer_roll_call(self) -> None:
+        """Answer every roll call that arrived: this rank is waiting for its peers."""
+        self._answers = [r for r in self._answers if not r.Test()]
+        status = MPI.Status()
+        while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=ROLL_CALL_TAG, status=status):
+            src = status.Get_source()
+            self.comm.Recv([np.empty(1, dtype=np.uint8), MPI.BYTE], source=src, tag=ROLL_CALL_TAG)
+            self._answers.append(self.comm.Isend([self._byte, MPI.BYTE], dest=src, tag=ROLL_ANSWER_TAG))
+
+    def _roll_call(self) -> list[int]:
+        """The other ranks that do not answer within :data:`ROLL_CALL_WAIT_S`: not waiting with this one (stopped,
+        hung, or still computing)."""
+        comm = self.comm
+        others = [r for r in range(comm.size) if r != comm.rank]
+        calls = [comm.Isend([self._byte, MPI.BYTE], dest=r, tag=ROLL_CALL_TAG) for r in others]
+        got = {r: np.zeros(1, dtype=np.uint8) for r in others}
+        answers = {r: comm.Irecv([got[r], MPI.BYTE], source=r, tag=ROLL_ANSWER_TAG) for r in others}
+        end = time.monotonic() + ROLL_CALL_WAIT_S
+        pending = dict(answers)
+        while pending and time.monotonic() < end:
+            self._answer_roll_call()   # (the others may call too)
+            pending = {r: q for r, q in pending.items() if not q.Test()}
+            time.sleep(0.01)
+        for q in pending.values():
+            q.Cancel()
+        del calls   # (sent eagerly, or lost with the job: it ends)
+        return sorted(pending)
 
     def _check_signal(self, t0: float, now: float, describe) -> None:
         """Give up on the peers once a stop signal has waited :data:`SIGNAL_GRACE_S` within this wait."""
@@ -311,8 +350,10 @@ class Watchdog:
             what = f"halo exchange of layer {layer!r}, {'forward' if d == 'fwd' else 'backward'} direction"
         if peers is None and self.comm.size == 2:   # a collective of two: the other rank never arrived
             peers = [1 - self.comm.rank]
+        elif peers is None:   # a collective: the ranks that do not answer a roll call are not waiting in it
+            peers = self._roll_call() or None
         if peers is None:
-            who = "the other ranks (some rank never arrived)"
+            who = "the other ranks (every rank answers, yet the collective does not complete: a mismatch?)"
         elif peers:
             who = ("rank " if len(peers) == 1 else "ranks ") + ", ".join(map(str, peers))
         else:

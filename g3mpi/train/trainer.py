@@ -120,6 +120,7 @@ class Trainer:
     def checkpoint(self, run_dir: Path, epoch: int, best: dict, since_best: int, last_loss) -> None:
         """Rank 0 writes RUN/checkpoint.pt atomically; a failure stops every rank (TrainingFault)."""
         self.watchdog.context = f"epoch {epoch}"
+        self.hooks.stall_at("checkpoint")
         err = None
         if self.comm.rank == 0:
             try:
@@ -398,6 +399,7 @@ class Trainer:
         if epoch % cfg.eval_every and epoch != cfg.epochs:
             return {}
         self.watchdog.context = f"epoch {epoch}, evaluation"
+        self.hooks.stall_at("evaluation")
         accs = self.evaluate()
         this = self._if_better(accs, sel.best, epoch)
         if epoch % cfg.eval_every:
