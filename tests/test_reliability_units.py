@@ -245,7 +245,7 @@ def test_fault_hooks(tmp_path, monkeypatch):
         every.epoch_start(epoch)
     every.stall_at("predictions")
     assert slept == [0.5, 0.5, 0.5]
-    with pytest.raises(ValueError, match="G3_TEST_STALL.*startup, predictions"):
+    with pytest.raises(ValueError, match="G3_TEST_STALL.*startup, evaluation, checkpoint, predictions"):
         TestHooks.from_env(0, {"G3_TEST_STALL": "1:later:2"})
     with pytest.raises(ValueError, match="G3_TEST_NAN"):
         TestHooks.from_env(0, {"G3_TEST_NAN": "x"})
