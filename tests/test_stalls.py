@@ -78,7 +78,8 @@ def _train_cmd(P, parts_dir, run, *extra):
 def test_stopped_rank_costs_no_core_and_sigterm_ends_the_wait(parts, tmp_path):
     """Rank 1 stopped (SIGSTOP) mid-training: rank 0, waiting for it, uses at most 10 % of a core over 20 s (the
     blocking MPI wait cost about a quarter); SIGTERM then ends the job within SIGNAL_GRACE_S and the abort, with
-    one line naming the signal and rank 1; the last checkpoint loads and the run resumes from it to the end."""
+    one line naming the signal and rank 1; the last checkpoint loads (test_stall_at_a_point_ends_the_job resumes
+    one)."""
     run, pids = tmp_path / "run", tmp_path / "pids"
     pids.mkdir()
     proc = _start(_train_cmd(2, parts / "p2", run, "--epochs", "100000", "--checkpoint-every", "2",
@@ -107,8 +108,6 @@ def test_stopped_rank_costs_no_core_and_sigterm_ends_the_wait(parts, tmp_path):
     from g3mpi.train.checkpoint import load_checkpoint
     epoch = load_checkpoint(run / "checkpoint.pt")["epoch"]
     assert epoch >= 2 and epoch % 2 == 0
-    train(2, None, None, "--resume", run, "--epochs", epoch + 2, timeout=150)
-    assert [m["epoch"] for m in metrics(run)][-2:] == [epoch + 1, epoch + 2]
 
 
 @pytest.mark.parametrize("rank, point, phase", [
@@ -147,14 +146,15 @@ def test_stall_at_a_point_ends_the_job(parts, tmp_path, rank, point, phase):
 
 def test_slow_rank_does_not_trip_the_adaptive_deadline(parts, tmp_path):
     """Epochs of about 2.5 s (a simulated network of 400 ms per message); rank 1 sleeps 5 s, twice the epoch
-    time, once at epoch 4, so rank 0 waits about that long: above the floor (4 s), which a fixed deadline of that
-    size would have fired on, but within 10 x the slowest epoch: the run completes."""
+    time, once at epoch 3 (the deadline follows the epochs from the third on), so rank 0 waits about that long:
+    above the floor (4 s), which a fixed deadline of that size would have fired on, but within 10 x the slowest
+    epoch: the run completes."""
     run = tmp_path / "run"
-    train(2, parts / "p2", run, "--epochs", "5", "--sim-net", "10Gbit,400ms", "--comm-timeout-floor", 4,
-          "--timeline-epoch", "0", timeout=170, env={"G3_TEST_STALL": "1:4:5"})
+    train(2, parts / "p2", run, "--epochs", "3", "--sim-net", "10Gbit,400ms", "--comm-timeout-floor", 4,
+          "--timeline-epoch", "0", timeout=170, env={"G3_TEST_STALL": "1:3:5"})
     m = metrics(run)
-    assert [r["epoch"] for r in m] == [1, 2, 3, 4, 5]
-    assert m[3]["epoch_time_s"] > 4   # the slow epoch really waited beyond the floor
+    assert [r["epoch"] for r in m] == [1, 2, 3]
+    assert m[2]["epoch_time_s"] > 4   # the slow epoch really waited beyond the floor
 
 
 def test_killed_mpiexec_leaves_no_rank(parts, tmp_path):

@@ -4,22 +4,22 @@ A blocking ``Waitsome``/``Waitall`` on a request whose peer has stalled (a hung 
 node, a filesystem that hangs) never returns, and the whole allocation burns. With a watchdog every wait for
 another rank (the halo exchange, the gradient allreduce, the start-up checks, the outputs, the data tools'
 collectives) is a polling loop over ``Testsome``/``Testall``/``Improbe`` and a deadline. When a wait has lasted
-longer than the deadline, the rank prints one line naming itself, the rank(s) it waits for (a collective can only
-name them on two ranks) and the phase, and aborts the communicator with :data:`EXIT_STALLED`.
+longer than the deadline, the rank prints one line naming itself, the rank(s) it waits for (a collective names
+those that do not answer a roll call) and the phase, and aborts the communicator with ``EXIT_STALLED``.
 
-**Deadlines** (:class:`Deadline`): fixed (``--comm-timeout S``), off (``0``: the plain blocking calls), or
-adaptive, the default: before the first steps (loading, planning) ``max(floor, bytes / STARTUP_BYTES_PER_S)`` for
-the largest input a peer reads (:meth:`Watchdog.expect_input`); once :data:`WARMUP_STEPS` steps (epochs) have
-been timed (:meth:`Watchdog.step_done`), ``max(floor, factor x the slowest step seen)``.
+**Deadlines** (:class:`~.deadline.Deadline`): fixed (``--comm-timeout S``), off (``0``: the plain blocking
+calls), or adaptive, the default: before the first steps (loading, planning) ``max(floor, bytes /
+STARTUP_BYTES_PER_S)`` for the largest input a peer reads (:meth:`Watchdog.expect_input`); once ``WARMUP_STEPS``
+steps (epochs) have been timed (:meth:`Watchdog.step_done`), ``max(floor, factor x the slowest step seen)``.
 
 **Quiet waits**: :data:`SPIN` polls back to back, then sleeps that double from :data:`MIN_SLEEP_S` up to
 ``min(MAX_SLEEP_S, SLEEP_SHARE x the time waited so far)`` (never under :data:`SHORT_SLEEP_S`): a short wait
 keeps its latency, a stalled peer costs a waiting rank well under 1 % of a core.
 
 **Signals and orphans**: a stop signal (``stop``: a :class:`~g3mpi.mpi.stop.StopSignals`) that arrived while a
-wait has lasted :data:`SIGNAL_GRACE_S` more ends the job (the peers cannot agree on a checkpoint; the last one
-stays valid); SIGINT raises ``KeyboardInterrupt`` inside the loop. A rank whose parent (the launcher's proxy)
-went away exits with :data:`EXIT_STALLED` within :data:`ORPHAN_CHECK_S`.
+wait has lasted :data:`SIGNAL_GRACE_S` (or two of the slowest epochs) more ends the job (the peers cannot agree on
+a checkpoint; the last one stays valid); SIGINT raises ``KeyboardInterrupt`` inside the loop. A rank whose parent
+(the launcher's proxy) went away exits with ``EXIT_STALLED`` within :data:`ORPHAN_CHECK_S`.
 
 The control messages of the collectives and point-to-point calls here are an error message or nothing: they
 travel as text (:func:`encode_text`: a flag byte, then UTF-8), in byte buffers whose length goes first or is
@@ -46,7 +46,8 @@ SHORT_SLEEP_S = 200e-6
 #: MAX_SLEEP_S: a rank waiting 20 s on a stopped peer polls about 1000 times
 SLEEP_SHARE = 0.02
 MAX_SLEEP_S = 0.02
-#: seconds a wait goes on after a stop signal arrived before it gives up on its peers
+#: seconds a wait goes on after a stop signal arrived before it gives up on its peers, at least (and at least two
+#: of the slowest epochs seen: a live job reaches its epoch end, where the ranks agree on the stop, within them)
 SIGNAL_GRACE_S = 5.0
 #: how often a waiting rank checks that its launcher is still there, seconds
 ORPHAN_CHECK_S = 1.0
@@ -189,7 +190,7 @@ class Watchdog:
         stop = self.stop
         if stop is None or stop.signal_name is None:
             return
-        if now - max(t0, stop.received_at) > SIGNAL_GRACE_S:
+        if now - max(t0, stop.received_at) > max(SIGNAL_GRACE_S, 2 * self.deadline.slowest):
             self.fire(describe(now - t0).replace("communication timeout:", f"{stop.signal_name} received:", 1)
                       .replace("aborting the job", "the ranks cannot agree on a stop; aborting the job (the last "
                                "checkpoint stays valid)"))
