@@ -22,7 +22,8 @@ from g3mpi.mpi.deadline import EXIT_STALLED
 from tests.conftest import mpiexec, tool_env
 from tests.train_runs import FAST, MOD, error_lines, metrics, parts, train  # noqa: F401 - parts: a fixture
 
-SLOW_TESTS = ("test_stopped_rank_costs_no_core_and_sigterm_ends_the_wait", "test_stall_at_a_point_ends_the_job",
+SLOW_TESTS = ("test_stopped_rank_mid_epoch_costs_no_core_and_ends_the_job",
+              "test_sigterm_ends_a_wait_on_a_stalled_rank", "test_stall_at_a_point_ends_the_job",
               "test_slow_rank_does_not_trip_the_adaptive_deadline", "test_killed_mpiexec_leaves_no_rank",
               "test_part_file_not_regular_is_refused", "test_stopped_rank_ends_the_stream_partitioner")
 #: the adaptive deadline's floor in these tests: above any legitimate wait of one rank for another on two busy
@@ -75,27 +76,26 @@ def _train_cmd(P, parts_dir, run, *extra):
             "--out", str(run), *map(str, extra)]
 
 
-def test_stopped_rank_costs_no_core_and_sigterm_ends_the_wait(parts, tmp_path):
+def test_stopped_rank_mid_epoch_costs_no_core_and_ends_the_job(parts, tmp_path):
     """Rank 1 stopped (SIGSTOP) mid-training: rank 0, waiting for it, uses at most 10 % of a core over 20 s (the
-    blocking MPI wait cost about a quarter); SIGTERM then ends the job within SIGNAL_GRACE_S and the abort, with
-    one line naming the signal and rank 1; the last checkpoint loads (test_stall_at_a_point_ends_the_job resumes
-    one)."""
+    blocking MPI wait cost about a quarter), then the default deadline (its floor, 25 s here) ends the job within
+    a margin: exit status 69, one line naming rank 1 and the epoch; the last checkpoint loads."""
     run, pids = tmp_path / "run", tmp_path / "pids"
     pids.mkdir()
+    floor = 25
     proc = _start(_train_cmd(2, parts / "p2", run, "--epochs", "100000", "--checkpoint-every", "2",
-                             "--comm-timeout-floor", 120), env={"G3_TEST_PIDFILE": str(pids)})
+                             "--comm-timeout-floor", floor), env={"G3_TEST_PIDFILE": str(pids)})
     _wait_for(run / "checkpoint.pt", proc)
     r0, r1 = (int((pids / f"rank-{r}.pid").read_text()) for r in (0, 1))
     try:
         os.kill(r1, signal.SIGSTOP)
+        t_stop = time.monotonic()
         time.sleep(1)   # (rank 0 finishes what it was computing)
         c0, t0 = _cpu_seconds(r0), time.monotonic()
         time.sleep(20)
         share = (_cpu_seconds(r0) - c0) / (time.monotonic() - t0)
-        os.kill(r0, signal.SIGTERM)
-        t_term = time.monotonic()
-        _, err = _finish(proc, (r0, r1), timeout=60)
-        ended = time.monotonic() - t_term
+        _, err = _finish(proc, (r0, r1), timeout=90)
+        ended = time.monotonic() - t_stop
     finally:
         for pid in (r0, r1):
             if _alive(pid):
@@ -103,11 +103,34 @@ def test_stopped_rank_costs_no_core_and_sigterm_ends_the_wait(parts, tmp_path):
     assert share <= 0.10, f"a waiting rank used {share:.1%} of a core"
     assert proc.returncode == EXIT_STALLED, err
     lines = error_lines(err).get(0, [])
-    assert lines and "SIGTERM received" in lines[0] and "waiting for rank 1" in lines[0], err
-    assert ended < 15, (ended, err)
+    assert len(lines) == 1 and "communication timeout" in lines[0] and "waiting for rank 1 " in lines[0], err
+    assert f"--comm-timeout-floor {floor}" in lines[0] and ", epoch " in lines[0], lines[0]
+    assert ended < floor + 10 * 2 + MARGIN_S, err   # (the deadline is max(floor, 10 epochs): under 2 s each here)
     from g3mpi.train.checkpoint import load_checkpoint
-    epoch = load_checkpoint(run / "checkpoint.pt")["epoch"]
-    assert epoch >= 2 and epoch % 2 == 0
+    assert load_checkpoint(run / "checkpoint.pt")["epoch"] % 2 == 0
+
+
+def test_sigterm_ends_a_wait_on_a_stalled_rank(parts, tmp_path):
+    """Rank 1 stalls at epoch 3 (asleep for 300 s); SIGTERM to rank 0, blocked waiting for it, ends the job within
+    15 s: the stop cannot be agreed on, so one line names the signal and rank 1, and the exit status is 69."""
+    run, pids = tmp_path / "run", tmp_path / "pids"
+    pids.mkdir()
+    proc = _start(_train_cmd(2, parts / "p2", run, "--epochs", "100", "--comm-timeout-floor", 120),
+                  env={"G3_TEST_PIDFILE": str(pids), "G3_TEST_STALL": "1:3:300"})
+    _wait_for(run / "metrics.jsonl", proc)
+    deadline = time.monotonic() + 120
+    while len(metrics(run)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)   # (rank 0 is in epoch 3, waiting for rank 1)
+    r0, r1 = (int((pids / f"rank-{r}.pid").read_text()) for r in (0, 1))
+    os.kill(r0, signal.SIGTERM)
+    t_term = time.monotonic()
+    _, err = _finish(proc, (r0, r1), timeout=60)
+    ended = time.monotonic() - t_term
+    assert proc.returncode == EXIT_STALLED, err
+    lines = error_lines(err).get(0, [])
+    assert lines and "SIGTERM received" in lines[0] and "waiting for rank 1 " in lines[0], err
+    assert ended < 15, (ended, err)
 
 
 @pytest.mark.parametrize("rank, point, phase", [
@@ -221,3 +244,32 @@ def test_stopped_rank_ends_the_stream_partitioner(tmp_path, point):
     phase = ", partitioning" if point == "partition" else "agreement on the output directory (rank 0 makes it), writing"
     assert any(phase in x and "waiting for rank 1 " in x for x in lines), err
     assert not (tmp_path / "parts").exists()
+
+
+def test_adaptive_deadline_follows_the_input_then_the_slowest_epoch():
+    from g3mpi.mpi.deadline import STARTUP_BYTES_PER_S, WARMUP_STEPS, Deadline
+    d = Deadline(-1, floor=10, factor=4)
+    assert d.adaptive and d.seconds == 10
+    d.expect_input(100 * STARTUP_BYTES_PER_S)
+    assert d.seconds == 100   # before the first epochs: the largest part's size
+    for _ in range(WARMUP_STEPS):
+        d.step_done(1.0)
+    assert d.seconds == 10    # then the floor, or k x the slowest epoch
+    d.step_done(5.0)
+    d.step_done(2.0)
+    assert d.seconds == 20 and "4 x the slowest epoch 5.00 s" in d.describe("--comm-timeout")
+    assert Deadline(0).seconds == 0 and Deadline(7.5).seconds == 7.5 and Deadline(7.5).describe("--x") == "--x 7.5"
+
+
+def test_comm_timeout_settings():
+    """``auto`` (the default, stored as -1), seconds, or 0; anything else is refused naming the setting."""
+    from g3mpi.train.config import ConfigError, TrainConfig, config_from
+    assert TrainConfig().comm_timeout == -1.0
+    assert config_from(None, dict(comm_timeout="auto")).comm_timeout == -1.0
+    assert config_from(None, dict(comm_timeout="12")).comm_timeout == 12.0
+    assert config_from(None, dict(comm_timeout=0.0)).comm_timeout == 0.0
+    for bad in ("-5", "soon", "inf"):
+        with pytest.raises(ConfigError, match="comm_timeout"):
+            config_from(None, dict(comm_timeout=bad))
+    with pytest.raises(ConfigError, match="comm_timeout_floor"):
+        config_from(None, dict(comm_timeout_floor=0.0))
