@@ -25,7 +25,8 @@ from tests.train_runs import FAST, MOD, error_lines, metrics, parts, train  # no
 SLOW_TESTS = ("test_stopped_rank_mid_epoch_costs_no_core_and_ends_the_job",
               "test_sigterm_ends_a_wait_on_a_stalled_rank", "test_stall_at_a_point_ends_the_job",
               "test_slow_rank_does_not_trip_the_adaptive_deadline", "test_killed_mpiexec_leaves_no_rank",
-              "test_part_file_not_regular_is_refused", "test_stopped_rank_ends_the_stream_partitioner")
+              "test_part_file_not_regular_is_refused", "test_stopped_rank_ends_the_stream_partitioner",
+              "test_comm_timeout_settings")
 #: the adaptive deadline's floor in these tests: above any legitimate wait of one rank for another on two busy
 #: cores before the fault (tests/train_runs.py's COMM_TIMEOUT), far below the default 300 s
 FLOOR = 6
