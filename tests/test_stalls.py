@@ -169,16 +169,16 @@ def test_stall_at_a_point_ends_the_job(parts, tmp_path, rank, point, phase):
 
 
 def test_slow_rank_does_not_trip_the_adaptive_deadline(parts, tmp_path):
-    """Epochs of about 2.5 s (a simulated network of 400 ms per message); rank 1 sleeps 5 s, twice the epoch
-    time, once at epoch 3 (the deadline follows the epochs from the third on), so rank 0 waits about that long:
-    above the floor (4 s), which a fixed deadline of that size would have fired on, but within 10 x the slowest
-    epoch: the run completes."""
+    """Epochs of about 3 s (a simulated network of 500 ms per message: four exchanges to train, two to evaluate);
+    rank 1 sleeps 7 s, about twice the epoch time, once at epoch 3 (the deadline follows the epochs from the third
+    on), so rank 0 waits about that long: beyond the floor, which a fixed deadline of that size would have fired
+    on, but within 10 x the slowest epoch: the run completes."""
     run = tmp_path / "run"
-    train(2, parts / "p2", run, "--epochs", "3", "--sim-net", "10Gbit,400ms", "--comm-timeout-floor", 4,
-          "--timeline-epoch", "0", timeout=170, env={"G3_TEST_STALL": "1:3:5"})
+    train(2, parts / "p2", run, "--epochs", "3", "--sim-net", "10Gbit,500ms", "--comm-timeout-floor", FLOOR,
+          "--timeline-epoch", "0", timeout=170, env={"G3_TEST_STALL": "1:3:7"})
     m = metrics(run)
     assert [r["epoch"] for r in m] == [1, 2, 3]
-    assert m[2]["epoch_time_s"] > 4   # the slow epoch really waited beyond the floor
+    assert m[2]["epoch_time_s"] > FLOOR   # the slow epoch really waited beyond the floor
 
 
 def test_killed_mpiexec_leaves_no_rank(parts, tmp_path):
