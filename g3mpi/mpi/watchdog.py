@@ -13,8 +13,9 @@ STARTUP_BYTES_PER_S)`` for the largest input a peer reads (:meth:`Watchdog.expec
 steps (epochs) have been timed (:meth:`Watchdog.step_done`), ``max(floor, factor x the slowest step seen)``.
 
 **Quiet waits**: :data:`SPIN` polls back to back, then sleeps that double from :data:`MIN_SLEEP_S` up to
-``min(MAX_SLEEP_S, SLEEP_SHARE x the time waited so far)`` (never under :data:`SHORT_SLEEP_S`): a short wait
-keeps its latency, a stalled peer costs a waiting rank well under 1 % of a core.
+:data:`SHORT_SLEEP_S` while the wait is no longer than :data:`QUIET_AFTER_S` or the slowest epoch, then up to
+``min(MAX_SLEEP_S, SLEEP_SHARE x the time waited beyond that)``: a legitimate wait keeps its latency and the MPI
+progress its messages need, a stalled peer costs a waiting rank a few % of a core at most.
 
 **Signals and orphans**: a stop signal (``stop``: a :class:`~g3mpi.mpi.stop.StopSignals`) that arrived while a
 wait has lasted :data:`SIGNAL_GRACE_S` (or two of the slowest epochs) more ends the job (the peers cannot agree on
@@ -42,8 +43,11 @@ SPIN = 50
 MIN_SLEEP_S = 5e-6
 #: the longest sleep of a short wait (the latency a polled wait can add)
 SHORT_SLEEP_S = 200e-6
-#: a sleep is at most this share of the time waited so far (the latency a long wait can add), and at most
-#: MAX_SLEEP_S: a rank waiting 20 s on a stopped peer polls about 1000 times
+#: a wait keeps its sleeps short for this long, and at least as long as the slowest step (epoch) seen: MPI moves
+#: a large message only inside the calls that poll it (no progress thread), so a legitimate wait polls often
+QUIET_AFTER_S = 1.0
+#: past that, a sleep is at most this share of the time waited beyond it (the latency a long wait can add), and at
+#: most MAX_SLEEP_S: a rank waiting 20 s on a stopped peer polls a few thousand times
 SLEEP_SHARE = 0.02
 MAX_SLEEP_S = 0.02
 #: seconds a wait goes on after a stop signal arrived before it gives up on its peers, at least (and at least two
@@ -145,7 +149,9 @@ class Watchdog:
                 continue
             now = time.monotonic()
             waited = now - t0
-            sleep = min(max(SHORT_SLEEP_S, min(MAX_SLEEP_S, SLEEP_SHARE * waited)), max(MIN_SLEEP_S, 2 * sleep))
+            longer = waited - max(QUIET_AFTER_S, self.deadline.slowest)   # > 0: not a legitimate wait, likely
+            cap = SHORT_SLEEP_S if longer <= 0 else max(SHORT_SLEEP_S, min(MAX_SLEEP_S, SLEEP_SHARE * longer))
+            sleep = min(cap, max(MIN_SLEEP_S, 2 * sleep))
             time.sleep(sleep)
             if waited > limit:
                 self.fire(describe(waited))
