@@ -17,9 +17,9 @@ from g3mpi.format import (PARTITION_FORMAT, PARTITION_VERSION, FormatError, Grap
 from g3mpi.format.errors import failure_reason
 from g3mpi.format.limits import LargeFeatures, check_finite_features
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, PartFeatures
+from g3mpi.mpi.termination import raise_if_terminated
 
 from .layout import boundary_first_order, graph_order_keys
-from .termination import raise_if_terminated
 
 
 def relabel(assignment: np.ndarray, num_parts: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

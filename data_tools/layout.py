@@ -55,15 +55,11 @@ def ranks_of_groups(comm, groups: np.ndarray) -> np.ndarray:
     """Position of each of this rank's nodes in the order (group, rank, original order) over every rank, where
     ``groups`` are its nodes' sort groups (part * K + key) in original order and the ranks hold consecutive
     original ranges: the parallel :func:`boundary_first_order`. Only the distinct groups travel (Allgatherv)."""
-    from mpi4py import MPI
+    from g3mpi.mpi.collectives import allgatherv, displacements
     uniq, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
-    sizes = np.zeros(comm.size, dtype=np.int64)
-    comm.Allgather(np.array([len(uniq)], dtype=np.int64), sizes)
-    displ = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    all_g = np.empty(int(sizes.sum()), dtype=np.int64)
-    all_c = np.empty(int(sizes.sum()), dtype=np.int64)
-    comm.Allgatherv([uniq.astype(np.int64), MPI.INT64_T], [all_g, (sizes, displ), MPI.INT64_T])
-    comm.Allgatherv([counts.astype(np.int64), MPI.INT64_T], [all_c, (sizes, displ), MPI.INT64_T])
+    all_g, sizes = allgatherv(comm, uniq.astype(np.int64), "relabelling (the parts' sort groups)")
+    displ = displacements(sizes)
+    all_c, _ = allgatherv(comm, counts.astype(np.int64), "relabelling (the parts' sort groups)")
     glob = np.unique(all_g)
     at = np.searchsorted(glob, all_g)
     total = np.bincount(at, weights=all_c, minlength=len(glob)).astype(np.int64)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import time
 import traceback
@@ -22,11 +23,22 @@ import numpy as np
 from g3mpi.format import META_NAME, FormatError, atomic_dir, graph_fingerprint, open_graph
 from g3mpi.format.atomic import check_output
 from g3mpi.format.errors import H5_READ_ERRORS, failure_reason, unreadable
-
-from .mpi_util import RankFailed, agree, allgather_rows, allgather_text, allreduce, peak_rss_mib, rank_bounds
-from .termination import interruption, terminate_as_interrupt
+from g3mpi.mpi.collectives import (RankFailed, agree, allgather_rows, allgather_text, allreduce, barrier,
+                                   bcast_array, rank_bounds, set_phase)
+from g3mpi.mpi.rss import peak_rss_mib
+from g3mpi.mpi.termination import interruption, terminate_as_interrupt
+from g3mpi.mpi.watchdog import Watchdog
 
 PROG = "g3-partition"
+#: test-only (tests/test_stalls.py): ``G3_TEST_STOP=RANK:POINT`` makes rank RANK stop itself (SIGSTOP) at POINT,
+#: one of these: before partitioning, before writing the parts. Never set it in production
+STOP_POINTS = ("partition", "write")
+
+
+def _test_stop(comm, point: str) -> None:
+    spec = os.environ.get("G3_TEST_STOP", "")
+    if spec and spec == f"{comm.rank}:{point}":
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def error(comm, msg: str) -> None:
@@ -79,12 +91,14 @@ def check_target(cfg) -> None:
 
 
 def run(cfg, comm) -> dict | None:
-    """Partition and write on every rank of ``comm``; returns meta.json's content on rank 0 (None elsewhere)."""
+    """Partition and write on every rank of ``comm`` (a communicator, or a :class:`~g3mpi.mpi.watchdog.Watchdog`
+    whose deadline bounds every wait); returns meta.json's content on rank 0 (None elsewhere)."""
     from .partitioners import CostModel, calibrate
     from .partitioners.stream import local_graph, stream_partition
     from .slices import read_slice
 
     t0 = time.time()
+    set_phase(comm, "reading the graph's slices")
     on_root(comm, check_target, cfg)
     n = guarded(comm, num_nodes_of, cfg.graph)
     if cfg.parts > max(1, n):
@@ -98,6 +112,8 @@ def run(cfg, comm) -> dict | None:
                   f"refuse this partition")
     say(comm, f"{n} nodes, {sl.num_edges} edges; stream into {cfg.parts} parts on {comm.size} rank(s)")
     t1 = time.time()
+    _test_stop(comm, "partition")
+    set_phase(comm, "partitioning")
     lg = local_graph(comm, bounds, sl.indptr, sl.indices, bool(sl.attrs["symmetric"]))
     parts, info = stream_partition(comm, lg, cfg.parts, seed=cfg.seed, imbalance=cfg.node_imbalance,
                                    edge_imbalance=cfg.edge_imbalance, order=cfg.stream_order,
@@ -107,7 +123,7 @@ def run(cfg, comm) -> dict | None:
     edge_seconds = cfg.edge_seconds
     if cfg.calibrate:
         edge_seconds = np.array([calibrate() if comm.rank == 0 else 0.0])
-        comm.Bcast(edge_seconds, root=0)
+        bcast_array(comm, edge_seconds, 0, "calibration (rank 0 times the kernels)")
         edge_seconds = float(edge_seconds[0])
     model = CostModel(edge_seconds=edge_seconds, bandwidth=cfg.bandwidth,
                       width=cfg.width or max(1, int(sl.attrs["feature_dim"])))
@@ -116,6 +132,8 @@ def run(cfg, comm) -> dict | None:
                  peak_rss_mib_partition=[round(float(x), 1) for x in rss_part],
                  graph_sha256=on_root(comm, graph_fingerprint, cfg.graph))
     partition_id = allgather_text(comm, uuid.uuid4().hex if comm.rank == 0 else None)[0]
+    _test_stop(comm, "write")
+    set_phase(comm, "writing the parts")
     meta = write(comm, cfg, sl, lg, parts, partition_id, extra)
     rss_all = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]
     if comm.rank == 0:
@@ -142,7 +160,7 @@ def write(comm, cfg, sl, lg, parts, partition_id, extra) -> dict | None:
                     tmp = stack.enter_context(atomic_dir(cfg.out, META_NAME, cfg.force))
                 except FormatError as e:
                     err = str(e)
-            agree(comm, err)
+            agree(comm, err, "agreement on the output directory (rank 0 makes it)")
             tmp = Path(allgather_text(comm, str(tmp) if comm.rank == 0 else None)[0])
             meta = write_partition_parallel(comm, tmp, sl, lg, parts, cfg.parts, partition_id=partition_id,
                                             method="stream", seed=cfg.seed, extra_meta=extra)
@@ -153,20 +171,29 @@ def write(comm, cfg, sl, lg, parts, partition_id, extra) -> dict | None:
 
 
 def main(cfg, comm=None) -> int:
-    """``g3-partition --method stream`` on ``comm`` (default COMM_WORLD); the exit status."""
+    """``g3-partition --method stream`` on ``comm`` (default COMM_WORLD); the exit status. Every wait of one rank
+    for the others has the deadline of ``cfg.comm_timeout`` (adaptive by default: :mod:`g3mpi.mpi.watchdog`,
+    from the graph file's share per rank): a rank that stops answering ends the job with one line naming the
+    phase, and status :data:`~g3mpi.mpi.watchdog.EXIT_STALLED`."""
     from mpi4py import MPI
     comm = comm or MPI.COMM_WORLD
+    wd = Watchdog(comm, cfg.comm_timeout, prog=PROG, floor=cfg.comm_timeout_floor)
+    try:
+        wd.expect_input(os.stat(cfg.graph).st_size // comm.size)
+    except OSError:
+        pass   # (the read names the file)
     try:
         with terminate_as_interrupt():
-            run(cfg, comm)
+            run(cfg, wd)
     except RankFailed as e:
         line = e.own if e.own is not None else f"stopping: rank(s) {e.ranks} failed ({e.first})"
         error(comm, line)
-        comm.Barrier()   # every rank's line is out before any exits (under python -m mpi4py the first exit aborts)
+        # every rank's line is out before any exits (under python -m mpi4py the first exit aborts)
+        barrier(wd, "exit after an error (every rank's line is out before the job ends)")
         return 1
     except FormatError as e:   # the same on every rank (a check of values every rank has)
         error(comm, str(e))
-        comm.Barrier()
+        barrier(wd, "exit after an error (every rank's line is out before the job ends)")
         return 1
     except KeyboardInterrupt as e:
         error(comm, f"{cfg.out}: {interruption(e)} (no output written)")

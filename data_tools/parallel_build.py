@@ -22,16 +22,18 @@ from g3mpi.format import (PARTITION_FORMAT, PARTITION_VERSION, FormatError, Part
                           write_meta, write_part)
 from g3mpi.format.errors import failure_reason
 from g3mpi.format.partition import NODE_MAP_NAME, NodeMapWriter, PartRows, owner_of
+from g3mpi.mpi.collectives import agree, allgather_rows, allreduce, alltoallv, as_watchdog, exchange_counts
+from g3mpi.mpi.termination import raise_if_terminated
 
 from .build import exchange_lists, part_stats, summarize
 from .layout import ranks_of_groups, slice_order_keys
-from .mpi_util import agree, allgather_rows, allreduce, alltoallv, exchange_counts
 from .partitioners.stream import BLOCK_EDGES, row_blocks
 from .slices import GraphSlice, SliceFeatures
-from .termination import raise_if_terminated
 
 #: message tag of the parts' original IDs sent to rank 0 for the node map
 NODE_MAP_TAG = 31
+#: the phase those messages name when a rank stops answering
+NODE_MAP_WAIT = "hand-off of the parts' original IDs to rank 0 (node_map.h5)"
 #: features of one block of rows written at a time (with :data:`BLOCK_EDGES` edges at most): a writer holds a
 #: block about three times over (received, put in new-ID order, and each sender's share of it) while writing it
 FEATURE_BLOCK_BYTES = 1 << 24
@@ -388,7 +390,7 @@ def write_node_map(comm, path, rows: dict, offsets: np.ndarray, P: int) -> str |
                 ids = rows["orig"][a:b]
             else:
                 ids = np.empty(e - s, dtype=np.int64)
-                comm.Recv([ids, MPI.INT64_T], source=p % comm.size, tag=NODE_MAP_TAG)
+                as_watchdog(comm).recv([ids, MPI.INT64_T], p % comm.size, NODE_MAP_TAG, NODE_MAP_WAIT)
             if err is None:
                 try:
                     writer.append(ids)
@@ -404,23 +406,24 @@ def write_node_map(comm, path, rows: dict, offsets: np.ndarray, P: int) -> str |
     else:
         for p in my_parts(comm, P):
             a, b = np.searchsorted(rows["new_ids"], (int(offsets[p]), int(offsets[p + 1])))
-            comm.Send([np.ascontiguousarray(rows["orig"][a:b], dtype=np.int64), MPI.INT64_T], dest=0,
-                      tag=NODE_MAP_TAG)
+            as_watchdog(comm).send([np.ascontiguousarray(rows["orig"][a:b], dtype=np.int64), MPI.INT64_T], 0,
+                                   NODE_MAP_TAG, NODE_MAP_WAIT)
     agree(comm, err)
     return sha
 
 
 def gather_json(comm, obj) -> list | None:
     """Every rank's JSON-able ``obj`` on rank 0 (a list in rank order), None elsewhere: text, not pickles."""
+    wd = as_watchdog(comm)
     data = np.frombuffer(json.dumps(obj).encode(), dtype=np.uint8)
     sizes = np.zeros(comm.size, dtype=np.int64) if comm.rank == 0 else None
-    comm.Gather(np.array([data.size], dtype=np.int64), sizes, root=0)
+    wd.gather(np.array([data.size], dtype=np.int64), sizes, 0, "gather of the parts' statistics")
     if comm.rank != 0:
-        comm.Gatherv([data, MPI.BYTE], None, root=0)
+        wd.gatherv([data, MPI.BYTE], None, 0, "gather of the parts' statistics")
         return None
     displs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     buf = np.empty(int(sizes.sum()), dtype=np.uint8)
-    comm.Gatherv([data, MPI.BYTE], [buf, (sizes, displs), MPI.BYTE], root=0)
+    wd.gatherv([data, MPI.BYTE], [buf, (sizes, displs), MPI.BYTE], 0, "gather of the parts' statistics")
     return [json.loads(bytes(buf[d:d + n])) for d, n in zip(displs.tolist(), sizes.tolist())]
 
 

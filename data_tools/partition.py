@@ -24,6 +24,8 @@ import numpy as np
 from g3mpi.format import META_NAME, FormatError, graph_fingerprint, load_graph
 from g3mpi.format.atomic import check_output
 from g3mpi.log import setup_tool_logging
+from g3mpi.mpi.termination import exit_after_failed_write, interruption, terminate_as_interrupt
+from g3mpi.mpi.deadline import DEFAULT_FLOOR_S, add_timeout_options
 
 from g3mpi.units import parse_bandwidth
 
@@ -31,7 +33,6 @@ from .build import OutputWriteError, write_partition
 from .partitioners import BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, random_partition
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
 from .partitioners.metis import MetisError, strip_self_loops
-from .termination import exit_after_failed_write, interruption, terminate_as_interrupt
 
 PROG = "g3-partition"
 MAX_PARTS = 1024
@@ -71,6 +72,8 @@ class PartitionConfig:
     width: int | None = None
     calibrate: bool = False
     progress: bool = True
+    comm_timeout: float = -1.0          # --method stream: seconds a rank may wait for another (0: off; < 0: auto)
+    comm_timeout_floor: float = DEFAULT_FLOOR_S   # the adaptive deadline's floor
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"row width of the cost model, 1 .. {MAX_WIDTH} (default: feature_dim)")
     g.add_argument("--calibrate", action="store_true", help="measure --edge-seconds on this machine (SpMM)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_timeout_options(ap.add_argument_group("deadlines (--method stream on MPI ranks; docs/RELIABILITY.md)"))
     return ap
 
 
@@ -162,7 +166,8 @@ def parse_args(argv) -> PartitionConfig:
                            start_balance=a.start_balance, objective=a.objective, stream_order=a.stream_order,
                            bandwidth=bw,
                            edge_seconds=a.edge_seconds, width=a.width, calibrate=a.calibrate,
-                           progress=not a.no_progress)
+                           progress=not a.no_progress, comm_timeout=a.comm_timeout,
+                           comm_timeout_floor=a.comm_timeout_floor)
 
 
 def _finite_at_least(x: float, low: float, strict: bool = False) -> bool:
@@ -285,12 +290,17 @@ def serial_on_many_ranks(method: str) -> bool:
     if "mpi4py" not in sys.modules:   # not started by mpi4py's runner
         return False
     from mpi4py import MPI
+
+    from g3mpi.mpi.collectives import barrier
+    from g3mpi.mpi.deadline import ADAPTIVE
+    from g3mpi.mpi.watchdog import Watchdog
     comm = MPI.COMM_WORLD
     if comm.size == 1:
         return False
     print(f"{PROG}: error: [rank {comm.rank}] --method {method} is serial: run it as one process, or use "
           f"--method stream on {comm.size} ranks", file=sys.stderr, flush=True)
-    comm.Barrier()   # every rank's line is out before any exits (under python -m mpi4py the first exit aborts)
+    # every rank's line is out before any exits (under python -m mpi4py the first exit aborts)
+    barrier(Watchdog(comm, ADAPTIVE, prog=PROG), "exit after a serial method's refusal")
     return True
 
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 from g3mpi.format import FormatError, check_output, json_text
 from g3mpi.log import setup_tool_logging
+from g3mpi.mpi.termination import exit_after_failed_write, interruption, terminate_as_interrupt
 from g3mpi.options import from_options
 
 from .importers.common import BLOCK_BYTES_PER_EDGE, PrepareOptions, RawGraph, write_raw_graph
 from .importers.external import work_dir
 from .importers.sbm import DEFAULT_HOMOPHILY, DEFAULT_NOISE
 from .stages import StageMeter
-from .termination import exit_after_failed_write, interruption, terminate_as_interrupt
 
 PROG = "g3-prepare"
 log = logging.getLogger("g3-prepare")

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from data_tools.mpi_util import alltoallv, exchange_counts, rank_bounds
+from g3mpi.mpi.collectives import alltoallv, exchange_counts, rank_bounds
 from pathlib import Path
 
 from data_tools.parallel_build import OwnRows, gather_rows, gather_values, relabel_local, write_partition_parallel

@@ -12,7 +12,7 @@ import pickle
 
 from mpi4py import MPI
 
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.watchdog import Watchdog
 
 TEXTS = [None, "", "é", "→", "é→x" * 20000]
 TAG = 4242

@@ -6,7 +6,7 @@ import pytest
 import torch
 from mpi4py import MPI
 
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.train.config import ConfigError, TrainConfig
 from g3mpi.train.device import choose_device, mpi_cuda_support, node_rank, select_device, use_cuda_aware
 from g3mpi.train.startup import Protocol, StartupFailed, select_rank_device

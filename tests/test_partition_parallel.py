@@ -18,7 +18,7 @@ from tests.conftest import run_module, run_mpi
 from tests.partition_graphs import expected_edges, reassemble
 from data_tools.build import write_partition
 from data_tools.slices import SliceFeatures, read_slice
-from data_tools.mpi_util import rank_bounds
+from g3mpi.mpi.collectives import rank_bounds
 from g3mpi.format import FormatError, array_sha256, load_graph, read_meta, read_node_map, read_part
 from g3mpi.format.partition import ARRAYS, SCALARS
 

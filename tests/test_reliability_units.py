@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import torch
 
-from g3mpi.comm import abort as abort_mod
-from g3mpi.comm.watchdog import decode_text, encode_text
+from g3mpi.mpi import abort as abort_mod
+from g3mpi.mpi.watchdog import decode_text, encode_text
 from g3mpi.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from g3mpi.train.faults import TestHooks, first_nonfinite
 from g3mpi.train.soak import rss_growth
-from g3mpi.train.stop import StopSignals
+from g3mpi.mpi.stop import StopSignals
 from tests.conftest import tool_env
 
 # more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
@@ -33,7 +33,7 @@ SLOW_TESTS = ("test_a_full_disk_writing_model_or_checkpoint_says_so", "test_watc
 WATCHDOG_PRELUDE = r"""
 import numpy as np
 from mpi4py import MPI
-from g3mpi.comm.watchdog import Watchdog, decode_text, encode_text
+from g3mpi.mpi.watchdog import Watchdog, decode_text, encode_text
 from tests.mpi_watchdog import refuse_pickle
 
 refuse_pickle()
@@ -245,7 +245,7 @@ def test_fault_hooks(tmp_path, monkeypatch):
         every.epoch_start(epoch)
     every.stall_at("predictions")
     assert slept == [0.5, 0.5, 0.5]
-    with pytest.raises(ValueError, match="G3_TEST_STALL.*startup, predictions"):
+    with pytest.raises(ValueError, match="G3_TEST_STALL.*startup, evaluation, checkpoint, predictions"):
         TestHooks.from_env(0, {"G3_TEST_STALL": "1:later:2"})
     with pytest.raises(ValueError, match="G3_TEST_NAN"):
         TestHooks.from_env(0, {"G3_TEST_NAN": "x"})
@@ -297,7 +297,7 @@ def test_soak_reads_a_run_cut_by_a_crash(tmp_path):
 
 STOP = r"""
 import os, signal, sys, time
-from g3mpi.train.stop import StopSignals
+from g3mpi.mpi.stop import StopSignals
 second = signal.SIGTERM if sys.argv[1] == "again" else signal.SIGUSR1
 window = float(sys.argv[2])
 with StopSignals(repeat_window=window) as stop:
@@ -315,7 +315,7 @@ with StopSignals(repeat_window=window) as stop:
 
 TWICE = r"""
 import os, signal, time
-from g3mpi.train.stop import StopSignals
+from g3mpi.mpi.stop import StopSignals
 with StopSignals() as stop:             # the default window
     os.kill(os.getpid(), signal.SIGTERM)
     os.kill(os.getpid(), signal.SIGTERM)
@@ -467,7 +467,8 @@ MODEL_SETTINGS = dict(model="sage", layers=3, hidden=32, heads=4, out_heads=2, d
 RUN_SETTINGS = dict(epochs=30, eval_every=3, patience=5, threads=2, schedule="blocking", chunk_rows=7,
                     sim_net="10Gbit,20us", input_cache=False, release_memory=True, verify=False, progress=False,
                     plots=False, log_level="WARNING", checkpoint_every=2, comm_timeout=5.0, time_limit=60.0,
-                    timeline_epoch=0, device="auto", cuda_aware="off", oversubscribe_gpus=True)
+                    timeline_epoch=0, device="auto", cuda_aware="off", oversubscribe_gpus=True, comm_timeout_floor=5.0,
+                    comm_timeout_factor=3.0)
 
 
 def test_check_compatible_refuses_each_model_setting_and_changed_part_files():

@@ -492,7 +492,7 @@ def test_one_allreduce_counts_the_splits_at_start_up(small_parts, tmp_path, monk
     from mpi4py import MPI
 
     from g3mpi.cli.train import main
-    from g3mpi.comm.watchdog import Watchdog
+    from g3mpi.mpi.watchdog import Watchdog
     seen = []
     allreduce = Watchdog.allreduce
 

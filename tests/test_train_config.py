@@ -121,6 +121,8 @@ def test_help_names_every_default():
             shown = "on" if default else "off"
         else:
             shown = f"{default:g}" if isinstance(default, float) else default if default != "" else "off"
+        if name == "comm_timeout":   # (stored as -1, given as auto)
+            shown = "auto"
         assert f"default {shown}" in helps[name], (name, helps[name])
     assert "sgd" in helps["momentum"].lower()
 

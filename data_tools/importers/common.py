@@ -23,11 +23,12 @@ from typing import Callable, Iterator
 import numpy as np
 
 from g3mpi.format import FormatError, GraphWriter, index_dtype
+from g3mpi.format.errors import check_regular_file
 from g3mpi.format.limits import check_finite_features
 from g3mpi.format.graph import MASKS, check_node_data
+from g3mpi.mpi.termination import raise_if_terminated
 
 from ..stages import StageMeter
-from ..termination import raise_if_terminated
 
 #: edges handled at once when counting / filling the CSR
 EDGE_CHUNK = 1 << 22
@@ -148,6 +149,7 @@ def load_numpy(path: Path, what: str, archive: bool, mmap: bool = False):
         raise FormatError(path, "no such file")
     if path.is_dir():
         raise FormatError(path, f"is a directory, expected {'an' if archive else 'a'} {kind} of {what}")
+    check_regular_file(path, kind)   # (a FIFO or a device would hang the read)
     with open(path, "rb") as f:
         magic = f.read(8)
     is_npz, is_npy = magic.startswith(NPZ_MAGICS), magic.startswith(NPY_MAGIC)

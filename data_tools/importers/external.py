@@ -22,7 +22,7 @@ import numpy as np
 from g3mpi.format import index_dtype
 from g3mpi.format.stale import temp_prefix
 
-from ..termination import raise_if_terminated
+from g3mpi.mpi.termination import raise_if_terminated
 from .common import EDGE_CHUNK, _compact_rows, _row_blocks, progress
 
 #: most bucket files of the first pass (each a range of destination rows)

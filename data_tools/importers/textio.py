@@ -16,6 +16,7 @@ from typing import Iterator
 import numpy as np
 
 from g3mpi.format import FormatError
+from g3mpi.format.errors import check_regular_file
 
 CHUNK_LINES = 1 << 20
 #: text held at once while parsing (wide tables such as OGB node features get fewer lines per chunk)
@@ -50,6 +51,7 @@ def open_text(path: Path):
         raise FormatError(path, "no such file")
     if path.is_dir():
         raise FormatError(path, "is a directory, expected a file")
+    check_regular_file(path, "text file")   # (a FIFO or a device would hang the read)
     with open(path, "rb") as f:
         magic = f.read(HEAD_BYTES)
     if path.suffix == ".gz" or magic.startswith(GZIP_MAGIC):     # also a gzipped file without the .gz suffix

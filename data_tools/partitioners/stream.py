@@ -39,7 +39,8 @@ from mpi4py import MPI
 
 from g3mpi.format import index_dtype
 
-from ..mpi_util import GhostPlan, allgather_rows, allreduce, alltoallv, exchange_counts
+from g3mpi.mpi.collectives import allgather_rows, allreduce, alltoallv, exchange_counts
+from g3mpi.mpi.ghost import GhostPlan
 
 #: Fennel's exponent (the paper's choice)
 GAMMA = 1.5

@@ -314,7 +314,7 @@ def fail(comm, e: BaseException) -> int:
     """Report the error ``e`` of this rank and return the exit status 1; on several ranks end every rank: those
     that all raised it (``every_rank``) together, one rank's own error with an abort of the job (the others may
     wait for it in a collective)."""
-    from g3mpi.comm.abort import abort_job, wait_stderr_read, write_line
+    from g3mpi.mpi.abort import abort_job, wait_stderr_read, write_line
 
     from .common import BenchError
     msg = str(e) if isinstance(e, (BenchError, ValueError, OSError)) else \

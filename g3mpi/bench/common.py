@@ -99,7 +99,7 @@ def on_root(fn, *args):
         except Exception as e:  # noqa: BLE001 - reported on every rank
             text = to_json([None, f"{type(e).__name__}: {e}"])
     if comm.size > 1:
-        from g3mpi.comm.watchdog import Watchdog
+        from g3mpi.mpi.watchdog import Watchdog
         text = Watchdog(comm, 0).bcast_text(text, 0, "g3-bench: rank 0's result")
     res, err = json.loads(text)
     if err:

@@ -45,6 +45,6 @@ def to_json(obj) -> str:
 
 def gather_json(comm, obj) -> list | None:
     """Every rank's ``obj`` (JSON-able, see :func:`to_json`) in rank order on rank 0; None on the others."""
-    from g3mpi.comm.watchdog import Watchdog
+    from g3mpi.mpi.watchdog import Watchdog
     texts = Watchdog(comm, 0).allgather_text(to_json(obj), "g3-bench: per-rank results")
     return [json.loads(t) for t in texts] if comm.rank == 0 else None

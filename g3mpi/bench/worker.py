@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from g3mpi.comm.abort import abort_job
+from g3mpi.mpi.abort import abort_job
 from g3mpi.options import from_options
 from g3mpi.sched import BLOCKING, PIPELINED
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.train import TrainConfig, Trainer
 from g3mpi.train.startup import IDS_NOT_ONCE, read_rank_part, start_up_sums
 from g3mpi.train.sysmem import current_rss_bytes, peak_rss_bytes, return_freed_memory

@@ -144,9 +144,15 @@ def _reliability_options(g) -> None:
     g.add_argument("--time-limit", type=float, metavar="S",
                    help="stop after the first epoch that ends S seconds after the start, with RUN/checkpoint.pt "
                         "and exit status 75, as on SIGTERM (0: none; the job launchers set it from G3_TIMEOUT)")
-    g.add_argument("--comm-timeout", type=float, metavar="S",
-                   help="abort the job when a rank waits more than S seconds for another rank: start-up checks, "
-                        "training, writing the predictions (0: off)")
+    g.add_argument("--comm-timeout", metavar="S|auto",
+                   help="end the job (exit status 69) when a rank waits more than S seconds for another rank: "
+                        "start-up checks, training, writing the outputs (0: off; default auto: before the first "
+                        "epochs the largest part's size / 4 MiB/s, then the slowest epoch x --comm-timeout-factor, "
+                        "never under --comm-timeout-floor)")
+    g.add_argument("--comm-timeout-floor", type=float, metavar="S",
+                   help="the adaptive deadline's floor, seconds")
+    g.add_argument("--comm-timeout-factor", type=float, metavar="K",
+                   help="the adaptive deadline's multiple of the slowest epoch")
 
 
 def _name_defaults(ap: argparse.ArgumentParser) -> None:
@@ -209,7 +215,7 @@ def main(argv=None, comm=None) -> int:
     2 (bad configuration) or 75 (stopped by a signal after writing the checkpoint)."""
     own_world = comm is None
     comm = comm or MPI.COMM_WORLD
-    from g3mpi.train.stop import StopSignals   # no torch (g3mpi.train imports its modules on first use)
+    from g3mpi.mpi.stop import StopSignals   # no torch
 
     # SIGTERM / SIGUSR1 (a batch job's time limit, scancel, kill) stop the run after an epoch with a checkpoint.
     # Active from here, not only around training: MPICH's MPI_Init installs a SIGUSR1 handler of its own, which

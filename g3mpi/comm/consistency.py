@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
-from .watchdog import Watchdog
+from g3mpi.mpi.watchdog import Watchdog
 
 _TAG = 7311
 #: the name of this check in the watchdog's messages

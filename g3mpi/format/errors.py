@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 import numpy as np
 
@@ -25,6 +26,22 @@ class FormatError(Exception):
         self.path = str(path)
         self.reason = message
         super().__init__(f"{self.path}: {message}")
+
+
+def check_regular_file(path: os.PathLike | str, what: str = "file") -> None:
+    """FormatError unless ``path`` (after symlinks) is a regular file: a device (``/dev/zero``: endless), a FIFO
+    (blocks until a writer comes), a socket or a directory is refused before any read, which could hang."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FormatError(path, "no such file") from None
+    except OSError as e:
+        raise FormatError(path, f"cannot be read: {e.strerror or e}") from None
+    if not stat.S_ISREG(mode):
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "not a regular file")
+        raise FormatError(path, f"is {kind}, expected a regular {what}")
 
 
 def unreadable(path: os.PathLike | str, e: BaseException) -> FormatError:

@@ -10,7 +10,7 @@ import numpy as np
 
 from .atomic import atomic_file
 from .checksums import IncrementalSha256, array_sha256, dataset_sha256
-from .errors import H5_READ_ERRORS, FormatError, shown, unreadable
+from .errors import H5_READ_ERRORS, FormatError, check_regular_file, shown, unreadable
 from .limits import LargeFeatures, check_finite_features
 from .schema import (FORMAT_VERSION, GRAPH_FORMAT, STREAM_BYTES, as_int64, attr_kind, h5_attr_str, index_dtype,
                      row_chunks, supported_version)
@@ -316,6 +316,7 @@ def open_graph(path) -> h5py.File:
         raise FormatError(path, "no such file")
     if path.is_dir():   # (h5py's error for it is two lines: "file read failed: time = ...\n, filename = ...")
         raise FormatError(path, "is a directory, expected a graph file (graph.h5, from g3-prepare)")
+    check_regular_file(path, "graph file")   # (a FIFO or a device would hang h5py)
     try:
         f = h5py.File(path, "r")
     except H5_READ_ERRORS as e:

@@ -22,7 +22,7 @@ from h5py import h5a, h5d, h5p, h5s, h5t
 
 from .atomic import atomic_file, check_output
 from .checksums import IncrementalSha256, array_sha256, dataset_sha256, file_sha256
-from .errors import H5_READ_ERRORS, FormatError, unreadable
+from .errors import H5_READ_ERRORS, FormatError, check_regular_file, unreadable
 from .limits import LargeFeatures, check_finite_features
 from .schema import (PARTITION_FORMAT, PARTITION_VERSION, PART_FORMAT, as_int64, attr_kind, h5_attr_str, is_int,
                      row_chunks, supported_version, version_refused)
@@ -296,6 +296,7 @@ def read_meta(dirpath) -> dict:
         raise FormatError(dirpath, "no such partition directory")
     if not path.exists():
         raise FormatError(path, "no such file (not a partition directory?)")
+    check_regular_file(path, "JSON file")
     try:
         text = path.read_text()
     except OSError as e:   # a directory, unreadable
@@ -371,8 +372,7 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
     path = dirpath / part_name(part_id)
     if not 0 <= part_id < meta["num_parts"]:
         raise FormatError(dirpath, f"part {part_id} does not exist: the partition has {meta['num_parts']} parts")
-    if not path.exists():
-        raise FormatError(path, "no such file")
+    check_regular_file(path, "part file")   # (a FIFO or /dev/zero would hang the checksum or h5py)
     if verify:
         want = meta["files"].get(path.name)
         if want is None:
@@ -660,8 +660,7 @@ def read_node_map(dirpath, meta: dict | None = None) -> np.ndarray:
     dirpath = Path(dirpath)
     meta = meta if meta is not None else read_meta(dirpath)
     path = dirpath / NODE_MAP_NAME
-    if not path.exists():
-        raise FormatError(path, "no such file")
+    check_regular_file(path, "node map")
     try:
         if file_sha256(path) != meta["files"].get(NODE_MAP_NAME):
             raise FormatError(path, "checksum mismatch with meta.json")

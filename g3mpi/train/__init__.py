@@ -1,7 +1,7 @@
 """Training: configuration, start-up, the distributed trainer, the run directory.
 
 The names below are imported on first use (PEP 562), not with the package: g3-train installs its stop-signal
-handlers (:mod:`.stop`, which needs no torch) before it imports torch, which takes seconds of its start-up."""
+handlers (:mod:`g3mpi.mpi.stop`, which needs no torch) before it imports torch, which takes seconds of its start-up."""
 from importlib import import_module
 
 #: the module of each name

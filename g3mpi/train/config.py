@@ -8,6 +8,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from g3mpi.mpi.deadline import ADAPTIVE, AUTO, DEFAULT_FACTOR, DEFAULT_FLOOR_S, parse_timeout
 from g3mpi.nn import ACTIVATIONS
 from g3mpi.nn.norm import NORMS
 from g3mpi.nn.recipe import JKS, MODEL_CLASSES, MODELS, uses_recipe
@@ -84,7 +85,10 @@ class TrainConfig:
     log_level: str = "INFO"
     force: bool = False             # replace an existing run directory
     checkpoint_every: int = 0       # write RUN/checkpoint.pt every k epochs (0: only at the end)
-    comm_timeout: float = 0.0       # abort when a rank waits longer than this on another rank, seconds (0: off)
+    comm_timeout: float = ADAPTIVE  # end the job when a rank waits longer than this on another rank, seconds
+                                    # (0: off; -1, "auto": adaptive, max(floor, factor x the slowest epoch))
+    comm_timeout_floor: float = DEFAULT_FLOOR_S   # the adaptive deadline's floor, seconds
+    comm_timeout_factor: float = DEFAULT_FACTOR   # the adaptive deadline's multiple of the slowest epoch
     time_limit: float = 0.0         # stop, with a checkpoint, at the first epoch end this many seconds after the
                                     # start (as on a stop signal; 0: none); saved as 0 in RUN/config.toml
     init_from: str = ""             # start from these parameters (a run's model.pt) instead of the seeded
@@ -125,9 +129,12 @@ class TrainConfig:
             bad("seed", f"seed must be in [0, 2**63) (got {self.seed})")
         if not (math.isfinite(self.time_limit) and self.time_limit >= 0):
             bad("time_limit", f"time_limit must be a finite non-negative number of seconds (got {self.time_limit})")
-        if not (math.isfinite(self.comm_timeout) and self.comm_timeout >= 0):
-            bad("comm_timeout",
-                f"comm_timeout must be a finite non-negative number of seconds (got {self.comm_timeout})")
+        if not (math.isfinite(self.comm_timeout) and (self.comm_timeout >= 0 or self.comm_timeout == ADAPTIVE)):
+            bad("comm_timeout", f"comm_timeout must be {AUTO!r} (or {ADAPTIVE:g}) or a finite non-negative number of "
+                                f"seconds (got {self.comm_timeout})")
+        for k in ("comm_timeout_floor", "comm_timeout_factor"):
+            if not (math.isfinite(getattr(self, k)) and getattr(self, k) > 0):
+                bad(k, f"{k} must be a finite positive number (got {getattr(self, k)})")
         for k in ("dropout", "attn_dropout"):
             v = getattr(self, k)
             if not 0.0 <= v < 1.0:
@@ -158,6 +165,11 @@ class TrainConfig:
 
 
 def _coerce(name: str, typ, value, source: str):
+    if name == "comm_timeout" and isinstance(value, str):   # "auto", or seconds as text (the command line)
+        try:
+            return parse_timeout(value)
+        except ValueError as e:
+            raise ConfigError(f"{source}: comm_timeout: {e}", name) from None
     t = {"str": str, "int": int, "float": float, "bool": bool}[typ if isinstance(typ, str) else typ.__name__]
     if t is bool:
         if isinstance(value, bool):
@@ -281,7 +293,11 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
     if world_size == 1:
         why["schedule"] = "one rank has no halo to exchange: every schedule computes the same way"
         why["sim_net"] = "one rank sends no messages"
-        why["comm_timeout"] = "one rank waits for no other"
+        why["comm_timeout"] = why["comm_timeout_floor"] = why["comm_timeout_factor"] = "one rank waits for no other"
+    elif cfg.comm_timeout >= 0:
+        why["comm_timeout_floor"] = why["comm_timeout_factor"] = (
+            f"comm_timeout {cfg.comm_timeout:g} is a fixed deadline{' (off)' if not cfg.comm_timeout else ''}: the "
+            "floor and factor shape the adaptive one (comm_timeout auto)")
     elif not Schedule(cfg.schedule).communicates:
         why["sim_net"] = "the nocomm schedule sends no messages"
     if cfg.device == "cpu":

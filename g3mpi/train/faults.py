@@ -8,7 +8,8 @@ Test-only hooks (environment variables, read once when a trainer starts; never s
   ``G3_TEST_STALL=RANK:WHEN:SECONDS``   rank RANK (``*``: every rank) sleeps SECONDS at the start of epoch WHEN
                                         (``every``: of every epoch, a slow run of known length for time-limit
                                         tests), or at the point WHEN names (``STALL_POINTS``: ``startup``, before the
-                                        start-up halo check; ``predictions``, in its turn writing
+                                        start-up halo check; ``evaluation``, before each evaluation;
+                                        ``checkpoint``, before each checkpoint; ``predictions``, in its turn writing
                                         predictions.h5, before it writes; ``exit``, after a stop, just before
                                         the process exits with 75) (watchdog and launcher tests)
   ``G3_TEST_NAN=RANK:EPOCH[:PARAM]``    rank RANK's loss (or the gradient of parameter PARAM) becomes NaN at
@@ -25,7 +26,7 @@ from pathlib import Path
 import torch
 
 #: the named points where G3_TEST_STALL can make a rank sleep (besides the start of an epoch)
-STALL_POINTS = ("startup", "predictions", "exit")
+STALL_POINTS = ("startup", "evaluation", "checkpoint", "predictions", "exit")
 #: G3_TEST_STALL's WHEN for the start of every epoch
 EVERY_EPOCH = "every"
 

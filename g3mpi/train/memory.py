@@ -29,13 +29,29 @@ def layer_widths(model: str, feature_dim: int, hidden: int, num_classes: int, la
     return out
 
 
+def part_bytes(*, owned: int, halo: int, send: int, edges: int, feature_dim: int) -> int:
+    """Bytes of one part file's arrays as loaded (``owned``, ``halo``, ``send`` rows and ``edges`` local in-edges,
+    as in meta.json's ``parts``)."""
+    return owned * (51 + 4 * feature_dim) + 24 * halo + 8 * send + 4 * edges + 8
+
+
+def largest_part_bytes(meta: dict) -> int:
+    """:func:`part_bytes` of the largest part of a partition (meta.json), 0 where meta.json does not say."""
+    try:
+        return max(part_bytes(owned=int(p["owned"]), halo=int(p["halo"]), send=int(p["send"]),
+                              edges=int(p["local_edges"]), feature_dim=int(meta["feature_dim"]))
+                   for p in meta["parts"])
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
 def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
                 num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1) -> dict:
     """Bytes of each term for one rank (``owned``, ``halo``, ``send`` rows and ``edges`` local in-edges, as in
     meta.json's ``parts``), with ``peak`` = baseline + data + activations twice + params."""
     n, h, s, e, F, C = owned, halo, send, edges, feature_dim, num_classes
     widths = layer_widths(model, F, hidden, C, layers, heads, out_heads)
-    part = n * (51 + 4 * F) + 24 * h + 8 * s + 4 * e + 8
+    part = part_bytes(owned=n, halo=h, send=s, edges=e, feature_dim=F)
     nnz = e if model == "sage" else e + n
     w = 4 if max(nnz, n + h) < 2 ** 31 else 8      # index bytes (csr_index_dtype)
     matrices = 2 * (w + 4) * nnz + w * (2 * n + h)

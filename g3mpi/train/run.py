@@ -1,7 +1,9 @@
 """One rank's g3-train run once every rank has read its settings: the start-up (:mod:`.startup`), the run
 directory (:func:`.rundir.prepare_run_dir`), training (:meth:`.trainer.Trainer.fit`), and the exit status with
 its lines: 0; 1 after an error (one line per rank, every rank exits); 75 (``EXIT_STOPPED``) when a stop signal or
-the time limit stopped the run after its checkpoint was written.
+the time limit stopped the run after its checkpoint was written; 69 (``EXIT_STALLED``) when a rank stopped answering
+(the communication deadline), or a stop signal could not be agreed on with a stalled rank: the last checkpoint
+stays valid.
 """
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from g3mpi.comm.abort import abort_job, write_line
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.abort import abort_job, write_line
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.log import setup_logging
 
 from .checkpoint import CHECKPOINT_NAME
@@ -19,7 +21,7 @@ from .config import TrainConfig, ineffective_settings
 from .faults import TrainingFault
 from .rundir import OutputError, RunLock, prepare_run_dir
 from .startup import PROG, Protocol, Started, StartupFailed, failure, start
-from .stop import EXIT_STOPPED
+from g3mpi.mpi.stop import EXIT_STOPPED
 from .sysmem import return_freed_memory
 
 log = logging.getLogger("g3mpi")
@@ -34,8 +36,10 @@ def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: 
     COMM_WORLD (then MPI is finalized before a stopped run exits 75)."""
     setup_logging(comm, cfg.log_level)
     stop.stop_after(cfg.time_limit)
-    # every wait from here on has the --comm-timeout deadline (none with 0: the plain blocking calls)
-    proto = Protocol(Watchdog(comm, cfg.comm_timeout, prog=prog), prog)
+    # every wait from here on has the --comm-timeout deadline (adaptive by default; none with 0: the plain
+    # blocking calls), and a stop signal or a lost launcher ends a wait on peers that do not come
+    proto = Protocol(Watchdog(comm, cfg.comm_timeout, prog=prog, stop=stop, floor=cfg.comm_timeout_floor,
+                              factor=cfg.comm_timeout_factor), prog)
     if cfg.release_memory:
         return_freed_memory()   # before the part is loaded
     try:

@@ -22,7 +22,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.format import FormatError, atomic_file, json_text, write_json
 from g3mpi.format.errors import failure_reason
 

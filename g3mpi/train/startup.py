@@ -15,7 +15,8 @@ collective, so that a failure anywhere stops every rank at the same step, each w
 7. the trainer built, then the checkpoint's states or the initial parameters checked against its model.
 
 A failure inside a collective, where other ranks may wait, ends the job at once (``abort_job``) instead. Every
-wait has the watchdog's deadline (``--comm-timeout``): a rank that never arrives ends the job naming the step.
+wait has the watchdog's deadline (``--comm-timeout``; adaptive by default, then from the largest part's size once
+meta.json is read): a rank that never arrives ends the job naming the step.
 """
 from __future__ import annotations
 
@@ -28,12 +29,12 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from g3mpi.comm.abort import abort_job, write_line
 from g3mpi.comm.consistency import check_neighbours
-from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format import FormatError, part_name, read_meta, read_part
 from g3mpi.format.partition import id_checksum, range_checksum
 from g3mpi.log import node_name
+from g3mpi.mpi.abort import abort_job, write_line
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.nn.recipe import MODEL_CLASSES
 
 from .checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, check_restorable, load_checkpoint,
@@ -41,6 +42,7 @@ from .checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, che
 from .config import ConfigError, TrainConfig, settings_without_effect
 from .device import mpi_cuda_support, select_device, use_cuda_aware
 from .faults import TestHooks
+from .memory import largest_part_bytes
 from .rundir import SPLITS
 from .trainer import Trainer
 from .userfile import ModelFileError
@@ -260,6 +262,8 @@ def _load_part(proto: Protocol, cfg: TrainConfig):
         err = str(e)
     except Exception as e:  # noqa: BLE001 - any load failure must reach every rank
         err = f"{type(e).__name__}: {e}"
+    if meta is not None:   # the others may still load and plan larger parts: the start-up deadline grows with them
+        proto.watchdog.expect_input(largest_part_bytes(meta))
     proto.agree(err, "failed to load their part", "part files")
     return part, meta, hooks
 

@@ -5,24 +5,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import resource
+
+from g3mpi.mpi.rss import current_rss_bytes, peak_rss_bytes  # noqa: F401 - their home is the MPI base
 
 #: allocations from this size on get their own mapping, returned to the system when freed (glibc)
 MMAP_THRESHOLD = 128 * 1024
-
-
-def peak_rss_bytes() -> int:
-    """The process's peak resident set size so far (``getrusage``)."""
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def current_rss_bytes() -> int:
-    """Resident set size now (Linux /proc; the peak where /proc is unavailable)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * resource.getpagesize()
-    except (OSError, IndexError, ValueError):
-        return peak_rss_bytes()
 
 
 def return_freed_memory() -> bool:

@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 from g3mpi.comm import CommContext, SimNet
 from g3mpi.comm.timeline import Recorder, clock_offset, combine
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.format.errors import failure_reason
 from g3mpi.format.limits import FLOAT32_SQUARE_LIMIT
 from g3mpi.format.partition import part_name
@@ -36,7 +36,7 @@ from .gradsync import GradSync, param_buckets
 from .plots import plot_run
 from .rundir import SPLITS, TIMELINE, MetricsLog, read_metrics, run_timings, save_state_dict, write_json_atomic, \
     write_predictions
-from .stop import STOP_SLOTS
+from g3mpi.mpi.stop import STOP_SLOTS
 from .sysmem import current_rss_bytes, peak_rss_bytes
 from .userfile import build_user_model, check_output
 
@@ -66,7 +66,8 @@ class Trainer:
         self.stop = stop
         torch.set_num_threads(cfg.threads)
         simnet = SimNet.from_spec(cfg.sim_net) if cfg.sim_net else None
-        self.watchdog = watchdog or Watchdog(comm, cfg.comm_timeout, prog="g3-train")
+        self.watchdog = watchdog or Watchdog(comm, cfg.comm_timeout, prog="g3-train", floor=cfg.comm_timeout_floor,
+                                             factor=cfg.comm_timeout_factor)
         self.hooks = hooks or TestHooks.from_env(comm.rank)
         # the epoch whose timeline is recorded (0: none); the clock offsets are estimated only then
         self.timeline_epoch = min(cfg.timeline_epoch, cfg.epochs)
@@ -137,6 +138,8 @@ class Trainer:
 
     def checkpoint(self, run_dir: Path, epoch: int, best: dict, since_best: int, last_loss) -> None:
         """Rank 0 writes RUN/checkpoint.pt atomically; a failure stops every rank (TrainingFault)."""
+        self.watchdog.context = f"epoch {epoch}"
+        self.hooks.stall_at("checkpoint")
         err = None
         if self.comm.rank == 0:
             try:
@@ -377,6 +380,7 @@ class Trainer:
         cfg = self.cfg
         epoch = self.start_epoch - 1
         for epoch in range(self.start_epoch, end + 1):
+            t_epoch = time.perf_counter()
             rec = self.train_step(epoch)
             sel.last_loss = rec["loss"]
             accs = self._evaluate_epoch(epoch, sel)
@@ -399,6 +403,8 @@ class Trainer:
                 return epoch, dict(stopped=True, epoch=epoch, reason=reason)
             if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0 and epoch != cfg.epochs and not stop:
                 self.checkpoint(run_dir, epoch, sel.best, sel.since_best, sel.last_loss)
+            # the adaptive deadline follows the slowest epoch, with its evaluation, metrics and checkpoint
+            self.watchdog.step_done(time.perf_counter() - t_epoch)
             if stop:
                 log.info("early stop at epoch %d: no better validation accuracy in %d evaluations",
                          epoch, cfg.patience)
@@ -411,6 +417,8 @@ class Trainer:
         cfg = self.cfg
         if epoch % cfg.eval_every and epoch != cfg.epochs:
             return {}
+        self.watchdog.context = f"epoch {epoch}, evaluation"
+        self.hooks.stall_at("evaluation")
         accs = self.evaluate()
         this = self._if_better(accs, sel.best, epoch)
         if epoch % cfg.eval_every:

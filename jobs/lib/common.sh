@@ -30,6 +30,8 @@
 #                   before the job's end (--time-limit from the time left; default 120, as --signal=B:USR1@120;
 #                   0: only on the signal). g3_train_job below
 #   G3_REQUEUE      1 (default): a train job stopped by its time limit requeues itself and resumes; 0: it exits 75
+#   G3_STALL_REQUEUES  how many times a train job that a stalled rank ended (status 69, its last checkpoint
+#                   valid) requeues itself and resumes (default 2; 0: it exits 69)
 #   G3_KILL_AFTER   with G3_TIMEOUT: how long the stopped command may take to finish its epoch, write its
 #                   checkpoint and exit before SIGKILL (timeout(1) syntax; default 60s). Raise it when one epoch
 #                   takes longer than that: a kill before the checkpoint loses every epoch since the last one.
@@ -595,6 +597,27 @@ g3_run_dir_of() {
     g3_opt_value --resume "${G3_ARGS[@]}" || g3_opt_value --out "${G3_ARGS[@]}"
 }
 
+# g3_requeue_stalled RUN: after g3-train exited 69 (a rank stopped answering; RUN's last checkpoint is valid),
+# requeue the job (its restart resumes RUN) unless it has been restarted G3_STALL_REQUEUES times (default 2)
+# already, or RUN has no checkpoint; the status: 0 requeued, else 69.
+g3_requeue_stalled() {
+    local run=$1 most=${G3_STALL_REQUEUES:-2} me=${SLURM_JOB_ID:-}
+    [[ $most =~ ^[0-9]+$ ]] || g3_die "G3_STALL_REQUEUES must be a whole number, got '$most'"
+    if [[ -z $me ]] || ((${SLURM_RESTART_COUNT:-0} >= most)) || [[ ! -f $run/checkpoint.pt ]]; then
+        g3_log "a rank stopped answering (status 69): not requeued (restart ${SLURM_RESTART_COUNT:-0} of at most" \
+            "$most, or no checkpoint); continue with: sbatch [the same options] jobs/slurm/train.sbatch --resume $run"
+        return 69
+    fi
+    [[ -z ${SLURM_ARRAY_TASK_ID:-} ]] || me=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}
+    if ! scontrol requeue "$me"; then
+        g3_log "error: a rank stopped answering (status 69), and scontrol requeue $me failed; continue with:" \
+            "sbatch [the same options] jobs/slurm/train.sbatch --resume $run"
+        return 69
+    fi
+    g3_log "a rank stopped answering (status 69): job $me requeued, its restart resumes $run from its checkpoint"
+    return 0
+}
+
 # g3_train_job RANKS PPN ARGS...: g3-train as a batch job that survives its time limit. It stops (a checkpoint,
 # status 75) G3_STOP_MARGIN seconds before the job's end (--time-limit, unless ARGS or G3_TIMEOUT give one) or on
 # SIGUSR1 to the batch shell; then the job requeues itself (`scontrol requeue`: same job ID, so the same default
@@ -635,6 +658,10 @@ g3_train_job() {
         fi
     fi
     g3_stage train "$n" "" "$ppn" "${args[@]}" || rc=$?
+    if ((rc == 69)); then   # a rank stopped answering (a node that swaps, a hung filesystem): retry from the checkpoint
+        g3_requeue_stalled "$run"
+        return $?
+    fi
     ((rc == 75)) || return "$rc"
     local why="" again="sbatch [the same options] jobs/slurm/train.sbatch --resume $run"
     if ((G3_CANCELLED)); then

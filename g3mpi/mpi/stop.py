@@ -1,0 +1,124 @@
+"""Stopping at an epoch boundary on a signal, with a checkpoint, so that ``--resume`` continues the run.
+
+A batch job that reaches its time limit is killed: SLURM sends SIGTERM to every task, then SIGKILL ``KillWait``
+seconds later (30 s by default), and ``sbatch --signal=USR1@T`` sends SIGUSR1 ``T`` seconds before the limit
+(``jobs/slurm/train.sbatch`` asks for ``B:USR1``, to its batch shell, which forwards it to the ranks and requeues
+the job). ``scancel --signal=USR1 JOB`` and ``kill`` do the same by hand, and
+MPICH's ``mpiexec`` forwards SIGTERM and SIGUSR1 to every rank. Without a handler all epochs since the last
+checkpoint would be lost.
+
+While a :class:`StopSignals` is active such a signal only records its name. The trainer agrees on it across ranks
+at the next epoch's loss allreduce (a few more numbers in a message that is sent anyway: how many ranks got
+each signal, so the stop line names it even when it reached some ranks an epoch later), finishes that epoch,
+writes the checkpoint and returns; ``g3-train`` then exits with :data:`EXIT_STOPPED` on every rank.
+``--time-limit S`` (:meth:`StopSignals.stop_after`) asks for the same stop S seconds after the start, without a
+signal: the job launchers set it from ``G3_TIMEOUT`` beside timeout(1)'s SIGUSR1, which srun drops when it
+arrives before the tasks are running. Each rank times it by its own clock and the ranks start a few milliseconds
+apart, so it is agreed on like a signal (its own number in the same allreduce): passed on one rank, all stop.
+
+One stop request often arrives twice: at a time limit or on ``scancel`` SLURM sends SIGTERM to every process of
+the job, so under ``mpiexec`` inside an allocation a rank gets it from slurmstepd and again from Hydra, which
+forwards what it received; a time limit and ``timeout(1)`` may also coincide. So a stop signal within
+:data:`REPEAT_WINDOW` seconds of the first is the same request and is ignored. A stop signal later than that,
+while the first is pending, ends the process at once (the signal's default action): an impatient user, or
+SLURM's SIGTERM at the limit after an early SIGUSR1, is never ignored. SIGINT (Ctrl-C) is left alone: it stops
+at once, as it always did.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+#: exit status of a run that a signal stopped after its checkpoint was written (sysexits' EX_TEMPFAIL: a
+#: temporary failure, to be continued with ``--resume``)
+EXIT_STOPPED = 75
+#: the signals that ask for a stop at the next epoch boundary
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+#: what the epoch allreduce counts, one number each: the ranks that got each stop signal, and (last) any other
+#: signal a :class:`StopSignals` was given
+STOP_SLOTS = (*(s.name for s in STOP_SIGNALS), "a stop signal")
+#: seconds after the first stop signal during which another one counts as the same request (a copy delivered by a
+#: second path, e.g. slurmstepd and mpiexec's forwarding); a later one ends the process
+REPEAT_WINDOW = 2.0
+
+
+class StopSignals:
+    """Context manager: while active, :data:`STOP_SIGNALS` set :attr:`signal_name` (the first signal's name, e.g.
+    ``"SIGTERM"``) instead of ending the process; on exit the previous handlers come back.
+
+    A stop signal within ``repeat_window`` seconds of the first is ignored (the same request, delivered twice); a
+    later one ends the process with the signal's default action.
+
+    Only the main thread can install signal handlers (Python's rule); elsewhere this does nothing and
+    :attr:`signal_name` stays None."""
+
+    def __init__(self, signals=STOP_SIGNALS, repeat_window: float = REPEAT_WINDOW):
+        self.signals = tuple(signals)
+        self.repeat_window = float(repeat_window)
+        self._signal: str | None = None
+        self._started = time.monotonic()
+        self._deadline: float | None = None
+        self._limit = 0.0
+        self._first_at: float | None = None
+        self._previous: dict = {}
+        self._ignoring = False
+
+    @property
+    def signal_name(self) -> str | None:
+        """The first stop signal's name (``"SIGTERM"``); None while none came."""
+        return self._signal
+
+    @property
+    def received_at(self) -> float:
+        """When the first stop signal arrived (``time.monotonic()``); infinity while none came."""
+        return self._first_at if self._first_at is not None else float("inf")
+
+    @property
+    def time_up(self) -> bool:
+        """True once :meth:`stop_after`'s seconds have passed."""
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    @property
+    def limit_text(self) -> str:
+        """The time limit as the stop line names it: ``"the time limit (--time-limit S)"``."""
+        return f"the time limit (--time-limit {self._limit:g})"
+
+    def stop_after(self, seconds: float) -> None:
+        """Ask for a stop ``seconds`` after this object was made (the start of g3-train); 0: never. Unlike a
+        signal it cannot be lost: a time limit's SIGUSR1 that reaches srun before the tasks exist is."""
+        self._limit = float(seconds)
+        self._deadline = self._started + self._limit if seconds > 0 else None
+
+    def _handle(self, signum, frame):
+        now = time.monotonic()
+        if self._first_at is not None:
+            if now - self._first_at <= self.repeat_window:   # a copy of the first request: nothing new
+                return
+            signal.signal(signum, signal.SIG_DFL)            # a deliberate second signal: the default action, now
+            os.kill(os.getpid(), signum)
+            return
+        self._first_at = now
+        self._signal = signal.Signals(signum).name
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for s in self.signals:
+                self._previous[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._ignoring:   # the process is only exiting: the signals stay ignored
+            self._previous = {}
+        for s, h in self._previous.items():
+            signal.signal(s, h)
+        self._previous = {}
+
+    def ignore_from_now(self) -> None:
+        """Ignore the stop signals from now on, past the end of the block (a process that is only exiting:
+        under srun, the first task to exit with 75 makes srun end the others, which must not turn 75 into 143)."""
+        if self._previous:
+            self._ignoring = True
+            for s in self.signals:
+                signal.signal(s, signal.SIG_IGN)
