@@ -146,6 +146,19 @@ class Watchdog:
         """``Alltoall`` of numpy buffers; with a deadline, ``Ialltoall`` polled to completion."""
         self._collective("Alltoall", sendbuf, recvbuf, what=what)
 
+    def alltoallv(self, sendspec, recvspec, what: str) -> None:
+        """``Alltoallv`` of numpy buffer specs (``[buf, (counts, displs), type]``); with a deadline, ``Ialltoallv``
+        polled to completion."""
+        self._collective("Alltoallv", sendspec, recvspec, what=what)
+
+    def exscan(self, buf, what: str) -> None:
+        """In-place exclusive prefix sum over the ranks of a numpy buffer (rank 0 gets zeros, which MPI leaves
+        undefined); with a deadline, ``Iexscan`` polled to completion."""
+        if self.comm.size > 1:
+            self._collective("Exscan", MPI.IN_PLACE, buf, op=MPI.SUM, what=what)
+        if self.comm.rank == 0:
+            buf[...] = 0
+
     def allgather_text(self, msg: str | None, what: str) -> list[str | None]:
         """Every rank's ``msg`` (text or None), in rank order: ``Allgather`` of the encoded sizes, then
         ``Allgatherv`` of the bytes (with a deadline, ``Iallgather`` and ``Iallgatherv`` polled to completion)."""

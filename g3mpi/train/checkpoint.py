@@ -7,7 +7,7 @@ one copy on rank 0 is the whole training state. A checkpoint holds (all plain te
   ``epoch``               the last completed epoch
   ``model``, ``optimizer`` state_dicts
   ``rng``                 torch's CPU generator state (dropout itself is hashed from (seed, epoch, node ID))
-  ``best``                best validation accuracy so far: epoch, accuracies, model state_dict
+  ``best``                best validation metric so far (``val_acc``): epoch, metrics, model state_dict
   ``since_best``          evaluations without improvement (early stopping)
   ``last_loss``           loss of ``epoch``
   ``config``              the TrainConfig as a dict
@@ -43,7 +43,7 @@ CHECKPOINT_VERSION = 1
 #: settings a resumed run must share with its checkpoint (the rest, e.g. epochs, threads, schedule, may change; so
 #: may those of these that have no effect on the run, e.g. heads for GCN or momentum with Adam, with a warning)
 RESUME_KEYS = ("model", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout", "activation",
-               "optimizer", "lr", "weight_decay", "momentum", "seed")
+               "optimizer", "lr", "weight_decay", "momentum", "seed", "task", "metric")
 
 
 class CheckpointError(Exception):
@@ -85,7 +85,8 @@ def make_checkpoint(*, epoch: int, model: dict, optimizer: dict, best: dict, sin
                     cfg, meta: dict) -> dict:
     return dict(format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=int(epoch), model=_clone(model),
                 optimizer=optimizer, rng=torch.get_rng_state(),
-                best=dict(val_acc=float(best["val_acc"]), epoch=int(best["epoch"]),
+                # val_acc: the best validation value of the selection metric (the name kept since accuracy)
+                best=dict(val_acc=float(best["score"]), epoch=int(best["epoch"]),
                           accs={k: float(v) for k, v in best["accs"].items()},
                           state=_clone(best["state"]) if best["state"] is not None else None),
                 since_best=int(since_best), last_loss=None if last_loss is None else float(last_loss),
@@ -252,8 +253,8 @@ def check_restorable(path, ckpt: dict, model, optimizer) -> None:
                                     f"{torch.get_rng_state().numel()}")
 
 
-#: the keys of a checkpoint's ``best.accs`` (``Trainer.evaluate``'s accuracies; none before the first evaluation)
-ACC_KEYS = ("train_acc", "val_acc", "test_acc")
+#: the keys of a checkpoint's ``best.accs`` (``Trainer.evaluate``'s metrics; none before the first evaluation)
+ACC_KEYS = tuple(f"{s}_{m}" for m in ("acc", "roc_auc", "ap", "f1_macro") for s in ("train", "val", "test"))
 
 
 def _check_layout(path, ckpt: dict) -> None:
@@ -290,6 +291,11 @@ def _check_layout(path, ckpt: dict) -> None:
          f"best's accs must map {', '.join(ACC_KEYS)} to numbers")
 
 
+def _before(cfg, key: str):
+    """What a checkpoint written before the setting ``key`` existed ran with: its default (task, metric)."""
+    return getattr(type(cfg), key, None)
+
+
 def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False, idle=()) -> None:
     """Refuse to resume from a checkpoint of another partition or of an incompatible configuration (a setting of
     ``RESUME_KEYS`` that differs, naming each; not one in ``idle``, the settings without effect on this run,
@@ -309,7 +315,7 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False, 
                          if saved["files"].get(k) != now["files"].get(k))
         raise CheckpointError(path, f"the partition's files changed since the checkpoint: {', '.join(changed)}")
     diffs = [f"{k} = {ckpt['config'].get(k)!r} in the checkpoint but {getattr(cfg, k)!r} now"
-             for k in RESUME_KEYS if ckpt["config"].get(k) != getattr(cfg, k) and k not in idle]
+             for k in RESUME_KEYS if ckpt["config"].get(k, _before(cfg, k)) != getattr(cfg, k) and k not in idle]
     if diffs:
         raise CheckpointError(path, "incompatible configuration: " + "; ".join(diffs))
     if cfg.epochs < ckpt["epoch"]:
@@ -320,6 +326,6 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False, 
         raise CheckpointError(path, f"already at epoch {ckpt['epoch']}: nothing to train with --epochs {cfg.epochs} "
                                     "(give more epochs to continue)")
     if cfg.patience and ckpt["since_best"] >= cfg.patience:
-        raise CheckpointError(path, f"the run stopped early at epoch {ckpt['epoch']} (no better validation accuracy "
-                                    f"in {ckpt['since_best']} evaluations, --patience {cfg.patience}): nothing to "
+        raise CheckpointError(path, f"the run stopped early at epoch {ckpt['epoch']} (no better validation "
+                                    f"{cfg.metric} in {ckpt['since_best']} evaluations, --patience {cfg.patience}): nothing to "
                                     "resume (a larger --patience continues it)")

@@ -12,6 +12,9 @@ from g3mpi.nn import ACTIVATIONS, MODELS
 from g3mpi.nn.model import LAYERS
 from g3mpi.sched import MODES, PIPELINED, Schedule
 
+from .metrics import METRICS
+from .tasks import TASKS, metric_misfit
+
 OPTIMIZERS = ("adam", "sgd")
 #: torch threads per rank at most (a larger count is a typo: OpenMP would abort allocating the pool)
 MAX_THREADS = 1024
@@ -47,13 +50,15 @@ class TrainConfig:
     dropout: float = 0.5            # on every layer's input
     attn_dropout: float = 0.0       # GAT attention coefficients
     activation: str = "relu"
+    task: str = "multiclass"        # multiclass | binary | multilabel (g3mpi.train.tasks)
+    metric: str = "accuracy"        # accuracy | roc_auc | ap | f1_macro: reported first, selects the best epoch
     optimizer: str = "adam"
     lr: float = 0.01
     weight_decay: float = 5e-4
     momentum: float = 0.0           # SGD only
     epochs: int = 200
-    eval_every: int = 1             # evaluate (train/val/test accuracy) every k epochs and after the last
-    patience: int = 0               # stop after this many evaluations without a better validation accuracy (0: never)
+    eval_every: int = 1             # evaluate (train/val/test metrics) every k epochs and after the last
+    patience: int = 0               # stop after this many evaluations without a better validation metric (0: never)
     seed: int = 0
     threads: int = 1                # torch threads per rank
     device: str = "cpu"             # cpu | cuda | auto (cuda where every rank sees a GPU, else cpu)
@@ -83,9 +88,11 @@ class TrainConfig:
             raise ConfigError(msg, key)
         for k, allowed in (("model", MODELS), ("activation", ACTIVATIONS), ("optimizer", OPTIMIZERS),
                            ("schedule", MODES), ("log_level", LOG_LEVELS), ("device", DEVICES),
-                           ("cuda_aware", CUDA_AWARE)):
+                           ("cuda_aware", CUDA_AWARE), ("task", TASKS), ("metric", METRICS)):
             if (getattr(self, k).upper() if k == "log_level" else getattr(self, k)) not in allowed:
                 bad(k, f"{k} {getattr(self, k)!r}: expected one of {', '.join(allowed)}")
+        if metric_misfit(self.task, self.metric):
+            bad("metric", metric_misfit(self.task, self.metric))
         for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads"):
             if getattr(self, k) < 1 and not (k == "epochs" and self.epochs == 0 and self.init_from):
                 only = "; 0 only with init_from (--init-from), to evaluate a trained model" if k == "epochs" else ""
