@@ -327,5 +327,5 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False, 
                                     "(give more epochs to continue)")
     if cfg.patience and ckpt["since_best"] >= cfg.patience:
         raise CheckpointError(path, f"the run stopped early at epoch {ckpt['epoch']} (no better validation "
-                                    f"{cfg.metric} in {ckpt['since_best']} evaluations, --patience {cfg.patience}): nothing to "
-                                    "resume (a larger --patience continues it)")
+                                    f"{cfg.metric} in {ckpt['since_best']} evaluations, --patience {cfg.patience}): "
+                                    "nothing to resume (a larger --patience continues it)")

@@ -464,11 +464,11 @@ class Trainer:
                         failure_reason(e))
             timings = run_timings([])
         exact = Schedule(cfg.schedule).communicates or comm.size == 1   # one rank has no halo for nocomm to skip
-        # the chosen metric first (accuracy's keys stay as they were for every task: the tools read them)
-        chosen = {} if cfg.metric == "accuracy" else {
-            f"{s}_{SUFFIX[cfg.metric]}": best["accs"].get(f"{s}_{SUFFIX[cfg.metric]}") for s in ("test", "val", "train")}
+        # the chosen metric's values (accuracy's keys stay as they were for every task: the tools read them)
+        keys = [f"{s}_{SUFFIX[cfg.metric]}" for s in ("test", "val", "train")] if cfg.metric != "accuracy" else []
         summary = dict(
-            metric=cfg.metric, **chosen, task=cfg.task, model=cfg.model, world_size=comm.size, num_parts=self.meta["num_parts"],
+            metric=cfg.metric, **{k: best["accs"].get(k) for k in keys}, task=cfg.task, model=cfg.model,
+            world_size=comm.size, num_parts=self.meta["num_parts"],
             partition_method=self.meta.get("method"), num_nodes=self.part.num_nodes, num_edges=self.part.num_edges,
             epochs=epoch, best_epoch=best["epoch"], train_acc=best["accs"].get("train_acc"),
             val_acc=best["accs"].get("val_acc"), test_acc=best["accs"].get("test_acc"),
