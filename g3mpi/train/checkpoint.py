@@ -37,6 +37,8 @@ from g3mpi.format import atomic_file
 from g3mpi.format.atomic import fsync_path
 from g3mpi.format.schema import is_int
 
+from .metrics import SUFFIX
+
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = "g3mpi-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -254,7 +256,7 @@ def check_restorable(path, ckpt: dict, model, optimizer) -> None:
 
 
 #: the keys of a checkpoint's ``best.accs`` (``Trainer.evaluate``'s metrics; none before the first evaluation)
-ACC_KEYS = tuple(f"{s}_{m}" for m in ("acc", "roc_auc", "ap", "f1_macro") for s in ("train", "val", "test"))
+ACC_KEYS = tuple(f"{s}_{m}" for m in SUFFIX.values() for s in ("train", "val", "test"))
 
 
 def _check_layout(path, ckpt: dict) -> None:

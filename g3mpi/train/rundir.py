@@ -28,6 +28,7 @@ from g3mpi.format.errors import failure_reason
 
 from .checkpoint import CHECKPOINT_NAME, write_torch
 from .config import ConfigError, TrainConfig, config_from, to_toml
+from .metrics import SUFFIX
 
 log = logging.getLogger("g3mpi.train")
 
@@ -35,6 +36,8 @@ PREDICTIONS_FORMAT = "g3mpi-predictions"
 #: the node splits, and the keys of their accuracies in metrics.jsonl and summary.json
 SPLITS = ("train", "val", "test")
 ACCURACY_KEYS = tuple(f"{s}_acc" for s in SPLITS)
+#: every metric key an evaluated epoch may have (the accuracies and each --metric's)
+METRIC_KEYS = tuple(f"{s}_{m}" for m in SUFFIX.values() for s in SPLITS)
 _TOKEN_TAG = 7301
 #: the lock file of a run directory (held by the rank 0 of the run that uses it)
 LOCK_NAME = ".g3-train.lock"
@@ -206,7 +209,7 @@ def rewind_metrics(path, last_epoch: int, eval_every: int = 1) -> None:
         if rec is None:  # a line cut short by a crash, or not a record at all
             continue
         if rec["epoch"] == last_epoch and last_epoch % eval_every and "val_acc" in rec:
-            line = json_text({k: v for k, v in rec.items() if k not in ACCURACY_KEYS}, indent=None)
+            line = json_text({k: v for k, v in rec.items() if k not in METRIC_KEYS}, indent=None)
         if rec["epoch"] <= last_epoch:
             keep.append(line)
     write_text_atomic(path, "".join(line + "\n" for line in keep))
