@@ -85,6 +85,8 @@ def _clone(state: dict) -> dict:
 
 def make_checkpoint(*, epoch: int, model: dict, optimizer: dict, best: dict, since_best: int, last_loss,
                     cfg, meta: dict) -> dict:
+    """The checkpoint of a run at ``epoch``; ``best``: its model selection (``score``: the best validation value of
+    ``cfg.metric``, ``epoch``, ``accs``, ``state``)."""
     return dict(format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=int(epoch), model=_clone(model),
                 optimizer=optimizer, rng=torch.get_rng_state(),
                 # val_acc: the best validation value of the selection metric (the name kept since accuracy)
