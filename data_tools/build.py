@@ -17,6 +17,7 @@ from g3mpi.format import (PARTITION_FORMAT, PARTITION_VERSION, FormatError, Grap
 from g3mpi.format.errors import failure_reason
 from g3mpi.format.limits import LargeFeatures, check_finite_features
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, PartFeatures
+from g3mpi.format.schema import labels_dtype
 from g3mpi.mpi.termination import raise_if_terminated
 
 from .layout import boundary_first_order, graph_order_keys
@@ -198,7 +199,7 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
             halo_ids=h, **lists, in_degree=in_deg[orig_all], out_degree=out_deg[orig_all],
             self_loops=loops[orig],
             features=None if g.features is None else np.ascontiguousarray(g.features[orig], dtype=np.float32),
-            labels=g.labels[orig].astype(np.int64),
+            labels=g.labels[orig].astype(labels_dtype(g.labels.ndim)),
             train_mask=g.train_mask[orig], val_mask=g.val_mask[orig], test_mask=g.test_mask[orig], orig_ids=orig,
         ), new_to_orig, offsets
 

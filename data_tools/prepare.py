@@ -229,7 +229,8 @@ def _add_edgelist(sub) -> argparse.ArgumentParser:
     hdr.add_argument("--no-header", dest="header", action="store_false",
                      help="no header (default: detected: a first line whose IDs are not integers)")
     p.add_argument("--features", type=Path, help=".npy float [R, F]: one row per node")
-    p.add_argument("--labels", type=Path, help=".npy int [R]: class per node, -1 = unlabelled")
+    p.add_argument("--labels", type=Path, help=".npy int [R]: class per node, -1 = unlabelled; or [R, C] of 0/1 "
+                                               "per class (multi-label; -1 or NaN unknown)")
     p.add_argument("--masks", type=Path,
                    help=".npz with train_mask, val_mask, test_mask bool [R] (default: random split)")
     p.add_argument("--node-ids", type=Path,

@@ -33,7 +33,7 @@ class GraphSlice:
     indptr: np.ndarray       # int64 [hi-lo+1], from 0
     indices: np.ndarray      # int32 (as stored where N < 2^31) or int64 [indptr[-1]], sources (global row IDs)
     features: np.ndarray | None   # float32 [hi-lo, F] (None: checked, not kept; see SliceFeatures)
-    labels: np.ndarray       # int64 [hi-lo]
+    labels: np.ndarray       # int64 [hi-lo]; multi-label: int8 [hi-lo, C]
     masks: dict              # name -> bool [hi-lo]
 
     @property
@@ -100,7 +100,8 @@ def _read(path, f, bounds, rank, verify, keep_features=True) -> GraphSlice:
     n, e, width = int(attrs["num_nodes"]), int(attrs["num_edges"]), int(attrs["feature_dim"])
     if bounds[-1] != n:
         raise FormatError(path, f"the ranks' rows end at {int(bounds[-1])}, the graph has {n} nodes")
-    shapes = dict(indptr=(n + 1,), indices=(e,), features=(n, width), labels=(n,),
+    labels_shape = (n, int(attrs["num_classes"])) if f["labels"].ndim == 2 else (n,)
+    shapes = dict(indptr=(n + 1,), indices=(e,), features=(n, width), labels=labels_shape,
                   **{m: (n,) for m in MASKS}, **({"orig_ids": (n,)} if "orig_ids" in f else {}))
     for name, want in shapes.items():
         if f[name].shape != want:
@@ -132,7 +133,8 @@ def _read(path, f, bounds, rank, verify, keep_features=True) -> GraphSlice:
                                 f"range [0, {n})")
     check_sorted_rows(path, indptr, indices, first_row=lo)
     indices = indices.astype(index_dtype(n), copy=False)       # int32 where the IDs fit: half the memory
-    labels = as_int64(path, "labels", f["labels"][lo:hi])
+    labels = f["labels"][lo:hi]
+    labels = as_int64(path, "labels", labels) if labels.ndim == 1 else labels   # (multi-label: int8)
     masks = {m: f[m][lo:hi] for m in MASKS}
     check_node_data(path, hi - lo, labels, int(attrs["num_classes"]), masks)
     features = read_features(path, f["features"], lo, hi, f["orig_ids"][lo:hi] if "orig_ids" in f else None,

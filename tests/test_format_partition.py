@@ -11,6 +11,7 @@ from tests.part_edits import (copy, damage_attribute, edit_meta, edit_part, part
 from g3mpi.format import FormatError, part_name, read_meta, read_node_map, read_part
 from g3mpi.format.checksums import file_sha256
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, write_meta
+from g3mpi.format.schema import PARTITION_VERSION
 
 # more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
 SLOW_TESTS = ("test_damaged_attribute_header_in_a_part", "test_damaged_object_header_in_a_part",
@@ -128,8 +129,8 @@ def test_node_map_that_is_a_directory(copy):
 
 def test_unsupported_version_is_shown_as_a_number(copy):
     """An HDF5 attribute comes back as a numpy scalar: the message shows 3, not np.int64(3)."""
-    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 3))
-    with pytest.raises(FormatError, match=r"part-00001.h5: format version 3 is not supported \(reads version 2\)"):
+    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 4))
+    with pytest.raises(FormatError, match=r"part-00001.h5: format version 4 is not supported \(reads version 3\)"):
         read_part(copy, 1)
 
 
@@ -139,6 +140,9 @@ def test_partition_of_version_1_asks_to_partition_again(copy):
     with pytest.raises(FormatError, match="meta.json: format version 1 is not supported .*partition the graph again"):
         read_meta(copy)
     edit_meta(copy, version=2)
+    with pytest.raises(FormatError, match="meta.json: format version 2 .*older g3mpi: partition the graph again"):
+        read_meta(copy)
+    edit_meta(copy, version=PARTITION_VERSION)
     edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 1))
     with pytest.raises(FormatError, match="part-00001.h5: format version 1 .*before owned rows were boundary-first"):
         read_part(copy, 1)

@@ -462,7 +462,7 @@ def test_a_full_disk_writing_model_or_checkpoint_says_so(tmp_path):
 MODEL_SETTINGS = dict(model="sage", layers=3, hidden=32, heads=4, out_heads=2, dropout=0.25, attn_dropout=0.1,
                       activation="elu", optimizer="sgd", lr=0.1, weight_decay=0.0, momentum=0.9, seed=4,
                       residual=True, norm="batch", input_linear=True, output_linear=True, ffn=True, jk="cat", k=3,
-                      alpha=0.2, theta=0.9)
+                      alpha=0.2, theta=0.9, task="binary", metric="f1_macro")
 #: settings a resume may change (how fast, how long, what is written): the model trained stays the same
 RUN_SETTINGS = dict(epochs=30, eval_every=3, patience=5, threads=2, schedule="blocking", chunk_rows=7,
                     sim_net="10Gbit,20us", input_cache=False, release_memory=True, verify=False, progress=False,
@@ -483,7 +483,7 @@ def test_check_compatible_refuses_each_model_setting_and_changed_part_files():
     meta = dict(partition_id="p1", num_parts=2, method="metis", graph_sha256="g" * 64,
                 files={"node_map.h5": "a" * 64, "part-00000.h5": "b" * 64, "part-00001.h5": "c" * 64})
     cfg = TrainConfig(parts="PARTS", epochs=10)
-    ck = make_checkpoint(epoch=4, model={}, optimizer={}, best=dict(val_acc=0.5, epoch=4, accs={}, state=None),
+    ck = make_checkpoint(epoch=4, model={}, optimizer={}, best=dict(score=0.5, epoch=4, accs={}, state=None),
                          since_best=0, last_loss=1.0, cfg=cfg, meta=meta)
     assert set(MODEL_SETTINGS) | set(RUN_SETTINGS) | {"parts", "out", "force", "init_from"} == \
         {f for f in TrainConfig.__dataclass_fields__}

@@ -25,7 +25,8 @@ import numpy as np
 from g3mpi.format import FormatError, GraphWriter, index_dtype
 from g3mpi.format.errors import check_regular_file
 from g3mpi.format.limits import check_finite_features
-from g3mpi.format.graph import MASKS, check_node_data
+from g3mpi.format.graph import MASKS, check_node_data, labelled
+from g3mpi.format.schema import labels_dtype
 from g3mpi.mpi.termination import raise_if_terminated
 
 from ..stages import StageMeter
@@ -197,9 +198,13 @@ def check_features(path, x: np.ndarray, num_nodes: int) -> None:
 
 
 def check_labels(path, y: np.ndarray, num_nodes: int, num_classes: int | None) -> int:
-    """Validate labels (-1 = unlabelled); return the number of classes (given, or max label + 1)."""
+    """Validate labels (-1 = unlabelled); return the number of classes (given, or max label + 1). Multi-label
+    labels [nodes, C] (0/1 per class, -1 or NaN unknown; bool too) have C classes."""
+    if y.ndim == 2:
+        return _check_multilabel(path, y, num_nodes, num_classes)
     if y.ndim != 1:
-        raise FormatError(path, f"labels must be 1-D [nodes] (one class per node), got shape {y.shape}")
+        raise FormatError(path, f"labels must be 1-D [nodes] (one class per node) or 2-D [nodes, classes] (0/1 per "
+                                f"class), got shape {y.shape}")
     if len(y) != num_nodes:
         raise FormatError(path, f"labels have {len(y)} entries but the graph has {num_nodes} nodes")
     if not np.issubdtype(y.dtype, np.integer):
@@ -227,6 +232,34 @@ def check_labels(path, y: np.ndarray, num_nodes: int, num_classes: int | None) -
     return max(c, 0)
 
 
+def _check_multilabel(path, y: np.ndarray, num_nodes: int, num_classes: int | None) -> int:
+    """:func:`check_labels` of multi-label labels [nodes, C]: C."""
+    if len(y) != num_nodes:
+        raise FormatError(path, f"labels have {len(y)} rows but the graph has {num_nodes} nodes")
+    c = y.shape[1]
+    if num_classes is not None and num_classes != c:
+        raise FormatError(path, f"multi-label labels have {c} columns, but --num-classes is {num_classes}")
+    if y.dtype == bool:
+        return c
+    if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating)):
+        raise FormatError(path, f"labels must be numbers, got dtype {y.dtype}")
+    ok = (y == 0) | (y == 1) | (y == -1) | (np.isnan(y) if np.issubdtype(y.dtype, np.floating) else False)
+    if not ok.all():
+        i, j = np.unravel_index(int(np.argmin(ok)), y.shape)
+        raise FormatError(path, f"multi-label label {y[i, j]:g} (row {i}, column {j}) is not 0 or 1 (-1 or NaN "
+                                "mark an unknown one)")
+    return c
+
+
+def as_labels(y: np.ndarray) -> np.ndarray:
+    """Checked labels (:func:`check_labels`) in the dtype graph.h5 stores: int64 [N], or int8 [N, C] (NaN: -1)."""
+    if y.ndim == 1:
+        return y.astype(np.int64)
+    if np.issubdtype(y.dtype, np.floating):
+        y = np.where(np.isnan(y), -1, y)
+    return y.astype(labels_dtype(2))
+
+
 def check_masks(path, masks: dict, labels: np.ndarray) -> dict:
     out = {}
     for k in MASKS:
@@ -237,7 +270,8 @@ def check_masks(path, masks: dict, labels: np.ndarray) -> dict:
             else:
                 raise FormatError(path, f"{k} must be boolean, got dtype {m.dtype}")
         out[k] = m
-    check_node_data(path, len(labels), labels, int(labels.max()) + 1 if len(labels) else 0, out)
+    c = labels.shape[1] if labels.ndim == 2 else int(labels.max()) + 1 if len(labels) else 0
+    check_node_data(path, len(labels), labels, c, out)
     return out
 
 
@@ -248,7 +282,7 @@ def random_split(labels: np.ndarray, train: float, val: float, seed: int) -> dic
     if not (0 <= train and 0 <= val and train + val <= 1):
         raise ValueError(f"split fractions must satisfy 0 <= train, val and train + val <= 1 (got {train}, {val})")
     n = len(labels)
-    lab = np.flatnonzero(labels >= 0)
+    lab = np.flatnonzero(labelled(labels))
     perm = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED])).permutation(lab)
     n_tr = int(round(train * len(lab)))
     n_va = int(round(val * len(lab)))
@@ -434,7 +468,7 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
     meter = meter if meter is not None else StageMeter()
     n = raw.num_nodes
     labels = raw.labels if raw.labels is not None else np.full(n, -1, dtype=np.int64)
-    labels = np.asarray(labels, dtype=np.int64)
+    labels = as_labels(np.asarray(labels))
     masks = raw.masks if raw.masks is not None else random_split(labels, opts.train, opts.val, opts.seed)
 
     stream = raw.edge_stream()

@@ -27,8 +27,8 @@ import numpy as np
 from g3mpi.format import FormatError, index_dtype
 from g3mpi.format.graph import MASKS
 
-from .common import (FEATURE_BLOCK_BYTES, NUMPY_READ_ERRORS, EdgeStream, RawGraph, check_features, check_labels,
-                     check_masks, load_numpy, progress)
+from .common import (FEATURE_BLOCK_BYTES, NUMPY_READ_ERRORS, EdgeStream, RawGraph, as_labels, check_features,
+                     check_labels, check_masks, load_numpy, progress)
 from .external import EdgeSpool
 from .textio import COMMENTS, _lines, _strip, data_line_number, open_text, read_table, split_fields
 
@@ -154,7 +154,7 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
     c, mk = 0, None
     if y is not None:
         c = check_labels(labels, y, n, num_classes)
-        y = y.astype(np.int64)
+        y = as_labels(y)
         if masks is not None:
             mk = load_masks(masks)
             for k, m in mk.items():

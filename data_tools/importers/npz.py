@@ -1,8 +1,9 @@
 """``npz`` importer: one NumPy archive with the arrays of a graph (the layout of Planetoid dumps like cora.npz).
 
 Keys: ``edge_index`` int [2, E] (row 0 the source, row 1 the target of each edge), ``x`` float [N, F];
-optional ``y`` int [N] (-1 = unlabelled), ``train_mask``, ``val_mask``, ``test_mask`` bool [N] (all three or
-none: without them a seeded random split is drawn), ``num_nodes`` (default: rows of ``x``),
+optional ``y`` int [N] (-1 = unlabelled) or [N, C] of 0/1 (multi-label; -1 or NaN unknown), ``train_mask``,
+``val_mask``, ``test_mask`` bool [N] (all three or none: without them a seeded random split is drawn),
+``num_nodes`` (default: rows of ``x``),
 ``num_classes`` (default: max label + 1). Loaded with ``allow_pickle=False``.
 """
 from __future__ import annotations
@@ -14,8 +15,8 @@ import numpy as np
 from g3mpi.format import FormatError
 from g3mpi.format.graph import MASKS
 
-from .common import (NUMPY_READ_ERRORS, RawGraph, check_edge_ids, check_features, check_labels, check_masks,
-                     load_numpy)
+from .common import (NUMPY_READ_ERRORS, RawGraph, as_labels, check_edge_ids, check_features, check_labels,
+                     check_masks, load_numpy)
 
 
 def _get(path, z, key):
@@ -72,7 +73,7 @@ def load_npz(path, num_classes: int | None = None) -> RawGraph:
         num_classes = check_num_classes_key(path, nc, check_labels(path, y, n, None) if y is not None else 0, n)
     if y is not None:
         c = check_labels(path, y, n, num_classes)
-        y = y.astype(np.int64)
+        y = as_labels(y)
     else:
         if masks is not None:
             raise FormatError(path, "has split masks but no labels 'y'")

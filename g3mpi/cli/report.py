@@ -24,7 +24,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paths", nargs="+", metavar="PATH", help="a run directory, or a directory of runs")
     ap.add_argument("--plot", metavar="SETTING", help="plot the accuracy against this setting (e.g. lr, seed)")
-    ap.add_argument("--metric", default="test_acc", choices=METRICS, help="the accuracy to plot (default test_acc)")
+    ap.add_argument("--metric", default="test_acc", choices=METRICS, help="the value to plot (default test_acc)")
     ap.add_argument("--plot-out", metavar="PNG", help="the plot's file (default accuracy-vs-SETTING.png)")
     ap.add_argument("--partial", action="store_true", help="leave out unfinished or unreadable runs, with a warning")
     a = ap.parse_args(argv)

@@ -91,7 +91,13 @@ def _recipe_options(g) -> None:
 
 
 def _optimisation_options(g) -> None:
-    from g3mpi.train.config import OPTIMIZERS
+    from g3mpi.train.config import METRICS, OPTIMIZERS, TASKS
+    g.add_argument("--task", choices=TASKS,
+                   help="multiclass (softmax cross-entropy), binary (labels 0/1, one logit, BCE) or multilabel "
+                        "(labels [N, C] of 0/1, BCE per column)")
+    g.add_argument("--metric", choices=METRICS,
+                   help="what the summary reports first and the best epoch and --patience go by (roc_auc and ap: "
+                        "binary and multilabel tasks)")
     g.add_argument("--optimizer", choices=OPTIMIZERS)
     g.add_argument("--lr", type=float)
     g.add_argument("--weight-decay", type=float)

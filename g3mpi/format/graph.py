@@ -13,7 +13,7 @@ from .checksums import IncrementalSha256, array_sha256, dataset_sha256
 from .errors import H5_READ_ERRORS, FormatError, check_regular_file, shown, unreadable
 from .limits import LargeFeatures, check_finite_features
 from .schema import (FORMAT_VERSION, GRAPH_FORMAT, STREAM_BYTES, as_int64, attr_kind, h5_attr_str, index_dtype,
-                     row_chunks, supported_version)
+                     labels_dtype, row_chunks, supported_version, version_refused)
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 SELF_LOOP_POLICIES = ("keep", "drop", "add")
@@ -30,7 +30,7 @@ class Graph:
     indptr: np.ndarray        # int64 [N+1]
     indices: np.ndarray       # int32/int64 [E]
     features: np.ndarray | None   # float32 [N, F]; None when left in the file (load_graph(features=False))
-    labels: np.ndarray        # int64 [N], -1 = unlabelled
+    labels: np.ndarray        # int64 [N], -1 = unlabelled; multi-label: int8 [N, C] of 0/1, -1 = unknown
     train_mask: np.ndarray    # bool [N]
     val_mask: np.ndarray      # bool [N]
     test_mask: np.ndarray     # bool [N]
@@ -102,10 +102,25 @@ def check_features(path, ds, orig_ids: np.ndarray | None = None) -> None:
     large.warn(path, orig_ids)
 
 
+def labelled(labels: np.ndarray) -> np.ndarray:
+    """bool [N]: the nodes with a label (multi-label: with at least one known entry)."""
+    return labels >= 0 if labels.ndim == 1 else (labels >= 0).any(axis=1)
+
+
 def check_node_data(path, num_nodes: int, labels, num_classes: int, masks: dict) -> None:
-    if labels.shape != (num_nodes,):
-        raise FormatError(path, f"labels have shape {labels.shape}, expected ({num_nodes},)")
-    if num_nodes and (labels.min() < -1 or labels.max() >= num_classes):
+    """Labels (one class per node in [-1, C), or multi-label [N, C] in {-1, 0, 1}) and split masks (disjoint,
+    on labelled nodes only)."""
+    if labels.ndim == 2:
+        if labels.shape != (num_nodes, num_classes):
+            raise FormatError(path, f"multi-label labels have shape {labels.shape}, expected ({num_nodes}, "
+                                    f"{num_classes})")
+        if labels.size and (labels.min() < -1 or labels.max() > 1):
+            raise FormatError(path, f"multi-label labels out of range: found {int(labels.min())}..{int(labels.max())}"
+                                    " (0 or 1 per class, -1 unknown)")
+    elif labels.shape != (num_nodes,):
+        raise FormatError(path, f"labels have shape {labels.shape}, expected ({num_nodes},) or ({num_nodes}, "
+                                f"{num_classes}) for multi-label ones")
+    elif num_nodes and (labels.min() < -1 or labels.max() >= num_classes):
         raise FormatError(path, f"labels out of range [-1, {num_classes}): found "
                                 f"{int(labels.min())}..{int(labels.max())}")
     total = np.zeros(num_nodes, dtype=np.int8)
@@ -115,10 +130,10 @@ def check_node_data(path, num_nodes: int, labels, num_classes: int, masks: dict)
         total += m.astype(np.int8)
     if np.any(total > 1):
         raise FormatError(path, f"split masks overlap on {int((total > 1).sum())} nodes")
-    labelled = labels >= 0
+    known = labelled(labels)
     for name, m in masks.items():
-        if np.any(m & ~labelled):
-            raise FormatError(path, f"{name} contains {int((m & ~labelled).sum())} unlabelled nodes")
+        if np.any(m & ~known):
+            raise FormatError(path, f"{name} contains {int((m & ~known).sum())} unlabelled nodes")
 
 
 class GraphWriter:
@@ -252,7 +267,9 @@ class GraphWriter:
             self._done.add("features")
 
     def write_nodes(self, labels, train_mask, val_mask, test_mask, orig_ids=None) -> None:
-        labels = np.asarray(labels, dtype=np.int64)
+        """Labels (int [N], or multi-label [N, C] of 0/1 and -1, stored as int8), masks, original IDs."""
+        labels = np.asarray(labels)
+        labels = labels.astype(labels_dtype(labels.ndim), copy=False)
         masks = {k: np.asarray(m, dtype=bool) for k, m in zip(MASKS, (train_mask, val_mask, test_mask))}
         check_node_data(self.path, self.n, labels, self.c, masks)
         self._put("labels", labels)
@@ -327,8 +344,7 @@ def open_graph(path) -> h5py.File:
             raise FormatError(path, f"format is {fmt!r}, expected {GRAPH_FORMAT!r}")
         ver = f.attrs.get("version", -1)
         if not supported_version(ver):
-            raise FormatError(path, f"format version {shown(ver)} is not supported "
-                                    f"(this g3mpi reads version {FORMAT_VERSION})")
+            raise FormatError(path, version_refused(ver, FORMAT_VERSION))
         check_graph_attrs(path, f.attrs)
         for name in ("indptr", "indices", "features", "labels", *MASKS):
             if name not in f:
@@ -401,7 +417,9 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
         except H5_READ_ERRORS as e:
             raise FormatError(path, f"cannot read datasets (truncated or corrupt?): {e}") from None
     # any integer type as int64 (indices: int32 too); the checks below would wrap around in an unsigned type
-    g.indptr, g.labels = as_int64(path, "indptr", g.indptr), as_int64(path, "labels", g.labels)
+    g.indptr = as_int64(path, "indptr", g.indptr)
+    if g.labels.ndim == 1:   # (multi-label ones stay int8, checked in range below)
+        g.labels = as_int64(path, "labels", g.labels)
     g.indices = as_int64(path, "indices", g.indices, keep_int32=True)
     if g.orig_ids is not None:
         g.orig_ids = as_int64(path, "orig_ids", g.orig_ids)
@@ -428,7 +446,7 @@ def graph_summary(g: Graph) -> dict:
     return dict(num_nodes=g.num_nodes, num_edges=g.num_edges, feature_dim=int(a["feature_dim"]),
                 num_classes=int(a["num_classes"]), symmetric=bool(a["symmetric"]), self_loops=a["self_loops"],
                 source=a["source"], train=int(g.train_mask.sum()), val=int(g.val_mask.sum()),
-                test=int(g.test_mask.sum()), labelled=int((g.labels >= 0).sum()))
+                test=int(g.test_mask.sum()), labelled=int(labelled(g.labels).sum()))
 
 
 def write_graph(path, g: Graph, force: bool = False) -> None:

@@ -26,7 +26,7 @@ from .errors import H5_READ_ERRORS, FormatError, check_regular_file, unreadable
 from .limits import LargeFeatures, check_finite_features
 from .schema import (PARTITION_FORMAT, PARTITION_VERSION, PART_FORMAT, as_int64, attr_kind, h5_attr_str, is_int,
                      row_chunks, supported_version, version_refused)
-from .graph import check_csr, first_unsorted_row
+from .graph import check_csr, first_unsorted_row, labelled
 from .probe import probe_structure
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class PartData:
     out_degree: np.ndarray    # int64 [n_owned+n_halo], global out-degree (no self loops)
     self_loops: np.ndarray    # int64 [n_owned], self loops of each owned node in the graph file (SAGE's mean)
     features: np.ndarray | None   # float32 [n_owned, F] (None: written later, see PartFeatures)
-    labels: np.ndarray        # int64 [n_owned]
+    labels: np.ndarray        # int64 [n_owned]; multi-label: [n_owned, num_classes] of 0/1, -1 = unknown
     train_mask: np.ndarray    # bool [n_owned]
     val_mask: np.ndarray      # bool [n_owned]
     test_mask: np.ndarray     # bool [n_owned]
@@ -483,7 +483,8 @@ def _check_shapes_and_types(path, part: PartData, meta: dict) -> None:
             bad(f"dataset {k!r} has shape {getattr(part, k).shape}, expected one dimension")
     n, h = part.num_owned, part.num_halo
     shapes = dict(indptr=(n + 1,), halo_ids=(h,), in_degree=(n + h,), out_degree=(n + h,), self_loops=(n,),
-                  features=(n, part.feature_dim), labels=(n,), train_mask=(n,), val_mask=(n,), test_mask=(n,),
+                  features=(n, part.feature_dim), labels=(n, part.num_classes) if part.labels.ndim == 2 else (n,),
+                  train_mask=(n,), val_mask=(n,), test_mask=(n,),
                   orig_ids=(n,), recv_offsets=(len(part.recv_parts) + 1,),
                   send_offsets=(len(part.send_parts) + 1,))
     for k, shp in shapes.items():
@@ -493,7 +494,8 @@ def _check_shapes_and_types(path, part: PartData, meta: dict) -> None:
         a = getattr(part, k)
         if a.dtype.kind not in "iu":
             bad(f"dataset {k!r} has dtype {a.dtype}, expected an integer type")
-        setattr(part, k, as_int64(path, k, a, keep_int32=k == "indices"))
+        if not (k == "labels" and a.ndim == 2):   # (multi-label ones stay int8: 0, 1 or -1)
+            setattr(part, k, as_int64(path, k, a, keep_int32=k == "indices"))
     if part.features.dtype != np.float32:
         bad(f"features have dtype {part.features.dtype}, expected float32")
     for k in ("train_mask", "val_mask", "test_mask"):
@@ -539,11 +541,11 @@ def _check_labels_and_ids(path, part: PartData) -> None:
         raise FormatError(path, msg)
 
     n, N = part.num_owned, part.num_nodes
-    if len(part.labels) and (part.labels.min() < -1 or part.labels.max() >= part.num_classes):
-        bad(f"labels out of range [-1, {part.num_classes}): found "
-            f"{int(part.labels.min())}..{int(part.labels.max())}")
+    top = 2 if part.labels.ndim == 2 else part.num_classes   # (multi-label: 0 or 1 per class)
+    if part.labels.size and (part.labels.min() < -1 or part.labels.max() >= top):
+        bad(f"labels out of range [-1, {top}): found {int(part.labels.min())}..{int(part.labels.max())}")
     for k in ("train_mask", "val_mask", "test_mask"):
-        unlabelled = np.count_nonzero(getattr(part, k) & (part.labels < 0))
+        unlabelled = np.count_nonzero(getattr(part, k) & ~labelled(part.labels))
         if unlabelled:
             bad(f"{k} contains {unlabelled} unlabelled nodes")
     if n and (part.orig_ids.min() < 0 or part.orig_ids.max() >= N):

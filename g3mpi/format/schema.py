@@ -6,9 +6,11 @@ import numpy as np
 
 from .errors import FormatError, shown
 
-FORMAT_VERSION = 1
-#: partition directories (meta.json, node_map.h5, part files): 2 since owned rows are boundary-first
-PARTITION_VERSION = 2
+#: graph.h5: 2 since labels may be multi-label ([N, C] int8) and features float16/bfloat16
+FORMAT_VERSION = 2
+#: partition directories (meta.json, node_map.h5, part files): 2 since owned rows are boundary-first, 3 since labels
+#: may be multi-label and features float16/bfloat16
+PARTITION_VERSION = 3
 GRAPH_FORMAT = "g3mpi-graph"
 PART_FORMAT = "g3mpi-part"
 PARTITION_FORMAT = "g3mpi-partition"
@@ -52,11 +54,23 @@ def supported_version(v, want: int = FORMAT_VERSION) -> bool:
 
 def version_refused(v, want: int) -> str:
     """Why a file of version ``v`` is refused, for a reader of version ``want`` (a partition of version 1 has
-    its owned rows in original order: the runtime's boundary-first row groups would be wrong on it)."""
+    its owned rows in original order: the runtime's boundary-first row groups would be wrong on it; an older
+    version is read no more since the labels and features it could not hold)."""
     msg = f"format version {shown(v)} is not supported (reads version {want})"
-    if want == PARTITION_VERSION and attr_kind(v) == "int" and v == 1:
-        msg += "; written before owned rows were boundary-first: partition the graph again with g3-partition"
+    if attr_kind(v) == "int" and v < want:
+        if want == PARTITION_VERSION and v == 1:
+            msg += "; written before owned rows were boundary-first: partition the graph again with g3-partition"
+        elif want == PARTITION_VERSION:
+            msg += "; written by an older g3mpi: partition the graph again with g3-partition"
+        else:
+            msg += "; written by an older g3mpi: prepare it again with g3-prepare (then g3-partition)"
     return msg
+
+
+def labels_dtype(ndim: int) -> np.dtype:
+    """The stored dtype of labels: int64 [N] classes (-1: unlabelled), or int8 [N, C] multi-label 0/1 (-1:
+    unknown)."""
+    return np.dtype(np.int64) if ndim == 1 else np.dtype(np.int8)
 
 
 def is_int(x) -> bool:

@@ -277,6 +277,14 @@ class Watchdog:
         """``Alltoallv`` of numpy buffers (``[buf, (counts, displs)]`` each)."""
         self._collective("Alltoallv", sendbuf, recvbuf, what=what)
 
+    def exscan(self, buf, what: str) -> None:
+        """In-place exclusive prefix sum over the ranks of a numpy buffer (rank 0 gets zeros, which MPI leaves
+        undefined); with a deadline, ``Iexscan`` polled to completion."""
+        if self.comm.size > 1:
+            self._collective("Exscan", MPI.IN_PLACE, buf, op=MPI.SUM, what=what)
+        if self.comm.rank == 0:
+            buf[...] = 0
+
     def bcast(self, buf, root: int, what: str, turns: int = 1) -> None:
         """``Bcast`` of a numpy buffer from ``root``."""
         self._collective("Bcast", buf, root=root, what=what, turns=turns)

@@ -7,7 +7,7 @@ one copy on rank 0 is the whole training state. A checkpoint holds (all plain te
   ``epoch``               the last completed epoch
   ``model``, ``optimizer`` state_dicts
   ``rng``                 torch's CPU generator state (dropout itself is hashed from (seed, epoch, node ID))
-  ``best``                best validation accuracy so far: epoch, accuracies, model state_dict
+  ``best``                best validation metric so far (``val_acc``): epoch, metrics, model state_dict
   ``since_best``          evaluations without improvement (early stopping)
   ``last_loss``           loss of ``epoch``
   ``config``              the TrainConfig as a dict
@@ -37,6 +37,8 @@ from g3mpi.format import atomic_file
 from g3mpi.format.atomic import fsync_path
 from g3mpi.format.schema import is_int
 
+from .metrics import SUFFIX
+
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = "g3mpi-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -44,7 +46,7 @@ CHECKPOINT_VERSION = 1
 #: may those of these that have no effect on the run, e.g. heads for GCN or momentum with Adam, with a warning)
 RESUME_KEYS = ("model", "model_file", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout",
                "activation", "residual", "norm", "input_linear", "output_linear", "ffn", "jk", "k", "alpha", "theta",
-               "optimizer", "lr", "weight_decay", "momentum", "seed")
+               "optimizer", "lr", "weight_decay", "momentum", "seed", "task", "metric")
 
 
 class CheckpointError(Exception):
@@ -84,9 +86,12 @@ def _clone(state: dict) -> dict:
 
 def make_checkpoint(*, epoch: int, model: dict, optimizer: dict, best: dict, since_best: int, last_loss,
                     cfg, meta: dict) -> dict:
+    """The checkpoint of a run at ``epoch``; ``best``: its model selection (``score``: the best validation value of
+    ``cfg.metric``, ``epoch``, ``accs``, ``state``)."""
     return dict(format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=int(epoch), model=_clone(model),
                 optimizer=optimizer, rng=torch.get_rng_state(),
-                best=dict(val_acc=float(best["val_acc"]), epoch=int(best["epoch"]),
+                # val_acc: the best validation value of the selection metric (the name kept since accuracy)
+                best=dict(val_acc=float(best["score"]), epoch=int(best["epoch"]),
                           accs={k: float(v) for k, v in best["accs"].items()},
                           state=_clone(best["state"]) if best["state"] is not None else None),
                 since_best=int(since_best), last_loss=None if last_loss is None else float(last_loss),
@@ -257,8 +262,8 @@ def check_restorable(path, ckpt: dict, model, optimizer) -> None:
                                     f"{torch.get_rng_state().numel()}")
 
 
-#: the keys of a checkpoint's ``best.accs`` (``Trainer.evaluate``'s accuracies; none before the first evaluation)
-ACC_KEYS = ("train_acc", "val_acc", "test_acc")
+#: the keys of a checkpoint's ``best.accs`` (``Trainer.evaluate``'s metrics; none before the first evaluation)
+ACC_KEYS = tuple(f"{s}_{m}" for m in SUFFIX.values() for s in ("train", "val", "test"))
 
 
 def _check_layout(path, ckpt: dict) -> None:
@@ -327,6 +332,6 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False, 
         raise CheckpointError(path, f"already at epoch {ckpt['epoch']}: nothing to train with --epochs {cfg.epochs} "
                                     "(give more epochs to continue)")
     if cfg.patience and ckpt["since_best"] >= cfg.patience:
-        raise CheckpointError(path, f"the run stopped early at epoch {ckpt['epoch']} (no better validation accuracy "
-                                    f"in {ckpt['since_best']} evaluations, --patience {cfg.patience}): nothing to "
-                                    "resume (a larger --patience continues it)")
+        raise CheckpointError(path, f"the run stopped early at epoch {ckpt['epoch']} (no better validation "
+                                    f"{cfg.metric} in {ckpt['since_best']} evaluations, --patience {cfg.patience}): "
+                                    "nothing to resume (a larger --patience continues it)")

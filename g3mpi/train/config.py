@@ -14,6 +14,9 @@ from g3mpi.nn.norm import NORMS
 from g3mpi.nn.recipe import JKS, MODEL_CLASSES, MODELS, uses_recipe
 from g3mpi.sched import MODES, PIPELINED, Schedule
 
+from .metrics import METRICS
+from .tasks import TASKS, metric_misfit
+
 OPTIMIZERS = ("adam", "sgd")
 #: torch threads per rank at most (a larger count is a typo: OpenMP would abort allocating the pool)
 MAX_THREADS = 1024
@@ -60,13 +63,15 @@ class TrainConfig:
     k: int = 10                     # appnp: propagation steps
     alpha: float = 0.1              # appnp: teleport probability; gcn2: initial residual
     theta: float = 0.5              # gcn2: identity mapping strength, beta_l = log(theta / l + 1)
+    task: str = "multiclass"        # multiclass | binary | multilabel (g3mpi.train.tasks)
+    metric: str = "accuracy"        # accuracy | roc_auc | ap | f1_macro: reported first, selects the best epoch
     optimizer: str = "adam"
     lr: float = 0.01
     weight_decay: float = 5e-4
     momentum: float = 0.0           # SGD only
     epochs: int = 200
-    eval_every: int = 1             # evaluate (train/val/test accuracy) every k epochs and after the last
-    patience: int = 0               # stop after this many evaluations without a better validation accuracy (0: never)
+    eval_every: int = 1             # evaluate (train/val/test metrics) every k epochs and after the last
+    patience: int = 0               # stop after this many evaluations without a better validation metric (0: never)
     seed: int = 0
     threads: int = 1                # torch threads per rank
     device: str = "cpu"             # cpu | cuda | auto (cuda where every rank sees a GPU, else cpu)
@@ -99,9 +104,12 @@ class TrainConfig:
             raise ConfigError(msg, key)
         for k, allowed in (("model", MODELS), ("activation", ACTIVATIONS), ("optimizer", OPTIMIZERS),
                            ("schedule", MODES), ("log_level", LOG_LEVELS), ("device", DEVICES),
-                           ("cuda_aware", CUDA_AWARE), ("norm", NORMS), ("jk", JKS)):
+                           ("cuda_aware", CUDA_AWARE), ("norm", NORMS), ("jk", JKS), ("task", TASKS),
+                           ("metric", METRICS)):
             if (getattr(self, k).upper() if k == "log_level" else getattr(self, k)) not in allowed:
                 bad(k, f"{k} {getattr(self, k)!r}: expected one of {', '.join(allowed)}")
+        if metric_misfit(self.task, self.metric):
+            bad("metric", metric_misfit(self.task, self.metric))
         for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads", "k"):
             if getattr(self, k) < 1 and not (k == "epochs" and self.epochs == 0 and self.init_from):
                 only = "; 0 only with init_from (--init-from), to evaluate a trained model" if k == "epochs" else ""

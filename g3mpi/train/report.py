@@ -17,6 +17,7 @@ from pathlib import Path
 from g3mpi.format.errors import failure_reason
 
 from .config import ConfigError, TrainConfig, config_from
+from .metrics import SUFFIX
 from .rundir import read_metrics
 
 #: the settings every table shows (others only where the runs differ)
@@ -25,8 +26,9 @@ KEY_SETTINGS = ("model", "seed", "lr")
 NOT_SHOWN = ("out", "force", "progress", "plots", "log_level", "timeline_epoch")
 #: the results each row ends with: column, summary.json key
 RESULTS = (("val_acc", "val_acc"), ("test_acc", "test_acc"), ("best_epoch", "best_epoch"), ("epochs", "epochs"))
-#: the accuracies a plot can show
-METRICS = ("test_acc", "val_acc", "train_acc")
+#: the values a plot can show: the accuracies, and the other --metric values of the runs that chose them
+METRICS = ("test_acc", "val_acc", "train_acc") + tuple(f"{s}_{m}" for m in SUFFIX.values() if m != "acc"
+                                                       for s in ("test", "val", "train"))
 
 
 class ReportError(ValueError):

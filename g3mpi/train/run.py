@@ -19,6 +19,7 @@ from g3mpi.log import setup_logging
 from .checkpoint import CHECKPOINT_NAME
 from .config import TrainConfig, ineffective_settings
 from .faults import TrainingFault
+from .metrics import SUFFIX
 from .rundir import OutputError, RunLock, prepare_run_dir
 from .startup import PROG, Protocol, Started, StartupFailed, failure, start
 from g3mpi.mpi.stop import EXIT_STOPPED
@@ -130,9 +131,10 @@ def _say_done(cfg: TrainConfig, summary: dict, run_dir: Path) -> None:
     """Rank 0's last line of a finished run."""
     def num(key):   # None (no such split, no trained epoch) as nan; 0.0 as itself
         return float("nan") if summary[key] is None else summary[key]
+    m = SUFFIX[cfg.metric]   # the chosen metric (accuracy: "acc")
     if summary["epochs"] == 0:
-        log.info("done: evaluated the parameters of %s: val %.4f, test %.4f -> %s", cfg.init_from, num("val_acc"),
-                 num("test_acc"), run_dir)
+        log.info("done: evaluated the parameters of %s: val %s %.4f, test %.4f -> %s", cfg.init_from, cfg.metric,
+                 num(f"val_{m}"), num(f"test_{m}"), run_dir)
     else:
-        log.info("done: best epoch %s, val %.4f, test %.4f, median epoch %.4fs -> %s", summary["best_epoch"],
-                 num("val_acc"), num("test_acc"), num("epoch_time_median_s"), run_dir)
+        log.info("done: best epoch %s, val %s %.4f, test %.4f, median epoch %.4fs -> %s", summary["best_epoch"],
+                 cfg.metric, num(f"val_{m}"), num(f"test_{m}"), num("epoch_time_median_s"), run_dir)

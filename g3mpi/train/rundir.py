@@ -28,6 +28,7 @@ from g3mpi.format.errors import failure_reason
 
 from .checkpoint import CHECKPOINT_NAME, write_torch
 from .config import ConfigError, TrainConfig, config_from, to_toml
+from .metrics import SUFFIX
 
 log = logging.getLogger("g3mpi.train")
 
@@ -35,6 +36,8 @@ PREDICTIONS_FORMAT = "g3mpi-predictions"
 #: the node splits, and the keys of their accuracies in metrics.jsonl and summary.json
 SPLITS = ("train", "val", "test")
 ACCURACY_KEYS = tuple(f"{s}_acc" for s in SPLITS)
+#: every metric key an evaluated epoch may have (the accuracies and each --metric's)
+METRIC_KEYS = tuple(f"{s}_{m}" for m in SUFFIX.values() for s in SPLITS)
 _TOKEN_TAG = 7301
 #: the lock file of a run directory (held by the rank 0 of the run that uses it)
 LOCK_NAME = ".g3-train.lock"
@@ -206,7 +209,7 @@ def rewind_metrics(path, last_epoch: int, eval_every: int = 1) -> None:
         if rec is None:  # a line cut short by a crash, or not a record at all
             continue
         if rec["epoch"] == last_epoch and last_epoch % eval_every and "val_acc" in rec:
-            line = json_text({k: v for k, v in rec.items() if k not in ACCURACY_KEYS}, indent=None)
+            line = json_text({k: v for k, v in rec.items() if k not in METRIC_KEYS}, indent=None)
         if rec["epoch"] <= last_epoch:
             keep.append(line)
     write_text_atomic(path, "".join(line + "\n" for line in keep))
@@ -256,8 +259,11 @@ def write_rows(ds, sorted_ids: np.ndarray, values: np.ndarray) -> None:
 
 
 def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_nodes: int,
-                      attrs: dict | None = None, watchdog: Watchdog | None = None, on_turn=None) -> None:
-    """Collectively write ``path`` (HDF5): ``logits`` float32 [N, C] and ``pred`` int64 [N], row = original ID.
+                      attrs: dict | None = None, watchdog: Watchdog | None = None, on_turn=None,
+                      pred: np.ndarray | None = None) -> None:
+    """Collectively write ``path`` (HDF5): ``logits`` float32 [N, C] and ``pred`` int64 [N] (the task's
+    predictions, :func:`g3mpi.train.tasks.predict`, default the argmax; multilabel: int8 [N, C] of 0/1), row =
+    original ID.
 
     Every rank passes its owned rows; the file appears (atomically) only if every rank wrote successfully,
     otherwise every rank raises. ``watchdog`` (on ``comm``) bounds the waits for the other ranks' turns, each
@@ -273,7 +279,10 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
     order = np.argsort(orig_ids, kind="stable")
     ids = np.asarray(orig_ids, np.int64)[order]
     lg = np.ascontiguousarray(logits[order], dtype=np.float32)
-    pred = lg.argmax(axis=1).astype(np.int64) if lg.shape[1] else np.zeros(len(ids), np.int64)
+    if pred is None:
+        pred = lg.argmax(axis=1).astype(np.int64) if lg.shape[1] else np.zeros(len(ids), np.int64)
+    else:
+        pred = np.ascontiguousarray(pred[order])
     err = None
     if rank > 0:
         err = wd.recv_text(rank - 1, _TOKEN_TAG, f"{what} (rank {rank - 1} writes before rank {rank})", turns=rank)
@@ -291,7 +300,7 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
                         f.attrs[k] = v
                     f.create_dataset("logits", shape=(num_nodes, lg.shape[1]), dtype=np.float32,
                                      fillvalue=np.nan)
-                    f.create_dataset("pred", shape=(num_nodes,), dtype=np.int64, fillvalue=-1)
+                    f.create_dataset("pred", shape=(num_nodes, *pred.shape[1:]), dtype=pred.dtype, fillvalue=-1)
                 dl, dp = f["logits"], f["pred"]
                 write_rows(dl, ids, lg)
                 write_rows(dp, ids, pred)

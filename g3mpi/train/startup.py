@@ -7,7 +7,8 @@ collective, so that a failure anywhere stops every rank at the same step, each w
 
 1. the configuration check (:func:`config_check`), every rank's first collective, once its command line is read;
 2. ``device``: the rank's device (``--device``, :mod:`.device`: its GPU from its place on its node);
-3. ``part files``: meta.json and the rank's own part (:func:`read_rank_part`, which the bench's worker uses too);
+3. ``part files``: meta.json and the rank's own part (:func:`read_rank_part`, which the bench's worker uses too),
+   whose labels fit ``--task``;
 4. ``halo lists``: each neighbour sends the rows this rank expects (:mod:`g3mpi.comm.consistency`);
 5. ``split sizes``: the graph's training, validation and test counts, and that the parts own every node ID
    exactly once (:func:`start_up_sums`, which the bench's worker uses too);
@@ -44,6 +45,7 @@ from .device import mpi_cuda_support, select_device, use_cuda_aware
 from .faults import TestHooks
 from .memory import largest_part_bytes
 from .rundir import SPLITS
+from .tasks import label_misfit
 from .trainer import Trainer
 from .userfile import ModelFileError
 
@@ -258,6 +260,8 @@ def _load_part(proto: Protocol, cfg: TrainConfig):
     try:
         hooks = TestHooks.from_env(proto.comm.rank)
         meta, part = read_rank_part(cfg.parts, proto.comm, cfg.verify)
+        why = label_misfit(cfg.task, part.labels, part.num_classes)   # (the same on every rank)
+        err = why and f"{cfg.parts}: {why}"
     except FormatError as e:
         err = str(e)
     except Exception as e:  # noqa: BLE001 - any load failure must reach every rank

@@ -1,7 +1,8 @@
 """Full-graph distributed training on one rank's part: the loop, evaluation, early stopping, the outputs.
 
-Loss = sum over this rank's training nodes / number of training nodes in the whole graph, so the sum over
-ranks is the single-process mean and the allreduced (summed) parameter gradients equal single-process ones.
+Loss = sum over this rank's training nodes / number of training nodes in the whole graph (multilabel: known
+entries; :mod:`.tasks` has the loss and the metrics of each task), so the sum over ranks is the single-process mean
+and the allreduced (summed) parameter gradients equal single-process ones.
 Parameters are replicated (same seed, same initialisation on every rank); every rank steps its own optimiser on
 identical gradients. What comes before (loading, the start-up checks, the run directory) is :mod:`.startup` and
 :mod:`.rundir`.
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from mpi4py import MPI
 
 from g3mpi.comm import CommContext, SimNet
@@ -33,11 +33,13 @@ from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync, param_buckets
+from .metrics import SUFFIX
 from .plots import plot_run
 from .rundir import SPLITS, TIMELINE, MetricsLog, read_metrics, run_timings, save_state_dict, write_json_atomic, \
     write_predictions
 from g3mpi.mpi.stop import STOP_SLOTS
 from .sysmem import current_rss_bytes, peak_rss_bytes
+from .tasks import evaluate, loss_sum, loss_terms, output_dim, predict
 from .userfile import build_user_model, check_output
 
 log = logging.getLogger("g3mpi.train")
@@ -76,7 +78,7 @@ class Trainer:
                                recorder=self.recorder)
         self.graph = DistGraph(part, self.ctx, Schedule(cfg.schedule, cfg.chunk_rows))
         torch.manual_seed(cfg.seed)
-        self.out_dim = part.num_classes
+        self.out_dim = output_dim(cfg.task, part.num_classes)
         try:
             self.model = self._build_model(part.feature_dim, self.out_dim)
         except Exception:
@@ -94,6 +96,8 @@ class Trainer:
         self.split_sizes = dict(split_sizes)
         if self.split_sizes["train"] == 0:
             raise ValueError(f"{cfg.parts}: the graph has no training nodes")
+        #: the validation metric that selects the best epoch (metrics.jsonl's and the summary's key)
+        self.score_key = f"val_{SUFFIX[cfg.metric]}"
         if self.split_sizes["val"] == 0 and comm.rank == 0:
             log.warning("%s: no validation nodes: the model of the last evaluated epoch is kept%s", cfg.parts,
                         ", and --patience is ignored" if cfg.patience else "")
@@ -106,6 +110,13 @@ class Trainer:
         self.start_epoch = 1
         self.resumed = None   # the checkpoint this trainer continues from, if any
         self.given = False    # started from given parameters (start_from)
+        # the loss's denominator: the training nodes of the whole graph, or (multilabel) their known entries, a
+        # sum over the ranks (last in the constructor: a rank that failed above never reaches it, and aborts)
+        self.loss_terms = self.split_sizes["train"]
+        if cfg.task == "multilabel":
+            n = np.array([loss_terms(cfg.task, part.labels, part.train_mask)], dtype=np.int64)
+            self.watchdog.allreduce(n, what="the loss's denominator")
+            self.loss_terms = int(n[0])
 
     def _build_model(self, in_dim: int, out_dim: int) -> torch.nn.Module:
         """The built-in stack of ``cfg.model``, or the user's module of ``cfg.model_file``
@@ -170,8 +181,7 @@ class Trainer:
         self.opt.zero_grad(set_to_none=False)
         logits = self.model(self.x, DropoutKey(self.cfg.seed, epoch))
         mark("loss")
-        m = self.masks["train"]
-        loss = F.cross_entropy(logits[m], self.y[m], reduction="sum") / self.split_sizes["train"]
+        loss = loss_sum(self.cfg.task, logits, self.y, self.masks["train"]) / max(self.loss_terms, 1)
         loss = self.hooks.corrupt_loss(epoch, loss)
         sync = self.gradsync
         sync.begin()
@@ -261,11 +271,12 @@ class Trainer:
         return self.model(self.x)
 
     def _if_better(self, accs: dict, best: dict, epoch: int) -> dict | None:
-        """The model of ``epoch`` as a best-model candidate (accuracies and a copy of its parameters) when its
-        validation accuracy beats ``best``'s, or always without validation nodes (the last one is kept); else
-        None."""
-        if accs["val_acc"] > best["val_acc"] or not self.split_sizes["val"]:
-            return dict(val_acc=accs["val_acc"], epoch=epoch, accs=accs, state=copy.deepcopy(self.model.state_dict()))
+        """The model of ``epoch`` as a best-model candidate (metrics and a copy of its parameters) when its
+        validation metric (``cfg.metric``) beats ``best``'s, or always without validation nodes (the last one is
+        kept); else None. An undefined metric (NaN: a ROC-AUC of a split with one class) never beats."""
+        score = accs[self.score_key]
+        if score > best["score"] or not self.split_sizes["val"]:
+            return dict(score=score, epoch=epoch, accs=accs, state=copy.deepcopy(self.model.state_dict()))
         return None
 
     def _gather_epoch_figures(self, rec: dict) -> list | None:
@@ -301,15 +312,9 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """Global accuracies per split (counts reduced over ranks)."""
-        pred = self.logits().argmax(dim=1)
-        c = np.zeros(2 * len(SPLITS), dtype=np.int64)
-        for i, s in enumerate(SPLITS):
-            m = self.masks[s]
-            c[2 * i] = int((pred[m] == self.y[m]).sum())
-            c[2 * i + 1] = int(m.sum())
-        self.watchdog.allreduce(c, what="evaluation")
-        return {f"{s}_acc": (c[2 * i] / c[2 * i + 1]) if c[2 * i + 1] else float("nan") for i, s in enumerate(SPLITS)}
+        """Global accuracies per split, and the values of ``cfg.metric`` (:func:`.tasks.evaluate`)."""
+        return evaluate(self.cfg.task, self.cfg.metric, self.logits().numpy(), self.part.labels,
+                        {s: self.masks[s].numpy() for s in SPLITS}, self.watchdog)
 
     def _stop_reason(self, signal_ranks: list) -> str:
         """What stopped the run, as the stop line names it: each stop signal that arrived, with the number of ranks
@@ -390,7 +395,7 @@ class Trainer:
                 if bar is not None:
                     post = dict(loss=f"{rec['loss']:.4f}")
                     if accs:
-                        post.update(val=f"{accs['val_acc']:.3f}", best=f"{sel.best['val_acc']:.3f}")
+                        post.update(val=f"{accs[self.score_key]:.3f}", best=f"{sel.best['score']:.3f}")
                     bar.set_postfix(post, refresh=False)
                     bar.update(1)
             stop = self._patience_spent(sel)
@@ -406,8 +411,8 @@ class Trainer:
             # the adaptive deadline follows the slowest epoch, with its evaluation, metrics and checkpoint
             self.watchdog.step_done(time.perf_counter() - t_epoch)
             if stop:
-                log.info("early stop at epoch %d: no better validation accuracy in %d evaluations",
-                         epoch, cfg.patience)
+                log.info("early stop at epoch %d: no better validation %s in %d evaluations",
+                         epoch, cfg.metric, cfg.patience)
                 break
         return epoch, None
 
@@ -457,8 +462,9 @@ class Trainer:
         logits = self.logits().numpy()
         self.watchdog.context = f"after epoch {epoch}"
         write_predictions(comm, run_dir / "predictions.h5", self.part.orig_ids, logits, self.part.num_nodes,
+                          pred=predict(cfg.task, logits),
                           attrs=dict(model=cfg.model_label, best_epoch=best["epoch"],
-                                     partition_id=self.part.partition_id),
+                                     partition_id=self.part.partition_id, task=cfg.task),
                           watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
         peaks = np.empty(comm.size, dtype=np.int64) if comm.rank == 0 else None
         self.watchdog.gather(np.array([peak_rss_bytes()], dtype=np.int64), peaks, 0, "peak memory gather")
@@ -484,8 +490,11 @@ class Trainer:
                         failure_reason(e))
             timings = run_timings([])
         exact = Schedule(cfg.schedule).communicates or comm.size == 1   # one rank has no halo for nocomm to skip
+        # the chosen metric's values (accuracy's keys stay as they were for every task: the tools read them)
+        keys = [f"{s}_{SUFFIX[cfg.metric]}" for s in ("test", "val", "train")] if cfg.metric != "accuracy" else []
         summary = dict(
-            model=cfg.model_label, world_size=comm.size, num_parts=self.meta["num_parts"],
+            metric=cfg.metric, **{k: best["accs"].get(k) for k in keys}, task=cfg.task, model=cfg.model_label,
+            world_size=comm.size, num_parts=self.meta["num_parts"],
             partition_method=self.meta.get("method"), num_nodes=self.part.num_nodes, num_edges=self.part.num_edges,
             epochs=epoch, best_epoch=best["epoch"], train_acc=best["accs"].get("train_acc"),
             val_acc=best["accs"].get("val_acc"), test_acc=best["accs"].get("test_acc"),
@@ -508,14 +517,15 @@ class Trainer:
 
 
 class _Selection:
-    """The best-model selection of a run: the best evaluation on the ``--eval-every`` grid (accuracies, epoch, a
-    copy of the parameters), the evaluations since it, the last loss (what a checkpoint keeps, restored from
-    ``resumed``), and the off-grid last evaluation when it beat the best (``last``, which the outputs prefer)."""
+    """The best-model selection of a run: the best evaluation on the ``--eval-every`` grid (its validation score,
+    metrics, epoch, a copy of the parameters), the evaluations since it, the last loss (what a checkpoint keeps,
+    restored from ``resumed``), and the off-grid last evaluation when it beat the best (``last``, which the outputs
+    prefer)."""
 
     def __init__(self, resumed: dict | None = None):
-        self.best = dict(val_acc=-1.0, epoch=0, state=None, accs={})
+        self.best = dict(score=-1.0, epoch=0, state=None, accs={})
         self.since_best, self.last_loss, self.last = 0, None, None
         if resumed is not None:
             b = resumed["best"]
-            self.best = dict(val_acc=b["val_acc"], epoch=b["epoch"], state=b["state"], accs=b["accs"])
+            self.best = dict(score=b["val_acc"], epoch=b["epoch"], state=b["state"], accs=b["accs"])
             self.since_best, self.last_loss = resumed["since_best"], resumed["last_loss"]
