@@ -5,7 +5,8 @@
 Rank r reads rows ``r*N//R .. (r+1)*N//R - 1`` of graph.h5 (:mod:`data_tools.slices`), partitions with the
 others (:mod:`data_tools.partitioners.stream`) and writes the parts ``p`` with ``p % R == r``
 (:mod:`data_tools.parallel_build`); no rank holds the whole graph. A problem on any rank (bad input in its slice,
-a failed write) stops every rank, each with one line, non-zero, and nothing is written. See docs/PARTITION.md.
+a failed write) stops every rank, non-zero, and nothing is written; rank 0 says it once for the job, one line per
+distinct error naming the ranks that had it (:mod:`g3mpi.mpi.report`). See docs/PARTITION.md.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import numpy as np
 from g3mpi.format import META_NAME, FormatError, atomic_dir, graph_fingerprint, open_graph
 from g3mpi.format.atomic import check_output
 from g3mpi.format.errors import H5_READ_ERRORS, failure_reason, unreadable
+from g3mpi.mpi.report import report
 
 from .mpi_util import RankFailed, agree, allgather_rows, allgather_text, allreduce, peak_rss_mib, rank_bounds
 from .termination import interruption, terminate_as_interrupt
@@ -152,22 +154,30 @@ def write(comm, cfg, sl, lg, parts, partition_id, extra) -> dict | None:
     return meta
 
 
+def failed(comm, errs: list[str | None], own_world: bool) -> int:
+    """The exit of a failure every rank knows of (``errs``: every rank's error or None): rank 0's lines for the
+    job, then exit status 1 on every rank once they are out. On its own COMM_WORLD MPI is finalized first: under
+    ``python -m mpi4py`` a non-zero exit with MPI initialised aborts the job, with a line of noise per rank."""
+    report(comm.rank, PROG, errs)
+    comm.Barrier()
+    if own_world:
+        from mpi4py import MPI
+        MPI.Finalize()
+    return 1
+
+
 def main(cfg, comm=None) -> int:
     """``g3-partition --method stream`` on ``comm`` (default COMM_WORLD); the exit status."""
     from mpi4py import MPI
+    own_world = comm is None
     comm = comm or MPI.COMM_WORLD
     try:
         with terminate_as_interrupt():
             run(cfg, comm)
     except RankFailed as e:
-        line = e.own if e.own is not None else f"stopping: rank(s) {e.ranks} failed ({e.first})"
-        error(comm, line)
-        comm.Barrier()   # every rank's line is out before any exits (under python -m mpi4py the first exit aborts)
-        return 1
+        return failed(comm, e.errs, own_world)
     except FormatError as e:   # the same on every rank (a check of values every rank has)
-        error(comm, str(e))
-        comm.Barrier()
-        return 1
+        return failed(comm, [str(e)] * comm.size, own_world)
     except KeyboardInterrupt as e:
         error(comm, f"{cfg.out}: {interruption(e)} (no output written)")
         comm.Abort(getattr(e, "exit_status", 130))

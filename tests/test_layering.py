@@ -6,7 +6,7 @@ import ast
 
 from tests.conftest import REPO
 
-DATA_TOOLS_MAY_IMPORT = ("g3mpi.format", "g3mpi.log", "g3mpi.options", "g3mpi.plotting", "g3mpi.units")
+DATA_TOOLS_MAY_IMPORT = ("g3mpi.format", "g3mpi.log", "g3mpi.mpi", "g3mpi.options", "g3mpi.plotting", "g3mpi.units")
 
 
 def g3mpi_imports(path) -> list[tuple[int, str]]:

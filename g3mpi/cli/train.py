@@ -5,8 +5,9 @@
     mpiexec -n P g3-train --resume RUN [--epochs N] [...]      (continue from RUN/checkpoint.pt)
 
 Settings come from the defaults, then ``--config`` (TOML, keys as the long options with underscores), then
-the command line. The resolved configuration is saved as RUN/config.toml. Errors are reported on every rank
-(``g3-train: error: [rank r] ...``) and every rank exits non-zero. SIGTERM or SIGUSR1 stops every rank after the
+the command line. The resolved configuration is saved as RUN/config.toml. Errors are reported once for the job,
+by rank 0, one line per distinct error naming the ranks that had it (``g3-train: error: [ranks 0-3] ...``), and
+every rank exits non-zero. SIGTERM or SIGUSR1 stops every rank after the
 current epoch with RUN/checkpoint.pt written and exit status 75 (:mod:`g3mpi.train.stop`).
 """
 from __future__ import annotations
@@ -212,7 +213,12 @@ def main(argv=None, comm=None) -> int:
         from g3mpi.train.rundir import RunLock
         from g3mpi.train.run import run
         with RunLock() as lock:   # rank 0 takes it when it prepares the run directory
-            return run(comm, cfg, given, resume, stop=stop, lock=lock, own_world=own_world, prog=PROG)
+            code = run(comm, cfg, given, resume, stop=stop, lock=lock, own_world=own_world, prog=PROG)
+        if code and own_world and not MPI.Is_finalized():
+            # an exit the ranks agreed on, the job's lines out: without this, a non-zero exit under
+            # `python -m mpi4py` calls MPI_Abort, and the launcher adds a line of noise per rank
+            MPI.Finalize()
+        return code
 
 
 if __name__ == "__main__":

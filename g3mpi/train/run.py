@@ -1,6 +1,6 @@
 """One rank's g3-train run once every rank has read its settings: the start-up (:mod:`.startup`), the run
 directory (:func:`.rundir.prepare_run_dir`), training (:meth:`.trainer.Trainer.fit`), and the exit status with
-its lines: 0; 1 after an error (one line per rank, every rank exits); 75 (``EXIT_STOPPED``) when a stop signal or
+its lines: 0; 1 after an error (rank 0's lines for the job, :mod:`g3mpi.mpi.report`; every rank exits); 75 (``EXIT_STOPPED``) when a stop signal or
 the time limit stopped the run after its checkpoint was written.
 """
 from __future__ import annotations
@@ -51,11 +51,10 @@ def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: 
     run_dir, err = prepare_run_dir(comm, cfg, resume_epoch=ckpt["epoch"] if ckpt else None,
                                    resume_eval_every=ckpt["config"].get("eval_every") if ckpt else None,
                                    watchdog=proto.watchdog, lock=lock)
-    if err:
-        proto.error(err)
+    if err:   # rank 0's (every rank has its word)
         started.trainer.close()
         try:
-            proto.all_out("start-up step 'run directory'")
+            proto.agree(err if comm.rank == 0 else None, "run directory")
         except StartupFailed as e:
             return e.code
     summary = _train(proto, cfg, started, run_dir, lock)
@@ -85,10 +84,11 @@ def _train(proto: Protocol, cfg: TrainConfig, started: Started, run_dir: Path, l
             log.info("starting from the parameters in %s", cfg.init_from)
         summary = trainer.fit(run_dir)
         trainer.close()
-    except TrainingFault as e:  # raised on every rank together: a clean, coordinated exit
-        proto.error(str(e))
-        proto.watchdog.barrier("exit after a training fault (every rank's line is out before the job ends)")
-        return None
+    except TrainingFault as e:  # raised on every rank together: a clean, coordinated exit, the job's lines once
+        try:
+            proto.agree(str(e), "exit after a training fault")
+        except StartupFailed:
+            return None
     except OutputError as e:  # a file of the run directory (often on rank 0 alone): one line, end the job
         lock.release()   # (MPI_Abort ends the process before the caller could)
         abort_job(comm, proto.line(str(e)))

@@ -2,24 +2,29 @@
 
 Every rank runs the same steps in the same order. After each step that can fail on some ranks only, the ranks
 agree (:meth:`Protocol.agree`: one text allgather of their errors) before any rank goes on to the next
-collective, so that a failure anywhere stops every rank at the same step, each with one line
-(``g3-train: error: [rank r] ...``: its own error, or which ranks failed) and a non-zero exit, never a hang:
+collective, so that a failure anywhere stops every rank at the same step with a non-zero exit, never a hang, and
+the job says it once: rank 0 writes one line per distinct error, naming the ranks that had it
+(``g3-train: error: [ranks 0-3] ...``, :mod:`g3mpi.mpi.report`):
 
 1. the configuration check (:func:`config_check`), every rank's first collective, once its command line is read;
 2. ``device``: the rank's device (``--device``, :mod:`.device`: its GPU from its place on its node);
-3. ``part files``: meta.json and the rank's own part (:func:`read_rank_part`, which the bench's worker uses too);
-4. ``halo lists``: each neighbour sends the rows this rank expects (:mod:`g3mpi.comm.consistency`);
-5. ``split sizes``: the graph's training, validation and test counts, and that the parts own every node ID
+3. ``run directory``: rank 0 checks that ``--out`` can be created (:func:`~.rundir.check_run_dir`), before any
+   part is read (it is made after step 8, so that a model that does not fit leaves no run directory);
+4. ``part files``: meta.json and the rank's own part (:func:`read_rank_part`, which the bench's worker uses too);
+5. ``halo lists``: each neighbour sends the rows this rank expects (:mod:`g3mpi.comm.consistency`);
+6. ``split sizes``: the graph's training, validation and test counts, and that the parts own every node ID
    exactly once (:func:`start_up_sums`, which the bench's worker uses too);
-6. ``checkpoint`` (``--resume``) or ``initial model`` (``--init-from``): read and checked against the settings;
-7. the trainer built, then the checkpoint's states or the initial parameters checked against its model.
+7. ``checkpoint`` (``--resume``) or ``initial model`` (``--init-from``): read and checked against the settings;
+8. the trainer built, then the checkpoint's states or the initial parameters checked against its model.
 
-A failure inside a collective, where other ranks may wait, ends the job at once (``abort_job``) instead. Every
-wait has the watchdog's deadline (``--comm-timeout``): a rank that never arrives ends the job naming the step.
+A failure inside a collective, where other ranks may wait, ends the job at once (``abort_job``, with the rank's
+own line) instead. Every wait has the watchdog's deadline (``--comm-timeout``): a rank that never arrives ends the
+job naming the step.
 """
 from __future__ import annotations
 
 import logging
+import math
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +33,13 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from g3mpi.comm.abort import abort_job, write_line
+from g3mpi.comm.abort import abort_job, wait_stderr_read, write_line
 from g3mpi.comm.consistency import check_neighbours
 from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format import FormatError, part_name, read_meta, read_part
 from g3mpi.format.partition import id_checksum, range_checksum
 from g3mpi.log import node_name
+from g3mpi.mpi.report import report
 from g3mpi.nn.model import LAYERS
 
 from .checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, check_restorable, load_checkpoint,
@@ -41,7 +47,7 @@ from .checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, che
 from .config import ConfigError, TrainConfig, settings_without_effect
 from .device import mpi_cuda_support, select_device, use_cuda_aware
 from .faults import TestHooks
-from .rundir import SPLITS
+from .rundir import SPLITS, check_run_dir
 from .trainer import Trainer
 
 PROG = "g3-train"
@@ -71,24 +77,24 @@ class Protocol:
     def line(self, msg: str) -> str:
         return f"{self.prog}: error: [rank {self.comm.rank}] {msg}"
 
-    def error(self, msg: str) -> None:
-        write_line(self.line(msg))
-
-    def agree(self, err: str | None, what: str, check: str) -> None:
+    def agree(self, err: str | None, check: str) -> None:
         """Every rank learns whether any rank failed (``err``: this rank's error or None); unless all succeeded,
-        each prints one line (its own ``err``, or that other ranks ``what``) and :class:`StartupFailed` is raised
-        on every rank. The waits name the start-up ``check``."""
+        rank 0 writes the job's lines (:func:`g3mpi.mpi.report.report`: one per distinct error, naming its ranks)
+        and :class:`StartupFailed` is raised on every rank. The waits name the start-up ``check``."""
         errs = self.watchdog.allgather_text(err, f"start-up check {check!r}")
-        if not any(errs):
+        if not any(e is not None for e in errs):
             return
-        if err:
-            self.error(err)
-        else:
-            self.error(f"stopping: rank(s) {[r for r, e in enumerate(errs) if e]} {what}")
+        report(self.comm.rank, self.prog, errs)
+        self.all_out(f"start-up check {check!r}")
+
+    def same(self, err: str, check: str) -> None:
+        """A failure that every rank found alike (from values every rank has): rank 0's one line for all ranks,
+        then :class:`StartupFailed` on every rank."""
+        report(self.comm.rank, self.prog, [err] * self.comm.size)
         self.all_out(f"start-up check {check!r}")
 
     def all_out(self, what: str) -> None:
-        """Every rank's line is out before any rank exits (under ``python -m mpi4py`` the first non-zero exit
+        """Rank 0's lines are out before any rank exits (under ``python -m mpi4py`` the first non-zero exit
         aborts the rest): a barrier, then :class:`StartupFailed`."""
         self.watchdog.barrier(f"{what} (every rank's line is out before the job ends)")
         raise StartupFailed(1)
@@ -102,26 +108,28 @@ class Protocol:
 def config_check(comm, err: str | None, timeout: float, own_world: bool, failed_wait_s: float,
                  prog: str = PROG) -> bool:
     """Every rank's first collective, once it has read its command line and configuration (``err``: why it could
-    not, or None): True if every rank could. Else every rank has printed one line, its own error or which ranks
-    failed, and on its own COMM_WORLD finalized MPI, so that no rank's exit cuts another's line off (under
-    ``python -m mpi4py`` the first non-zero exit aborts the job); the caller then exits with status 2. A rank that
-    failed waits at most ``failed_wait_s`` for the others (they may still be importing torch on a busy node), then
-    ends the job alone; one that did not waits as at the other start-up checks (``timeout``: --comm-timeout)."""
-    def error(msg):
-        write_line(f"{prog}: error: [rank {comm.rank}] {msg}")
-    if err:
-        error(err)   # first: the line stands whatever the other ranks do
-    failed = np.zeros(comm.size, dtype=np.uint8)
-    req = comm.Iallgather(np.array([err is not None], dtype=np.uint8), failed)
-    wd = (Watchdog(comm, failed_wait_s, prog=prog, limit="the configuration check's limit", code=2) if err
-          else Watchdog(comm, timeout, prog=prog))
-    wd.wait_collective([req], "configuration check")
-    if not failed.any():
+    not, or None): True if every rank could. Else rank 0 has written the job's lines (one per distinct error,
+    naming its ranks) and, on its own COMM_WORLD, every rank finalized MPI, so that no rank's exit cuts a line off
+    (under ``python -m mpi4py`` a non-zero exit with MPI initialised aborts the job); the caller then exits with
+    status 2. A rank that failed waits at most ``failed_wait_s`` for the others (they may still be importing
+    torch on a busy node), then writes its own line and ends the job alone; one that did not waits as at the other
+    start-up checks (``timeout``: --comm-timeout)."""
+    line = f"{prog}: error: [rank {comm.rank}] {err}"
+
+    def alone(code):   # the others never came: this rank's own line too, after the watchdog's, then the abort
+        write_line(line)
+        wait_stderr_read()
+        comm.Abort(code)
+    # every rank polls non-blocking collectives, deadline or not (a blocking collective matches no non-blocking
+    # one, and the failed ranks' must be non-blocking to have theirs)
+    wd = (Watchdog(comm, failed_wait_s, prog=prog, limit="the configuration check's limit", code=2, abort=alone)
+          if err else Watchdog(comm, timeout if timeout > 0 else math.inf, prog=prog))
+    errs = wd.allgather_text(err, "configuration check")
+    if not any(e is not None for e in errs):
         return True
-    if not err:
-        error(f"stopping: rank(s) {np.flatnonzero(failed).tolist()} could not read the command line or the "
-              "configuration")
+    report(comm.rank, prog, errs)
     if own_world:
+        wd.barrier("configuration check (rank 0's lines are out before the job ends)")
         MPI.Finalize()
     return False
 
@@ -182,9 +190,11 @@ class Started:
 
 
 def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None) -> Started:
-    """Steps 2 to 7 (the module's list) for g3-train: :class:`StartupFailed` on every rank when one fails.
+    """Steps 2 to 8 (the module's list) for g3-train: :class:`StartupFailed` on every rank when one fails.
     ``stop``: the run's :class:`~g3mpi.train.stop.StopSignals`; ``resume``: the run directory to continue."""
     select_rank_device(proto, cfg)
+    if not resume:
+        _check_run_dir(proto, cfg)
     part, meta, hooks = _load_part(proto, cfg)
     hooks.stall_at("startup")
     _check_halo(proto, cfg, part)
@@ -223,8 +233,22 @@ def select_rank_device(proto: Protocol, cfg: TrainConfig, cuda_count: int | None
                    "--device cpu")
     except ConfigError as e:
         err = str(e)
-    proto.agree(err, "cannot compute on the device asked for", "device")
+    proto.agree(err, "device")
     return device, direct
+
+
+def _check_run_dir(proto: Protocol, cfg: TrainConfig) -> None:
+    """Step 3: rank 0 checks that the run directory can be made (:func:`~.rundir.check_run_dir`), before any rank
+    reads its part."""
+    err = None
+    if proto.comm.rank == 0:
+        try:
+            check_run_dir(cfg)
+        except ValueError as e:
+            err = str(e)
+        except OSError as e:   # (a directory that cannot be listed)
+            err = f"{e.filename or cfg.out}: cannot be read: {e.strerror or e}"
+    proto.agree(err, "run directory")
 
 
 def _load_part(proto: Protocol, cfg: TrainConfig):
@@ -237,7 +261,7 @@ def _load_part(proto: Protocol, cfg: TrainConfig):
         err = str(e)
     except Exception as e:  # noqa: BLE001 - any load failure must reach every rank
         err = f"{type(e).__name__}: {e}"
-    proto.agree(err, "failed to load their part", "part files")
+    proto.agree(err, "part files")
     return part, meta, hooks
 
 
@@ -249,7 +273,7 @@ def _check_halo(proto: Protocol, cfg: TrainConfig, part) -> None:
         err = err and f"{cfg.parts.rstrip('/')}/{part_name(comm.rank)}: {err}"
     except Exception:  # noqa: BLE001 - failed inside its collectives: the others may wait there, so no agree
         proto.abort("checking the halo against the neighbours failed:\n" + traceback.format_exc())
-    proto.agree(err, "found their halo inconsistent with a neighbour", "halo lists")
+    proto.agree(err, "halo lists")
 
 
 def _split_sizes(proto: Protocol, cfg: TrainConfig, part) -> dict:
@@ -261,8 +285,7 @@ def _split_sizes(proto: Protocol, cfg: TrainConfig, part) -> dict:
         err = err or (f"{cfg.parts}: the graph has no training nodes (no labels, or an empty train mask; "
                       "g3-prepare edgelist takes them with --labels and --masks)")
     if err:
-        proto.error(err)
-        proto.all_out("start-up check 'split sizes'")
+        proto.same(err, "split sizes")
     return split_sizes
 
 
@@ -276,7 +299,7 @@ def _read_checkpoint(proto: Protocol, cfg: TrainConfig, meta: dict, resume: str)
                          idle=settings_without_effect(cfg, world_size=proto.comm.size, resuming=True))
     except CheckpointError as e:
         err = str(e)
-    proto.agree(err, "could not resume from the checkpoint", "checkpoint")
+    proto.agree(err, "checkpoint")
     return ckpt
 
 
@@ -287,7 +310,7 @@ def _read_initial(proto: Protocol, cfg: TrainConfig) -> dict:
         init = load_model_state(cfg.init_from)
     except CheckpointError as e:
         err = str(e)
-    proto.agree(err, "could not read the initial model", "initial model")
+    proto.agree(err, "initial model")
     return init
 
 
@@ -300,10 +323,10 @@ def _check_fit(proto: Protocol, cfg: TrainConfig, part, trainer: Trainer, ckpt, 
             check_restorable(f"{resume}/{CHECKPOINT_NAME}", ckpt, trainer.model, trainer.opt)
         except CheckpointError as e:
             err = str(e)
-        proto.agree(err, "could not resume from the checkpoint", "checkpoint")
+        proto.agree(err, "checkpoint")
     if init is not None:
         why = state_mismatch(init, trainer.model.state_dict())
         err = why and (f"{cfg.init_from}: its parameters do not fit this model ({model_args(cfg)}, "
                        f"{part.feature_dim} features, {part.num_classes} classes): {why}")
-        proto.agree(err, "could not start from the initial model", "initial model")
+        proto.agree(err, "initial model")
         trainer.start_from(init)
