@@ -239,3 +239,20 @@ def test_origins_of_the_settings(tmp_path):
                      "model": Given(f, "model"), "verify": Given(None, "verify")}
     assert [given[k].show(getattr(cfg, k)) for k in given] == [
         f"{f}: attn-dropout = 0.3", "command line: --heads 2", f"{f}: model = \"gat\"", "command line: --no-verify"]
+
+
+def test_unknown_keys_and_options_say_what_was_meant(tmp_path):
+    """A mistyped TOML key or option names the setting it is closest to; one close to none gets no guess."""
+    from g3mpi.cli.train import BadCommandLine, build_parser
+    toml = tmp_path / "run.toml"
+    for text, what in [("hiden = 4\n", "unknown key 'hiden' (did you mean 'hidden'?)"),
+                       ("weight-decey = 0.1\n", "unknown key 'weight-decey' (did you mean 'weight_decay'?)"),
+                       ("zzz = 1\n", "unknown key 'zzz'")]:
+        toml.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            config_from(str(toml))
+        assert str(e.value) == f"{toml}: {what}"
+    for argv, what in [(["--hiden", "4"], "--hiden 4 (did you mean '--hidden'?)"), (["--zzzz"], "--zzzz (g3")]:
+        with pytest.raises(BadCommandLine) as e:
+            build_parser().parse_args(argv)
+        assert str(e.value).startswith(f"unrecognized arguments: {what}")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from g3mpi.nn import ACTIVATIONS, MODELS
 from g3mpi.nn.model import LAYERS
+from g3mpi.options import did_you_mean
 from g3mpi.sched import MODES, PIPELINED, Schedule
 
 OPTIMIZERS = ("adam", "sgd")
@@ -190,7 +191,7 @@ def config_and_origins(toml_path: str | None = None,
         for k, v in data.items():
             key = k.replace("-", "_")
             if key not in types:
-                raise ConfigError(f"{p}: unknown key {k!r}")
+                raise ConfigError(f"{p}: unknown key {k!r}{did_you_mean(key, types)}")
             if key in values:
                 raise ConfigError(f"{p}: {key} is given twice (as {source[key]!r} and {k!r})")
             values[key], source[key] = _coerce(key, types[key], v, str(p)), k
