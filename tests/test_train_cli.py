@@ -325,7 +325,7 @@ def test_bad_command_line(small_parts, tmp_path):
     (it was argparse's 16-line usage on every rank, and a line without the rank)."""
     _, root = small_parts
     for bad, what in [(["--epochs", "ten"], "argument --epochs: invalid int value: 'ten'"),
-                      (["--hiden", "64"], "unrecognized arguments: --hiden 64")]:
+                      (["--hiden", "64"], "unrecognized arguments: --hiden 64 (did you mean '--hidden'?)")]:
         p = run_mpi(2, MOD, "--parts", root / "p2", "--out", tmp_path / "run", *bad, check=False)
         assert p.returncode == 2 and "usage:" not in p.stderr, p.stderr
         assert one_error(p.stderr, "g3-train", "ranks 0-1") == f"{what} (g3-train --help lists the options)"

@@ -33,7 +33,8 @@ class _Parser(argparse.ArgumentParser):
     :class:`BadCommandLine`, which :func:`main` reports after the ranks' configuration check."""
 
     def error(self, message: str):
-        raise BadCommandLine(f"{message} ({self.prog} --help lists the options)")
+        from g3mpi.options import unknown_options_hint
+        raise BadCommandLine(f"{unknown_options_hint(message, self)} ({self.prog} --help lists the options)")
 
 
 def build_parser() -> argparse.ArgumentParser:

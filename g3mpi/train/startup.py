@@ -36,7 +36,7 @@ from mpi4py import MPI
 from g3mpi.comm.abort import abort_job, wait_stderr_read, write_line
 from g3mpi.comm.consistency import check_neighbours
 from g3mpi.comm.watchdog import Watchdog
-from g3mpi.format import FormatError, part_name, read_meta, read_part
+from g3mpi.format import FormatError, open_graph, part_name, read_meta, read_part
 from g3mpi.format.partition import id_checksum, range_checksum
 from g3mpi.log import node_name
 from g3mpi.mpi.report import report
@@ -134,9 +134,22 @@ def config_check(comm, err: str | None, timeout: float, own_world: bool, failed_
     return False
 
 
+def not_a_partition(path, ranks: int) -> str:
+    """Why the file ``path``, given as a partition directory, is not one, and what to do (``ranks``: the number
+    of parts to ask for)."""
+    try:
+        with open_graph(path):
+            pass
+    except FormatError:
+        return "is a file, not a partition directory (meta.json + part-*.h5, written by g3-partition)"
+    return f"is a graph file; partition it: g3-partition {path} --parts {ranks} --out DIR, then --parts DIR"
+
+
 def read_rank_part(parts: str, comm, verify: bool = True):
     """(meta.json, this rank's part) of the partition directory ``parts``; FormatError (naming the file) when it
     has not one part per rank of ``comm`` or the part is bad."""
+    if Path(parts).is_file():
+        raise FormatError(parts, not_a_partition(parts, comm.size))
     meta = read_meta(parts)
     if meta["num_parts"] != comm.size:
         raise FormatError(f"{parts}/meta.json",
