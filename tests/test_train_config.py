@@ -256,3 +256,10 @@ def test_unknown_keys_and_options_say_what_was_meant(tmp_path):
         with pytest.raises(BadCommandLine) as e:
             build_parser().parse_args(argv)
         assert str(e.value).startswith(f"unrecognized arguments: {what}")
+
+
+def test_the_settings_name_the_models_and_activations_of_g3mpi_nn():
+    """The configuration names them without importing torch (g3-train --help); they are g3mpi.nn's."""
+    from g3mpi import nn
+    from g3mpi.train import config
+    assert config.MODELS == nn.MODELS and config.ACTIVATIONS == tuple(nn.ACTIVATIONS)

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mpi4py import MPI
-
 PROG = "g3-train"
 #: how long a rank whose command line or configuration is bad waits for the others at the configuration check
 #: (they may still be importing torch on a busy node) before it ends the job alone, its line already out
@@ -56,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _model_options(g) -> None:
-    from g3mpi.train.config import ACTIVATIONS, MODELS   # the choices' one home (imports torch)
+    from g3mpi.train.config import ACTIVATIONS, MODELS
     g.add_argument("--model", choices=MODELS)
     g.add_argument("--layers", type=int)
     g.add_argument("--hidden", type=int, help="hidden channels (per head for GAT)")
@@ -189,19 +187,25 @@ def main(argv=None, comm=None) -> int:
     """Run g3-train on ``comm`` (default COMM_WORLD, the program's own). Returns the exit status: 0, 1 (errors),
     2 (bad configuration) or 75 (stopped by a signal after writing the checkpoint)."""
     own_world = comm is None
-    comm = comm or MPI.COMM_WORLD
+    # the command line first: it needs neither MPI nor torch, so --help is out in a fraction of a second (MPI_Init
+    # alone takes a quarter of one, torch seconds on a busy node); a bad one is reported at the configuration check
+    try:
+        args, bad = vars(build_parser().parse_args(argv)), None
+    except BadCommandLine as e:
+        args, bad = None, str(e)
+    if own_world:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
     from g3mpi.train.stop import StopSignals   # no torch (g3mpi.train imports its modules on first use)
 
     # SIGTERM / SIGUSR1 (a batch job's time limit, scancel, kill) stop the run after an epoch with a checkpoint.
     # Active from here, not only around training: MPICH's MPI_Init installs a SIGUSR1 handler of its own, which
     # would swallow a stop request that arrives during start-up (the job then ran on until SIGKILL); a request
-    # recorded before training stops it after its first epoch. Before the parser too, which imports torch: that
-    # import is most of a rank's start-up (seconds, far more on a busy node), and a signal there was swallowed.
+    # recorded before training stops it after its first epoch. Before torch is imported: that import is most of a
+    # rank's start-up (seconds, far more on a busy node), and a signal there was swallowed.
     with StopSignals() as stop:
-        try:
-            args = vars(build_parser().parse_args(argv))
-        except BadCommandLine as e:
-            _config_check(comm, str(e), 0.0, own_world)
+        if bad is not None:
+            _config_check(comm, bad, 0.0, own_world)
             return 2
         from g3mpi.train.config import ConfigError
         try:
@@ -215,10 +219,12 @@ def main(argv=None, comm=None) -> int:
         from g3mpi.train.run import run
         with RunLock() as lock:   # rank 0 takes it when it prepares the run directory
             code = run(comm, cfg, given, resume, stop=stop, lock=lock, own_world=own_world, prog=PROG)
-        if code and own_world and not MPI.Is_finalized():
-            # an exit the ranks agreed on, the job's lines out: without this, a non-zero exit under
-            # `python -m mpi4py` calls MPI_Abort, and the launcher adds a line of noise per rank
-            MPI.Finalize()
+        if code and own_world:
+            from mpi4py import MPI
+            if not MPI.Is_finalized():
+                # an exit the ranks agreed on, the job's lines out: without this, a non-zero exit under
+                # `python -m mpi4py` calls MPI_Abort, and the launcher adds a line of noise per rank
+                MPI.Finalize()
         return code
 
 

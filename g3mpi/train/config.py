@@ -1,5 +1,6 @@
 """Training configuration: one frozen dataclass, read from TOML (stdlib ``tomllib``) plus overrides, saved back
-as TOML (``RUN/config.toml``) so a run can be repeated with ``--config RUN/config.toml``."""
+as TOML (``RUN/config.toml``) so a run can be repeated with ``--config RUN/config.toml``. Imports no torch:
+g3-train reads and checks its settings, and prints its --help, before it imports torch."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,11 +9,13 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from g3mpi.nn import ACTIVATIONS, MODELS
-from g3mpi.nn.model import LAYERS
 from g3mpi.options import did_you_mean
 from g3mpi.sched import MODES, PIPELINED, Schedule
 
+#: the names of g3mpi.nn's models (its LAYERS) and activations, here without torch, so that the settings and
+#: g3-train --help import none (tests/test_train_config.py checks that they are g3mpi.nn's)
+MODELS = ("gcn", "sage", "gat")
+ACTIVATIONS = ("relu", "elu", "gelu", "leaky_relu", "tanh")
 OPTIMIZERS = ("adam", "sgd")
 #: torch threads per rank at most (a larger count is a typo: OpenMP would abort allocating the pool)
 MAX_THREADS = 1024
@@ -232,6 +235,7 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
     """Why each setting that has no effect with these others, on ``world_size`` ranks, has none (by key): the
     warnings of :func:`ineffective_settings`, and the settings a resumed run may change (``checkpoint.RESUME_KEYS``
     that are idle here). ``input_cache_applies`` decides only ``input_cache``'s entry."""
+    from g3mpi.nn.model import LAYERS   # (torch: imported by the runs that ask, not by the settings)
     why = {}
     layer = LAYERS[cfg.model]   # what the model's layers have: attention heads, row chunks
     if cfg.optimizer != "sgd":
