@@ -17,7 +17,7 @@ import sys
 
 PROG = "g3-train"
 #: how long a rank whose command line or configuration is bad waits for the others at the configuration check
-#: (they may still be importing torch on a busy node) before it ends the job alone, its line already out
+#: (they may be slow to start on a busy node) before it ends the job alone, with its line
 CONFIG_CHECK_TIMEOUT_S = 60.0
 
 
@@ -146,11 +146,38 @@ def _name_defaults(ap: argparse.ArgumentParser) -> None:
         a.help = f"{a.help} (default {shown})" if a.help else f"default {shown}"
 
 
-def _config_check(comm, err: str | None, timeout: float, own_world: bool) -> bool:
-    """The ranks' configuration check (:func:`g3mpi.train.startup.config_check`), a failed rank waiting at most
-    CONFIG_CHECK_TIMEOUT_S for the others."""
-    from g3mpi.train.startup import config_check
-    return config_check(comm, err, timeout, own_world, CONFIG_CHECK_TIMEOUT_S, prog=PROG)
+def config_check(comm, err: str | None, timeout: float, own_world: bool) -> bool:
+    """Every rank's first collective, once it has read its command line and configuration (``err``: why it could
+    not, or None): True if every rank could. Else rank 0 has written the job's lines (one per distinct error,
+    naming its ranks) and, on its own COMM_WORLD, every rank finalized MPI, so that no rank's exit cuts a line off
+    (under ``python -m mpi4py`` a non-zero exit with MPI initialised aborts the job); the caller then exits with
+    status 2. A rank that failed waits at most CONFIG_CHECK_TIMEOUT_S for the others (they may be slow to start
+    on a busy node), then writes its own line and ends the job alone; one that did not waits as at the other
+    start-up checks (``timeout``: --comm-timeout). Needs no torch: a bad configuration ends the job before any
+    rank imports it."""
+    from g3mpi.comm.abort import wait_stderr_read, write_line
+    from g3mpi.comm.watchdog import Watchdog
+    from g3mpi.mpi.report import report
+    prog = PROG
+    line = f"{prog}: error: [rank {comm.rank}] {err}"
+
+    def alone(code):   # the others never came: this rank's own line too, after the watchdog's, then the abort
+        write_line(line)
+        wait_stderr_read()
+        comm.Abort(code)
+    # every rank polls non-blocking collectives, deadline or not (a blocking collective matches no non-blocking
+    # one, and the failed ranks' must be non-blocking to have theirs)
+    wd = (Watchdog(comm, CONFIG_CHECK_TIMEOUT_S, prog=prog, limit="the configuration check's limit", code=2,
+                   abort=alone) if err else Watchdog(comm, timeout if timeout > 0 else float("inf"), prog=prog))
+    errs = wd.allgather_text(err, "configuration check")
+    if not any(e is not None for e in errs):
+        return True
+    report(comm.rank, prog, errs)
+    if own_world:
+        wd.barrier("configuration check (rank 0's lines are out before the job ends)")
+        from mpi4py import MPI
+        MPI.Finalize()
+    return False
 
 
 def settings(args: dict):
@@ -186,6 +213,9 @@ def settings(args: dict):
 def main(argv=None, comm=None) -> int:
     """Run g3-train on ``comm`` (default COMM_WORLD, the program's own). Returns the exit status: 0, 1 (errors),
     2 (bad configuration) or 75 (stopped by a signal after writing the checkpoint)."""
+    from g3mpi.train.phases import Phases   # (no torch)
+    phases = Phases.since_process_start()   # where the start-up goes: summary.json's "startup"
+    phases.mark("interpreter")
     own_world = comm is None
     # the command line first: it needs neither MPI nor torch, so --help is out in a fraction of a second (MPI_Init
     # alone takes a quarter of one, torch seconds on a busy node); a bad one is reported at the configuration check
@@ -193,9 +223,11 @@ def main(argv=None, comm=None) -> int:
         args, bad = vars(build_parser().parse_args(argv)), None
     except BadCommandLine as e:
         args, bad = None, str(e)
+    phases.mark("command line")
     if own_world:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
+    phases.mark("mpi init")
     from g3mpi.train.stop import StopSignals   # no torch (g3mpi.train imports its modules on first use)
 
     # SIGTERM / SIGUSR1 (a batch job's time limit, scancel, kill) stop the run after an epoch with a checkpoint.
@@ -205,20 +237,23 @@ def main(argv=None, comm=None) -> int:
     # rank's start-up (seconds, far more on a busy node), and a signal there was swallowed.
     with StopSignals() as stop:
         if bad is not None:
-            _config_check(comm, bad, 0.0, own_world)
+            config_check(comm, bad, 0.0, own_world)
             return 2
         from g3mpi.train.config import ConfigError
         try:
             cfg, given, resume = settings(args)
         except ConfigError as e:
-            _config_check(comm, str(e), 0.0, own_world)
+            config_check(comm, str(e), 0.0, own_world)
             return 2
-        if not _config_check(comm, None, cfg.comm_timeout, own_world):
+        if not config_check(comm, None, cfg.comm_timeout, own_world):
             return 2
-        from g3mpi.train.rundir import RunLock
+        phases.mark("configuration check")
+        from g3mpi.train.rundir import RunLock   # torch and the runtime
         from g3mpi.train.run import run
+        phases.mark("imports")
         with RunLock() as lock:   # rank 0 takes it when it prepares the run directory
-            code = run(comm, cfg, given, resume, stop=stop, lock=lock, own_world=own_world, prog=PROG)
+            code = run(comm, cfg, given, resume, stop=stop, lock=lock, own_world=own_world, prog=PROG,
+                       phases=phases)
         if code and own_world:
             from mpi4py import MPI
             if not MPI.Is_finalized():

@@ -52,8 +52,9 @@ class OutputError(Exception):
     """A file of the run directory could not be written (disk full, permissions, a vanished directory); the
     message names it. g3-train reports it in one line per rank and ends the job."""
 
-    def __init__(self, path, reason):
-        super().__init__(f"{path}: cannot be written: {reason}")
+    def __init__(self, path, reason=None):
+        """``path`` and why; or, without ``reason``, the whole message (one another rank wrote)."""
+        super().__init__(str(path) if reason is None else f"{path}: cannot be written: {reason}")
 
 
 @contextlib.contextmanager

@@ -6,7 +6,8 @@ collective, so that a failure anywhere stops every rank at the same step with a 
 the job says it once: rank 0 writes one line per distinct error, naming the ranks that had it
 (``g3-train: error: [ranks 0-3] ...``, :mod:`g3mpi.mpi.report`):
 
-1. the configuration check (:func:`config_check`), every rank's first collective, once its command line is read;
+1. the configuration check (:func:`g3mpi.cli.train.config_check`), every rank's first collective, once its command
+   line is read (before torch is imported: a bad one ends the job in a fraction of the start-up);
 2. ``device``: the rank's device (``--device``, :mod:`.device`: its GPU from its place on its node);
 3. ``run directory``: rank 0 checks that ``--out`` can be created (:func:`~.rundir.check_run_dir`), before any
    part is read (it is made after step 8, so that a model that does not fit leaves no run directory);
@@ -24,7 +25,6 @@ job naming the step.
 from __future__ import annotations
 
 import logging
-import math
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from g3mpi.comm.abort import abort_job, wait_stderr_read, write_line
+from g3mpi.comm.abort import abort_job
 from g3mpi.comm.consistency import check_neighbours
 from g3mpi.comm.watchdog import Watchdog
 from g3mpi.format import FormatError, open_graph, part_name, read_meta, read_part
@@ -47,6 +47,7 @@ from .checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, che
 from .config import ConfigError, TrainConfig, settings_without_effect
 from .device import mpi_cuda_support, select_device, use_cuda_aware
 from .faults import TestHooks
+from .phases import Phases
 from .rundir import SPLITS, check_run_dir
 from .trainer import Trainer
 
@@ -103,35 +104,6 @@ class Protocol:
         """End the job from this rank alone (a failure where the other ranks may wait in a collective)."""
         abort_job(self.comm, self.line(msg))
         raise StartupFailed(1)
-
-
-def config_check(comm, err: str | None, timeout: float, own_world: bool, failed_wait_s: float,
-                 prog: str = PROG) -> bool:
-    """Every rank's first collective, once it has read its command line and configuration (``err``: why it could
-    not, or None): True if every rank could. Else rank 0 has written the job's lines (one per distinct error,
-    naming its ranks) and, on its own COMM_WORLD, every rank finalized MPI, so that no rank's exit cuts a line off
-    (under ``python -m mpi4py`` a non-zero exit with MPI initialised aborts the job); the caller then exits with
-    status 2. A rank that failed waits at most ``failed_wait_s`` for the others (they may still be importing
-    torch on a busy node), then writes its own line and ends the job alone; one that did not waits as at the other
-    start-up checks (``timeout``: --comm-timeout)."""
-    line = f"{prog}: error: [rank {comm.rank}] {err}"
-
-    def alone(code):   # the others never came: this rank's own line too, after the watchdog's, then the abort
-        write_line(line)
-        wait_stderr_read()
-        comm.Abort(code)
-    # every rank polls non-blocking collectives, deadline or not (a blocking collective matches no non-blocking
-    # one, and the failed ranks' must be non-blocking to have theirs)
-    wd = (Watchdog(comm, failed_wait_s, prog=prog, limit="the configuration check's limit", code=2, abort=alone)
-          if err else Watchdog(comm, timeout if timeout > 0 else math.inf, prog=prog))
-    errs = wd.allgather_text(err, "configuration check")
-    if not any(e is not None for e in errs):
-        return True
-    report(comm.rank, prog, errs)
-    if own_world:
-        wd.barrier("configuration check (rank 0's lines are out before the job ends)")
-        MPI.Finalize()
-    return False
 
 
 def not_a_partition(path, ranks: int) -> str:
@@ -202,18 +174,25 @@ class Started:
     init: dict | None
 
 
-def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None) -> Started:
+def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None, phases: Phases) -> Started:
     """Steps 2 to 8 (the module's list) for g3-train: :class:`StartupFailed` on every rank when one fails.
-    ``stop``: the run's :class:`~g3mpi.train.stop.StopSignals`; ``resume``: the run directory to continue."""
+    ``stop``: the run's :class:`~g3mpi.train.stop.StopSignals`; ``resume``: the run directory to continue;
+    ``phases``: marked as each step ends."""
     select_rank_device(proto, cfg)
+    phases.mark("device")
     if not resume:
         _check_run_dir(proto, cfg)
+    phases.mark("run directory")
     part, meta, hooks = _load_part(proto, cfg)
+    phases.mark("part files")
     hooks.stall_at("startup")
     _check_halo(proto, cfg, part)
+    phases.mark("halo lists")
     split_sizes = _split_sizes(proto, cfg, part)
+    phases.mark("split sizes")
     ckpt = _read_checkpoint(proto, cfg, meta, resume) if resume else None
     init = _read_initial(proto, cfg) if cfg.init_from and not resume else None   # (a resumed run's: its checkpoint)
+    phases.mark("checkpoint")
     log.info("part %d on node %s: %d owned, %d halo, %d local edges; model %s", part.part_id, node_name(),
              part.num_owned, part.num_halo, int(part.indptr[-1]), cfg.model)
     # the model is built before the run directory is made, so that parameters that do not fit it leave no run
@@ -226,6 +205,7 @@ def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None) -> Starte
     except StartupFailed:
         trainer.close()
         raise
+    phases.mark("trainer")
     return Started(trainer, part, meta, hooks, ckpt, init)
 
 
