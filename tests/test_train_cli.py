@@ -116,6 +116,11 @@ def test_run_directory(small_parts, tmp_path):
         assert s[k] is not None, k
     assert s["world_size"] == 2 and s["epochs"] == 5 and s["valid"] is True
     assert len(s["rank_peak_rss_bytes"]) == 2 and max(s["rank_peak_rss_bytes"]) == s["peak_rss_bytes_max"] > 0
+    # where the start-up and the shut-down went, phase by phase (the slowest rank's; rank 0's writing the outputs)
+    for phases, names in ((s["startup"], {"interpreter", "mpi init", "imports", "part files", "trainer"}),
+                          (s["shutdown"], {"predictions", "model"})):
+        assert names <= set(phases) and all(v >= 0 for v in phases.values()), phases
+        assert phases["total"] == pytest.approx(sum(v for k, v in phases.items() if k != "total"), abs=0.01)
     with h5py.File(out / "predictions.h5") as f:
         lg, pred = f["logits"][:], f["pred"][:]
     assert lg.shape == (g.num_nodes, 4) and np.isfinite(lg).all()
