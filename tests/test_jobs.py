@@ -17,7 +17,7 @@ from tests.conftest import REPO, mpiexec, tool_env
 
 # more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
 SLOW_TESTS = ("test_resume_takes_the_runs_partition_and_directory", "test_threads_per_rank_reach_torch",
-              "test_timeout_bounds_a_stage")
+              "test_timeout_bounds_a_stage", "test_dry_run_checks_what_g3_train_checks_first")
 
 JOBS = REPO / "jobs"
 LIB = JOBS / "lib" / "common.sh"

@@ -5,6 +5,7 @@ import tomllib
 
 import pytest
 
+import g3mpi.nn  # noqa: F401 (torch: the settings import it on first use, here not inside a test's time)
 from g3mpi.train import ConfigError, TrainConfig, config_from, to_toml
 
 
