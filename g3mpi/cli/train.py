@@ -212,7 +212,31 @@ def settings(args: dict):
 
 def main(argv=None, comm=None) -> int:
     """Run g3-train on ``comm`` (default COMM_WORLD, the program's own). Returns the exit status: 0, 1 (errors),
-    2 (bad configuration) or 75 (stopped by a signal after writing the checkpoint)."""
+    2 (bad configuration) or 75 (stopped by a signal after writing the checkpoint). As the program itself (the
+    command line from ``sys.argv``, its own COMM_WORLD) it does not return: :func:`exit_now`."""
+    code = _main(argv, comm)
+    if argv is None and comm is None:
+        exit_now(code)
+    return code
+
+
+def exit_now(code: int) -> None:
+    """End the process with ``code`` once every output is written: MPI finalized (a clean exit, no ``MPI_Abort``
+    from ``python -m mpi4py``), the streams flushed, then ``os._exit``. Python's own teardown of torch, matplotlib
+    and the rest took seconds after the run's last line (9 s of a 31 s one-epoch run on a busy 2-core node)."""
+    import logging
+    import os
+
+    from mpi4py import MPI
+    if not MPI.Is_finalized():
+        MPI.Finalize()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _main(argv, comm) -> int:
     from g3mpi.train.phases import Phases   # (no torch)
     phases = Phases.since_process_start()   # where the start-up goes: summary.json's "startup"
     phases.mark("interpreter")
