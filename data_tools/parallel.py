@@ -5,7 +5,8 @@
 Rank r reads rows ``r*N//R .. (r+1)*N//R - 1`` of graph.h5 (:mod:`data_tools.slices`), partitions with the
 others (:mod:`data_tools.partitioners.stream`) and writes the parts ``p`` with ``p % R == r``
 (:mod:`data_tools.parallel_build`); no rank holds the whole graph. A problem on any rank (bad input in its slice,
-a failed write) stops every rank, each with one line, non-zero, and nothing is written. See docs/PARTITION.md.
+a failed write) stops every rank, non-zero, and nothing is written; rank 0 says it once for the job, one line per
+distinct error naming the ranks that had it (:mod:`g3mpi.mpi.report`). See docs/PARTITION.md.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from g3mpi.mpi.collectives import (RankFailed, agree, allgather_rows, allgather_
 from g3mpi.mpi.rss import peak_rss_mib
 from g3mpi.mpi.termination import interruption, terminate_as_interrupt
 from g3mpi.mpi.watchdog import Watchdog
+from g3mpi.mpi.report import report
 
 PROG = "g3-partition"
 #: test-only (tests/test_stalls.py): ``G3_TEST_STOP=RANK:POINT`` makes rank RANK stop itself (SIGSTOP) at POINT,
@@ -170,12 +172,25 @@ def write(comm, cfg, sl, lg, parts, partition_id, extra) -> dict | None:
     return meta
 
 
+def failed(wd: Watchdog, errs: list[str | None], own_world: bool) -> int:
+    """The exit of a failure every rank knows of (``errs``: every rank's error or None): rank 0's lines for the
+    job, then exit status 1 on every rank once they are out. On its own COMM_WORLD MPI is finalized first: under
+    ``python -m mpi4py`` a non-zero exit with MPI initialised aborts the job, with a line of noise per rank."""
+    report(wd.comm.rank, PROG, errs)
+    barrier(wd, "exit after an error (rank 0's lines are out before the job ends)")
+    if own_world:
+        from mpi4py import MPI
+        MPI.Finalize()
+    return 1
+
+
 def main(cfg, comm=None) -> int:
     """``g3-partition --method stream`` on ``comm`` (default COMM_WORLD); the exit status. Every wait of one rank
     for the others has the deadline of ``cfg.comm_timeout`` (adaptive by default: :mod:`g3mpi.mpi.watchdog`,
     from the graph file's share per rank): a rank that stops answering ends the job with one line naming the
     phase, and status :data:`~g3mpi.mpi.watchdog.EXIT_STALLED`."""
     from mpi4py import MPI
+    own_world = comm is None
     comm = comm or MPI.COMM_WORLD
     wd = Watchdog(comm, cfg.comm_timeout, prog=PROG, floor=cfg.comm_timeout_floor)
     try:
@@ -186,15 +201,9 @@ def main(cfg, comm=None) -> int:
         with terminate_as_interrupt():
             run(cfg, wd)
     except RankFailed as e:
-        line = e.own if e.own is not None else f"stopping: rank(s) {e.ranks} failed ({e.first})"
-        error(comm, line)
-        # every rank's line is out before any exits (under python -m mpi4py the first exit aborts)
-        barrier(wd, "exit after an error (every rank's line is out before the job ends)")
-        return 1
+        return failed(wd, e.errs, own_world)
     except FormatError as e:   # the same on every rank (a check of values every rank has)
-        error(comm, str(e))
-        barrier(wd, "exit after an error (every rank's line is out before the job ends)")
-        return 1
+        return failed(wd, [str(e)] * comm.size, own_world)
     except KeyboardInterrupt as e:
         error(comm, f"{cfg.out}: {interruption(e)} (no output written)")
         comm.Abort(getattr(e, "exit_status", 130))

@@ -284,7 +284,7 @@ def run(cfg: PartitionConfig) -> dict:
 
 
 def serial_on_many_ranks(method: str) -> bool:
-    """True, after a line on every rank, when a serial method runs on several MPI ranks (``python -m mpi4py``, as
+    """True, after rank 0's line for the job, when a serial method runs on several MPI ranks (``python -m mpi4py``, as
     the launchers in jobs/ start every tool): each would partition the whole graph and write the same output. A
     serial run never initialises MPI here (MPI_Init can fail where the tool needs nothing of it)."""
     if "mpi4py" not in sys.modules:   # not started by mpi4py's runner
@@ -297,10 +297,12 @@ def serial_on_many_ranks(method: str) -> bool:
     comm = MPI.COMM_WORLD
     if comm.size == 1:
         return False
-    print(f"{PROG}: error: [rank {comm.rank}] --method {method} is serial: run it as one process, or use "
-          f"--method stream on {comm.size} ranks", file=sys.stderr, flush=True)
-    # every rank's line is out before any exits (under python -m mpi4py the first exit aborts)
+    from g3mpi.mpi.report import report
+    report(comm.rank, PROG, [f"--method {method} is serial: run it as one process, or use --method stream on "
+                             f"{comm.size} ranks"] * comm.size)
+    # rank 0's line is out before any rank exits
     barrier(Watchdog(comm, ADAPTIVE, prog=PROG), "exit after a serial method's refusal")
+    MPI.Finalize()   # a clean exit: under python -m mpi4py a non-zero one with MPI initialised aborts, noisily
     return True
 
 

@@ -17,7 +17,7 @@ from tests.conftest import REPO, mpiexec, tool_env
 
 # more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
 SLOW_TESTS = ("test_resume_takes_the_runs_partition_and_directory", "test_threads_per_rank_reach_torch",
-              "test_timeout_bounds_a_stage")
+              "test_timeout_bounds_a_stage", "test_dry_run_checks_what_g3_train_checks_first")
 
 JOBS = REPO / "jobs"
 LIB = JOBS / "lib" / "common.sh"
@@ -103,6 +103,26 @@ def test_dry_run_builds_the_mpi_command(tmp_path):
     tool = cmd[i + 5:]
     assert tool == ["--parts", str(parts), "--epochs", "5", "--out", str(tmp_path / "run"), "--threads", "3"]
     assert "3 thread(s)" in p.stderr
+
+
+def test_dry_run_checks_what_g3_train_checks_first(tmp_path):
+    """A dry run refuses what the real run would: a rank count that is not the part count, a graph file given as
+    the partition, a run directory in use (unless --force or --resume); a partition not written yet passes."""
+    parts = small_partition(tmp_path / "parts", 2)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.toml").write_text("")
+    (tmp_path / "g.h5").write_bytes(b"")
+    for args, what in [(["-n", 3, "--", "--parts", parts], f"{parts} has 2 parts but 3 ranks were requested"),
+                       (["-n", 2, "--", "--parts", tmp_path / "g.h5"],
+                        f"{tmp_path / 'g.h5'} is a file, not a partition directory (a graph file? partition it: "
+                        f"g3-partition {tmp_path / 'g.h5'} --parts 2 --out DIR, then --parts DIR)"),
+                       (["-n", 2, "--", "--parts", parts, "--out", tmp_path / "run"],
+                        f"{tmp_path / 'run'}: run directory exists and is not empty (use --force")]:
+        p = launcher("train", "--dry-run", *args, G3_OUT=tmp_path / "new")
+        assert p.returncode == 1 and f"g3-train launcher: error: {what}" in p.stderr, p.stderr
+    for args in (["--parts", parts, "--out", tmp_path / "run", "--force"], ["--parts", tmp_path / "later"]):
+        p = launcher("train", "-n", 2, "--dry-run", "--", *args, G3_OUT=tmp_path / "new")
+        assert p.returncode == 0, p.stderr
 
 
 def test_dry_run_fills_stage_defaults_from_environment(tmp_path):

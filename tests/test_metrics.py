@@ -12,7 +12,8 @@ from sklearn.metrics import accuracy_score, average_precision_score, f1_score, r
 from g3mpi.comm.watchdog import Watchdog
 from g3mpi.train.config import ConfigError, TrainConfig
 from g3mpi.train.metrics import ranking_metrics, score_order
-from g3mpi.train.tasks import evaluate, label_misfit, loss_sum, loss_terms, metric_misfit, output_dim, predict
+from g3mpi.train.choices import metric_misfit
+from g3mpi.train.tasks import evaluate, label_misfit, loss_sum, loss_terms, output_dim, predict
 from tests.conftest import run_mpi
 
 SLOW_TESTS = ("test_ranking_metrics_equal_sklearns_on_every_rank",)

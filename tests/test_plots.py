@@ -14,7 +14,7 @@ from g3mpi.train.rundir import read_metrics
 # more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
 SLOW_TESTS = ("test_legends_and_ticks_clear_of_the_data", "test_plot_run_writes_both_pngs",
               "test_records_with_values_of_other_types_are_skipped", "test_resumed_on_another_number_of_ranks",
-              "test_resumed_on_fewer_ranks_shows_the_latest_ranks")
+              "test_resumed_on_fewer_ranks_shows_the_latest_ranks", "test_ranks_share_the_plots")
 
 
 def record(epoch, P, acc=None, loss=None):
@@ -41,6 +41,15 @@ def test_plot_run_writes_both_pngs(tmp_path):
         img = matplotlib.image.imread(p)
         assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 600
     assert not list(tmp_path.glob(".*"))   # written atomically: no temporary left
+
+
+def test_ranks_share_the_plots(tmp_path):
+    """g3-train's ranks draw the plots side by side: each share is its own, and together they are all of them."""
+    write(tmp_path / "metrics.jsonl", [record(e, 2) for e in (1, 2)])
+    assert [p.name for p in plot_run(tmp_path, 1, share=(1, 2))] == [PLOTS[1]]
+    assert plot_run(tmp_path, 1, share=(3, 4)) == []   # (no timeline.json: nothing for the fourth rank)
+    assert [p.name for p in plot_run(tmp_path, 1, share=(0, 2))] == [PLOTS[0]]
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(PLOTS)
 
 
 def test_what_is_drawn():

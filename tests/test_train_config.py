@@ -5,6 +5,7 @@ import tomllib
 
 import pytest
 
+import g3mpi.nn  # noqa: F401 (torch: the settings import it on first use, here not inside a test's time)
 from g3mpi.train import ConfigError, TrainConfig, config_from, to_toml
 
 
@@ -241,3 +242,29 @@ def test_origins_of_the_settings(tmp_path):
                      "model": Given(f, "model"), "verify": Given(None, "verify")}
     assert [given[k].show(getattr(cfg, k)) for k in given] == [
         f"{f}: attn-dropout = 0.3", "command line: --heads 2", f"{f}: model = \"gat\"", "command line: --no-verify"]
+
+
+def test_unknown_keys_and_options_say_what_was_meant(tmp_path):
+    """A mistyped TOML key or option names the setting it is closest to; one close to none gets no guess."""
+    from g3mpi.cli.train import BadCommandLine, build_parser
+    toml = tmp_path / "run.toml"
+    for text, what in [("hiden = 4\n", "unknown key 'hiden' (did you mean 'hidden'?)"),
+                       ("weight-decey = 0.1\n", "unknown key 'weight-decey' (did you mean 'weight_decay'?)"),
+                       ("zzz = 1\n", "unknown key 'zzz'")]:
+        toml.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            config_from(str(toml))
+        assert str(e.value) == f"{toml}: {what}"
+    for argv, what in [(["--hiden", "4"], "--hiden 4 (did you mean '--hidden'?)"), (["--zzzz"], "--zzzz (g3")]:
+        with pytest.raises(BadCommandLine) as e:
+            build_parser().parse_args(argv)
+        assert str(e.value).startswith(f"unrecognized arguments: {what}")
+
+
+def test_the_settings_name_the_models_and_activations_of_g3mpi_nn():
+    """The configuration names them without importing torch (g3-train --help); they are g3mpi.nn's."""
+    from g3mpi import nn
+    from g3mpi.nn import norm, recipe
+    from g3mpi.train import config
+    assert config.MODELS == recipe.MODELS and config.ACTIVATIONS == tuple(nn.ACTIVATIONS)
+    assert config.NORMS == norm.NORMS and config.JKS == recipe.JKS

@@ -8,6 +8,7 @@ the ``G3_TEST_*`` variables of ``g3mpi.train.faults``.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -55,12 +56,23 @@ def train(P, parts_dir, out, *extra, check=True, timeout=180, env=None):
 
 
 def error_lines(stderr: str) -> dict:
-    """rank -> the g3-train error lines of that rank."""
+    """rank -> the g3-train error lines that name that rank, each as ``g3-train: error: [rank r] message`` (the
+    job's one line for several ranks, ``[ranks 0-2,5] message``, counts for each of them)."""
     out = {}
     for line in stderr.splitlines():
-        if line.startswith("g3-train: error: [rank "):
-            r = int(line.split("[rank ", 1)[1].split("]", 1)[0])
-            out.setdefault(r, []).append(line)
+        m = re.match(r"g3-train: error: \[ranks? ([0-9,-]+)\] ", line)
+        if m:
+            for r in ranks_of(m.group(1)):
+                out.setdefault(r, []).append(f"g3-train: error: [rank {r}] {line[m.end():]}")
+    return out
+
+
+def ranks_of(text: str) -> list[int]:
+    """The ranks of a report's rank list (``"0-2,5"``: [0, 1, 2, 5])."""
+    out = []
+    for piece in text.split(","):
+        lo, _, hi = piece.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
     return out
 
 

@@ -6,8 +6,9 @@
     mpiexec -n P g3-train --resume RUN [--epochs N] [...]      (continue from RUN/checkpoint.pt)
 
 Settings come from the defaults, then ``--config`` (TOML, keys as the long options with underscores), then
-the command line. The resolved configuration is saved as RUN/config.toml. Errors are reported on every rank
-(``g3-train: error: [rank r] ...``) and every rank exits non-zero. SIGTERM or SIGUSR1 stops every rank after the
+the command line. The resolved configuration is saved as RUN/config.toml. Errors are reported once for the job,
+by rank 0, one line per distinct error naming the ranks that had it (``g3-train: error: [ranks 0-3] ...``), and
+every rank exits non-zero. SIGTERM or SIGUSR1 stops every rank after the
 current epoch with RUN/checkpoint.pt written and exit status 75 (:mod:`g3mpi.train.stop`).
 """
 from __future__ import annotations
@@ -15,11 +16,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mpi4py import MPI
-
 PROG = "g3-train"
 #: how long a rank whose command line or configuration is bad waits for the others at the configuration check
-#: (they may still be importing torch on a busy node) before it ends the job alone, its line already out
+#: (they may be slow to start on a busy node) before it ends the job alone, with its line
 CONFIG_CHECK_TIMEOUT_S = 60.0
 
 
@@ -33,7 +32,8 @@ class _Parser(argparse.ArgumentParser):
     :class:`BadCommandLine`, which :func:`main` reports after the ranks' configuration check."""
 
     def error(self, message: str):
-        raise BadCommandLine(f"{message} ({self.prog} --help lists the options)")
+        from g3mpi.options import unknown_options_hint
+        raise BadCommandLine(f"{unknown_options_hint(message, self)} ({self.prog} --help lists the options)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _model_options(g) -> None:
-    from g3mpi.train.config import ACTIVATIONS, MODELS   # the choices' one home (imports torch)
+    from g3mpi.train.config import ACTIVATIONS, MODELS
     g.add_argument("--model", choices=MODELS)
     g.add_argument("--model-file", metavar="PATH.py:FUNCTION",
                    help="a model of your own instead of --model: FUNCTION(graph, in_dim, out_dim, cfg) in PATH.py "
@@ -179,11 +179,38 @@ def _name_defaults(ap: argparse.ArgumentParser) -> None:
         a.help = f"{a.help} (default {shown})" if a.help else f"default {shown}"
 
 
-def _config_check(comm, err: str | None, timeout: float, own_world: bool) -> bool:
-    """The ranks' configuration check (:func:`g3mpi.train.startup.config_check`), a failed rank waiting at most
-    CONFIG_CHECK_TIMEOUT_S for the others."""
-    from g3mpi.train.startup import config_check
-    return config_check(comm, err, timeout, own_world, CONFIG_CHECK_TIMEOUT_S, prog=PROG)
+def config_check(comm, err: str | None, timeout: float, own_world: bool) -> bool:
+    """Every rank's first collective, once it has read its command line and configuration (``err``: why it could
+    not, or None): True if every rank could. Else rank 0 has written the job's lines (one per distinct error,
+    naming its ranks) and, on its own COMM_WORLD, every rank finalized MPI, so that no rank's exit cuts a line off
+    (under ``python -m mpi4py`` a non-zero exit with MPI initialised aborts the job); the caller then exits with
+    status 2. A rank that failed waits at most CONFIG_CHECK_TIMEOUT_S for the others (they may be slow to start
+    on a busy node), then writes its own line and ends the job alone; one that did not waits as at the other
+    start-up checks (``timeout``: --comm-timeout). Needs no torch: a bad configuration ends the job before any
+    rank imports it."""
+    from g3mpi.mpi.abort import wait_stderr_read, write_line
+    from g3mpi.mpi.watchdog import Watchdog
+    from g3mpi.mpi.report import report
+    prog = PROG
+    line = f"{prog}: error: [rank {comm.rank}] {err}"
+
+    def alone(code):   # the others never came: this rank's own line too, after the watchdog's, then the abort
+        write_line(line)
+        wait_stderr_read()
+        comm.Abort(code)
+    # every rank polls non-blocking collectives, deadline or not (a blocking collective matches no non-blocking
+    # one, and the failed ranks' must be non-blocking to have theirs)
+    wd = (Watchdog(comm, CONFIG_CHECK_TIMEOUT_S, prog=prog, limit="the configuration check's limit", code=2,
+                   abort=alone) if err else Watchdog(comm, timeout if timeout > 0 else float("inf"), prog=prog))
+    errs = wd.allgather_text(err, "configuration check")
+    if not any(e is not None for e in errs):
+        return True
+    report(comm.rank, prog, errs)
+    if own_world:
+        wd.barrier("configuration check (rank 0's lines are out before the job ends)")
+        from mpi4py import MPI
+        MPI.Finalize()
+    return False
 
 
 def settings(args: dict):
@@ -218,34 +245,79 @@ def settings(args: dict):
 
 def main(argv=None, comm=None) -> int:
     """Run g3-train on ``comm`` (default COMM_WORLD, the program's own). Returns the exit status: 0, 1 (errors),
-    2 (bad configuration) or 75 (stopped by a signal after writing the checkpoint)."""
+    2 (bad configuration) or 75 (stopped by a signal after writing the checkpoint). As the program itself (the
+    command line from ``sys.argv``, its own COMM_WORLD) it does not return: :func:`exit_now`."""
+    code = _main(argv, comm)
+    if argv is None and comm is None:
+        exit_now(code)
+    return code
+
+
+def exit_now(code: int) -> None:
+    """End the process with ``code`` once every output is written: MPI finalized (a clean exit, no ``MPI_Abort``
+    from ``python -m mpi4py``), the streams flushed, then ``os._exit``. Python's own teardown of torch, matplotlib
+    and the rest took seconds after the run's last line (9 s of a 31 s one-epoch run on a busy 2-core node)."""
+    import logging
+    import os
+
+    from mpi4py import MPI
+    if not MPI.Is_finalized():
+        MPI.Finalize()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _main(argv, comm) -> int:
+    from g3mpi.train.phases import Phases   # (no torch)
+    phases = Phases.since_process_start()   # where the start-up goes: summary.json's "startup"
+    phases.mark("interpreter")
     own_world = comm is None
-    comm = comm or MPI.COMM_WORLD
+    # the command line first: it needs neither MPI nor torch, so --help is out in a fraction of a second (MPI_Init
+    # alone takes a quarter of one, torch seconds on a busy node); a bad one is reported at the configuration check
+    try:
+        args, bad = vars(build_parser().parse_args(argv)), None
+    except BadCommandLine as e:
+        args, bad = None, str(e)
+    phases.mark("command line")
+    if own_world:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    phases.mark("mpi init")
     from g3mpi.mpi.stop import StopSignals   # no torch
 
     # SIGTERM / SIGUSR1 (a batch job's time limit, scancel, kill) stop the run after an epoch with a checkpoint.
     # Active from here, not only around training: MPICH's MPI_Init installs a SIGUSR1 handler of its own, which
     # would swallow a stop request that arrives during start-up (the job then ran on until SIGKILL); a request
-    # recorded before training stops it after its first epoch. Before the parser too, which imports torch: that
-    # import is most of a rank's start-up (seconds, far more on a busy node), and a signal there was swallowed.
+    # recorded before training stops it after its first epoch. Before torch is imported: that import is most of a
+    # rank's start-up (seconds, far more on a busy node), and a signal there was swallowed.
     with StopSignals() as stop:
-        try:
-            args = vars(build_parser().parse_args(argv))
-        except BadCommandLine as e:
-            _config_check(comm, str(e), 0.0, own_world)
+        if bad is not None:
+            config_check(comm, bad, 0.0, own_world)
             return 2
         from g3mpi.train.config import ConfigError
         try:
             cfg, given, resume = settings(args)
         except ConfigError as e:
-            _config_check(comm, str(e), 0.0, own_world)
+            config_check(comm, str(e), 0.0, own_world)
             return 2
-        if not _config_check(comm, None, cfg.comm_timeout, own_world):
+        if not config_check(comm, None, cfg.comm_timeout, own_world):
             return 2
-        from g3mpi.train.rundir import RunLock
+        phases.mark("configuration check")
+        from g3mpi.train.rundir import RunLock   # torch and the runtime
         from g3mpi.train.run import run
+        phases.mark("imports")
         with RunLock() as lock:   # rank 0 takes it when it prepares the run directory
-            return run(comm, cfg, given, resume, stop=stop, lock=lock, own_world=own_world, prog=PROG)
+            code = run(comm, cfg, given, resume, stop=stop, lock=lock, own_world=own_world, prog=PROG,
+                       phases=phases)
+        if code and own_world:
+            from mpi4py import MPI
+            if not MPI.Is_finalized():
+                # an exit the ranks agreed on, the job's lines out: without this, a non-zero exit under
+                # `python -m mpi4py` calls MPI_Abort, and the launcher adds a line of noise per rank
+                MPI.Finalize()
+        return code
 
 
 if __name__ == "__main__":

@@ -17,12 +17,12 @@ COLLECTIVE = "collective"
 
 
 class RankFailed(Exception):
-    """Some rank failed (every rank raises it after :func:`agree`): ``own`` is this rank's error line or None,
-    ``ranks`` the failing ranks, ``first`` the error of the lowest of them."""
+    """Some rank failed (every rank raises it after :func:`agree`): ``errs`` is every rank's error or None, in
+    rank order (what :func:`g3mpi.mpi.report.report` says for the job)."""
 
-    def __init__(self, own: str | None, ranks: list[int], first: str):
-        super().__init__(first)
-        self.own, self.ranks, self.first = own, ranks, first
+    def __init__(self, errs: list[str | None]):
+        super().__init__(next(e for e in errs if e is not None))
+        self.errs = errs
 
 
 def as_watchdog(comm) -> Watchdog:
@@ -46,9 +46,8 @@ def agree(comm, err: str | None, what: str = "agreement") -> None:
     """Every rank learns whether any rank failed (``err``: this rank's error, or None); RankFailed on every rank
     if one did. Call it where every rank arrives, after work that may fail on some ranks only."""
     errs = allgather_text(comm, err, what)
-    bad = [r for r, e in enumerate(errs) if e is not None]
-    if bad:
-        raise RankFailed(err, bad, errs[bad[0]])
+    if any(e is not None for e in errs):
+        raise RankFailed(errs)
 
 
 def allreduce(comm, a: np.ndarray, op=MPI.SUM, what: str = COLLECTIVE) -> np.ndarray:

@@ -37,7 +37,7 @@ from g3mpi.format import atomic_file
 from g3mpi.format.atomic import fsync_path
 from g3mpi.format.schema import is_int
 
-from .metrics import SUFFIX
+from .choices import SUFFIX
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = "g3mpi-checkpoint"

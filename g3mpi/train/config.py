@@ -1,5 +1,6 @@
 """Training configuration: one frozen dataclass, read from TOML (stdlib ``tomllib``) plus overrides, saved back
-as TOML (``RUN/config.toml``) so a run can be repeated with ``--config RUN/config.toml``."""
+as TOML (``RUN/config.toml``) so a run can be repeated with ``--config RUN/config.toml``. Imports no torch:
+g3-train reads and checks its settings, and prints its --help, before it imports torch."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,14 +10,18 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from g3mpi.mpi.deadline import ADAPTIVE, AUTO, DEFAULT_FACTOR, DEFAULT_FLOOR_S, parse_timeout
-from g3mpi.nn import ACTIVATIONS
-from g3mpi.nn.norm import NORMS
-from g3mpi.nn.recipe import JKS, MODEL_CLASSES, MODELS, uses_recipe
+from g3mpi.options import did_you_mean
 from g3mpi.sched import MODES, PIPELINED, Schedule
 
-from .metrics import METRICS
-from .tasks import TASKS, metric_misfit
+from .choices import METRICS, TASKS, metric_misfit
 
+#: the names of g3mpi.nn's models (g3mpi.nn.recipe.MODELS), activations, norms and jumping knowledge modes, here
+#: without torch, so that the settings and g3-train --help import none (tests/test_train_config.py checks that
+#: they are g3mpi.nn's)
+MODELS = ("gcn", "sage", "gat", "appnp", "gcn2")
+ACTIVATIONS = ("relu", "elu", "gelu", "leaky_relu", "tanh")
+NORMS = ("none", "layer", "batch")
+JKS = ("none", "cat", "max")
 OPTIMIZERS = ("adam", "sgd")
 #: torch threads per rank at most (a larger count is a typo: OpenMP would abort allocating the pool)
 MAX_THREADS = 1024
@@ -237,7 +242,7 @@ def config_and_origins(toml_path: str | None = None,
         for k, v in data.items():
             key = k.replace("-", "_")
             if key not in types:
-                raise ConfigError(f"{p}: unknown key {k!r}")
+                raise ConfigError(f"{p}: unknown key {k!r}{did_you_mean(key, types)}")
             if key in values:
                 raise ConfigError(f"{p}: {key} is given twice (as {source[key]!r} and {k!r})")
             values[key], source[key] = _coerce(key, types[key], v, str(p)), k
@@ -278,6 +283,7 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
     """Why each setting that has no effect with these others, on ``world_size`` ranks, has none (by key): the
     warnings of :func:`ineffective_settings`, and the settings a resumed run may change (``checkpoint.RESUME_KEYS``
     that are idle here). ``input_cache_applies`` decides only ``input_cache``'s entry."""
+    from g3mpi.nn.recipe import MODEL_CLASSES, uses_recipe   # (torch: the runs that ask import it, not the settings)
     why = {}
     layer = MODEL_CLASSES[cfg.model]   # what the model's layers have: attention heads, row chunks
     if cfg.optimizer != "sgd":

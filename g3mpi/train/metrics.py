@@ -30,10 +30,6 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-#: the metrics g3-train can report, select the best epoch and stop early by (larger is better for all)
-METRICS = ("accuracy", "roc_auc", "ap", "f1_macro")
-#: the summary key of each metric after ``<split>_`` (accuracy keeps the ``*_acc`` keys of the existing tools)
-SUFFIX = {"accuracy": "acc", "roc_auc": "roc_auc", "ap": "ap", "f1_macro": "f1_macro"}
 _SIGN = np.int64(0x80000000)
 _LOW32 = np.int64(0xFFFFFFFF)
 

@@ -133,11 +133,15 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plot_run(run_dir, best_epoch: int | None = None) -> list[Path]:
+def plot_run(run_dir, best_epoch: int | None = None, share: tuple[int, int] = (0, 1)) -> list[Path]:
     """Draw :data:`PLOTS` into ``run_dir`` from its metrics.jsonl (and ``timeline.png`` from its timeline.json,
-    where there is one); ``best_epoch`` defaults to summary.json's.
+    where there is one); ``best_epoch`` defaults to summary.json's. ``share`` (r, n): draw only the plots i with
+    i % n == r, so that n processes draw them side by side (g3-train's ranks at the end of a run).
     A plot that cannot be written raises :class:`~g3mpi.train.rundir.OutputError` naming it. Nothing is drawn
     (an empty list) for a run without a trained epoch (``--init-from --epochs 0``: one evaluation)."""
+    mine = [i for i in range(len(PLOTS) + 1) if i % share[1] == share[0]]
+    if not mine:
+        return []
     run_dir = Path(run_dir)
     records = read_metrics(run_dir / "metrics.jsonl")
     if not any(r.get("loss") is not None for r in records):
@@ -147,9 +151,12 @@ def plot_run(run_dir, best_epoch: int | None = None) -> list[Path]:
             best_epoch = json.loads((run_dir / "summary.json").read_text()).get("best_epoch")
         except (OSError, ValueError):
             best_epoch = None
-    out = [_save(draw_training(records, best_epoch), run_dir / PLOTS[0]),
-           _save(draw_ranks(records), run_dir / PLOTS[1])]
-    if (run_dir / TIMELINE).is_file():
+    out = []
+    if 0 in mine:
+        out.append(_save(draw_training(records, best_epoch), run_dir / PLOTS[0]))
+    if 1 in mine:
+        out.append(_save(draw_ranks(records), run_dir / PLOTS[1]))
+    if 2 in mine and (run_dir / TIMELINE).is_file():
         with writing(run_dir / TIMELINE_PLOT, ValueError, KeyError, TypeError):   # from a file it cannot read
             fig = draw_timeline(json.loads((run_dir / TIMELINE).read_text()))
         out.append(_save(fig, run_dir / TIMELINE_PLOT))

@@ -17,7 +17,7 @@ from pathlib import Path
 from g3mpi.format.errors import failure_reason
 
 from .config import ConfigError, TrainConfig, config_from
-from .metrics import SUFFIX
+from .choices import SUFFIX
 from .rundir import read_metrics
 
 #: the settings every table shows (others only where the runs differ)

@@ -1,9 +1,9 @@
 """One rank's g3-train run once every rank has read its settings: the start-up (:mod:`.startup`), the run
 directory (:func:`.rundir.prepare_run_dir`), training (:meth:`.trainer.Trainer.fit`), and the exit status with
-its lines: 0; 1 after an error (one line per rank, every rank exits); 75 (``EXIT_STOPPED``) when a stop signal or
-the time limit stopped the run after its checkpoint was written; 69 (``EXIT_STALLED``) when a rank stopped answering
-(the communication deadline), or a stop signal could not be agreed on with a stalled rank: the last checkpoint
-stays valid.
+its lines: 0; 1 after an error (rank 0's lines for the job, :mod:`g3mpi.mpi.report`; every rank exits); 75
+(``EXIT_STOPPED``) when a stop signal or the time limit stopped the run after its checkpoint was written; 69
+(``EXIT_STALLED``) when a rank stopped answering (the communication deadline), or a stop signal could not be agreed
+on with a stalled rank: the last checkpoint stays valid.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from g3mpi.log import setup_logging
 from .checkpoint import CHECKPOINT_NAME
 from .config import TrainConfig, ineffective_settings
 from .faults import TrainingFault
-from .metrics import SUFFIX
+from .choices import SUFFIX
+from .phases import Phases
 from .rundir import OutputError, RunLock, prepare_run_dir
 from .startup import PROG, Protocol, Started, StartupFailed, failure, start
 from g3mpi.mpi.stop import EXIT_STOPPED
@@ -29,12 +30,14 @@ log = logging.getLogger("g3mpi")
 
 
 def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: RunLock, own_world: bool,
-        prog: str = PROG) -> int:
+        prog: str = PROG, phases: Phases | None = None) -> int:
     """g3-train on ``comm`` after the configuration check: returns the exit status. ``given``: where the user gave
     each setting (``config.config_and_origins``); ``resume``: the run directory to continue, or None; ``stop``:
     the active :class:`~g3mpi.train.stop.StopSignals`; ``lock``: the run directory's lock, which the caller
     releases when its block ends (here, before an abort ends the job); ``own_world``: ``comm`` is the program's
-    COMM_WORLD (then MPI is finalized before a stopped run exits 75)."""
+    COMM_WORLD (then MPI is finalized before a stopped run exits 75); ``phases``: the start-up's so far (the
+    command line's), which this one goes on marking for summary.json."""
+    phases = phases or Phases()
     setup_logging(comm, cfg.log_level)
     stop.stop_after(cfg.time_limit)
     # every wait from here on has the --comm-timeout deadline (adaptive by default; none with 0: the plain
@@ -44,7 +47,7 @@ def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: 
     if cfg.release_memory:
         return_freed_memory()   # before the part is loaded
     try:
-        started = start(proto, cfg, stop, resume)
+        started = start(proto, cfg, stop, resume, phases)
     except StartupFailed as e:
         return e.code
     ckpt = started.ckpt
@@ -57,11 +60,12 @@ def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: 
     run_dir, err = prepare_run_dir(comm, cfg, resume_epoch=ckpt["epoch"] if ckpt else None,
                                    resume_eval_every=ckpt["config"].get("eval_every") if ckpt else None,
                                    watchdog=proto.watchdog, lock=lock)
-    if err:
-        proto.error(err)
+    phases.mark("run directory")
+    started.trainer.startup = phases
+    if err:   # rank 0's (every rank has its word)
         started.trainer.close()
         try:
-            proto.all_out("start-up step 'run directory'")
+            proto.agree(err if comm.rank == 0 else None, "run directory")
         except StartupFailed as e:
             return e.code
     summary = _train(proto, cfg, started, run_dir, lock)
@@ -91,10 +95,11 @@ def _train(proto: Protocol, cfg: TrainConfig, started: Started, run_dir: Path, l
             log.info("starting from the parameters in %s", cfg.init_from)
         summary = trainer.fit(run_dir)
         trainer.close()
-    except TrainingFault as e:  # raised on every rank together: a clean, coordinated exit
-        proto.error(str(e))
-        proto.watchdog.barrier("exit after a training fault (every rank's line is out before the job ends)")
-        return None
+    except TrainingFault as e:  # raised on every rank together: a clean, coordinated exit, the job's lines once
+        try:
+            proto.agree(str(e), "exit after a training fault")
+        except StartupFailed:
+            return None
     except OutputError as e:  # a file of the run directory (often on rank 0 alone): one line, end the job
         lock.release()   # (MPI_Abort ends the process before the caller could)
         abort_job(comm, proto.line(str(e)))

@@ -28,7 +28,7 @@ from g3mpi.format.errors import failure_reason
 
 from .checkpoint import CHECKPOINT_NAME, write_torch
 from .config import ConfigError, TrainConfig, config_from, to_toml
-from .metrics import SUFFIX
+from .choices import SUFFIX
 
 log = logging.getLogger("g3mpi.train")
 
@@ -55,8 +55,9 @@ class OutputError(Exception):
     """A file of the run directory could not be written (disk full, permissions, a vanished directory); the
     message names it. g3-train reports it in one line per rank and ends the job."""
 
-    def __init__(self, path, reason):
-        super().__init__(f"{path}: cannot be written: {reason}")
+    def __init__(self, path, reason=None):
+        """``path`` and why; or, without ``reason``, the whole message (one another rank wrote)."""
+        super().__init__(str(path) if reason is None else f"{path}: cannot be written: {reason}")
 
 
 @contextlib.contextmanager
@@ -359,20 +360,29 @@ def prepare_run_dir(comm, cfg: TrainConfig, resume_epoch: int | None = None, res
     return (None if err else out), err
 
 
-def _create_run_dir(cfg: TrainConfig, out: Path, lock: RunLock | None = None) -> None:
+def check_run_dir(cfg: TrainConfig) -> None:
+    """ValueError unless ``cfg.out`` can become a new run directory: none there, an empty directory, or with
+    ``--force`` one whose run files may be replaced. Reads only: g3-train's start-up asks it before any rank reads
+    its part (seconds on a large graph), and :func:`prepare_run_dir` again when it makes the directory."""
+    out = Path(cfg.out)
     if not cfg.out:
         raise ValueError("no run directory given (--out)")
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out}: exists and is not a directory")
-    if _occupied(out) and not cfg.force:   # (refused before the lock: nothing is written into another's directory)
-        raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
+    if _occupied(out):
+        if not cfg.force:
+            raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it, or "
+                             "--resume to continue its run)")
+        _check_replaceable(out)
+
+
+def _create_run_dir(cfg: TrainConfig, out: Path, lock: RunLock | None = None) -> None:
+    check_run_dir(cfg)   # (before the lock: nothing is written into another's directory)
     out.mkdir(parents=True, exist_ok=True)  # runs/NAME works in a fresh directory, as the launchers' default
     if lock is not None:
         lock.acquire(out)
     if _occupied(out):   # looked at again under the lock: a run started at the same time may have written here
-        if not cfg.force:
-            raise ValueError(f"{out}: run directory exists and is not empty (use --force to replace it)")
-        _check_replaceable(out)
+        check_run_dir(cfg)
         for name in RUN_FILES:
             (out / name).unlink(missing_ok=True)
         _remove_interrupted_writes(out)

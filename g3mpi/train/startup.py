@@ -2,22 +2,26 @@
 
 Every rank runs the same steps in the same order. After each step that can fail on some ranks only, the ranks
 agree (:meth:`Protocol.agree`: one text allgather of their errors) before any rank goes on to the next
-collective, so that a failure anywhere stops every rank at the same step, each with one line
-(``g3-train: error: [rank r] ...``: its own error, or which ranks failed) and a non-zero exit, never a hang:
+collective, so that a failure anywhere stops every rank at the same step with a non-zero exit, never a hang, and
+the job says it once: rank 0 writes one line per distinct error, naming the ranks that had it
+(``g3-train: error: [ranks 0-3] ...``, :mod:`g3mpi.mpi.report`):
 
-1. the configuration check (:func:`config_check`), every rank's first collective, once its command line is read;
+1. the configuration check (:func:`g3mpi.cli.train.config_check`), every rank's first collective, once its command
+   line is read (before torch is imported: a bad one ends the job in a fraction of the start-up);
 2. ``device``: the rank's device (``--device``, :mod:`.device`: its GPU from its place on its node);
-3. ``part files``: meta.json and the rank's own part (:func:`read_rank_part`, which the bench's worker uses too),
+3. ``run directory``: rank 0 checks that ``--out`` can be created (:func:`~.rundir.check_run_dir`), before any
+   part is read (it is made after step 8, so that a model that does not fit leaves no run directory);
+4. ``part files``: meta.json and the rank's own part (:func:`read_rank_part`, which the bench's worker uses too),
    whose labels fit ``--task``;
-4. ``halo lists``: each neighbour sends the rows this rank expects (:mod:`g3mpi.comm.consistency`);
-5. ``split sizes``: the graph's training, validation and test counts, and that the parts own every node ID
+5. ``halo lists``: each neighbour sends the rows this rank expects (:mod:`g3mpi.comm.consistency`);
+6. ``split sizes``: the graph's training, validation and test counts, and that the parts own every node ID
    exactly once (:func:`start_up_sums`, which the bench's worker uses too);
-6. ``checkpoint`` (``--resume``) or ``initial model`` (``--init-from``): read and checked against the settings;
-7. the trainer built, then the checkpoint's states or the initial parameters checked against its model.
+7. ``checkpoint`` (``--resume``) or ``initial model`` (``--init-from``): read and checked against the settings;
+8. the trainer built, then the checkpoint's states or the initial parameters checked against its model.
 
-A failure inside a collective, where other ranks may wait, ends the job at once (``abort_job``) instead. Every
-wait has the watchdog's deadline (``--comm-timeout``; adaptive by default, then from the largest part's size once
-meta.json is read): a rank that never arrives ends the job naming the step.
+A failure inside a collective, where other ranks may wait, ends the job at once (``abort_job``, with the rank's
+own line) instead. Every wait has the watchdog's deadline (``--comm-timeout``; adaptive by default, then from the
+largest part's size once meta.json is read): a rank that never arrives ends the job naming the step.
 """
 from __future__ import annotations
 
@@ -28,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from mpi4py import MPI
 
 from g3mpi.comm.consistency import check_neighbours
-from g3mpi.format import FormatError, part_name, read_meta, read_part
+from g3mpi.format import FormatError, open_graph, part_name, read_meta, read_part
 from g3mpi.format.partition import id_checksum, range_checksum
 from g3mpi.log import node_name
-from g3mpi.mpi.abort import abort_job, write_line
+from g3mpi.mpi.abort import abort_job
+from g3mpi.mpi.report import report
 from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.nn.recipe import MODEL_CLASSES
 
@@ -44,7 +48,8 @@ from .config import ConfigError, TrainConfig, settings_without_effect
 from .device import mpi_cuda_support, select_device, use_cuda_aware
 from .faults import TestHooks
 from .memory import largest_part_bytes
-from .rundir import SPLITS
+from .phases import Phases
+from .rundir import SPLITS, check_run_dir
 from .tasks import label_misfit
 from .trainer import Trainer
 from .userfile import ModelFileError
@@ -76,24 +81,24 @@ class Protocol:
     def line(self, msg: str) -> str:
         return f"{self.prog}: error: [rank {self.comm.rank}] {msg}"
 
-    def error(self, msg: str) -> None:
-        write_line(self.line(msg))
-
-    def agree(self, err: str | None, what: str, check: str) -> None:
+    def agree(self, err: str | None, check: str) -> None:
         """Every rank learns whether any rank failed (``err``: this rank's error or None); unless all succeeded,
-        each prints one line (its own ``err``, or that other ranks ``what``) and :class:`StartupFailed` is raised
-        on every rank. The waits name the start-up ``check``."""
+        rank 0 writes the job's lines (:func:`g3mpi.mpi.report.report`: one per distinct error, naming its ranks)
+        and :class:`StartupFailed` is raised on every rank. The waits name the start-up ``check``."""
         errs = self.watchdog.allgather_text(err, f"start-up check {check!r}")
-        if not any(errs):
+        if not any(e is not None for e in errs):
             return
-        if err:
-            self.error(err)
-        else:
-            self.error(f"stopping: rank(s) {[r for r, e in enumerate(errs) if e]} {what}")
+        report(self.comm.rank, self.prog, errs)
+        self.all_out(f"start-up check {check!r}")
+
+    def same(self, err: str, check: str) -> None:
+        """A failure that every rank found alike (from values every rank has): rank 0's one line for all ranks,
+        then :class:`StartupFailed` on every rank."""
+        report(self.comm.rank, self.prog, [err] * self.comm.size)
         self.all_out(f"start-up check {check!r}")
 
     def all_out(self, what: str) -> None:
-        """Every rank's line is out before any rank exits (under ``python -m mpi4py`` the first non-zero exit
+        """Rank 0's lines are out before any rank exits (under ``python -m mpi4py`` the first non-zero exit
         aborts the rest): a barrier, then :class:`StartupFailed`."""
         self.watchdog.barrier(f"{what} (every rank's line is out before the job ends)")
         raise StartupFailed(1)
@@ -104,36 +109,22 @@ class Protocol:
         raise StartupFailed(1)
 
 
-def config_check(comm, err: str | None, timeout: float, own_world: bool, failed_wait_s: float,
-                 prog: str = PROG) -> bool:
-    """Every rank's first collective, once it has read its command line and configuration (``err``: why it could
-    not, or None): True if every rank could. Else every rank has printed one line, its own error or which ranks
-    failed, and on its own COMM_WORLD finalized MPI, so that no rank's exit cuts another's line off (under
-    ``python -m mpi4py`` the first non-zero exit aborts the job); the caller then exits with status 2. A rank that
-    failed waits at most ``failed_wait_s`` for the others (they may still be importing torch on a busy node), then
-    ends the job alone; one that did not waits as at the other start-up checks (``timeout``: --comm-timeout)."""
-    def error(msg):
-        write_line(f"{prog}: error: [rank {comm.rank}] {msg}")
-    if err:
-        error(err)   # first: the line stands whatever the other ranks do
-    failed = np.zeros(comm.size, dtype=np.uint8)
-    req = comm.Iallgather(np.array([err is not None], dtype=np.uint8), failed)
-    wd = (Watchdog(comm, failed_wait_s, prog=prog, limit="the configuration check's limit", code=2) if err
-          else Watchdog(comm, timeout, prog=prog))
-    wd.wait_collective([req], "configuration check")
-    if not failed.any():
-        return True
-    if not err:
-        error(f"stopping: rank(s) {np.flatnonzero(failed).tolist()} could not read the command line or the "
-              "configuration")
-    if own_world:
-        MPI.Finalize()
-    return False
+def not_a_partition(path, ranks: int) -> str:
+    """Why the file ``path``, given as a partition directory, is not one, and what to do (``ranks``: the number
+    of parts to ask for)."""
+    try:
+        with open_graph(path):
+            pass
+    except FormatError:
+        return "is a file, not a partition directory (meta.json + part-*.h5, written by g3-partition)"
+    return f"is a graph file; partition it: g3-partition {path} --parts {ranks} --out DIR, then --parts DIR"
 
 
 def read_rank_part(parts: str, comm, verify: bool = True):
     """(meta.json, this rank's part) of the partition directory ``parts``; FormatError (naming the file) when it
     has not one part per rank of ``comm`` or the part is bad."""
+    if Path(parts).is_file():
+        raise FormatError(parts, not_a_partition(parts, comm.size))
     meta = read_meta(parts)
     if meta["num_parts"] != comm.size:
         raise FormatError(f"{parts}/meta.json",
@@ -197,16 +188,25 @@ class Started:
     init: dict | None
 
 
-def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None) -> Started:
-    """Steps 2 to 7 (the module's list) for g3-train: :class:`StartupFailed` on every rank when one fails.
-    ``stop``: the run's :class:`~g3mpi.train.stop.StopSignals`; ``resume``: the run directory to continue."""
+def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None, phases: Phases) -> Started:
+    """Steps 2 to 8 (the module's list) for g3-train: :class:`StartupFailed` on every rank when one fails.
+    ``stop``: the run's :class:`~g3mpi.train.stop.StopSignals`; ``resume``: the run directory to continue;
+    ``phases``: marked as each step ends."""
     select_rank_device(proto, cfg)
+    phases.mark("device")
+    if not resume:
+        _check_run_dir(proto, cfg)
+    phases.mark("run directory")
     part, meta, hooks = _load_part(proto, cfg)
+    phases.mark("part files")
     hooks.stall_at("startup")
     _check_halo(proto, cfg, part)
+    phases.mark("halo lists")
     split_sizes = _split_sizes(proto, cfg, part)
+    phases.mark("split sizes")
     ckpt = _read_checkpoint(proto, cfg, meta, resume) if resume else None
     init = _read_initial(proto, cfg) if cfg.init_from and not resume else None   # (a resumed run's: its checkpoint)
+    phases.mark("checkpoint")
     log.info("part %d on node %s: %d owned, %d halo, %d local edges; model %s", part.part_id, node_name(),
              part.num_owned, part.num_halo, int(part.indptr[-1]), cfg.model_label)
     # the model is built before the run directory is made, so that parameters that do not fit it leave no run
@@ -219,17 +219,18 @@ def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None) -> Starte
         proto.abort(failure("setting up training", e, cfg, part))
     try:
         if cfg.model_file:
-            proto.agree(err, "could not build the model", "model file")
+            proto.agree(err, "model file")
             try:
                 trainer.check_model_output()
             except ModelFileError as e:
                 err = str(e)
-            proto.agree(err, "could not run the model", "model output")
+            proto.agree(err, "model output")
         _check_fit(proto, cfg, part, trainer, ckpt, init, resume)
     except StartupFailed:
         if trainer is not None:
             trainer.close()
         raise
+    phases.mark("trainer")
     return Started(trainer, part, meta, hooks, ckpt, init)
 
 
@@ -250,8 +251,22 @@ def select_rank_device(proto: Protocol, cfg: TrainConfig, cuda_count: int | None
                    "--device cpu")
     except ConfigError as e:
         err = str(e)
-    proto.agree(err, "cannot compute on the device asked for", "device")
+    proto.agree(err, "device")
     return device, direct
+
+
+def _check_run_dir(proto: Protocol, cfg: TrainConfig) -> None:
+    """Step 3: rank 0 checks that the run directory can be made (:func:`~.rundir.check_run_dir`), before any rank
+    reads its part."""
+    err = None
+    if proto.comm.rank == 0:
+        try:
+            check_run_dir(cfg)
+        except ValueError as e:
+            err = str(e)
+        except OSError as e:   # (a directory that cannot be listed)
+            err = f"{e.filename or cfg.out}: cannot be read: {e.strerror or e}"
+    proto.agree(err, "run directory")
 
 
 def _load_part(proto: Protocol, cfg: TrainConfig):
@@ -268,7 +283,7 @@ def _load_part(proto: Protocol, cfg: TrainConfig):
         err = f"{type(e).__name__}: {e}"
     if meta is not None:   # the others may still load and plan larger parts: the start-up deadline grows with them
         proto.watchdog.expect_input(largest_part_bytes(meta))
-    proto.agree(err, "failed to load their part", "part files")
+    proto.agree(err, "part files")
     return part, meta, hooks
 
 
@@ -280,7 +295,7 @@ def _check_halo(proto: Protocol, cfg: TrainConfig, part) -> None:
         err = err and f"{cfg.parts.rstrip('/')}/{part_name(comm.rank)}: {err}"
     except Exception:  # noqa: BLE001 - failed inside its collectives: the others may wait there, so no agree
         proto.abort("checking the halo against the neighbours failed:\n" + traceback.format_exc())
-    proto.agree(err, "found their halo inconsistent with a neighbour", "halo lists")
+    proto.agree(err, "halo lists")
 
 
 def _split_sizes(proto: Protocol, cfg: TrainConfig, part) -> dict:
@@ -292,8 +307,7 @@ def _split_sizes(proto: Protocol, cfg: TrainConfig, part) -> dict:
         err = err or (f"{cfg.parts}: the graph has no training nodes (no labels, or an empty train mask; "
                       "g3-prepare edgelist takes them with --labels and --masks)")
     if err:
-        proto.error(err)
-        proto.all_out("start-up check 'split sizes'")
+        proto.same(err, "split sizes")
     return split_sizes
 
 
@@ -307,7 +321,7 @@ def _read_checkpoint(proto: Protocol, cfg: TrainConfig, meta: dict, resume: str)
                          idle=settings_without_effect(cfg, world_size=proto.comm.size, resuming=True))
     except CheckpointError as e:
         err = str(e)
-    proto.agree(err, "could not resume from the checkpoint", "checkpoint")
+    proto.agree(err, "checkpoint")
     return ckpt
 
 
@@ -318,7 +332,7 @@ def _read_initial(proto: Protocol, cfg: TrainConfig) -> dict:
         init = load_model_state(cfg.init_from)
     except CheckpointError as e:
         err = str(e)
-    proto.agree(err, "could not read the initial model", "initial model")
+    proto.agree(err, "initial model")
     return init
 
 
@@ -331,10 +345,10 @@ def _check_fit(proto: Protocol, cfg: TrainConfig, part, trainer: Trainer, ckpt, 
             check_restorable(f"{resume}/{CHECKPOINT_NAME}", ckpt, trainer.model, trainer.opt)
         except CheckpointError as e:
             err = str(e)
-        proto.agree(err, "could not resume from the checkpoint", "checkpoint")
+        proto.agree(err, "checkpoint")
     if init is not None:
         why = state_mismatch(init, trainer.model.state_dict())
         err = why and (f"{cfg.init_from}: its parameters do not fit this model ({model_args(cfg)}, "
                        f"{part.feature_dim} features, {part.num_classes} classes): {why}")
-        proto.agree(err, "could not start from the initial model", "initial model")
+        proto.agree(err, "initial model")
         trainer.start_from(init)

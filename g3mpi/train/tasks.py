@@ -23,19 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .metrics import METRICS, SUFFIX, macro_f1, ranking_metrics
-
-TASKS = ("multiclass", "binary", "multilabel")
-#: the metrics that fit each task (ROC-AUC and AP rank one score per label: none for a multiclass softmax)
-TASK_METRICS = {"multiclass": ("accuracy", "f1_macro"), "binary": METRICS, "multilabel": METRICS}
-
-
-def metric_misfit(task: str, metric: str) -> str | None:
-    """Why ``metric`` cannot judge ``task``, or None."""
-    if metric not in TASK_METRICS[task]:
-        return (f"metric {metric} does not fit task {task} (it takes {', '.join(TASK_METRICS[task])}; "
-                "roc_auc and ap rank one score per label: --task binary or multilabel)")
-    return None
+from .choices import SUFFIX
+from .metrics import macro_f1, ranking_metrics
 
 
 def output_dim(task: str, num_classes: int) -> int:

@@ -31,12 +31,13 @@ from g3mpi.sched import Schedule
 
 from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
 from .config import TrainConfig
+from .phases import Phases
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync, param_buckets
-from .metrics import SUFFIX
+from .choices import SUFFIX
 from .plots import plot_run
-from .rundir import SPLITS, TIMELINE, MetricsLog, read_metrics, run_timings, save_state_dict, write_json_atomic, \
-    write_predictions
+from .rundir import SPLITS, TIMELINE, MetricsLog, OutputError, read_metrics, run_timings, save_state_dict, \
+    write_json_atomic, write_predictions
 from g3mpi.mpi.stop import STOP_SLOTS
 from .sysmem import current_rss_bytes, peak_rss_bytes
 from .tasks import evaluate, loss_sum, loss_terms, output_dim, predict
@@ -66,6 +67,8 @@ class Trainer:
         else made here."""
         self.cfg, self.comm, self.part, self.meta = cfg, comm, part, meta
         self.stop = stop
+        #: this rank's start-up phases (:class:`~.phases.Phases`), which g3-train sets: summary.json's "startup"
+        self.startup = None
         torch.set_num_threads(cfg.threads)
         simnet = SimNet.from_spec(cfg.sim_net) if cfg.sim_net else None
         self.watchdog = watchdog or Watchdog(comm, cfg.comm_timeout, prog="g3-train", floor=cfg.comm_timeout_floor,
@@ -456,6 +459,7 @@ class Trainer:
         """The outputs of a finished run from its best model: predictions.h5 (every rank its rows), the timeline,
         then on rank 0 model.pt, the plots and summary.json. Returns the summary on rank 0, {} elsewhere."""
         cfg, comm = self.cfg, self.comm
+        shutdown = Phases()
         best = sel.last or sel.best
         if best["state"] is not None:
             self.model.load_state_dict(best["state"])
@@ -466,18 +470,42 @@ class Trainer:
                           attrs=dict(model=cfg.model_label, best_epoch=best["epoch"],
                                      partition_id=self.part.partition_id, task=cfg.task),
                           watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
-        peaks = np.empty(comm.size, dtype=np.int64) if comm.rank == 0 else None
-        self.watchdog.gather(np.array([peak_rss_bytes()], dtype=np.int64), peaks, 0, "peak memory gather")
+        shutdown.mark("predictions")
+        startup = self.startup.seconds if self.startup is not None else {}
+        mine = np.array([peak_rss_bytes(), *(round(v * 1e6) for v in startup.values())], dtype=np.int64)
+        got = np.empty((comm.size, mine.size), dtype=np.int64) if comm.rank == 0 else None
+        self.watchdog.gather(mine, got, 0, "peak memory and start-up gather")
         # with the other outputs of a finished run (a stopped one writes only its checkpoint)
         self._write_timeline(run_dir)
+        shutdown.mark("timeline")
+        if cfg.plots:   # before summary.json: a run without its plots is not finished (--resume draws them)
+            self._plot(run_dir, best["epoch"])
+            shutdown.mark("plots")
         if comm.rank != 0:
             return {}
         save_state_dict(run_dir / "model.pt", self.model.state_dict())
-        if cfg.plots:   # before summary.json: a run without its plots is not finished (--resume draws them)
-            plot_run(run_dir, best_epoch=best["epoch"])
-        summary = self._summary(run_dir, epoch, best, sel.last_loss, peaks)
+        shutdown.mark("model")
+        summary = self._summary(run_dir, epoch, best, sel.last_loss, got[:, 0])
+        # each start-up phase as long as the slowest rank's (what the job waited for), then rank 0's shut-down
+        slowest = got[:, 1:].max(axis=0) / 1e6
+        summary["startup"] = Phases.of(dict(zip(startup, slowest.tolist()))).rounded()
+        summary["shutdown"] = shutdown.rounded()
         write_json_atomic(run_dir / "summary.json", summary)
         return summary
+
+    def _plot(self, run_dir: Path, best_epoch: int) -> None:
+        """The plots, drawn side by side: rank r draws plot r, r + P, ... (:func:`plot_run`'s share), so that the
+        run does not end waiting for rank 0 to draw them all. A plot that could not be written: OutputError on
+        rank 0 (which ends the job) naming it."""
+        err = None
+        self.watchdog.barrier("plots (rank 0 has written timeline.json)")
+        try:
+            plot_run(run_dir, best_epoch=best_epoch, share=(self.comm.rank, self.comm.size))
+        except OutputError as e:
+            err = str(e)
+        errs = self.watchdog.allgather_text(err, "plots")
+        if self.comm.rank == 0 and any(e is not None for e in errs):
+            raise OutputError(next(e for e in errs if e is not None))
 
     def _summary(self, run_dir: Path, epoch: int, best: dict, last_loss, peaks: np.ndarray) -> dict:
         """summary.json of a finished run (rank 0)."""

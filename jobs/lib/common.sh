@@ -337,6 +337,37 @@ except Exception as e:
 print(n)' "$dir/meta.json" || g3_die "$dir/meta.json: unreadable partition metadata"
 }
 
+# g3_check_train_start RANKS ARGS...: what g3-train checks first, checked before anything is launched (in a dry
+# run too): one rank per part, and a run directory that can be made. In a dry run, a partition directory that is
+# not there yet (an earlier stage of the same pipeline writes it) is only mentioned.
+g3_check_train_start() {
+    local n=$1 parts out num_parts force=0 config
+    shift
+    parts=$(g3_opt_value --parts "$@")
+    if [[ -f $parts ]]; then
+        g3_die "$parts is a file, not a partition directory (a graph file? partition it: g3-partition $parts" \
+            "--parts $n --out DIR, then --parts DIR)"
+    elif g3_flag G3_DRY_RUN 0 && [[ ! -e $parts ]]; then
+        g3_log "dry run: $parts is not there yet: its parts are not checked against $n rank(s)"
+    else
+        num_parts=$(g3_part_count "$parts") || exit 1
+        ((num_parts == n)) ||
+            g3_die "$parts has $num_parts parts but $n ranks were requested: training needs exactly one rank" \
+                "per part (-n $num_parts)"
+    fi
+    ! g3_has_opt --resume "$@" || return 0
+    g3_has_opt --force "$@" && force=1
+    if config=$(g3_opt_value --config "$@") && [[ -f $config ]]; then   # (a force = true of the file counts)
+        "$G3_PY" -c 'import sys, tomllib
+sys.exit(0 if tomllib.load(open(sys.argv[1], "rb")).get("force") is True else 1)' "$config" 2>/dev/null && force=1
+    fi
+    out=$(g3_opt_value --out "$@") || return 0
+    if ((!force)) && [[ -d $out ]] && [[ -n $(find "$out" -mindepth 1 -maxdepth 1 ! -name .g3-train.lock) ]]; then
+        g3_die "$out: run directory exists and is not empty (use --force to replace it, or --resume to continue" \
+            "its run)"
+    fi
+}
+
 # g3_seconds DURATION: a timeout(1) duration (a number with an optional unit s, m, h or d) in seconds
 g3_seconds() {
     awk -v d="$1" 'BEGIN { u = substr(d, length(d)); n = d; f = 1
@@ -519,16 +550,7 @@ g3_stage() {
         g3_run "${launch[@]}" "$G3_PY" -m "$module" "${tool_args[@]}"
         return
     fi
-    if [[ $stage == train ]]; then
-        local parts num_parts
-        parts=$(g3_opt_value --parts "${tool_args[@]}")
-        if ! g3_flag G3_DRY_RUN 0; then
-            num_parts=$(g3_part_count "$parts") || exit 1
-            ((num_parts == n)) ||
-                g3_die "$parts has $num_parts parts but $n ranks were requested: training needs exactly one rank" \
-                    "per part"
-        fi
-    fi
+    [[ $stage != train ]] || g3_check_train_start "$n" "${tool_args[@]}"
     g3_check_module "$module"
     local launcher
     launcher=$(g3_launcher) || exit 1
