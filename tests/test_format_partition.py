@@ -128,8 +128,8 @@ def test_node_map_that_is_a_directory(copy):
 
 def test_unsupported_version_is_shown_as_a_number(copy):
     """An HDF5 attribute comes back as a numpy scalar: the message shows 3, not np.int64(3)."""
-    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 3))
-    with pytest.raises(FormatError, match=r"part-00001.h5: format version 3 is not supported \(reads version 2\)"):
+    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 4))
+    with pytest.raises(FormatError, match=r"part-00001.h5: format version 4 is not supported \(reads version 3\)"):
         read_part(copy, 1)
 
 
@@ -138,10 +138,27 @@ def test_partition_of_version_1_asks_to_partition_again(copy):
     edit_meta(copy, version=1)
     with pytest.raises(FormatError, match="meta.json: format version 1 is not supported .*partition the graph again"):
         read_meta(copy)
-    edit_meta(copy, version=2)
+    edit_meta(copy, version=3)
     edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 1))
     with pytest.raises(FormatError, match="part-00001.h5: format version 1 .*before owned rows were boundary-first"):
         read_part(copy, 1)
+    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 2))
+    with pytest.raises(FormatError, match="part-00001.h5: format version 2 .*before feature dtypes.*partition the "
+                                          "graph again with g3-partition"):
+        read_part(copy, 1)
+
+
+def test_graph_of_version_1_asks_to_prepare_again(tmp_path):
+    """graph.h5 version 1 (features always float32, one label per node) is refused with the command to run."""
+    import h5py
+    from g3mpi.format import load_graph
+    from tests.partition_graphs import random_graph, write
+    write(random_graph(n=20, m=40, seed=1), tmp_path / "g.h5")
+    with h5py.File(tmp_path / "g.h5", "r+") as f:
+        f.attrs["version"] = 1
+    with pytest.raises(FormatError, match=r"g.h5: format version 1 is not supported \(reads version 2\); written by "
+                                          "an older g3-prepare .*prepare the graph again with g3-prepare"):
+        load_graph(tmp_path / "g.h5")
 
 
 def test_send_rows_outside_the_boundary_block(copy):

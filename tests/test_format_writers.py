@@ -11,7 +11,7 @@ import pytest
 
 from tests.partition_graphs import random_graph, write
 from data_tools import build
-from g3mpi.format import FormatError, load_graph, write_part
+from g3mpi.format import PARTITION_VERSION, FormatError, load_graph, write_part
 from g3mpi.format.partition import ARRAYS, SCALARS, PartFeatures
 
 
@@ -29,7 +29,7 @@ def test_write_part_same_file_as_h5py_high_level(tmp_path):
         write_part(tmp_path / "low.h5", pd, force=True)
         with h5py.File(tmp_path / "high.h5", "w") as f:   # write_part as it was, all high-level
             f.attrs["format"] = "g3mpi-part"
-            f.attrs["version"] = 2
+            f.attrs["version"] = PARTITION_VERSION
             for k in SCALARS:
                 f.attrs[k] = getattr(pd, k)
             for k in ARRAYS:

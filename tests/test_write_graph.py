@@ -12,6 +12,7 @@ from data_tools import write_graph
 from data_tools.importers.common import PrepareOptions, write_raw_graph
 from data_tools.importers.npz import load_npz
 from g3mpi.format import FormatError, load_graph
+from g3mpi.format.features import widen
 from tests.conftest import REPO
 
 SLOW_TESTS = ("test_prepare_md_pyg_example",)
@@ -102,6 +103,13 @@ def test_tensor_dtypes(tmp_path):
     a = arrays(seed=3)
     x16 = torch.from_numpy(a["x"]).to(torch.bfloat16)
     write_graph(tmp_path / "b.h5", torch.from_numpy(a["edge_index"]).int(), x16, torch.from_numpy(a["y"]))
-    np.testing.assert_array_equal(load_graph(tmp_path / "b.h5").features, x16.float().numpy())
+    g = load_graph(tmp_path / "b.h5")
+    assert g.feature_dtype == "bfloat16" and g.features.dtype == np.uint16     # kept as given
+    np.testing.assert_array_equal(widen(g.features, "bfloat16"), x16.float().numpy())
+    np.testing.assert_array_equal(g.features, x16.view(torch.int16).numpy().view(np.uint16))
+    write_graph(tmp_path / "h.h5", a["edge_index"], torch.from_numpy(a["x"]).half(), feature_dtype="float32")
+    g = load_graph(tmp_path / "h.h5")
+    assert g.feature_dtype == "float32"
+    np.testing.assert_array_equal(g.features, a["x"].astype(np.float16).astype(np.float32))
     with pytest.raises(TypeError, match="edge_index must be an array"):
         write_graph(tmp_path / "c.h5", [[0], [1]], a["x"])

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from g3mpi.format import FormatError
+from g3mpi.format.features import natural_dtype, stored_dtype
 from g3mpi.format.graph import MASKS
 
 from .common import (NUMPY_READ_ERRORS, RawGraph, check_edge_ids, check_features, check_labels, check_masks,
@@ -92,5 +93,5 @@ def graph_from_arrays(path, ei: np.ndarray, x: np.ndarray, y: np.ndarray | None,
                 raise FormatError(path, f"{k} has shape {list(m.shape)}, expected [{n}]")
         masks = check_masks(path, masks, y)
     return RawGraph(path=str(path), num_nodes=n, src=ei[0], dst=ei[1], feature_dim=int(x.shape[1]),
-                    features=np.ascontiguousarray(x, dtype=np.float32), labels=y, num_classes=c, masks=masks,
-                    source=source)
+                    features=np.ascontiguousarray(x, dtype=stored_dtype(natural_dtype(x.dtype))), labels=y,
+                    num_classes=c, masks=masks, source=source, feature_dtype=natural_dtype(x.dtype))

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from g3mpi.format import FormatError, index_dtype
+from g3mpi.format.features import natural_dtype
 from g3mpi.format.limits import check_finite_features
 
 from .common import (EDGE_CHUNK, FEATURE_BLOCK_BYTES, EdgeStream, RawGraph, check_labels, check_masks,
@@ -63,7 +64,7 @@ def load_ogb_binary(root: Path, split: str | None = None, num_classes: int | Non
     blocks = _feature_blocks(feat, n, dim, quiet) if dim else None
     return RawGraph(path=str(root), num_nodes=n, src=None, dst=None, edges=edges, feature_dim=dim,
                     features=None if blocks else np.zeros((n, 0), np.float32), feature_blocks=blocks, labels=labels,
-                    num_classes=c, masks=masks,
+                    num_classes=c, masks=masks, feature_dtype=natural_dtype(feat.dtype) if dim else "float32",
                     source=f"ogb:{root.name}" + (f",split={scheme}" if scheme else ""))
 
 
@@ -120,7 +121,7 @@ def _edge_stream(ei: NpyMember, n: int, quiet: bool) -> EdgeStream:
 
 
 def _feature_blocks(feat: NpyMember, n: int, dim: int, quiet: bool):
-    """Row blocks (start, float32 [rows, dim]) of ``node_feat``, read as graph.h5 is written; FormatError naming
+    """Row blocks (start, [rows, dim] as stored) of ``node_feat``, read as graph.h5 is written; FormatError naming
     the first row that is not finite."""
     rows = max(1, FEATURE_BLOCK_BYTES // max(1, feat.dtype.itemsize * dim))
 
@@ -130,7 +131,7 @@ def _feature_blocks(feat: NpyMember, n: int, dim: int, quiet: bool):
         for flat in feat.chunks(0, n * dim, rows * dim):
             a = flat.reshape(-1, dim)
             check_finite_features(feat.path, a, w, rows=lambda r: f"node_feat row {r}")
-            yield w, a.astype(np.float32)
+            yield w, a                       # as stored: graph.h5 keeps it, or narrows it (--feature-dtype)
             w += len(a)
             bar.update(len(a))
         bar.close()

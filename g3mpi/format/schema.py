@@ -6,9 +6,11 @@ import numpy as np
 
 from .errors import FormatError, shown
 
-FORMAT_VERSION = 1
-#: partition directories (meta.json, node_map.h5, part files): 2 since owned rows are boundary-first
-PARTITION_VERSION = 2
+#: graph.h5: 2 since features keep their stored dtype (feature_dtype) and labels may be multi-label
+FORMAT_VERSION = 2
+#: partition directories (meta.json, node_map.h5, part files): 2 since owned rows are boundary-first, 3 since
+#: features keep their stored dtype and labels may be multi-label
+PARTITION_VERSION = 3
 GRAPH_FORMAT = "g3mpi-graph"
 PART_FORMAT = "g3mpi-part"
 PARTITION_FORMAT = "g3mpi-partition"
@@ -54,8 +56,14 @@ def version_refused(v, want: int) -> str:
     """Why a file of version ``v`` is refused, for a reader of version ``want`` (a partition of version 1 has
     its owned rows in original order: the runtime's boundary-first row groups would be wrong on it)."""
     msg = f"format version {shown(v)} is not supported (reads version {want})"
-    if want == PARTITION_VERSION and attr_kind(v) == "int" and v == 1:
-        msg += "; written before owned rows were boundary-first: partition the graph again with g3-partition"
+    older = attr_kind(v) == "int" and 0 < v < want
+    if want == PARTITION_VERSION and older:
+        msg += ("; written by an older g3-partition (before owned rows were boundary-first)" if v == 1 else
+                "; written by an older g3-partition (before feature dtypes and multi-label labels)")
+        msg += ": partition the graph again with g3-partition"
+    elif want == FORMAT_VERSION and older:
+        msg += ("; written by an older g3-prepare (before feature dtypes and multi-label labels): prepare the "
+                "graph again with g3-prepare")
     return msg
 
 
