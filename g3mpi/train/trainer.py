@@ -85,6 +85,8 @@ class Trainer:
         else:
             self.opt = torch.optim.SGD(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum)
         self.x = torch.from_numpy(widen(part.features, part.feature_dtype))   # float16/bfloat16 stored: exact
+        if part.feature_dtype != "float32":
+            part.features = None        # the stored copy: only the float32 one is used from here on
         self.y = torch.from_numpy(part.labels)
         self.masks = {s: torch.from_numpy(getattr(part, f"{s}_mask")) for s in SPLITS}
         self.split_sizes = dict(split_sizes)
