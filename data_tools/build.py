@@ -15,7 +15,7 @@ import numpy as np
 from g3mpi.format import (PARTITION_FORMAT, PARTITION_VERSION, FormatError, Graph, PartData, atomic_dir, index_dtype,
                           open_graph, part_name, write_meta, write_node_map, write_part)
 from g3mpi.format.errors import failure_reason
-from g3mpi.format.features import feature_dtype_attr, widen
+from g3mpi.format.features import feature_dtype_attr, stored_dtype, widen
 from g3mpi.format.limits import LargeFeatures, check_finite_features
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, PartFeatures
 
@@ -218,15 +218,17 @@ def feature_rows(graph_path, ds, lo: int, hi: int, large: LargeFeatures | None =
     read."""
     name = feature_dtype_attr(graph_path, ds.file.attrs.get("feature_dtype", "float32"))
     try:
-        block = np.asarray(ds[lo:hi])
+        raw = np.asarray(ds[lo:hi])
     except OSError as e:   # the file changed since it was validated
         raise FormatError(graph_path, f"features rows {lo}..{hi - 1} cannot be read: {e}") from None
     if large is not None:
         with np.errstate(over="ignore"):
-            wide = widen(block, name)
+            wide = widen(raw, name)
         if not np.isfinite(large.scan(wide, lo)):   # (one pass when they are finite)
-            check_finite_features(graph_path, wide, lo, note=": the runtime would refuse the parts")
-    return block
+            check_finite_features(graph_path, raw if name != "bfloat16" else wide, lo,
+                                  note=": the runtime would refuse the parts")
+    with np.errstate(over="ignore"):
+        return raw.astype(stored_dtype(name), copy=False)     # (a float64 dataset of a float32 graph: narrowed)
 
 
 def small_features(graph_path, large: LargeFeatures) -> np.ndarray | None:

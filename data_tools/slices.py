@@ -16,7 +16,7 @@ import numpy as np
 from g3mpi.format import FormatError, open_graph
 from g3mpi.format.checksums import dataset_sha256
 from g3mpi.format.errors import H5_READ_ERRORS, unreadable
-from g3mpi.format.features import feature_dtype_attr, widen
+from g3mpi.format.features import feature_dtype_attr, stored_dtype, widen
 from g3mpi.format.limits import LargeFeatures, check_finite_features
 from g3mpi.format.schema import STREAM_BYTES, as_int64, h5_attr_str, index_dtype
 from g3mpi.format.graph import MASKS, check_node_data, check_sorted_rows
@@ -84,7 +84,8 @@ class SliceFeatures:
         FormatError naming the file if it cannot be read."""
         if self.ds is None:
             return self.sl.features[idx]
-        out = np.empty((len(idx), self.ds.shape[1]), dtype=self.ds.dtype)
+        name = feature_dtype_attr(self.sl.path, self.file.attrs.get("feature_dtype", "float32"))
+        out = np.empty((len(idx), self.ds.shape[1]), dtype=stored_dtype(name))
         if len(idx):
             order = np.argsort(idx, kind="stable")
             try:
@@ -148,14 +149,15 @@ def read_features(path, ds, lo: int, hi: int, orig_ids: np.ndarray | None,
     checked finite (the message names the graph's row); the warning of :class:`LargeFeatures` for this slice's
     rows. ``keep=False``: only checked (None)."""
     name = feature_dtype_attr(path, ds.file.attrs.get("feature_dtype", "float32"))
-    out = np.empty((hi - lo, ds.shape[1]), dtype=ds.dtype) if keep else None
+    out = np.empty((hi - lo, ds.shape[1]), dtype=stored_dtype(name)) if keep else None
     step = max(1, STREAM_BYTES // max(1, ds.dtype.itemsize * ds.shape[1]))
     large = LargeFeatures()
     for a in range(lo, hi, step):
         b = min(hi, a + step)
         raw = np.asarray(ds[a:b])
         if keep:
-            out[a - lo:b - lo] = raw
+            with np.errstate(over="ignore"):
+                out[a - lo:b - lo] = raw
         with np.errstate(over="ignore"):
             block = widen(raw, name)
         if not np.isfinite(large.scan(block, a)):

@@ -321,7 +321,8 @@ def check_dataset_dtypes(path, f: h5py.File) -> None:
         if f[name].dtype != np.bool_:
             raise FormatError(path, f"dataset {name!r} must be boolean, got dtype {f[name].dtype}")
     name = feature_dtype_attr(path, f.attrs.get("feature_dtype", "float32"))
-    if f["features"].dtype != stored_dtype(name):
+    dt = f["features"].dtype     # float32: any floating type, read as float32 (float64 beyond its range refused)
+    if dt != stored_dtype(name) and not (name == "float32" and np.issubdtype(dt, np.floating)):
         raise FormatError(path, f"dataset 'features' has dtype {f['features'].dtype}, but feature_dtype is {name} "
                                 f"(stored as {stored_dtype(name)})")
 
