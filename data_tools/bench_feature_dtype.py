@@ -37,7 +37,7 @@ import numpy as np
 
 from g3mpi.format import write_json
 
-from .bench_scale import _du, _mpiexec, run_stage
+from .bench_scale import _du, run_stage
 
 BLOCK = 1 << 22
 

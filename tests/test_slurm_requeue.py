@@ -12,8 +12,6 @@ import re
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import CORA, run_module, run_mpi
 from tests.test_jobs import small_partition
 from tests.test_slurm import JOBS, _job_state, _wait_done, cluster  # noqa: F401 - cluster: the module's own cluster
