@@ -26,7 +26,7 @@ graph) into one, recomputing the checks.
 Graphs: ``rmat18`` and ``rmat20`` (Graph500 RMAT a=.57 b=.19 c=.19, edge factor 16, vertex IDs permuted,
 symmetrized, self loops and duplicates removed; ``rmatS-aA-bB`` sets a and b = c, e.g. ``rmat15-a0.45-b0.22``),
 ``sbm`` (planted partition: 100k nodes, 10 blocks, mean degree 20, 80% of edges inside a block; symmetrized) and
-``cora`` (``--cora``, default ``<repo>/../shared/datasets/cora.npz``). The generators here are the benchmark's
+``cora`` (``--cora``, default ``<repo>/data/cora.npz``). The generators here are the benchmark's
 own, seeded and in memory, so the benchmark needs no prepared files.
 """
 from __future__ import annotations
@@ -277,7 +277,7 @@ def main(argv=None) -> int:
     ap.add_argument("--graphs", default="cora,sbm,rmat18,rmat20")
     ap.add_argument("--parts", default="4,8,16")
     ap.add_argument("--out", type=Path, default=Path("bench_partition.json"))
-    ap.add_argument("--cora", type=Path, default=REPO.parent / "shared" / "datasets" / "cora.npz")
+    ap.add_argument("--cora", type=Path, default=REPO / "data" / "cora.npz")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-iters", type=int, default=100)
     ap.add_argument("--width", type=int, default=128, help="row width of the cost model")

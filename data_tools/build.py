@@ -15,6 +15,7 @@ import numpy as np
 from g3mpi.format import (PARTITION_FORMAT, PARTITION_VERSION, FormatError, Graph, PartData, atomic_dir, index_dtype,
                           open_graph, part_name, write_meta, write_node_map, write_part)
 from g3mpi.format.errors import failure_reason
+from g3mpi.format.features import feature_dtype_attr, stored_dtype, widen
 from g3mpi.format.limits import LargeFeatures, check_finite_features
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME, PartFeatures
 from g3mpi.format.schema import labels_dtype
@@ -198,9 +199,10 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
             indptr=ip, indices=local,
             halo_ids=h, **lists, in_degree=in_deg[orig_all], out_degree=out_deg[orig_all],
             self_loops=loops[orig],
-            features=None if g.features is None else np.ascontiguousarray(g.features[orig], dtype=np.float32),
+            features=None if g.features is None else np.ascontiguousarray(g.features[orig]),   # as stored
             labels=g.labels[orig].astype(labels_dtype(g.labels.ndim)),
             train_mask=g.train_mask[orig], val_mask=g.val_mask[orig], test_mask=g.test_mask[orig], orig_ids=orig,
+            feature_dtype=g.feature_dtype,
         ), new_to_orig, offsets
 
 
@@ -211,28 +213,34 @@ FEATURE_GROUP = 64
 
 
 def feature_rows(graph_path, ds, lo: int, hi: int, large: LargeFeatures | None = None) -> np.ndarray:
-    """Rows ``lo:hi`` of the graph file's features dataset ``ds`` as float32, checked finite when ``large`` is
-    given (float64 beyond float32's range is Inf; FormatError naming the graph otherwise), which also counts the
-    rows too large for float32 training; FormatError if they cannot be read."""
+    """Rows ``lo:hi`` of the graph file's features dataset ``ds`` as stored (float32, float16 or bfloat16's
+    uint16: copied into the parts unconverted), checked finite when ``large`` is given (FormatError naming the
+    graph otherwise), which also counts the rows too large for float32 training; FormatError if they cannot be
+    read."""
+    name = feature_dtype_attr(graph_path, ds.file.attrs.get("feature_dtype", "float32"))
     try:
-        with np.errstate(over="ignore"):
-            block = np.asarray(ds[lo:hi], dtype=np.float32)
+        raw = np.asarray(ds[lo:hi])
     except OSError as e:   # the file changed since it was validated
         raise FormatError(graph_path, f"features rows {lo}..{hi - 1} cannot be read: {e}") from None
-    if large is not None and not np.isfinite(large.scan(block, lo)):   # (one pass when they are finite)
-        check_finite_features(graph_path, np.asarray(ds[lo:hi]), lo, note=": the runtime would refuse the parts")
-    return block
+    if large is not None:
+        with np.errstate(over="ignore"):
+            wide = widen(raw, name)
+        if not np.isfinite(large.scan(wide, lo)):   # (one pass when they are finite)
+            check_finite_features(graph_path, raw if name != "bfloat16" else wide, lo,
+                                  note=": the runtime would refuse the parts")
+    with np.errstate(over="ignore"):
+        return raw.astype(stored_dtype(name), copy=False)     # (a float64 dataset of a float32 graph: narrowed)
 
 
 def small_features(graph_path, large: LargeFeatures) -> np.ndarray | None:
-    """The graph file's whole features as float32 (checked as :func:`stream_features` checks them) if they take
+    """The graph file's whole features as stored (checked as :func:`stream_features` checks them) if they take
     at most :data:`FEATURE_BLOCK_BYTES`, the block that streaming them would read at a time anyway; else None.
     Held in memory, each part's rows are written with the part itself: at 1024 parts of Cora, opening and
     closing every part file a second time to fill its features was a tenth of the whole write."""
     with open_graph(graph_path) as f:
         ds = f["features"]
         n, width = ds.shape
-        if n * 4 * width > FEATURE_BLOCK_BYTES:
+        if n * ds.dtype.itemsize * width > FEATURE_BLOCK_BYTES:
             return None
         return feature_rows(graph_path, ds, 0, n, large)
 
@@ -249,7 +257,7 @@ def stream_features(graph_path, part_paths: list, new_to_orig: np.ndarray, offse
     with open_graph(graph_path) as f:
         ds = f["features"]
         n, width = ds.shape
-        step = max(1, FEATURE_BLOCK_BYTES // max(1, 4 * width))
+        step = max(1, FEATURE_BLOCK_BYTES // max(1, ds.dtype.itemsize * width))
         for g0 in range(0, len(part_paths), FEATURE_GROUP):
             group = range(g0, min(g0 + FEATURE_GROUP, len(part_paths)))
             by_orig = {p: np.argsort(new_to_orig[offsets[p]:offsets[p + 1]]) for p in group}   # local rows
@@ -351,7 +359,7 @@ def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, ext
         local_edges = int(sum(s["local_edges"] for s in stats))
         meta = dict(format=PARTITION_FORMAT, version=PARTITION_VERSION, num_parts=num_parts, method=method, seed=seed,
                     partition_id=partition_id, num_nodes=g.num_nodes, num_edges=local_edges,
-                    num_edges_input=g.num_edges, feature_dim=graph_feature_dim(g),
+                    num_edges_input=g.num_edges, feature_dim=graph_feature_dim(g), feature_dtype=g.feature_dtype,
                     num_classes=int(g.attrs["num_classes"]), graph_source=str(g.attrs.get("source", "")),
                     offsets=[int(o) for o in offsets], files=files,
                     quality=summarize(stats, g.num_nodes, local_edges),

@@ -60,7 +60,7 @@ def cost_model_of(meta: dict, meta_path: Path) -> CostModel:
 def inspect_graph(path: Path) -> dict:
     g = load_graph(path, features=False)   # checked by their checksum; the report needs only the structure
     with open_graph(path) as f:   # and finite, which no checksum shows (g3-partition refuses such a graph)
-        check_features(path, f["features"], g.orig_ids)
+        check_features(path, f["features"], g.orig_ids, g.feature_dtype)
     s = graph_summary(g)
     deg = np.diff(g.indptr)
     s.update(kind="graph", path=str(path), max_in_degree=int(deg.max()) if len(deg) else 0,

@@ -21,6 +21,7 @@ from mpi4py import MPI
 from g3mpi.format import (PARTITION_FORMAT, PARTITION_VERSION, FormatError, PartData, index_dtype, part_name,
                           write_meta, write_part)
 from g3mpi.format.errors import failure_reason
+from g3mpi.format.features import stored_dtype
 from g3mpi.format.partition import NODE_MAP_NAME, NodeMapWriter, PartRows, owner_of
 from g3mpi.mpi.collectives import agree, allgather_rows, allreduce, alltoallv, as_watchdog, exchange_counts
 from g3mpi.mpi.termination import raise_if_terminated
@@ -55,6 +56,7 @@ class OwnRows:
 
     def __init__(self, comm, sl: GraphSlice, lg, new_ids: np.ndarray, block_edges: int = BLOCK_EDGES):
         n_own = sl.num_rows
+        self.feature_dtype = sl.attrs.get("feature_dtype", "float32")   # the features' stored dtype, kept
         deg = np.diff(sl.indptr)
         all_new = np.concatenate([new_ids, lg.plan.pull(new_ids)]).astype(index_dtype(sl.num_nodes))
         self.loops = np.zeros(n_own, dtype=np.int64)
@@ -214,7 +216,8 @@ def build_my_parts(comm, sl: GraphSlice, rows: dict, halos: dict, offsets: np.nd
             out_degree=np.concatenate([rows["out_deg"][a:b], hd[:, 1]], dtype=np.int64),
             self_loops=rows["loops"][a:b].astype(np.int64), features=None,
             labels=rows["labels"][a:b], train_mask=rows["train_mask"][a:b], val_mask=rows["val_mask"][a:b],
-            test_mask=rows["test_mask"][a:b], orig_ids=rows["orig"][a:b].astype(np.int64))
+            test_mask=rows["test_mask"][a:b], orig_ids=rows["orig"][a:b].astype(np.int64),
+            feature_dtype=sl.attrs.get("feature_dtype", "float32"))
         del hd
 
 
@@ -347,9 +350,11 @@ def _block_round(comm, own: OwnRows, mine: tuple, bounds: np.ndarray, feats_of: 
             feats = feats_of.rows(send)
         except FormatError as e:
             err = str(e)
+    dt = stored_dtype(own.feature_dtype)
     if feats is None:
-        feats = np.zeros((len(send), width), dtype=np.float32)
-    feats = alltoallv(comm, feats, counts, rc)
+        feats = np.zeros((len(send), width), dtype=dt)
+    # half types as their 16-bit patterns (MPI has no float16 or bfloat16 type): copied, never converted
+    feats = alltoallv(comm, feats.view(np.uint16) if dt.itemsize == 2 else feats, counts, rc).view(dt)
     edge_counts = np.array([own.row_len[by_id[a:b]].sum() for a, b in zip(lo.tolist(), hi.tolist())],
                            dtype=np.int64)
     cols = alltoallv(comm, gather_values(ptr, send, own.cols), edge_counts, exchange_counts(comm, edge_counts))
@@ -460,8 +465,8 @@ def write_partition_parallel(comm, tmp, sl: GraphSlice, lg, own_parts: np.ndarra
     a = sl.attrs
     meta = dict(format=PARTITION_FORMAT, version=PARTITION_VERSION, num_parts=P, method=method, seed=seed,
                 partition_id=partition_id, num_nodes=sl.num_nodes, num_edges=m, num_edges_input=sl.num_edges,
-                feature_dim=int(a["feature_dim"]), num_classes=int(a["num_classes"]),
-                graph_source=str(a.get("source", "")), offsets=[int(o) for o in offsets], files=files,
+                feature_dim=int(a["feature_dim"]), feature_dtype=a.get("feature_dtype", "float32"),
+                num_classes=int(a["num_classes"]), graph_source=str(a.get("source", "")), offsets=[int(o) for o in offsets], files=files,
                 quality=summarize(stats, sl.num_nodes, m), parts=stats, build_seconds=round(time.time() - t0, 3))
     meta.update(extra_meta)
     write_meta(tmp, meta)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from g3mpi.format import FormatError, check_output, json_text
+from g3mpi.format.features import FEATURE_DTYPES
 from g3mpi.log import setup_tool_logging
 from g3mpi.mpi.termination import exit_after_failed_write, interruption, terminate_as_interrupt
 from g3mpi.options import from_options
@@ -189,6 +190,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="build the CSR in memory when its estimate fits in SIZE, else out of core in sorts of "
                         f"SIZE / {BLOCK_BYTES_PER_EDGE} B edges (e.g. 512M; default "
                         f"{PrepareOptions.memory_budget >> 20}M)")
+    g.add_argument("--feature-dtype", choices=FEATURE_DTYPES,
+                   help="dtype graph.h5 stores the features in, kept by g3-partition and widened to float32 by "
+                        "g3-train (default: the input's: float16 stays float16, anything else float32)")
     g.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bars and no summary line on stderr (the JSON summary on stdout stays)")
 

@@ -16,6 +16,7 @@ import numpy as np
 from g3mpi.format import FormatError, open_graph
 from g3mpi.format.checksums import dataset_sha256
 from g3mpi.format.errors import H5_READ_ERRORS, unreadable
+from g3mpi.format.features import feature_dtype_attr, stored_dtype, widen
 from g3mpi.format.limits import LargeFeatures, check_finite_features
 from g3mpi.format.schema import STREAM_BYTES, as_int64, h5_attr_str, index_dtype
 from g3mpi.format.graph import MASKS, check_node_data, check_sorted_rows
@@ -32,7 +33,7 @@ class GraphSlice:
     hi: int
     indptr: np.ndarray       # int64 [hi-lo+1], from 0
     indices: np.ndarray      # int32 (as stored where N < 2^31) or int64 [indptr[-1]], sources (global row IDs)
-    features: np.ndarray | None   # float32 [hi-lo, F] (None: checked, not kept; see SliceFeatures)
+    features: np.ndarray | None   # [hi-lo, F] as stored (None: checked, not kept; see SliceFeatures)
     labels: np.ndarray       # int64 [hi-lo]; multi-label: int8 [hi-lo, C]
     masks: dict              # name -> bool [hi-lo]
 
@@ -79,11 +80,12 @@ class SliceFeatures:
             self.file = self.ds = None
 
     def rows(self, idx: np.ndarray) -> np.ndarray:
-        """float32 [len(idx), F]: the features of the slice's rows ``idx`` (slice-local, unique, any order);
+        """[len(idx), F] as stored: the features of the slice's rows ``idx`` (slice-local, unique, any order);
         FormatError naming the file if it cannot be read."""
         if self.ds is None:
             return self.sl.features[idx]
-        out = np.empty((len(idx), self.ds.shape[1]), dtype=np.float32)
+        name = feature_dtype_attr(self.sl.path, self.file.attrs.get("feature_dtype", "float32"))
+        out = np.empty((len(idx), self.ds.shape[1]), dtype=stored_dtype(name))
         if len(idx):
             order = np.argsort(idx, kind="stable")
             try:
@@ -145,18 +147,22 @@ def _read(path, f, bounds, rank, verify, keep_features=True) -> GraphSlice:
 
 def read_features(path, ds, lo: int, hi: int, orig_ids: np.ndarray | None,
                   keep: bool = True) -> np.ndarray | None:
-    """Rows ``lo:hi`` of the features as float32, read in blocks and checked finite (the message names the graph's
-    row); the warning of :class:`LargeFeatures` for this slice's rows. ``keep=False``: only checked (None)."""
-    out = np.empty((hi - lo, ds.shape[1]), dtype=np.float32) if keep else None
+    """Rows ``lo:hi`` of the features as stored (float32, float16 or bfloat16's uint16), read in blocks and
+    checked finite (the message names the graph's row); the warning of :class:`LargeFeatures` for this slice's
+    rows. ``keep=False``: only checked (None)."""
+    name = feature_dtype_attr(path, ds.file.attrs.get("feature_dtype", "float32"))
+    out = np.empty((hi - lo, ds.shape[1]), dtype=stored_dtype(name)) if keep else None
     step = max(1, STREAM_BYTES // max(1, ds.dtype.itemsize * ds.shape[1]))
     large = LargeFeatures()
     for a in range(lo, hi, step):
         b = min(hi, a + step)
-        raw = ds[a:b]
-        block = out[a - lo:b - lo] if keep else np.empty((b - a, ds.shape[1]), dtype=np.float32)
+        raw = np.asarray(ds[a:b])
+        if keep:
+            with np.errstate(over="ignore"):
+                out[a - lo:b - lo] = raw
         with np.errstate(over="ignore"):
-            block[:] = raw
+            block = widen(raw, name)
         if not np.isfinite(large.scan(block, a)):
-            check_finite_features(path, np.asarray(raw), a)
+            check_finite_features(path, block if name == "bfloat16" else raw, a)
     large.warn(path, orig_ids, offset=lo)
     return out

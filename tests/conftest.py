@@ -14,8 +14,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
+#: Cora with the public Planetoid split, shipped in the repository (data/README.md)
+CORA = REPO / "data" / "cora.npz"
+#: data sets beside the repository (../shared/datasets), which tests that use them skip without
 SHARED = REPO.parent / "shared"
-CORA = SHARED / "datasets" / "cora.npz"
 # a test gets the marker when it, a fixture it uses or a test helper either calls reaches one of these functions
 MARKED_CALLS = {
     "mpi": {("conftest.py", "run_mpi"), ("conftest.py", "mpiexec")},
@@ -26,8 +28,7 @@ MARKED_CALLS = {
 def skip_or_fail(reason: str) -> None:
     """Skip a test whose tools this machine lacks (no root to install SLURM or h5ls), saying why; under
     ``G3_NO_SKIP=1`` (what ``.ci/run`` sets, since it installs them) fail instead, so that CI never passes with a
-    part of the suite silently not run. Data outside the repository (Cora) is not covered: a clone on its own
-    skips those tests."""
+    part of the suite silently not run."""
     if os.environ.get("G3_NO_SKIP") == "1":
         pytest.fail(f"{reason} (G3_NO_SKIP=1: no test may skip here)", pytrace=False)
     pytest.skip(reason)
@@ -66,8 +67,7 @@ def run_mpi(n: int, module: str, *args, timeout: float = 300, check: bool = True
 
 @pytest.fixture(scope="session")
 def cora_npz() -> Path:
-    if not CORA.exists():
-        pytest.skip(f"{CORA} not found (the tests expect ../shared/datasets beside the repository)")
+    assert CORA.exists(), f"{CORA} is part of the repository"
     return CORA
 
 

@@ -75,3 +75,13 @@ def test_lines_within_120_characters(path):
 def test_doc_within_3000_words(doc):
     words = len(doc.read_text(encoding="utf-8").split())
     assert words <= MAX_WORDS, f"{doc.name}: {words} words (reference docs stay within {MAX_WORDS})"
+
+
+def test_readme_cora_example_reads_only_the_repository():
+    """The README's Cora example runs on a fresh clone: every file it reads is in the repository (it read
+    ../shared/datasets/cora.npz, which a clone does not have)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"## A Cora example\n+```bash\n(.*?)```", text, re.S)
+    assert block, "README.md has no bash block under 'A Cora example'"
+    inputs = re.findall(r"g3-prepare npz (\S+)", block.group(1))
+    assert inputs and all((REPO / p).is_file() and not p.startswith("..") for p in inputs), inputs

@@ -146,6 +146,23 @@ def test_partition_of_version_1_asks_to_partition_again(copy):
     edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 1))
     with pytest.raises(FormatError, match="part-00001.h5: format version 1 .*before owned rows were boundary-first"):
         read_part(copy, 1)
+    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 2))
+    with pytest.raises(FormatError, match="part-00001.h5: format version 2 .*before feature dtypes.*partition the "
+                                          "graph again with g3-partition"):
+        read_part(copy, 1)
+
+
+def test_graph_of_version_1_asks_to_prepare_again(tmp_path):
+    """graph.h5 version 1 (features always float32, one label per node) is refused with the command to run."""
+    import h5py
+    from g3mpi.format import load_graph
+    from tests.partition_graphs import random_graph, write
+    write(random_graph(n=20, m=40, seed=1), tmp_path / "g.h5")
+    with h5py.File(tmp_path / "g.h5", "r+") as f:
+        f.attrs["version"] = 1
+    with pytest.raises(FormatError, match=r"g.h5: format version 1 is not supported \(reads version 2\); written by "
+                                          "an older g3mpi: prepare it again with g3-prepare"):
+        load_graph(tmp_path / "g.h5")
 
 
 def test_send_rows_outside_the_boundary_block(copy):

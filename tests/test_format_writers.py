@@ -11,7 +11,7 @@ import pytest
 
 from tests.partition_graphs import random_graph, write
 from data_tools import build
-from g3mpi.format import FormatError, load_graph, write_part
+from g3mpi.format import PARTITION_VERSION, FormatError, load_graph, write_part
 from g3mpi.format.partition import ARRAYS, SCALARS, PartFeatures
 from g3mpi.format.schema import PARTITION_VERSION
 

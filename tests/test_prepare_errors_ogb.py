@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gzip
 
-import numpy as np
 
 from tests.prepare_runs import fails, make_ogb, out_dir  # noqa: F401 (out_dir: a fixture)
 
@@ -79,8 +78,9 @@ def test_ogb_duplicate_split_index(tmp_path, out_dir):
 
 
 def test_ogb_unsupported_layouts(tmp_path, out_dir):
-    """ogbn-proteins (112 label columns, no node-feat), ogbn-mag (raw/relations/) and ogbn-papers100M (raw/data.npz)
-    are named as unsupported; before, each failed with 'node-feat.csv.gz' or 'edge.csv.gz: no such file'."""
+    """ogbn-proteins (112 label columns, no node-feat) and ogbn-mag (raw/relations/) are named as unsupported;
+    before, each failed with 'node-feat.csv.gz' or 'edge.csv.gz: no such file'. (The binary layout of
+    ogbn-papers100M is read: tests/test_prepare_ogb_binary.py.)"""
     root = make_ogb(tmp_path / "proteins")
     (root / "raw" / "node-feat.csv").unlink()
     (root / "raw" / "node-label.csv").write_text("".join(",".join("01"[(i + j) % 2] for j in range(112)) + "\n"
@@ -91,11 +91,6 @@ def test_ogb_unsupported_layouts(tmp_path, out_dir):
     with gzip.open(mag / "num-node-dict.csv.gz", "wt") as g:
         g.write("author,paper\n2,3\n")
     fails(out_dir, "ogb", mag.parent, path=mag, words=["heterogeneous", "ogbn-mag"])
-    papers = tmp_path / "papers" / "raw"
-    papers.mkdir(parents=True)
-    np.savez_compressed(papers / "data.npz", edge_index=np.array([[0], [1]]), node_feat=np.ones((2, 2)),
-                        num_nodes_list=np.array([2]), num_edges_list=np.array([1]))
-    fails(out_dir, "ogb", papers.parent, path=papers / "data.npz", words=["binary layout", "not supported"])
 
 
 def test_ogb_edge_count_checked(tmp_path, out_dir):

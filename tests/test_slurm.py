@@ -101,8 +101,6 @@ TRAIN_ARGS = ("--model", "gcn", "--epochs", 200, "--hidden", 16, "--dropout", 0.
 @pytest.fixture(scope="module")
 def cora_chain(cluster, tmp_path_factory):
     """prepare -> partition -> train on Cora with 2 tasks, chained by SLURM dependencies."""
-    if not CORA.exists():
-        pytest.skip(f"{CORA} not found (the tests expect ../shared/datasets beside the repository)")
     work = tmp_path_factory.mktemp("cora-chain")
     env = cluster.job_env(G3_GRAPH="cora.h5", G3_NUM_PARTS=2, G3_METHOD="metis", G3_PARTS="parts", G3_OUT="run")
     dep = ("--kill-on-invalid-dep=yes",)

@@ -86,8 +86,6 @@ def test_job_that_can_never_run_is_refused(cluster, tmp_path, opts, why):
 
 def test_cora_trains_on_two_nodes(cluster, tmp_path):
     """prepare -> partition into 4 -> train with a plain sbatch -N 2 -n 4 (2 ranks per node) under srun --mpi=pmi2."""
-    if not CORA.exists():
-        pytest.skip(f"{CORA} not found (the tests expect ../shared/datasets beside the repository)")
     env = cluster.job_env(G3_GRAPH="cora.h5", G3_NUM_PARTS=4, G3_PARTS="parts", G3_OUT="run")
     dep = ("--kill-on-invalid-dep=yes",)
     prep = cluster.submit(JOBS / "slurm" / "prepare.sbatch", "npz", CORA, "--normalize-features",

@@ -12,8 +12,6 @@ import re
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import CORA, run_module, run_mpi
 from tests.test_jobs import small_partition
 from tests.test_slurm import JOBS, _job_state, _wait_done, cluster  # noqa: F401 - cluster: the module's own cluster
@@ -155,8 +153,6 @@ epochs = 30
 def test_array_sweep_over_a_grid_and_its_report(cluster, tmp_path):
     """sweep.sbatch over a TOML grid of 2 combinations: g3-sweep gives the array size, each element trains its
     combination in its own run directory, and g3-report tabulates both runs and plots accuracy vs the seed."""
-    if not CORA.exists():
-        pytest.skip(f"{CORA} not found (the tests expect ../shared/datasets beside the repository)")
     run_module("data_tools.prepare", "npz", CORA, "--normalize-features", "--out", tmp_path / "cora.h5")
     run_module("data_tools.partition", tmp_path / "cora.h5", "--parts", 1, "--out", tmp_path / "parts")
     grid = tmp_path / "grid.toml"

@@ -110,6 +110,7 @@ class RawGraph:
     simple: bool = False                        # merge duplicate edges whatever the options (generators)
     extra_attrs: dict = field(default_factory=dict)
     edges: EdgeStream | None = None             # ... or the edges in blocks (generated, or spooled by the importer)
+    feature_dtype: str = "float32"              # the input's: what graph.h5 keeps unless --feature-dtype says
 
     def edge_stream(self) -> EdgeStream:
         return self.edges if self.edges is not None else EdgeStream.of_arrays(self.src, self.dst)
@@ -129,6 +130,7 @@ class PrepareOptions:
     force: bool = False
     quiet: bool = False
     memory_budget: int = MEMORY_BUDGET   # bytes: in-memory CSR build up to it, else out of core in blocks
+    feature_dtype: str | None = None     # float32 | float16 | bfloat16 stored in graph.h5 (None: the input's)
 
 
 # ---------------------------------------------------------------------------------------------- NumPy files
@@ -445,9 +447,10 @@ def feature_blocks_of(raw: RawGraph) -> Iterator[tuple[int, np.ndarray]]:
         yield from raw.feature_blocks()
         return
     x = raw.features
+    keep = x.dtype if x.dtype in (np.float16, np.uint16) else np.float32    # half types as given: no widening
     step = max(1, FEATURE_BLOCK_BYTES // max(1, 4 * raw.feature_dim))
     for s in range(0, raw.num_nodes, step):
-        yield s, np.asarray(x[s:s + step], dtype=np.float32)   # also reads a memory-mapped .npy block by block
+        yield s, np.asarray(x[s:s + step], dtype=keep)   # also reads a memory-mapped .npy block by block
 
 
 # ---------------------------------------------------------------------------------------------- writing
@@ -479,8 +482,10 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
     block_edges = max(1, opts.memory_budget // BLOCK_BYTES_PER_EDGE)
     symmetric = bool(opts.symmetrize or raw.symmetric)
     source = raw.source
+    feature_dtype = opts.feature_dtype or raw.feature_dtype
     with GraphWriter(out, num_nodes=n, feature_dim=raw.feature_dim, num_classes=raw.num_classes,
                      source=source, symmetric=symmetric, self_loops=opts.self_loops, force=opts.force,
+                     feature_dtype=feature_dtype,
                      extra_attrs=dict(raw.extra_attrs, deduplicated=bool(opts.dedup or opts.symmetrize or raw.simple),
                                       normalized_features=bool(opts.normalize_features))) as w:
         num_edges = _write_edges(w, raw, stream, opts, in_memory=in_memory, symmetrize=symmetrize, dedup=dedup,
@@ -492,7 +497,7 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
         w.write_nodes(labels, masks["train_mask"], masks["val_mask"], masks["test_mask"], raw.orig_ids)
         raise_if_terminated()          # a SIGTERM whose exception was lost in a callback: do not commit the file
     nodes.__exit__(None, None, None)
-    return dict(num_nodes=n, num_edges=num_edges, feature_dim=raw.feature_dim,
+    return dict(num_nodes=n, num_edges=num_edges, feature_dim=raw.feature_dim, feature_dtype=feature_dtype,
                 num_classes=raw.num_classes, symmetric=symmetric, self_loops=opts.self_loops,
                 train=int(masks["train_mask"].sum()), val=int(masks["val_mask"].sum()),
                 test=int(masks["test_mask"].sum()), source=source,

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from g3mpi.format.features import natural_dtype
 from g3mpi.format import FormatError, index_dtype
 from g3mpi.format.graph import MASKS
 
@@ -162,7 +163,7 @@ def load_edgelist(path, *, delimiter: str = "auto", header: bool | None = None, 
                     raise FormatError(masks, f"{k} has shape {list(m.shape)}, expected [{n}]")
             mk = check_masks(masks, mk, y)
     return RawGraph(path=str(path), num_nodes=n, src=None, dst=None, edges=edges, feature_dim=int(feature_dim),
-                    features=x,
+                    features=x, feature_dtype=natural_dtype(x.dtype) if x is not None else "float32",
                     feature_blocks=feature_blocks, labels=y, num_classes=c, masks=mk, orig_ids=orig_ids,
                     source=f"edgelist:{path.name}")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from g3mpi.format import FormatError
+from g3mpi.format.features import natural_dtype, stored_dtype
 from g3mpi.format.graph import MASKS
 
 from .common import (NUMPY_READ_ERRORS, RawGraph, as_labels, check_edge_ids, check_features, check_labels,
@@ -62,7 +63,16 @@ def load_npz(path, num_classes: int | None = None) -> RawGraph:
         else:
             n = int(x.shape[0]) if x.ndim else 0
         nc = _get(path, z, "num_classes") if "num_classes" in keys else None
+    return graph_from_arrays(path, ei, x, y, masks, n, num_classes, nc, source=f"npz:{path.name}")
 
+
+def graph_from_arrays(path, ei: np.ndarray, x: np.ndarray, y: np.ndarray | None, masks: dict | None, n: int,
+                      num_classes: int | None = None, nc: np.ndarray | None = None, source: str = "") -> RawGraph:
+    """The checked RawGraph of a graph given as arrays (an npz archive's, or :func:`data_tools.write_graph`'s):
+    ``ei`` int [2, E], ``x`` real [N, F], ``y`` int [N] or None, ``masks`` {train_mask, val_mask, test_mask} or
+    None, ``n`` = N, ``nc`` the archive's ``num_classes`` array (or None). FormatError naming ``path`` for the
+    first thing every importer refuses: an edge endpoint out of range, features of another shape or not finite,
+    labels or masks of another length, labels out of range, masks overlapping or of unlabelled nodes."""
     if ei.ndim != 2 or ei.shape[0] != 2:
         raise FormatError(path, f"edge_index must have shape [2, E], got {list(ei.shape)}")
     if not np.issubdtype(ei.dtype, np.integer):
@@ -84,5 +94,5 @@ def load_npz(path, num_classes: int | None = None) -> RawGraph:
                 raise FormatError(path, f"{k} has shape {list(m.shape)}, expected [{n}]")
         masks = check_masks(path, masks, y)
     return RawGraph(path=str(path), num_nodes=n, src=ei[0], dst=ei[1], feature_dim=int(x.shape[1]),
-                    features=np.ascontiguousarray(x, dtype=np.float32), labels=y, num_classes=c, masks=masks,
-                    source=f"npz:{path.name}")
+                    features=np.ascontiguousarray(x, dtype=stored_dtype(natural_dtype(x.dtype))), labels=y,
+                    num_classes=c, masks=masks, source=source, feature_dtype=natural_dtype(x.dtype))

@@ -13,8 +13,9 @@ Files may also be uncompressed (``edge.csv``). ``--split`` picks the scheme (def
 first in sorted order); without a ``split/`` directory a seeded random split is drawn. OGB lists each edge
 of an undirected dataset once (its loader adds the reverse when ``add_inverse_edge`` is set in master.csv,
 e.g. ogbn-products) and ogbn-arxiv is directed: pass ``--symmetrize`` to get the undirected graph most
-GNN papers train on. Multi-label datasets (ogbn-proteins), heterogeneous ones (ogbn-mag: raw/relations/) and
-the binary layout (ogbn-papers100M: raw/data.npz, node-label.npz) are refused with a message saying so.
+GNN papers train on. Multi-label datasets (ogbn-proteins) and heterogeneous ones (ogbn-mag: raw/relations/)
+are refused with a message saying so. A ``raw/`` without ``edge.csv.gz`` but with ``data.npz`` is OGB's binary
+layout (ogbn-papers100M), read by ``ogb_binary``.
 """
 from __future__ import annotations
 
@@ -45,9 +46,6 @@ def unsupported(raw_dir: Path) -> None:
     """FormatError for the OGB layouts this importer does not read, instead of 'raw/edge.csv.gz: no such file'."""
     if find(raw_dir, "edge", required=False) is not None:
         return
-    if (raw_dir / "data.npz").exists():
-        raise FormatError(raw_dir / "data.npz", "OGB binary layout (raw/data.npz, node-label.npz, as ogbn-papers100M "
-                                                "ships) is not supported: only the CSV layout (raw/edge.csv.gz, ...)")
     if (raw_dir / "relations").is_dir() or find(raw_dir, "num-node-dict", required=False) is not None:
         raise FormatError(raw_dir, "heterogeneous OGB dataset (raw/relations/, as ogbn-mag) is not supported: "
                                    "only homogeneous graphs")
@@ -83,6 +81,10 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
              spool_dir: Path | None = None, spool_limit: int = 1 << 30) -> RawGraph:
     """``spool_dir``: where the parsed edges go beyond ``spool_limit`` bytes (None: kept in memory)."""
     root = Path(path)
+    raw_dir = _raw_dir(root)
+    if find(raw_dir, "edge", required=False) is None and (raw_dir / "data.npz").exists():
+        from .ogb_binary import load_ogb_binary
+        return load_ogb_binary(root, split=split, num_classes=num_classes, quiet=quiet)
     raw_dir, edge_f, label_f, feat_f = _raw_files(root)
     nn_f = find(raw_dir, "num-node-list", required=False)
     n = None if nn_f is None else read_count(nn_f, "node")
@@ -105,13 +107,7 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
 def _raw_files(root: Path) -> tuple[Path, Path, Path, Path]:
     """``root``/raw and its edge, node-label and node-feat files; FormatError for a layout this importer does not
     read."""
-    if not root.exists():
-        raise FormatError(root, "no such directory")
-    if not root.is_dir():
-        raise FormatError(root, "expected an OGB dataset directory (with raw/ and split/)")
-    raw_dir = root / "raw"
-    if not raw_dir.is_dir():
-        raise FormatError(raw_dir, "no such directory (expected the OGB raw layout)")
+    raw_dir = _raw_dir(root)
     unsupported(raw_dir)
     edge_f = find(raw_dir, "edge")
     label_f = find(raw_dir, "node-label")
@@ -122,6 +118,18 @@ def _raw_files(root: Path) -> tuple[Path, Path, Path, Path]:
     return raw_dir, edge_f, label_f, feat_f
 
 
+def _raw_dir(root: Path) -> Path:
+    """``root``/raw, FormatError if ``root`` is no dataset directory."""
+    if not root.exists():
+        raise FormatError(root, "no such directory")
+    if not root.is_dir():
+        raise FormatError(root, "expected an OGB dataset directory (with raw/ and split/)")
+    raw_dir = root / "raw"
+    if not raw_dir.is_dir():
+        raise FormatError(raw_dir, "no such directory (expected the OGB raw layout)")
+    return raw_dir
+
+
 def _read_labels(label_f: Path, n: int | None, num_classes: int | None) -> tuple[np.ndarray, str]:
     """The labels of node-label (-1 for NaN: unlabelled), checked to be integers in range, one per node (``n``,
     or as many as there are lines without a num-node-list); and where N comes from, for the errors that name
@@ -129,26 +137,32 @@ def _read_labels(label_f: Path, n: int | None, num_classes: int | None) -> tuple
     y = _concat(read_table(label_f, delimiter=",", dtype=np.float64, comments=None), 1, np.float64)
     if y.shape[1] != 1:
         raise FormatError(label_f, f"{y.shape[1]} label columns: multi-label datasets are not supported")
-    y = y[:, 0]
+    return label_values(label_f, y[:, 0], n, num_classes, lambda i: f"line {line_of(label_f, i)}", "lines")
+
+
+def label_values(label_f: Path, y: np.ndarray, n: int | None, num_classes: int | None, at, entries: str):
+    """``y`` (float [N], NaN = unlabelled) as int64 labels (-1 for NaN), checked to be integers in [-1, C), one
+    per node (``n``, or len(y) when None); ``at(i)`` names entry i in a message ("line 4", "entry 3"), ``entries``
+    what len(y) counts; and where N comes from (see :func:`_read_labels`)."""
     origin = ""
     if n is None:
         n = len(y)
-        origin = f" ({n} nodes: the lines of {label_f.name}, as there is no num-node-list)"
+        origin = f" ({n} nodes: the {entries} of {label_f.name}, as there is no num-node-list)"
     if len(y) != n:
         raise FormatError(label_f, f"{len(y)} labels but the graph has {n} nodes")
     bad = np.isfinite(y) & (y != np.round(y))
     if bad.any():
         i = int(np.argmax(bad))
-        raise FormatError(label_f, f"line {line_of(label_f, i)}: label {y[i]} is not an integer")
+        raise FormatError(label_f, f"{at(i)}: label {y[i]} is not an integer")
     if np.isinf(y).any():
         i = int(np.argmax(np.isinf(y)))
-        raise FormatError(label_f, f"line {line_of(label_f, i)}: label {y[i]} is not an integer")
+        raise FormatError(label_f, f"{at(i)}: label {y[i]} is not an integer")
     # range-checked as floats: a label beyond int64 (1e30) must not reach the cast, which wraps it
     bad = ~np.isnan(y) & ((y < -1) | (y >= (num_classes if num_classes is not None else 2.0 ** 62)))
     if bad.any():
         i = int(np.argmax(bad))
         hi = "" if num_classes is None else f", {num_classes}"
-        raise FormatError(label_f, f"line {line_of(label_f, i)}: label {y[i]:g} out of range [-1{hi})")
+        raise FormatError(label_f, f"{at(i)}: label {y[i]:g} out of range [-1{hi})")
     return np.where(np.isnan(y), -1, y).astype(np.int64), origin
 
 

@@ -16,6 +16,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from g3mpi.format.features import widen
 from g3mpi.ops.blocks import spmm
 
 from .common import Sizes, median, progress, ratio
@@ -129,7 +130,7 @@ def run(sz: Sizes, models=("gcn", "sage"), rounds: int | None = None, seed: int 
         progress(f"kernels: {model}, {rounds} rounds")
         net, order, graph = g3_net(g, model, dims, sz.heads)
         try:
-            x = torch.from_numpy(g.features)[order]
+            x = torch.from_numpy(widen(g.features, g.feature_dtype))[order]
             y = torch.from_numpy(g.labels)[order]
             train = torch.from_numpy(g.train_mask)[order]
             opt = torch.optim.Adam(net.parameters(), lr=0.01)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from mpi4py import MPI
 from torch import nn
 
+from g3mpi.format.features import widen
 from g3mpi.ops import Aggregation, SpMM
 
 
@@ -158,7 +159,7 @@ class ReplicateAllRunner:
         self.net.load_state_dict(state_dict)
         self.params = list(self.net.parameters())
         self.opt = torch.optim.Adam(self.params, lr=lr)
-        self.x = torch.from_numpy(part.features)
+        self.x = torch.from_numpy(widen(part.features, part.feature_dtype))
         self.y = torch.from_numpy(part.labels)
         self.train = torch.from_numpy(part.train_mask)
         self.total_train = total_train

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from g3mpi.format.features import widen
+
 from .common import SYSTEMS, Sizes, check_systems, median, progress, ratio
 
 
@@ -138,7 +140,7 @@ def _tensors(g) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         adj_t = to_torch_csr_tensor(torch.stack([dst, src]), size=(g.num_nodes, g.num_nodes))
-    return dict(x=torch.from_numpy(g.features), y=torch.from_numpy(g.labels), train=torch.from_numpy(g.train_mask),
+    return dict(x=torch.from_numpy(widen(g.features, g.feature_dtype)), y=torch.from_numpy(g.labels), train=torch.from_numpy(g.train_mask),
                 edge_index=torch.stack([src, dst]), adj_t=adj_t)
 
 

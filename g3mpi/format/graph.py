@@ -10,7 +10,8 @@ import numpy as np
 
 from .atomic import atomic_file
 from .checksums import IncrementalSha256, array_sha256, dataset_sha256
-from .errors import H5_READ_ERRORS, FormatError, check_regular_file, shown, unreadable
+from .errors import H5_READ_ERRORS, FormatError, check_regular_file, unreadable
+from .features import check_narrowed, feature_dtype_attr, narrow, stored_dtype, widen
 from .limits import LargeFeatures, check_finite_features
 from .schema import (FORMAT_VERSION, GRAPH_FORMAT, STREAM_BYTES, as_int64, attr_kind, h5_attr_str, index_dtype,
                      labels_dtype, row_chunks, supported_version, version_refused)
@@ -29,7 +30,7 @@ class Graph:
 
     indptr: np.ndarray        # int64 [N+1]
     indices: np.ndarray       # int32/int64 [E]
-    features: np.ndarray | None   # float32 [N, F]; None when left in the file (load_graph(features=False))
+    features: np.ndarray | None   # [N, F] as stored (feature_dtype); None when left in the file (features=False)
     labels: np.ndarray        # int64 [N], -1 = unlabelled; multi-label: int8 [N, C] of 0/1, -1 = unknown
     train_mask: np.ndarray    # bool [N]
     val_mask: np.ndarray      # bool [N]
@@ -44,6 +45,11 @@ class Graph:
     @property
     def num_edges(self) -> int:
         return int(self.indptr[-1])
+
+    @property
+    def feature_dtype(self) -> str:
+        """float32, float16 or bfloat16 (held as uint16): the dtype ``features`` are stored in (features.py)."""
+        return self.attrs.get("feature_dtype", "float32")
 
 
 def check_csr(path, indptr: np.ndarray, indices: np.ndarray, num_cols: int, what: str = "CSR") -> None:
@@ -88,17 +94,18 @@ def check_sorted_rows(path, indptr: np.ndarray, indices: np.ndarray, what: str =
                                 "row sorted)")
 
 
-def check_features(path, ds, orig_ids: np.ndarray | None = None) -> None:
-    """:func:`check_finite_features` over a whole features dataset ``ds`` (h5py, or an array), read in row blocks,
-    never whole; then the warning of :class:`LargeFeatures` if some reach 2^64 in magnitude (``orig_ids``: the
-    graph's, to name the first such node's original ID too)."""
+def check_features(path, ds, orig_ids: np.ndarray | None = None, feature_dtype: str = "float32") -> None:
+    """:func:`check_finite_features` over a whole features dataset ``ds`` (h5py, or an array) of the stored dtype
+    ``feature_dtype``, read in row blocks, never whole; then the warning of :class:`LargeFeatures` if some reach
+    2^64 in magnitude (``orig_ids``: the graph's, to name the first such node's original ID too)."""
     step = max(1, STREAM_BYTES // max(1, ds.dtype.itemsize * (ds.shape[1] if ds.ndim == 2 else 1)))
     large = LargeFeatures()
     for lo in range(0, ds.shape[0] if ds.ndim else 0, step):
         with np.errstate(over="ignore"):
-            block = np.asarray(ds[lo:lo + step], dtype=np.float32)
+            block = widen(ds[lo:lo + step], feature_dtype)
         if not np.isfinite(large.scan(block, lo)):   # (one pass when they are finite)
-            check_finite_features(path, np.asarray(ds[lo:lo + step]), lo)   # as stored: the value it names
+            stored = np.asarray(ds[lo:lo + step])     # as stored: the value it names (bfloat16: widened)
+            check_finite_features(path, block if feature_dtype == "bfloat16" else stored, lo)
     large.warn(path, orig_ids)
 
 
@@ -150,13 +157,15 @@ class GraphWriter:
 
     def __init__(self, path, *, num_nodes: int, feature_dim: int, num_classes: int, source: str,
                  symmetric: bool = False, self_loops: str = "keep", force: bool = False,
-                 extra_attrs: dict | None = None):
+                 extra_attrs: dict | None = None, feature_dtype: str = "float32"):
         if self_loops not in SELF_LOOP_POLICIES:
             raise ValueError(f"self_loops must be one of {SELF_LOOP_POLICIES}")
         self.path = Path(path)
         self.n, self.f, self.c = int(num_nodes), int(feature_dim), int(num_classes)
+        self.feature_dtype = feature_dtype_attr(self.path, feature_dtype)
         self.attrs = dict(format=GRAPH_FORMAT, version=FORMAT_VERSION, num_nodes=self.n, feature_dim=self.f,
-                          num_classes=self.c, symmetric=bool(symmetric), self_loops=self_loops, source=str(source))
+                          num_classes=self.c, symmetric=bool(symmetric), self_loops=self_loops, source=str(source),
+                          feature_dtype=self.feature_dtype)
         self.attrs.update(extra_attrs or {})
         self.force = force
         self._feat_next = 0
@@ -170,8 +179,9 @@ class GraphWriter:
         tmp = self._ctx.__enter__()
         try:
             self.h5 = h5py.File(tmp, "w")
-            chunk = row_chunks(self.n, 4 * self.f)
-            self.feat = self.h5.create_dataset("features", shape=(self.n, self.f), dtype=np.float32,
+            dt = stored_dtype(self.feature_dtype)
+            chunk = row_chunks(self.n, dt.itemsize * self.f)
+            self.feat = self.h5.create_dataset("features", shape=(self.n, self.f), dtype=dt,
                                                chunks=(chunk, self.f) if chunk and self.f else None)
         except BaseException as e:
             self._ctx.__exit__(type(e), e, e.__traceback__)
@@ -249,7 +259,12 @@ class GraphWriter:
         self._done.add("csr")
 
     def write_features(self, start: int, block: np.ndarray) -> None:
+        """Rows ``start ..`` of the features, of any real dtype, stored as ``feature_dtype`` (narrowed if
+        wider: FormatError for a value beyond its range); a bfloat16 block arrives as its uint16 pattern only
+        when the graph is bfloat16 (:func:`features.narrow`)."""
         given = np.asarray(block)
+        if self.feature_dtype == "bfloat16" and given.dtype == np.uint16:
+            given = widen(given, "bfloat16")             # already the stored pattern: exact round trip
         with np.errstate(over="ignore"):
             block = given.astype(np.float32, copy=False)
         if start != self._feat_next:
@@ -260,6 +275,9 @@ class GraphWriter:
             raise FormatError(self.path, f"feature rows ({start + len(block)}+) exceed the number of nodes ({self.n})")
         if not np.isfinite(self._large.scan(block, start)):
             check_finite_features(self.path, given, start)
+        if self.feature_dtype != "float32":
+            block = narrow(given, self.feature_dtype)
+            check_narrowed(self.path, given, block, self.feature_dtype, start)
         self.feat[start:start + len(block)] = block
         self._feat_hash.update(block)
         self._feat_next = start + len(block)
@@ -319,8 +337,11 @@ def check_dataset_dtypes(path, f: h5py.File) -> None:
     for name in MASKS:
         if f[name].dtype != np.bool_:
             raise FormatError(path, f"dataset {name!r} must be boolean, got dtype {f[name].dtype}")
-    if not np.issubdtype(f["features"].dtype, np.floating):
-        raise FormatError(path, f"dataset 'features' must be floating point, got dtype {f['features'].dtype}")
+    name = feature_dtype_attr(path, f.attrs.get("feature_dtype", "float32"))
+    dt = f["features"].dtype     # float32: any floating type, read as float32 (float64 beyond its range refused)
+    if dt != stored_dtype(name) and not (name == "float32" and np.issubdtype(dt, np.floating)):
+        raise FormatError(path, f"dataset 'features' has dtype {f['features'].dtype}, but feature_dtype is {name} "
+                                f"(stored as {stored_dtype(name)})")
 
 
 def open_graph(path) -> h5py.File:
@@ -437,7 +458,7 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
     check_node_data(path, n, g.labels, int(attrs["num_classes"]),
                     {"train_mask": g.train_mask, "val_mask": g.val_mask, "test_mask": g.test_mask})
     if features:
-        check_features(path, g.features, g.orig_ids)
+        check_features(path, g.features, g.orig_ids, g.feature_dtype)
     return g
 
 
@@ -453,10 +474,12 @@ def write_graph(path, g: Graph, force: bool = False) -> None:
     """Write an in-memory Graph (all at once)."""
     a = g.attrs
     extra = {k: v for k, v in a.items() if k not in ("format", "version", "num_nodes", "num_edges", "feature_dim",
-                                                       "num_classes", "symmetric", "self_loops", "source")}
+                                                       "num_classes", "symmetric", "self_loops", "source",
+                                                       "feature_dtype")}
     with GraphWriter(path, num_nodes=g.num_nodes, feature_dim=g.features.shape[1], num_classes=int(a["num_classes"]),
                      source=a.get("source", "unknown"), symmetric=bool(a.get("symmetric", False)),
-                     self_loops=a.get("self_loops", "keep"), force=force, extra_attrs=extra) as w:
+                     self_loops=a.get("self_loops", "keep"), force=force, extra_attrs=extra,
+                     feature_dtype=g.feature_dtype) as w:
         w.write_csr(g.indptr, g.indices)
         w.write_features(0, g.features)
         w.write_nodes(g.labels, g.train_mask, g.val_mask, g.test_mask, g.orig_ids)

@@ -23,6 +23,7 @@ from h5py import h5a, h5d, h5p, h5s, h5t
 from .atomic import atomic_file, check_output
 from .checksums import IncrementalSha256, array_sha256, dataset_sha256, file_sha256
 from .errors import H5_READ_ERRORS, FormatError, check_regular_file, unreadable
+from .features import feature_dtype_attr, stored_dtype, widen
 from .limits import LargeFeatures, check_finite_features
 from .schema import (PARTITION_FORMAT, PARTITION_VERSION, PART_FORMAT, as_int64, attr_kind, h5_attr_str, is_int,
                      row_chunks, supported_version, version_refused)
@@ -65,12 +66,13 @@ class PartData:
     in_degree: np.ndarray     # int64 [n_owned+n_halo], global in-degree (no self loops)
     out_degree: np.ndarray    # int64 [n_owned+n_halo], global out-degree (no self loops)
     self_loops: np.ndarray    # int64 [n_owned], self loops of each owned node in the graph file (SAGE's mean)
-    features: np.ndarray | None   # float32 [n_owned, F] (None: written later, see PartFeatures)
+    features: np.ndarray | None   # [n_owned, F] as stored (feature_dtype; None: written later, see PartFeatures)
     labels: np.ndarray        # int64 [n_owned]; multi-label: [n_owned, num_classes] of 0/1, -1 = unknown
     train_mask: np.ndarray    # bool [n_owned]
     val_mask: np.ndarray      # bool [n_owned]
     test_mask: np.ndarray     # bool [n_owned]
     orig_ids: np.ndarray      # int64 [n_owned], row in the source graph.h5
+    feature_dtype: str = "float32"   # float32 | float16 | bfloat16 (held as uint16): features.py
 
     @property
     def num_owned(self) -> int:
@@ -90,7 +92,7 @@ class PartData:
 
 
 SCALARS = ("part_id", "num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes", "owned_start",
-           "owned_end", "partition_id", "num_boundary")
+           "owned_end", "partition_id", "num_boundary", "feature_dtype")
 ARRAYS = tuple(f.name for f in fields(PartData) if f.name not in SCALARS)
 #: datasets a part file written before they existed lacks: read as all zeros (no self loops)
 OPTIONAL = ("self_loops",)
@@ -187,12 +189,13 @@ def _fresh(path):
 
 def _create_features(f: h5py.File, part: PartData) -> None:
     shape = (part.num_owned, part.feature_dim)
-    chunk = row_chunks(shape[0], 4 * shape[1])
+    dt = stored_dtype(part.feature_dtype)
+    chunk = row_chunks(shape[0], dt.itemsize * shape[1])
     chunks = (chunk, shape[1]) if chunk and shape[1] else None
     if part.features is None:
-        f.create_dataset("features", shape=shape, dtype=np.float32, chunks=chunks)
+        f.create_dataset("features", shape=shape, dtype=dt, chunks=chunks)
         return
-    a = np.ascontiguousarray(part.features)
+    a = np.ascontiguousarray(part.features, dtype=dt)
     ds = _h5_dataset(f.id, "features", a, chunks)
     try:
         _h5_attr(ds, "sha256", array_sha256(a))
@@ -208,12 +211,13 @@ class PartFeatures:
     file's sha256. The file is made durable by the directory it is written in (``atomic_dir`` fsyncs every file
     before the rename)."""
 
-    DTYPE, WHAT = np.float32, "features"
+    WHAT = "features"
 
     def __init__(self, path):
         self.path = Path(path)
         self._f = h5py.File(self.path, "r+")
         self._ds = self._f["features"]
+        self.DTYPE = self._ds.dtype          # the part's stored dtype: rows are copied, never converted
         self._rows = 0
         self._hash = IncrementalSha256()
 
@@ -402,6 +406,8 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
                 v = f.attrs[k]
                 if k == "partition_id":
                     kw[k] = h5_attr_str(v)
+                elif k == "feature_dtype":
+                    kw[k] = feature_dtype_attr(path, v)
                 elif attr_kind(v) == "int":
                     kw[k] = int(v)
                 else:
@@ -496,8 +502,11 @@ def _check_shapes_and_types(path, part: PartData, meta: dict) -> None:
             bad(f"dataset {k!r} has dtype {a.dtype}, expected an integer type")
         if not (k == "labels" and a.ndim == 2):   # (multi-label ones stay int8: 0, 1 or -1)
             setattr(part, k, as_int64(path, k, a, keep_int32=k == "indices"))
-    if part.features.dtype != np.float32:
-        bad(f"features have dtype {part.features.dtype}, expected float32")
+    if part.features.dtype != stored_dtype(part.feature_dtype):
+        bad(f"features have dtype {part.features.dtype}, but feature_dtype is {part.feature_dtype} (stored as "
+            f"{stored_dtype(part.feature_dtype)})")
+    if part.feature_dtype != meta.get("feature_dtype", "float32"):
+        bad(f"feature_dtype is {part.feature_dtype}, meta.json says {meta.get('feature_dtype', 'float32')}")
     for k in ("train_mask", "val_mask", "test_mask"):
         if getattr(part, k).dtype != np.bool_:
             bad(f"dataset {k!r} has dtype {getattr(part, k).dtype}, expected bool")
@@ -586,7 +595,7 @@ def _check_feature_range(path, part: PartData) -> None:
     global ID); the warning of :class:`LargeFeatures` (naming the file, the
     first such node and its original ID) if some reach 2^64 in magnitude. Two reductions (max and min: NaN
     propagates through both), no temporary array unless there is something to report."""
-    x = part.features
+    x = widen(part.features, part.feature_dtype)
     large = LargeFeatures()
     if not np.isfinite(large.scan(x, part.owned_start)):
         check_finite_features(path, x, part.owned_start)

@@ -23,6 +23,7 @@ from g3mpi.comm import CommContext, SimNet
 from g3mpi.comm.timeline import Recorder, clock_offset, combine
 from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.format.errors import failure_reason
+from g3mpi.format.features import widen
 from g3mpi.format.limits import FLOAT32_SQUARE_LIMIT
 from g3mpi.format.partition import part_name
 from g3mpi.nn import build_model
@@ -93,7 +94,9 @@ class Trainer:
             self.opt = torch.optim.Adam(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         else:
             self.opt = torch.optim.SGD(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum)
-        self.x = torch.from_numpy(part.features)
+        self.x = torch.from_numpy(widen(part.features, part.feature_dtype))   # float16/bfloat16 stored: exact
+        if part.feature_dtype != "float32":
+            part.features = None        # the stored copy: only the float32 one is used from here on
         self.y = torch.from_numpy(part.labels)
         self.masks = {s: torch.from_numpy(getattr(part, f"{s}_mask")) for s in SPLITS}
         self.split_sizes = dict(split_sizes)

@@ -12,7 +12,7 @@
 # MPI world of the requested size. The exit status is the stage's.
 #
 # Examples:
-#   jobs/mpirun/launch.sh prepare -- npz ../shared/datasets/cora.npz --out cora.h5
+#   jobs/mpirun/launch.sh prepare -- npz data/cora.npz --out cora.h5
 #   jobs/mpirun/launch.sh partition -- cora.h5 --parts 4 --method metis --out cora-parts
 #   jobs/mpirun/launch.sh train -n 4 -t 1 -- --parts cora-parts --out runs/cora --model gcn --epochs 200
 #   jobs/mpirun/launch.sh train -n 16 -t 8 -f hosts.txt --ppn 4 -- --parts /shared/parts --out /shared/run
