@@ -196,7 +196,7 @@ def test_a_checkpoint_from_before_the_recipe_settings_resumes_with_their_default
     meta = dict(partition_id="p1", num_parts=1, method="metis", graph_sha256="g" * 64,
                 files={"node_map.h5": "a" * 64, "part-00000.h5": "b" * 64})
     cfg = TrainConfig(parts="PARTS", epochs=10)
-    ck = make_checkpoint(epoch=4, model={}, optimizer={}, best=dict(val_acc=0.5, epoch=4, accs={}, state=None),
+    ck = make_checkpoint(epoch=4, model={}, optimizer={}, best=dict(score=0.5, epoch=4, accs={}, state=None),
                          since_best=0, last_loss=1.0, cfg=cfg, meta=meta)
     for k in ("residual", "norm", "input_linear", "output_linear", "ffn", "jk", "k", "alpha", "theta"):
         del ck["config"][k]
