@@ -36,7 +36,7 @@ from .build import OutputWriteError, write_partition
 from .partitioners import (BALANCES, METHODS, OBJECTIVES, REFINES, CostModel, calibrate, metis_partition,
                            random_partition)
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
-from .partitioners.kaminpar import CONTEXTS, KaMinParError
+from .partitioners.kaminpar import CONTEXTS, KaMinParError, KaMinParMissing
 from .partitioners.metis import MetisError, strip_self_loops
 from .termination import exit_after_failed_write, interruption, terminate_as_interrupt
 
@@ -453,7 +453,8 @@ def serial_main(cfg: PartitionConfig, argv) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
     except (MetisError, KaMinParError) as e:
-        print(f"{PROG}: error: {cfg.graph}: --method {cfg.method}: {e}; {SCALE_HINT}", file=sys.stderr)
+        hint = "" if isinstance(e, KaMinParMissing) else f"; {SCALE_HINT}"
+        print(f"{PROG}: error: {cfg.graph}: --method {cfg.method}: {e}{hint}", file=sys.stderr)
         return 1
     except MemoryError:
         print(f"{PROG}: error: {cfg.graph}: out of memory (--method {cfg.method}); {SCALE_HINT}", file=sys.stderr)

@@ -41,12 +41,16 @@ class KaMinParError(RuntimeError):
     """KaMinPar could not partition the graph (missing package, out of memory, a library failure): one line."""
 
 
+class KaMinParMissing(KaMinParError):
+    """The kaminpar package cannot be imported."""
+
+
 def load_kaminpar():
     """The ``kaminpar`` module, or KaMinParError saying how to install it."""
     try:
         import kaminpar
     except ImportError as e:
-        raise KaMinParError(f"the kaminpar package is not installed ({e}); pip install kaminpar, or use --method "
+        raise KaMinParMissing(f"the kaminpar package is not installed ({e}); pip install kaminpar, or use --method "
                             f"metis or --method stream") from None
     return kaminpar
 
