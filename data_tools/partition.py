@@ -359,10 +359,11 @@ def on_rank0(comm, fn) -> int:
         log(f"the method is serial: rank 0 runs it, ranks 1..{comm.size - 1} wait for its exit status")
         try:
             status[0] = fn()
-        finally:   # also when fn raised: the others must not wait for ever (python -m mpi4py then aborts all)
-            if sys.exc_info()[0] is not None:
-                status[0] = 1
+        except BaseException:   # the others must not wait for ever (python -m mpi4py then aborts them all)
+            status[0] = 1
             comm.Ibcast(status, root=0).Wait()
+            raise
+        comm.Ibcast(status, root=0).Wait()
         return int(status[0])
     req = comm.Ibcast(status, root=0)
     while not req.Test():
