@@ -1,17 +1,22 @@
-"""``g3-partition``: split a graph.h5 into P parts (METIS, random or G3 refinement) and write a partition directory.
+"""``g3-partition``: split a graph.h5 into P parts (KaMinPar, METIS, random, G3 refinement, or streaming on MPI
+ranks) and write a partition directory.
 
+    g3-partition graph.h5 --parts 8 --out parts8/        (auto: kaminpar + g3 refinement, or stream if too large)
     g3-partition graph.h5 --parts 4 --method metis --balance nodes --out parts/
+    g3-partition graph.h5 --parts 8 --method kaminpar --kaminpar-context strong --refine g3 --out parts8/
     g3-partition graph.h5 --parts 8 --method random --seed 1 --out parts8/
     g3-partition graph.h5 --parts 16 --method g3 --bandwidth 10Gbit --out parts16/
     mpiexec -n 4 g3-partition graph.h5 --parts 8 --method stream --out parts8/   (each rank reads a slice)
 
 The graph's checksums and indices are validated before use; the output directory appears atomically and
-only when complete (``--force`` replaces an earlier partition, never a directory of the user's). See
-docs/PARTITION.md.
+only when complete (``--force`` replaces an earlier partition, never a directory of the user's). Under mpiexec a
+serial method runs on rank 0 alone while the other ranks wait and exit with its status (:func:`on_rank0`). See
+docs/PARTITION.md and docs/PARTITION_METHODS.md.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -30,8 +35,10 @@ from g3mpi.mpi.deadline import DEFAULT_FLOOR_S, add_timeout_options
 from g3mpi.units import parse_bandwidth
 
 from .build import OutputWriteError, write_partition
-from .partitioners import BALANCES, METHODS, OBJECTIVES, CostModel, calibrate, metis_partition, random_partition
+from .partitioners import (BALANCES, METHODS, OBJECTIVES, REFINES, CostModel, calibrate, metis_partition,
+                           random_partition)
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
+from .partitioners.kaminpar import CONTEXTS, KaMinParError, KaMinParMissing
 from .partitioners.metis import MetisError, strip_self_loops
 
 PROG = "g3-partition"
@@ -45,9 +52,14 @@ MAX_WIDTH = 2**24
 SCALE_HINT = "for graphs this large use the parallel path: mpiexec -n R g3-partition --method stream ..."
 #: options of one method only (``PartitionConfig`` field -> method); the cost model's options (--bandwidth,
 #: --edge-seconds, --width, --calibrate) apply to every method, since meta.json's estimates use them
-METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3 stream metis",
-                      edge_imbalance="g3 stream metis",
-                      max_iters="g3", cost_slack="g3", start="g3", start_balance="g3", stream_order="stream")
+METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3 stream metis kaminpar auto",
+                      edge_imbalance="g3 stream metis kaminpar auto",
+                      max_iters="g3", cost_slack="g3", start="g3", start_balance="g3", stream_order="stream auto",
+                      kaminpar_context="kaminpar auto", threads="kaminpar auto", refine="metis kaminpar auto")
+#: options of the g3 refinement, which also apply to any method run with --refine g3
+REFINE_OPTIONS = ("max_iters", "cost_slack")
+#: methods run by one process (under mpiexec: by rank 0 alone, :func:`on_rank0`)
+SERIAL_METHODS = ("kaminpar", "metis", "random", "g3")
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,9 @@ class PartitionConfig:
     start_balance: str = "auto"
     objective: str = "cut"
     stream_order: str = "degree"
+    kaminpar_context: str = "default"
+    threads: int | None = None
+    refine: str = "none"
     bandwidth: float = 10e9 / 8
     edge_seconds: float = DEFAULT_EDGE_SECONDS
     width: int | None = None
@@ -81,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description="Partition a graph.h5 into P parts (see docs/PARTITION.md).")
     ap.add_argument("graph", type=Path, help="input graph.h5 (from g3-prepare)")
     ap.add_argument("--parts", "-p", type=int, required=True, help=f"number of parts, 1..min(N, {MAX_PARTS})")
-    ap.add_argument("--method", choices=METHODS, default="metis")
+    ap.add_argument("--method", choices=METHODS, default="auto",
+                    help="auto (default): kaminpar + g3 refinement where the graph fits this machine's memory, else "
+                         "stream (docs/PARTITION_METHODS.md)")
     ap.add_argument("--out", "-o", type=Path, required=True, help="output partition directory")
     ap.add_argument("--seed", type=int, default=0,
                     help="seed of METIS / the permutation / g3 tie-breaking, 0 .. 2**63-1 (METIS's 64-bit integer; "
@@ -99,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--stream-order", choices=("degree", "natural", "random"),
                     help="order in which each rank streams its rows: most neighbours first, row order, or seeded "
                          "random (stream only; default degree)")
+    ap.add_argument("--kaminpar-context", choices=CONTEXTS,
+                    help="KaMinPar's configuration: fast, default, strong (fewer cut edges, slower) or terapart "
+                         "(compressed graph, nodes balanced; kaminpar and auto only, default default)")
+    ap.add_argument("--threads", type=int,
+                    help="KaMinPar's threads, >= 1 (kaminpar and auto; default: the CPUs of this process's affinity)")
+    ap.add_argument("--refine", choices=REFINES,
+                    help="g3: G3's refinement of the method's assignment under the node and edge caps (metis, "
+                         "kaminpar; default none; auto: g3)")
     g = ap.add_argument_group("g3 refinement and cost model")
     g.add_argument("--node-imbalance", type=float,
                    help="max owned nodes per part / mean, finite and >= 1 (g3, stream, metis --balance both; "
@@ -136,7 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _refuse_other_methods_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """An option of another method than the one chosen is refused, not silently ignored; unset ones get their
     defaults."""
+    refining = a.refine == "g3" or (a.method == "auto" and a.refine is None)
     for dest, method in METHOD_OPTIONS.items():
+        if dest in REFINE_OPTIONS and refining:
+            method += " metis kaminpar auto"
         if getattr(a, dest) is not None and a.method not in method.split():
             opt = "--" + dest.replace("_", "-")
             method = " or ".join(method.split())
@@ -144,9 +172,12 @@ def _refuse_other_methods_options(ap: argparse.ArgumentParser, a: argparse.Names
             ap.error(f"{opt} applies to --method {method}, not {a.method}"
                      + (hint.get(dest, "") if a.method == "g3" else ""))
         if getattr(a, dest) is not None and a.method == "metis" and dest.endswith("imbalance") \
-                and a.balance != "both":
+                and a.balance != "both" and a.refine != "g3":
             ap.error(f"--{dest.replace('_', '-')} applies to --method g3 or stream, or metis with --balance both "
-                     f"(the tolerance of its two constraints), not metis --balance {a.balance or 'nodes'}")
+                     f"(the tolerance of its two constraints) or --refine g3, not metis --balance "
+                     f"{a.balance or 'nodes'}")
+        if dest == "refine" and a.refine is None:
+            a.refine = "g3" if a.method == "auto" else "none"
         if getattr(a, dest) is None:
             setattr(a, dest, PartitionConfig.__dataclass_fields__[dest].default)
 
@@ -164,7 +195,7 @@ def parse_args(argv) -> PartitionConfig:
                            balance=a.balance, node_imbalance=a.node_imbalance, edge_imbalance=a.edge_imbalance,
                            max_iters=a.max_iters, cost_slack=a.cost_slack, start=a.start,
                            start_balance=a.start_balance, objective=a.objective, stream_order=a.stream_order,
-                           bandwidth=bw,
+                           kaminpar_context=a.kaminpar_context, threads=a.threads, refine=a.refine, bandwidth=bw,
                            edge_seconds=a.edge_seconds, width=a.width, calibrate=a.calibrate,
                            progress=not a.no_progress, comm_timeout=a.comm_timeout,
                            comm_timeout_floor=a.comm_timeout_floor)
@@ -189,6 +220,7 @@ def check_values(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ("--edge-seconds", a.edge_seconds, _finite_at_least(a.edge_seconds, 0, strict=True),
          "must be finite and > 0"),
         ("--width", a.width, a.width is None or 1 <= a.width <= MAX_WIDTH, f"must be in [1, {MAX_WIDTH}]"),
+        ("--threads", a.threads, a.threads is None or 1 <= a.threads <= 4096, "must be in [1, 4096]"),
     )
     for name, value, ok, what in rules:
         if not ok:
@@ -200,23 +232,42 @@ def log(msg: str) -> None:
 
 
 def assign(g, cfg: PartitionConfig, model: CostModel) -> tuple[np.ndarray, dict]:
-    """Node→part assignment for cfg.method, plus method-specific meta entries."""
+    """Node→part assignment for cfg.method (and cfg.refine), plus method-specific meta entries."""
     n, P = g.num_nodes, cfg.parts
     if cfg.method == "random":
         return random_partition(n, P, cfg.seed)
+    start, info = None, {}
+    if cfg.method == "kaminpar":   # before the copy without self loops: it reads the rows block by block
+        from .build import degrees
+        from .partitioners.kaminpar import kaminpar_partition
+        in_deg = degrees(g.indptr, g.indices)[1]
+        start, info = kaminpar_partition(g.indptr, g.indices, P, symmetric=bool(g.attrs["symmetric"]),
+                                         in_degree=in_deg, context=cfg.kaminpar_context, threads=cfg.threads,
+                                         seed=cfg.seed, imbalance=min(cfg.node_imbalance, cfg.edge_imbalance),
+                                         workdir=cfg.out.resolve().parent)
+        del in_deg
+        if cfg.refine == "none":
+            return start, info
     indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
     in_deg = np.diff(indptr)
     if cfg.method == "metis":
-        return metis_partition(indptr, indices, P, balance=cfg.balance, in_degree=in_deg, train_mask=g.train_mask,
-                               seed=cfg.seed, objective=cfg.objective,
-                               imbalance=min(cfg.node_imbalance, cfg.edge_imbalance))
+        start, info = metis_partition(indptr, indices, P, balance=cfg.balance, in_degree=in_deg,
+                                      train_mask=g.train_mask, seed=cfg.seed, objective=cfg.objective,
+                                      imbalance=min(cfg.node_imbalance, cfg.edge_imbalance))
+        if cfg.refine == "none":
+            return start, info
+        info.setdefault("balance", cfg.balance)
+        info.setdefault("metis_objective", cfg.objective)
     from .partitioners.g3 import g3_partition
-    return g3_partition(indptr, indices, P, model=model, node_imbalance=cfg.node_imbalance,
-                        edge_imbalance=cfg.edge_imbalance, max_iters=cfg.max_iters, seed=cfg.seed,
-                        progress=cfg.progress, log=log, cost_slack=cfg.cost_slack,
-                        start_balance=cfg.start_balance,
-                        recursive=None if cfg.start == "auto" else cfg.start == "recursive",
-                        start_objective={"auto": "auto", "volume": "volume"}.get(cfg.start, "cut"))
+    name = None if start is None else f"{cfg.method} " + (
+        f"context={cfg.kaminpar_context}" if cfg.method == "kaminpar" else f"balance={cfg.balance}")
+    a, refined = g3_partition(indptr, indices, P, model=model, node_imbalance=cfg.node_imbalance,
+                              edge_imbalance=cfg.edge_imbalance, max_iters=cfg.max_iters, seed=cfg.seed,
+                              progress=cfg.progress, log=log, cost_slack=cfg.cost_slack,
+                              start_balance=cfg.start_balance, start=start, start_name=name,
+                              recursive=None if cfg.start == "auto" else cfg.start == "recursive",
+                              start_objective={"auto": "auto", "volume": "volume"}.get(cfg.start, "cut"))
+    return a, dict(info, **refined) if start is not None else refined
 
 
 def check_out_path(graph: Path, out: Path) -> None:
@@ -234,6 +285,11 @@ def check_out_path(graph: Path, out: Path) -> None:
         raise FormatError(out, "name the output directory itself (not '.', '..' or '/')")
 
 
+def method_label(cfg: PartitionConfig) -> str:
+    """meta.json's ``method``: the method, ``+g3`` when refined (``kaminpar+g3``)."""
+    return cfg.method + ("+g3" if cfg.refine == "g3" else "")
+
+
 def run(cfg: PartitionConfig) -> dict:
     check_out_path(cfg.graph, cfg.out)
     check_output(cfg.out, cfg.force, META_NAME)  # fail before the expensive work
@@ -249,7 +305,8 @@ def run(cfg: PartitionConfig) -> dict:
     edge_seconds = calibrate() if cfg.calibrate else cfg.edge_seconds
     model = CostModel(edge_seconds=edge_seconds, bandwidth=cfg.bandwidth,
                       width=cfg.width or max(1, int(g.attrs["feature_dim"])))
-    log(f"{n} nodes, {g.num_edges} edges; {cfg.method} into {cfg.parts} parts")
+    label = method_label(cfg)
+    log(f"{n} nodes, {g.num_edges} edges; {label} into {cfg.parts} parts")
     t1 = time.time()
     assignment, info = assign(g, cfg, model)
     t_part = time.time() - t1
@@ -271,10 +328,10 @@ def run(cfg: PartitionConfig) -> dict:
             return tqdm(it, total=total, desc="writing parts", unit="part", file=sys.stderr, leave=False, disable=None)
     else:
         progress = None
-    meta = write_partition(g, assignment, cfg.parts, cfg.out, method=cfg.method, seed=cfg.seed, force=cfg.force,
+    meta = write_partition(g, assignment, cfg.parts, cfg.out, method=label, seed=cfg.seed, force=cfg.force,
                            extra_meta=extra, progress=progress, graph_path=cfg.graph)
     q = meta["quality"]
-    print(f"{PROG}: wrote {cfg.out} ({cfg.parts} parts, {cfg.method}) in {time.time() - t0:.1f}s "
+    print(f"{PROG}: wrote {cfg.out} ({cfg.parts} parts, {label}) in {time.time() - t0:.1f}s "
           f"(partitioning {t_part:.1f}s): edge_cut={q['edge_cut']} node_imbalance={q['node_imbalance']:.3f} "
           f"compute_imbalance={q['compute_imbalance']:.3f} max_comm_rows={q['max_comm_rows']}")
     if "objective_before" in info:
@@ -283,37 +340,114 @@ def run(cfg: PartitionConfig) -> dict:
     return meta
 
 
-def serial_on_many_ranks(method: str) -> bool:
-    """True, after rank 0's line for the job, when a serial method runs on several MPI ranks (``python -m mpi4py``, as
-    the launchers in jobs/ start every tool): each would partition the whole graph and write the same output. A
-    serial run never initialises MPI here (MPI_Init can fail where the tool needs nothing of it)."""
-    if "mpi4py" not in sys.modules:   # not started by mpi4py's runner
-        return False
+#: environment variables that MPI launchers set in every process they start (Hydra/MPICH: PMI_*, PMIx: PMIX_*,
+#: Open MPI: OMPI_COMM_WORLD_*): only whether MPI is initialised is decided by them, never a rank or a size
+LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+
+
+def launched_comm():
+    """COMM_WORLD when this process was started by an MPI launcher (``mpiexec``, ``srun``, or ``python -m
+    mpi4py``), else None: a serial run on a machine without a working MPI never calls MPI_Init."""
+    if "mpi4py" not in sys.modules and not any(v in os.environ for v in LAUNCHER_VARS):
+        return None
     from mpi4py import MPI
-
-    from g3mpi.mpi.collectives import barrier
-    from g3mpi.mpi.deadline import ADAPTIVE
-    from g3mpi.mpi.watchdog import Watchdog
-    comm = MPI.COMM_WORLD
-    if comm.size == 1:
-        return False
-    from g3mpi.mpi.report import report
-    report(comm.rank, PROG, [f"--method {method} is serial: run it as one process, or use --method stream on "
-                             f"{comm.size} ranks"] * comm.size)
-    # rank 0's line is out before any rank exits
-    barrier(Watchdog(comm, ADAPTIVE, prog=PROG), "exit after a serial method's refusal")
-    MPI.Finalize()   # a clean exit: under python -m mpi4py a non-zero one with MPI initialised aborts, noisily
-    return True
+    return MPI.COMM_WORLD
 
 
-def main(argv=None) -> int:
-    cfg = parse_args(argv)
-    setup_tool_logging(PROG)
-    if cfg.method == "stream":   # every rank of the MPI job (mpiexec -n R g3-partition ...)
-        from .parallel import main as parallel_main
-        return parallel_main(cfg)
-    if serial_on_many_ranks(cfg.method):
-        return 2
+def on_rank0(comm, fn) -> int:
+    """``fn()`` (a serial method's whole run, returning its exit status) on rank 0 of ``comm`` only; the other
+    ranks wait for its status and return it: one writer of the output directory, and one exit status for the
+    job. The others wait in a non-blocking broadcast tested every 0.1 s, so that they do not spin on the CPUs
+    rank 0 computes on (MPICH's blocking wait polls)."""
+    from g3mpi.mpi.watchdog import Watchdog   # (imports MPI: only under a launcher)
+    status = np.zeros(1, dtype=np.int64)
+    # no deadline (rank 0 computes for as long as the method takes), but a quiet wait: polled, sleeping
+    wd = Watchdog(comm, math.inf, prog=PROG)
+    what = "the serial method's exit status (rank 0 runs it)"
+    if comm.rank == 0:
+        log(f"the method is serial: rank 0 runs it, ranks 1..{comm.size - 1} wait for its exit status")
+        try:
+            status[0] = fn()
+        except BaseException:   # the others must not wait for ever (python -m mpi4py then aborts them all)
+            status[0] = 1
+            wd.bcast(status, 0, what)
+            raise
+    wd.bcast(status, 0, what)
+    return int(status[0])
+
+
+def choose_method(cfg: PartitionConfig, comm) -> PartitionConfig:
+    """``--method auto`` resolved: kaminpar where the graph fits this machine by :func:`fits_in_memory` (and
+    the kaminpar package is there; else g3, METIS + refinement), stream otherwise. Under mpiexec rank 0 decides
+    (the ranks may see different free memory) and broadcasts its choice."""
+    choice = np.zeros(1, dtype=np.int64)
+    names = ("kaminpar", "g3", "stream")
+    if comm is None or comm.rank == 0:
+        choice[0] = names.index(auto_method(cfg.graph))
+    if comm is not None and comm.size > 1:
+        from g3mpi.mpi.watchdog import Watchdog   # (imports MPI: only under a launcher)
+        Watchdog(comm, math.inf, prog=PROG).bcast(choice, 0, "the choice of --method auto")
+    method = names[int(choice[0])]
+    refine = "none" if method in ("g3", "stream") else cfg.refine
+    if comm is None or comm.rank == 0:
+        log(f"--method auto: {method}" + ("+g3" if refine == "g3" else "") + f" ({AUTO_REASON[method]})")
+    return dataclasses.replace(cfg, method=method, refine=refine)
+
+
+#: why auto chose a method (docs/PARTITION_METHODS.md)
+AUTO_REASON = dict(kaminpar="the graph fits this machine's memory", g3="the kaminpar package is not installed",
+                   stream="the graph does not fit this machine's memory: each rank reads a slice")
+
+
+def auto_method(graph: Path) -> str:
+    """``kaminpar``, ``g3`` (no kaminpar package) or ``stream`` for --method auto (an unreadable graph: kaminpar,
+    whose run then names the problem)."""
+    try:
+        from g3mpi.format import open_graph
+        with open_graph(graph) as f:
+            n, e = int(f.attrs["num_nodes"]), int(f.attrs["num_edges"])
+    except (FormatError, KeyError, TypeError, ValueError, OSError):
+        return "kaminpar"
+    if not fits_in_memory(n, e):
+        return "stream"
+    try:
+        import kaminpar  # noqa: F401
+    except ImportError:
+        return "g3"
+    return "kaminpar"
+
+
+#: peak bytes of ``--method kaminpar --refine g3`` per stored edge and per node (docs/PARTITION_METHODS.md)
+KAMINPAR_BYTES_PER_EDGE = 200
+KAMINPAR_BYTES_PER_NODE = 400
+#: the share of this machine's available memory auto lets the serial path use
+AUTO_MEMORY_SHARE = 0.8
+
+
+def kaminpar_memory(num_nodes: int, num_edges: int) -> int:
+    """Estimated peak bytes of kaminpar + g3 refinement on a graph of this size."""
+    return KAMINPAR_BYTES_PER_EDGE * num_edges + KAMINPAR_BYTES_PER_NODE * num_nodes
+
+
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def fits_in_memory(num_nodes: int, num_edges: int) -> bool:
+    avail = available_memory()
+    return avail is None or kaminpar_memory(num_nodes, num_edges) <= AUTO_MEMORY_SHARE * avail
+
+
+def serial_main(cfg: PartitionConfig, argv) -> int:
+    """A serial method's whole run; its exit status, after one error line if it failed."""
     try:
         with terminate_as_interrupt():
             run(cfg)
@@ -325,8 +459,9 @@ def main(argv=None) -> int:
     except FormatError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
-    except MetisError as e:
-        print(f"{PROG}: error: {cfg.graph}: --method {cfg.method}: {e}; {SCALE_HINT}", file=sys.stderr)
+    except (MetisError, KaMinParError) as e:
+        hint = "" if isinstance(e, KaMinParMissing) else f"; {SCALE_HINT}"
+        print(f"{PROG}: error: {cfg.graph}: --method {cfg.method}: {e}{hint}", file=sys.stderr)
         return 1
     except MemoryError:
         print(f"{PROG}: error: {cfg.graph}: out of memory (--method {cfg.method}); {SCALE_HINT}", file=sys.stderr)
@@ -335,6 +470,20 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: {cfg.out}: {interruption(e)} (no output written)", file=sys.stderr)
         return getattr(e, "exit_status", 130)
     return 0
+
+
+def main(argv=None) -> int:
+    cfg = parse_args(argv)
+    setup_tool_logging(PROG)
+    comm = launched_comm()
+    if cfg.method == "auto":
+        cfg = choose_method(cfg, comm)
+    if cfg.method == "stream":   # every rank of the MPI job (mpiexec -n R g3-partition ...)
+        from .parallel import main as parallel_main
+        return parallel_main(cfg, comm)
+    if comm is not None and comm.size > 1:
+        return on_rank0(comm, lambda: serial_main(cfg, argv))
+    return serial_main(cfg, argv)
 
 
 if __name__ == "__main__":

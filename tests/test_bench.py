@@ -139,14 +139,15 @@ def test_user_model(bench_dirs):
 
 def test_partitions(bench_dirs):
     res = bench(bench_dirs, "partitions")
-    assert set(res["partitions"]) == {"metis-nodes", "metis-edges", "metis-both", "g3", "g3-cut"}
+    assert set(res["partitions"]) == {"metis-nodes", "metis-edges", "metis-both", "g3", "g3-cut", "auto"}
     for d in res["partitions"].values():
         finite(d["epoch_time_median_s"], *d["rank_compute_s"], *d["rank_blocked_s"], *d["rank_idle_s"],
                d["quality"]["max_comm_rows"], d["quality"]["replication_factor"])
         assert len(d["rank_compute_s"]) == res["ranks"]
     assert set(res["g3_vs"]) == {"metis-nodes", "metis-edges", "metis-both"}
-    assert set(res["g3_cut_vs"]) == {"metis-nodes", "metis-edges", "metis-both", "g3"}
-    finite(*res["g3_vs"].values(), *res["g3_cut_vs"].values())
+    assert set(res["g3_cut_vs"]) == {"metis-nodes", "metis-edges", "metis-both", "g3", "auto"}
+    assert set(res["auto_vs"]) == {"metis-nodes", "metis-edges", "metis-both", "g3", "g3-cut"}
+    finite(*res["g3_vs"].values(), *res["g3_cut_vs"].values(), *res["auto_vs"].values())
     starts = {k: json.loads((Path(res["partitions"][k]["parts"]) / "meta.json").read_text())["start"]
               for k in ("g3", "g3-cut")}
     assert starts["g3"].endswith("objective=volume") and starts["g3-cut"].endswith("recursive")  # R-MAT: skewed

@@ -27,7 +27,7 @@ from g3mpi.format.partition import ARRAYS, SCALARS
 SLOW_TESTS = ("test_blocked_passes_match_the_direct_construction", "test_deterministic_for_seed_and_ranks",
               "test_nan_feature_row_in_one_ranks_rows", "test_node_imbalance_and_order_options",
               "test_out_of_range_index_in_one_ranks_rows", "test_output_refused_on_every_rank",
-              "test_parallel_partition_valid_exact_and_as_serial", "test_serial_method_on_several_ranks_is_refused",
+              "test_parallel_partition_valid_exact_and_as_serial",
               "test_without_mpiexec_and_too_many_parts")
 
 
@@ -217,19 +217,6 @@ def test_without_mpiexec_and_too_many_parts(rand_h5, tmp_path):
     assert p.returncode != 0
     assert f"cannot split {g.num_nodes} nodes" in one_error(p.stderr, "g3-partition", "ranks 0-1")
     assert not (tmp_path / "many").exists()
-
-
-@pytest.mark.parametrize("method", ["metis", "random", "g3"])
-def test_serial_method_on_several_ranks_is_refused(method, rand_h5, tmp_path):
-    """Each rank would partition the whole graph and write the same directory: refused on every rank, in one
-    line."""
-    _, path = rand_h5
-    p = run_mpi(2, "data_tools.partition", path, "--parts", 2, "--method", method, "--out", tmp_path / "parts",
-                "--no-progress", check=False, timeout=120)
-    assert p.returncode == 2, p.stderr
-    assert one_error(p.stderr, "g3-partition", "ranks 0-1") == (
-        f"--method {method} is serial: run it as one process, or use --method stream on 2 ranks")
-    assert not (tmp_path / "parts").exists()
 
 
 @pytest.mark.parametrize("R", [1, 3])

@@ -130,7 +130,8 @@ def test_no_training_nodes_warns(tmp_path, out_dir):
     p = run_module("data_tools.prepare", "edgelist", f, "--out", out_dir / "g.h5", "--quiet")
     assert p.stderr.strip().splitlines() == [f"g3-prepare: warning: {out_dir / 'g.h5'}: no training nodes (no labels, "
                                              f"or an empty train split): g3-train will refuse this graph"]
-    p = run_module("data_tools.partition", out_dir / "g.h5", "--parts", 2, "--out", out_dir / "parts", "--no-progress")
+    p = run_module("data_tools.partition", out_dir / "g.h5", "--parts", 2, "--method", "metis", "--out",
+                   out_dir / "parts", "--no-progress")
     warnings = [ln for ln in p.stderr.splitlines() if "warning" in ln]
     assert warnings == [f"g3-partition: warning: {out_dir / 'g.h5'}: no training nodes (no labels, or an empty train "
                         f"mask): g3-train will refuse this partition"]
@@ -151,7 +152,8 @@ def test_features_too_large_for_float32_warn(tmp_path, out_dir):
             "if the summed gradients pass 2^64); scale them, or replace such values (a fill value for missing data?)")
     p = run_module("data_tools.prepare", "npz", npz, "--out", out, "--quiet")
     assert p.stderr.splitlines() == [f"g3-prepare: {said}"]
-    p = run_module("data_tools.partition", out, "--parts", 2, "--out", out_dir / "parts", "--no-progress")
+    p = run_module("data_tools.partition", out, "--parts", 2, "--method", "metis", "--out", out_dir / "parts",
+                   "--no-progress")
     assert [ln for ln in p.stderr.splitlines() if "warning" in ln] == [f"g3-partition: {said}"]
     p = run_module("data_tools.inspection", out)
     assert p.stderr.splitlines() == [f"g3-inspect: {said}"]

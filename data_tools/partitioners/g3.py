@@ -126,7 +126,7 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
                  edge_imbalance: float = 1.10, max_iters: int = 100, seed: int = 0, progress: bool = False,
                  log=None, start: np.ndarray | None = None, start_balance: str = "auto", cost_slack: float = 0.0,
                  recursive: bool | None = None, start_objective: str = "auto",
-                 descent_iters: int | None = None) -> tuple[np.ndarray, dict]:
+                 descent_iters: int | None = None, start_name: str | None = None) -> tuple[np.ndarray, dict]:
     """METIS start (node-balanced) refined for the slowest rank's estimated epoch. Returns (assignment, info).
 
     ``indptr``/``indices``: in-edge CSR without self loops. ``start_objective``: the METIS start minimises the
@@ -139,7 +139,8 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     node-balanced start is over the edge cap and cuts more than ``SWITCH_CUT`` of the edges (a second METIS
     run; ``start_switched`` in the info). ``descent_iters``: the most evaluations of the descent
     (phase 3); None (default): as many as phases 1 and 2 took, at most ``max_iters``, and only when the parts'
-    rows are more than ``DESCENT_MIN_IMBALANCE`` apart; 0: no descent.
+    rows are more than ``DESCENT_MIN_IMBALANCE`` apart; 0: no descent. ``start``: an assignment to refine
+    instead of METIS's (``g3-partition --refine g3``), ``start_name`` what made it (info's ``start``).
     """
     n = len(indptr) - 1
     epoch = 2 * model.layers
@@ -167,7 +168,7 @@ def g3_partition(indptr, indices, num_parts: int, *, model: CostModel, node_imba
     a, r = ref.refine(fill_isolated(start, isolated, num_parts), max_iters, bar, start, cost_slack=cost_slack,
                       descent_iters=descent_iters, seed=seed)
     a = _final_repairs(a, r, ref, num_parts, in_deg, out_deg)
-    desc = f"metis balance={start_balance} {'recursive' if recursive else 'kway'}" + \
+    desc = start_name or f"metis balance={start_balance} {'recursive' if recursive else 'kway'}" + \
         (" objective=volume" if start_objective == "volume" else "")
     out = _info(r, ref, epoch, desc, cost_slack, round(t_metis, 3), round(time.time() - t0 - t_metis, 3), in_deg,
                 num_parts, limits)

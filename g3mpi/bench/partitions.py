@@ -1,12 +1,13 @@
-"""Suite ``partitions``: the measured epoch time on the g3 partition against each METIS partition of one graph.
+"""Suite ``partitions``: the measured epoch time on the g3 and default partitions against each METIS partition.
 
-The same graph is split into P parts (default 4) by node-, edge- and node+edge-balanced METIS and by the g3
-partitioner (``g3-partition --method g3``, and with ``--start recursive``, the edge-cut start; cached in the
-work directory). P ranks train the same model on each partition under ``--sim-net`` (default 10Gbit,20us) with
+The same graph is split into P parts (default 4) by node-, edge- and node+edge-balanced METIS, by the g3
+partitioner (``g3-partition --method g3``, and with ``--start recursive``, the edge-cut start) and by
+g3-partition's default (``--method auto``: KaMinPar refined by g3 where the graph fits); cached in the work
+directory. P ranks train the same model on each partition under ``--sim-net`` (default 10Gbit,20us) with
 the default (pipelined) schedule; the partitions take turns launch by launch (A, B, C, D, A, B, ...) for
 ``--repeats`` rounds, so all of them see the same machine load. Reported per partition: the median of the
 per-launch median epoch times, per-rank compute / blocked / idle time and the partition's quality figures (from
-its meta.json); and g3's (and g3-cut's) epoch time as a ratio of each METIS partition's.
+its meta.json); and g3's (g3-cut's, the default's) epoch time as a ratio of each METIS partition's.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from .common import Sizes, median, prepare_graph, prepare_parts, progress, ratio
 #: (label, g3-partition --method, --balance, --start)
 PARTITIONS = (("metis-nodes", "metis", "nodes", "auto"), ("metis-edges", "metis", "edges", "auto"),
               ("metis-both", "metis", "both", "auto"), ("g3", "g3", "nodes", "auto"),
-              ("g3-cut", "g3", "nodes", "recursive"))
+              ("g3-cut", "g3", "nodes", "recursive"), ("auto", "auto", "nodes", "auto"))
 QUALITY = ("edge_cut", "replication_factor", "node_imbalance", "compute_imbalance", "comm_imbalance", "max_comm_rows")
 
 
@@ -50,9 +51,11 @@ def run(sz: Sizes, work: Path, ranks: int = 4, sim_net: str = "10Gbit,20us", mod
             rank_compute_s=last["rank_compute_s"], rank_blocked_s=last["rank_blocked_s"],
             rank_idle_s=last["rank_idle_s"], quality={k: q.get(k) for k in QUALITY})
     t = {k: v["epoch_time_median_s"] for k, v in res["partitions"].items()}
-    res["g3_vs"] = {k: ratio(t["g3"], t[k]) for k in t if not k.startswith("g3")}
+    res["g3_vs"] = {k: ratio(t["g3"], t[k]) for k in t if not k.startswith("g3") and k != "auto"}
+    res["auto_vs"] = {k: ratio(t["auto"], t[k]) for k in t if k != "auto"}
     res["g3_cut_vs"] = {k: ratio(t["g3-cut"], t[k]) for k in t if k != "g3-cut"}
     progress("partitions: " + ", ".join(f"{k} {v:.3f}s" for k, v in t.items()) + "; g3 / " +
              ", ".join(f"{k} {v:.3f}" for k, v in res["g3_vs"].items()) + "; g3-cut / " +
-             ", ".join(f"{k} {v:.3f}" for k, v in res["g3_cut_vs"].items()))
+             ", ".join(f"{k} {v:.3f}" for k, v in res["g3_cut_vs"].items()) + "; auto / " +
+             ", ".join(f"{k} {v:.3f}" for k, v in res["auto_vs"].items()))
     return res

@@ -1,0 +1,152 @@
+"""g3-partition --method kaminpar, --refine g3, --method auto, and serial methods under mpiexec (one writer)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from data_tools import partition as partition_tool
+from data_tools.inspection import inspect_path
+from data_tools.partitioners.kaminpar import write_parhip
+from g3mpi.format import read_meta
+from tests.conftest import mpiexec, run_module, tool_env
+from tests.partition_graphs import assert_fails, expected_edges, partition, reassemble
+
+pytest.importorskip("kaminpar", reason="the kaminpar package (setup.py's test extra) is not installed")
+
+# more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
+SLOW_TESTS = ("test_kaminpar_reassembly_exact", "test_serial_methods_under_mpiexec_one_writer",
+              "test_serial_failure_under_mpiexec_one_line", "test_missing_kaminpar_one_line",
+              "test_refine_any_start_holds_caps")
+PS = (1, 2, 3, 4, 7)
+
+
+@pytest.mark.parametrize("which", ["cora", "rand"])
+def test_kaminpar_reassembly_exact(which, cora_h5, rand_h5, tmp_path):
+    """Cora is stored symmetric (its rows go to KaMinPar as they are), the random graph directed with self loops
+    (symmetrized first): the parts hold exactly the input for every P."""
+    g, path = cora_h5 if which == "cora" else rand_h5
+    want_src, want_dst = expected_edges(g)
+    for P in PS:
+        out = tmp_path / f"p{P}"
+        partition(path, out, P, "kaminpar", None, 0, "--threads", "1", inproc=True)
+        src, dst, feats, labels, masks = reassemble(out)
+        assert np.array_equal(src, want_src) and np.array_equal(dst, want_dst), f"edges differ for P={P}"
+        assert np.array_equal(feats, g.features) and np.array_equal(labels, g.labels)
+        for k, m in masks.items():
+            assert np.array_equal(m, getattr(g, k)), k
+        meta = read_meta(out)
+        assert meta["method"] == "kaminpar" and meta["num_parts"] == P
+        assert P == 1 or (meta["kaminpar_context"] == "default" and meta["kaminpar_threads"] == 1)
+        owned = [p["owned"] for p in inspect_path(out)["parts"]]
+        assert min(owned) > 0 and sum(owned) == g.num_nodes
+
+
+def test_write_parhip_blocks(tmp_path):
+    """The ParHIP file: header, byte-address offsets, neighbours without self loops or repeats, node weights;
+    the same bytes whatever the block size."""
+    indptr = np.array([0, 3, 5, 5, 8], dtype=np.int64)
+    indices = np.array([1, 1, 3, 0, 1, 0, 1, 3], dtype=np.int32)   # row 0: 1 twice; row 1: self loop; row 3 too
+    files = []
+    for block in (1, 2, 100):
+        path = tmp_path / f"g{block}.parhip"
+        n, m = write_parhip(path, indptr, indices, np.array([5, 6, 7, 8]), block_entries=block)
+        assert (n, m) == (4, 5)
+        files.append(path.read_bytes())
+    assert files[0] == files[1] == files[2]
+    words = np.frombuffer(files[0], dtype=np.uint64)
+    assert words[:3].tolist() == [1, 4, 5]                      # 64-bit, node weights, no edge weights
+    base = 24 + 8 * 5
+    assert ((words[3:8] - base) // 8).tolist() == [0, 2, 3, 3, 5]
+    assert words[8:13].tolist() == [1, 3, 0, 0, 1] and words[13:].tolist() == [5, 6, 7, 8]
+
+
+@pytest.mark.parametrize("method", ["metis", "kaminpar"])
+def test_refine_any_start_holds_caps(method, cora_h5, tmp_path):
+    """--refine g3 after metis or kaminpar: both caps hold and the estimated epoch is not worse than the start's."""
+    _, path = cora_h5
+    out = tmp_path / method
+    partition(path, out, 8, method, None, 0, "--refine", "g3", inproc=True)
+    meta = read_meta(out)
+    assert meta["method"] == f"{method}+g3" and meta["start"].startswith(method)
+    assert meta["objective_after"] <= meta["objective_before"] + 1e-15
+    r = inspect_path(out)
+    owned = np.array([p["owned"] for p in r["parts"]])
+    edges = np.array([p["local_edges"] for p in r["parts"]])
+    assert owned.max() <= 1.10 * owned.mean() + 1 and edges.max() <= 1.10 * edges.mean() + 1e-9
+
+
+def test_auto_default_and_its_choice(cora_h5, tmp_path, monkeypatch):
+    """No --method: kaminpar + g3 refinement on a graph that fits; stream where the estimate exceeds memory."""
+    _, path = cora_h5
+    partition_tool.main([str(path), "--parts", "4", "--out", str(tmp_path / "p"), "--no-progress"])
+    meta = read_meta(tmp_path / "p")
+    assert meta["method"] == "kaminpar+g3" and meta["violation_after"] == 0
+    assert partition_tool.auto_method(path) == "kaminpar"
+    monkeypatch.setattr(partition_tool, "available_memory", lambda: 10**6)
+    assert partition_tool.auto_method(path) == "stream"
+
+
+@pytest.mark.parametrize("argv,what", [
+    (["--method", "metis", "--kaminpar-context", "fast"], "--kaminpar-context applies to --method kaminpar or auto"),
+    (["--method", "stream", "--refine", "g3"], "--refine applies to --method metis or kaminpar or auto"),
+    (["--method", "kaminpar", "--threads", "0"], "--threads: must be in [1, 4096], got 0"),
+    (["--method", "metis", "--max-iters", "5"], "--max-iters applies to --method g3"),
+])
+def test_options_refused(argv, what, capsys):
+    with pytest.raises(SystemExit) as e:
+        partition_tool.parse_args(["g.h5", "--parts", "2", "--out", "o", *argv])
+    assert e.value.code == 2 and what in capsys.readouterr().err
+
+
+def test_missing_kaminpar_one_line(cora_h5, tmp_path, monkeypatch):
+    """Without the package: --method kaminpar is one line naming it (exit 1, nothing written); auto falls back
+    to METIS + refinement."""
+    _, path = cora_h5
+    shadow = tmp_path / "shadow" / "kaminpar"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named kaminpar (hidden by the test)')\n")
+    monkeypatch.setenv("PYTHONPATH", str(shadow.parent))
+    p = partition(path, tmp_path / "k", 2, "kaminpar", check=False)
+    assert_fails(p, str(path), "--method kaminpar: the kaminpar package is not installed")
+    assert len(p.stderr.strip().splitlines()) == 2 and not (tmp_path / "k").exists(), p.stderr
+    run_module("data_tools.partition", path, "--parts", 2, "--out", tmp_path / "a", "--no-progress")
+    assert read_meta(tmp_path / "a")["method"] == "g3"
+
+
+def mpiexec_partition(n: int, *args) -> subprocess.CompletedProcess:
+    """``mpiexec -n n python -m data_tools.partition ...``: the console script's way, MPI not imported first."""
+    cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "data_tools.partition", *map(str, args), "--no-progress"]
+    return subprocess.run(cmd, capture_output=True, text=True, env=tool_env(), timeout=180)
+
+
+@pytest.mark.parametrize("method", ["metis", "random", "g3", "kaminpar"])
+def test_serial_methods_under_mpiexec_one_writer(method, rand_h5, tmp_path):
+    """Under mpiexec -n 3 a serial method ran on every rank, each writing the same directory: now rank 0 writes
+    it once and every rank exits with its status."""
+    _, path = rand_h5
+    out = tmp_path / "parts"
+    p = mpiexec_partition(3, path, "--parts", 3, "--method", method, "--out", out)
+    assert p.returncode == 0, p.stderr
+    assert (p.stdout + p.stderr).count("g3-partition: wrote") == 1, p.stderr
+    assert "rank 0 runs it, ranks 1..2 wait" in p.stderr
+    inspect_path(out)
+    assert read_meta(out)["method"] == method
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["parts"]   # no temporary left beside it
+
+
+def test_serial_failure_under_mpiexec_one_line(rand_h5, tmp_path):
+    """Rank 0's failure is one line, and every rank exits with its status (1)."""
+    _, path = rand_h5
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    p = mpiexec_partition(3, path, "--parts", 2, "--method", "metis", "--out", out)
+    assert p.returncode == 1, p.stderr
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("g3-partition: error:")]
+    assert len(errors) == 1 and str(out) in errors[0], p.stderr
+    assert sorted(x.name for x in out.iterdir()) == ["keep.txt"]
+    assert json.dumps(sorted(x.name for x in tmp_path.iterdir())) == '["mine"]'
