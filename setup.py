@@ -25,7 +25,7 @@ setup(
         "matplotlib>=3.7",
     ],
     extras_require={
-        "test": ["pytest>=7", "mpi-pytest>=2025.0", "torch-geometric>=2.5", "kaminpar>=3.7"],
+        "test": ["pytest>=7", "mpi-pytest>=2025.0", "torch-geometric>=2.5", "kaminpar>=3.7", "scikit-learn>=1.3"],
     },
     entry_points={
         "console_scripts": [
