@@ -476,6 +476,17 @@ def main(argv=None) -> int:
     cfg = parse_args(argv)
     setup_tool_logging(PROG)
     comm = launched_comm()
+    code = _dispatch(cfg, argv, comm)
+    if comm is not None and code != 0:
+        # every rank knows the status: finalized, the job ends with it and without python -m mpi4py's MPI_Abort
+        # (a line of launcher noise per rank)
+        from mpi4py import MPI
+        if not MPI.Is_finalized():
+            MPI.Finalize()
+    return code
+
+
+def _dispatch(cfg: PartitionConfig, argv, comm) -> int:
     if cfg.method == "auto":
         cfg = choose_method(cfg, comm)
     if cfg.method == "stream":   # every rank of the MPI job (mpiexec -n R g3-partition ...)
