@@ -477,9 +477,9 @@ def main(argv=None) -> int:
     setup_tool_logging(PROG)
     comm = launched_comm()
     code = _dispatch(cfg, argv, comm)
-    if comm is not None and code != 0:
-        # every rank knows the status: finalized, the job ends with it and without python -m mpi4py's MPI_Abort
-        # (a line of launcher noise per rank)
+    if argv is None and comm is not None and code != 0:
+        # the program itself (not a call from Python): every rank knows the status, so MPI is finalized and the
+        # job ends with it, without python -m mpi4py's MPI_Abort (a line of launcher noise per rank)
         from mpi4py import MPI
         if not MPI.Is_finalized():
             MPI.Finalize()
