@@ -362,7 +362,7 @@ def test_bad_configuration_does_not_wait_for_a_rank_that_never_checks(small_part
     assert len(lines) == 2 and lines[1] == ("g3-train: error: [rank 1] argument --epochs: invalid int value: 'ten' "
                                             "(g3-train --help lists the options)"), p.stderr
     assert re.fullmatch(r"g3-train: error: \[rank 1\] communication timeout: blocked \d+\.\d s \(the configuration "
-                        r"check's limit 2\) waiting for the other ranks \(some rank never arrived\) in the "
+                        r"check's limit 2\) waiting for rank 0 in the "
                         r"configuration check; aborting the job", lines[0]), p.stderr
 
 
