@@ -27,7 +27,7 @@ export PATH=$G3_VENV/bin:$PATH
 args=("$@")
 ((${#args[@]})) || args=(tests)
 rc=0
-"$G3_PY" -m pytest -ra "${args[@]}" || rc=$?
+"$G3_PY" -m pytest -ra --durations=30 "${args[@]}" || rc=$?
 if ((rc == 5)); then
     echo "jobs/test.sh: error: pytest collected no tests" >&2
     exit 1
