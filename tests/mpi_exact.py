@@ -8,7 +8,9 @@ reference or variants with each other. A variant is a schedule, a chunk size (0 
 maximum random extra delay per message in seconds (random completion orders), ``nocache`` to turn the
 model's input cache off, ``pieceN`` for messages in pieces of about N bytes (``Schedule.piece_bytes``), and
 ``staged`` for every layer's exchange staged through host buffers as on a GPU rank, the CPU standing in
-(``g3mpi.ops.staging``).
+(``g3mpi.ops.staging``), ``dropP`` for dropout P on every layer's input (the passes keyed by epoch 1, 2, ...),
+``halo`` for the model keeping its input's halo rows (``GNN.keep_input_halo``, fetched once as the part stores
+them; what the trainer does).
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from mpi4py import MPI
 from g3mpi.comm import CommContext, SimNet
 from g3mpi.format import read_meta, read_part
 from g3mpi.nn import GNN
-from g3mpi.ops import DistGraph
+from g3mpi.format.features import widen
+from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.ops.staging import Stager
 from g3mpi.sched import Schedule
 from g3mpi.sched.schedule import PIECE_BYTES
@@ -30,10 +33,11 @@ from g3mpi.sched.schedule import PIECE_BYTES
 HIDDEN, HEADS = 8, 3
 
 
-def build(model, graph, part, seed=0, hidden=HIDDEN, input_cache=True):
+def build(model, graph, part, seed=0, hidden=HIDDEN, input_cache=True, dropout=0.0):
     torch.manual_seed(seed)
     return GNN(graph, model, part.feature_dim, hidden, part.num_classes, layers=3 if model != "gat" else 2,
-               heads=HEADS, out_heads=2, activation="relu" if model != "gat" else "elu", input_cache=input_cache)
+               heads=HEADS, out_heads=2, activation="relu" if model != "gat" else "elu", input_cache=input_cache,
+               dropout=dropout)
 
 
 def main(argv=None):
@@ -50,7 +54,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     meta = read_meta(a.parts)
     part = read_part(a.parts, comm.rank, meta)
-    x = torch.from_numpy(part.features)
+    x = torch.from_numpy(widen(part.features, part.feature_dtype))
     y = torch.from_numpy(part.labels)
     train = torch.from_numpy(part.train_mask)
     n_train = comm.allreduce(int(train.sum()))
@@ -65,12 +69,16 @@ def main(argv=None):
         stager = Stager.for_device("cpu") if "staged" in flags else None
         graph = DistGraph(part, ctx, Schedule(schedule, int(chunk), piece_bytes=pieces[0] if pieces else PIECE_BYTES),
                           stager=stager)
+        drop = [float(f[len("drop"):]) for f in flags if f.startswith("drop")]
         for model in a.models.split(","):
-            net = build(model, graph, part, hidden=a.hidden, input_cache="nocache" not in flags)
+            net = build(model, graph, part, hidden=a.hidden, input_cache="nocache" not in flags,
+                        dropout=drop[0] if drop else 0.0)
+            if "halo" in flags and net.input_cache:
+                net.keep_input_halo(x, graph.halo_rows(part.features, "input"), part.feature_dtype)
             init = {k: v.detach().clone() for k, v in net.state_dict().items()}
-            for _ in range(a.repeat):
+            for epoch in range(1, a.repeat + 1):
                 net.zero_grad()
-                logits = net(x)
+                logits = net(x, DropoutKey(5, epoch) if drop else None)
                 loss = F.cross_entropy(logits[train], y[train], reduction="sum") / n_train
                 loss.backward()
             pre = f"{variant}/{model}"

@@ -60,7 +60,8 @@ def test_simnet_link_queues_messages():
 
 
 def test_backward_buffers_made_on_first_use():
-    """An exchange no gradient flows back through (raw input features) never allocates gradient buffers."""
+    """An exchange allocates each direction's buffers when that direction is first used: one no gradient flows
+    back through (raw input features) never has gradient buffers, one never sent (a kept input halo) none."""
     import numpy as np
     from mpi4py import MPI
 
@@ -72,7 +73,11 @@ def test_backward_buffers_made_on_first_use():
     try:
         ex = ctx.exchange(plan, 2)
         fwd_bytes = 2 * 3 * 2 * 4
-        assert not ex.backward_planned and ex.buffer_bytes() == fwd_bytes
+        assert not ex.forward_planned and not ex.backward_planned and ex.buffer_bytes() == 0
+        ctx.progress()      # (drives only the planned directions: plans none)
+        assert not ex.forward_planned
+        ex.forward
+        assert ex.forward_planned and not ex.backward_planned and ex.buffer_bytes() == fwd_bytes
         ex.start_forward(np.arange(10, dtype=np.float32).reshape(5, 2))
         ctx.progress()
         ex.forward.wait_all()

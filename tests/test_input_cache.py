@@ -13,7 +13,7 @@ from tests.graphs import partition, random_graph
 from tests.pyg_reference import rel_err
 
 # more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
-SLOW_TESTS = ("test_cached_equals_recomputed_multi_rank",)
+SLOW_TESTS = ("test_cached_equals_recomputed_multi_rank", "test_kept_input_halo_equals_exchange")
 
 MODELS = ("gcn", "sage")
 
@@ -110,11 +110,11 @@ def test_cached_product_is_kept_per_row_grouping(one_rank, model):
     B, I = groups
     want = plain.convs[0].input_product(x)
     for _ in range(2):
-        split = cached._input_product(x, groups)
+        split = cached._input_product(x, None, groups)
         assert isinstance(split, tuple) and len(split) == 2
         assert rel_err(split[0].numpy(), want[B.start:B.stop].numpy()) <= 1e-6
         assert rel_err(split[1].numpy(), want[I.start:I.stop].numpy()) <= 1e-6
-        whole = cached._input_product(x)
+        whole = cached._input_product(x, None)
         assert torch.is_tensor(whole) and rel_err(whole.numpy(), want.numpy()) <= 1e-6
 
 
@@ -143,3 +143,36 @@ def test_cached_equals_recomputed_multi_rank(P, tmp_path):
                 assert rel_err(res[f"{v}/{model}/{k}"], res[f"{base}/{model}/{k}"]) <= 1e-6, (v, model, k)
         # the first layer's exchange ran once instead of three times
         assert int(res[f"pipelined:0:0/{model}/bytes_sent"]) < int(res[f"pipelined:0:0:nocache/{model}/bytes_sent"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_kept_input_halo_equals_exchange(dtype, tmp_path):
+    from g3mpi.format import read_meta
+
+    """The first layer's aggregation from the input halo kept on the rank (fetched once, in the stored dtype)
+    equals the one its exchange computes in every pass, with input dropout (keyed by original node ID) and
+    without, pipelined and not: logits and every gradient within 1e-6 over three passes; the first layer then
+    sends nothing after the one fetch, of half the bytes for float16 features."""
+    g = random_graph(n=160, f=6, seed=4)
+    if dtype == "float16":
+        g.features = g.features.astype(np.float16)
+        g.attrs["feature_dtype"] = "float16"
+    partition(g, 3, tmp_path / "parts", seed=4)
+    assert read_meta(tmp_path / "parts")["feature_dtype"] == dtype
+    base = "blocking:-1:0:nocache:drop0.4"
+    variants = ("pipelined:0:0:halo:drop0.4", "blocking:-1:0:halo:drop0.4", "pipelined:0:0:nocache:drop0.4",
+                "pipelined:0:0:halo", "blocking:-1:0:nocache")
+    run_mpi(3, "tests.mpi_exact", tmp_path / "parts", tmp_path / "out.npz", "--models", ",".join(MODELS),
+            "--variants", ",".join((base,) + variants), "--repeat", "3", "--hidden", "16", timeout=600)
+    res = np.load(tmp_path / "out.npz")
+    for model in MODELS:
+        keys = [k[len(f"{base}/{model}/"):] for k in res.files if k.startswith(f"{base}/{model}/grad/")]
+        for v, ref in [(v, base) for v in variants[:3]] + [(variants[3], variants[4])]:
+            assert rel_err(res[f"{v}/{model}/logits"], res[f"{ref}/{model}/logits"]) <= 1e-6, (v, model)
+            for k in keys:
+                assert rel_err(res[f"{v}/{model}/{k}"], res[f"{ref}/{model}/{k}"]) <= 1e-6, (v, model, k)
+        kept, sent = (int(res[f"{v}/{model}/bytes_sent"]) for v in ("pipelined:0:0:halo:drop0.4",
+                                                                   "pipelined:0:0:nocache:drop0.4"))
+        layer0 = sent - kept    # three passes of float32 input rows, less the one fetch in the stored dtype
+        itemsize = 2 if dtype == "float16" else 4
+        assert layer0 > 0 and layer0 % (3 * 4 - itemsize) == 0, (model, sent, kept)

@@ -439,11 +439,9 @@ class HaloExchange:
         self.send_pieces = [piece_bounds(len(ix), piece_rows) for ix in plan.send_idx]
         self.recv_msgs = _numbered(self.recv_pieces)
         self.send_msgs = _numbered(self.send_pieces)
-        self.halo = self._alloc(self._shape(plan.num_halo), dtype)
-        self.send_bufs = [self._alloc(self._shape(len(ix)), dtype) for ix in plan.send_idx]
-        halo_slices = [self.halo[plan.recv_slice(i)] for i in range(k)]
-        self.forward = self._transfer(plan.send_parts, self.send_bufs, self.send_pieces, plan.recv_parts,
-                                      halo_slices, self.recv_pieces, 4 * tag, ".fwd")
+        self._forward = None
+        self._halo = None
+        self._send_bufs = None
         self._backward = None
         self._halo_grad = None
         self._grad_bufs = None
@@ -460,9 +458,35 @@ class HaloExchange:
         return Transfer(self._comm, *sends, *recvs, tag, self._stats, net=self._net, watchdog=self._watchdog,
                         name=self.name + suffix, recorder=self._recorder, queue=self._queue)
 
-    # The backward direction is planned on first use: no gradient flows back through an exchange of raw input
-    # features (layer 0), so its gradient buffers would only take memory. Planning is local (persistent
-    # requests), so ranks need not agree on when it happens.
+    # Each direction is planned on first use: no gradient flows back through an exchange of raw input features
+    # (layer 0), and a model that keeps its input's halo (``GNN``'s input cache) never sends that layer's input,
+    # so those buffers would only take memory. Planning is local (persistent requests), so ranks need not agree
+    # on when it happens.
+    @property
+    def forward(self) -> Transfer:
+        if self._forward is None:
+            plan, dtype = self.plan, self._dtype
+            self._halo = self._alloc(self._shape(plan.num_halo), dtype)
+            self._send_bufs = [self._alloc(self._shape(len(ix)), dtype) for ix in plan.send_idx]
+            halo_slices = [self._halo[plan.recv_slice(i)] for i in range(len(plan.recv_parts))]
+            self._forward = self._transfer(plan.send_parts, self._send_bufs, self.send_pieces, plan.recv_parts,
+                                           halo_slices, self.recv_pieces, 4 * self._tag, ".fwd")
+        return self._forward
+
+    @property
+    def halo(self) -> np.ndarray:
+        self.forward
+        return self._halo
+
+    @property
+    def send_bufs(self) -> list:
+        self.forward
+        return self._send_bufs
+
+    @property
+    def forward_planned(self) -> bool:
+        return self._forward is not None
+
     @property
     def backward(self) -> Transfer:
         if self._backward is None:
@@ -489,8 +513,10 @@ class HaloExchange:
         return self._backward is not None
 
     def buffer_bytes(self) -> int:
-        """Bytes of the buffers allocated so far (the backward ones only once backward has run)."""
-        n = self.halo.nbytes + sum(b.nbytes for b in self.send_bufs)
+        """Bytes of the buffers allocated so far (each direction's once it has run)."""
+        n = 0
+        if self._forward is not None:
+            n += self._halo.nbytes + sum(b.nbytes for b in self._send_bufs)
         if self._backward is not None:
             n += self._halo_grad.nbytes + sum(b.nbytes for b in self._grad_bufs)
         return int(n)
@@ -521,7 +547,8 @@ class HaloExchange:
         return self.halo[self.plan.recv_slice(i)]
 
     def free(self) -> None:
-        self.forward.free()
+        if self._forward is not None:
+            self._forward.free()
         if self._backward is not None:
             self._backward.free()
 
@@ -578,9 +605,15 @@ class CommContext:
     def progress(self) -> None:
         """Drive MPI progress of every exchange in flight (called between chunks of computation)."""
         for ex in self._exchanges:
-            ex.forward.progress()
+            if ex.forward_planned:
+                ex.forward.progress()
             if ex.backward_planned:
                 ex.backward.progress()
+
+    def release(self, ex: HaloExchange) -> None:
+        """Free one exchange made here, whose rounds are complete (a one-off, such as a fetch of halo rows)."""
+        ex.free()
+        self._exchanges.remove(ex)
 
     def free(self) -> None:
         for ex in self._exchanges:

@@ -8,16 +8,24 @@ not depend on any parameter, so for a constant input (no input dropout in this p
 and an input that needs no gradient) it is the same in every epoch. With ``input_cache`` (default) the model
 computes it once per input tensor (identity and version) and reuses it: the first layer's halo exchange and
 sparse product run once instead of every pass. Results are unchanged (the same tensor is computed).
+
+Input halo: the trainer may also hand the model the halo rows of its input, fetched once in the dtype the part
+file stores (``keep_input_halo``: float16 features travel as float16). With input dropout, the first layer's
+aggregation then runs on this rank alone in every pass: the halo rows are widened neighbour by neighbour and
+dropped with the masks their owners would draw (keyed by original node ID), so the first layer sends nothing
+and the result is the one its exchange gave.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from g3mpi.format.features import widen
 from g3mpi.ops import DistGraph, DropoutKey, node_dropout
 from g3mpi.ops.activation import relu_
-from g3mpi.ops.pipeline import input_product_groups
+from g3mpi.ops.pipeline import input_product_groups, input_product_local
 
 from .base import pipelines, run_stack
 from .gat import GATLayer
@@ -62,19 +70,55 @@ class GNN(nn.Module):
         self.input_cache_applies = convs[0].input_product_free
         self.input_cache = bool(input_cache) and self.input_cache_applies
         self._cached = None     # (input tensor, its version, row groups, layer 0's input product)
+        self._halo = None       # (input tensor, its version, its halo rows as stored, their dtype's name)
 
-    def _input_product(self, x: torch.Tensor, groups=None):
-        """Layer 0's parameter-free product of ``x`` when it can be reused, else None. With ``groups`` (the
-        pipeline's boundary and interior row groups) a tuple of its rows per group: only that is kept."""
-        if not self.input_cache or x.requires_grad or (self.training and self.dropout > 0):
+    def keep_input_halo(self, x: torch.Tensor, halo: np.ndarray, dtype: str = "float32") -> None:
+        """Keep ``halo`` [n_halo, in], the halo rows of the input ``x`` (``DistGraph.halo_rows``) in the stored
+        feature dtype ``dtype`` (``g3mpi.format.features``), for passes over this very ``x`` (module docstring)."""
+        if not self.input_cache_applies:
+            raise ValueError("keep_input_halo: the first layer does not aggregate its raw input")
+        if tuple(halo.shape) != (self.graph.num_halo, x.shape[1]):
+            raise ValueError(f"keep_input_halo: expected [{self.graph.num_halo}, {x.shape[1]}] halo rows, got "
+                             f"{tuple(halo.shape)}")
+        self._halo = (x, x._version, halo, dtype)
+
+    def _halo_of(self, x: torch.Tensor, key: DropoutKey | None):
+        """``halo(i)``: receive neighbour i's kept halo rows of ``x``, float32, dropped as layer 0's input in this
+        pass; None where no halo of this ``x`` is kept."""
+        h = self._halo
+        if h is None or h[0] is not x or h[1] != x._version:
             return None
+        plan, ids, stored, dtype = self.graph.plan, self.graph.halo_ids, h[2], h[3]
+
+        def halo(i):
+            rows = plan.recv_slice(i)
+            block = torch.from_numpy(widen(stored[rows], dtype))
+            return node_dropout(block, key, 0, ids[rows], self.dropout, self.training)
+        return halo
+
+    def _input_product(self, x: torch.Tensor, key: DropoutKey | None, groups=None):
+        """Layer 0's parameter-free product of ``x`` when it can be reused or computed on this rank alone, else
+        None. With ``groups`` (the pipeline's boundary and interior row groups) a tuple of its rows per group."""
+        if not self.input_cache or x.requires_grad:
+            return None
+        halo = self._halo_of(x, key)
+        conv, sched = self.convs[0], self.graph.schedule
+        if self.training and self.dropout > 0:      # dropped anew in every pass: only with the kept halo
+            if halo is None:
+                return None
+            with torch.no_grad():
+                xd = node_dropout(x, key, 0, self.graph.orig_ids, self.dropout, True)
+                return input_product_local(conv, xd, halo) if groups is None else \
+                    input_product_groups(conv, xd, sched, halo)
         c = self._cached
         if c is None or c[0] is not x or c[1] != x._version or c[2] is not groups:
             self._cached = None     # the old product is freed before the new one is computed
             with torch.no_grad():
-                conv = self.convs[0]
-                val = conv.input_product(x) if groups is None else \
-                    input_product_groups(conv, x, self.graph.schedule)
+                if halo is not None:
+                    val = input_product_local(conv, x, halo) if groups is None else \
+                        input_product_groups(conv, x, sched, halo)
+                else:
+                    val = conv.input_product(x) if groups is None else input_product_groups(conv, x, sched)
             c = self._cached = (x, x._version, groups, val)
         return c[3]
 
@@ -84,7 +128,7 @@ class GNN(nn.Module):
         def between(l, y, rows):
             y = y if l == 0 else self.activation(y)
             return node_dropout(y, key, l, ids[rows], self.dropout, self.training)
-        c0 = self._input_product(x, self.convs[0].groups if pipelines(g, self.convs) else None)
+        c0 = self._input_product(x, key, self.convs[0].groups if pipelines(g, self.convs) else None)
         return run_stack(g, self.convs, x, between, key, c0)
 
     def activation(self, x: torch.Tensor) -> torch.Tensor:

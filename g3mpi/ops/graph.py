@@ -100,10 +100,26 @@ class DistGraph:
         self._blocks = {}
         self._sites = 0     # dropout sites handed to user modules (``new_site``)
         # original IDs of halo rows: needed by randomness keyed on source nodes (GAT attention dropout)
-        ex = ctx.exchange(self.plan, 1, dtype=np.int64, name="orig_ids")
-        ex.start_forward(np.ascontiguousarray(part.orig_ids, dtype=np.int64).reshape(-1, 1))
-        ex.forward.wait_all()
-        self.halo_orig_ids = torch.from_numpy(ex.halo[:, 0].copy())
+        self.halo_orig_ids = torch.from_numpy(self.halo_rows(np.asarray(part.orig_ids, dtype=np.int64), "orig_ids"))
+
+    def halo_rows(self, rows: np.ndarray, name: str = "rows") -> np.ndarray:
+        """The halo's rows of a per-node array (``rows`` [n_owned, ...]: this rank's owned rows, any fixed-size
+        dtype, 16-bit floats and bfloat16's uint16 included), fetched from their owners once: a new array
+        [n_halo, ...] of the same dtype, bit for bit. Every rank calls it, in the same order."""
+        rows = np.asarray(rows)
+        if rows.shape[0] < self.num_owned:
+            raise ValueError(f"halo_rows: expected [{self.num_owned}, ...] rows, got {rows.shape}")
+        tail = rows.shape[1:]
+        width = int(np.prod(tail, dtype=np.int64)) * rows.dtype.itemsize
+        # moved as bytes (an MPI type for every dtype); the exchange and its buffers end with the call
+        ex = self.ctx.exchange(self.plan, width, dtype=np.uint8, name=name)
+        try:
+            ex.start_forward(np.ascontiguousarray(rows[:self.num_owned]).view(np.uint8).reshape(self.num_owned,
+                                                                                                  width))
+            ex.forward.wait_all()
+            return ex.halo.copy().view(rows.dtype).reshape((self.num_halo, *tail))
+        finally:
+            self.ctx.release(ex)
 
     # -- the graph handle of user models (g3mpi.nn): owned and halo rows, their original IDs, global degrees -----
     @property

@@ -144,22 +144,43 @@ def _neighbour_products(rnd: HaloRound, op: _LocalProduct, B, I) -> tuple[list, 
     return parts_b, parts_i
 
 
-def input_product_groups(layer, x, schedule):
+def input_product_groups(layer, x, schedule, halo=None):
     """The first layer's input product (``input_product_rows``) of the boundary and of the interior rows, computed
-    with the row groups' own matrices (no whole-rank blocks are built for it); no autograd."""
+    with the row groups' own matrices (no whole-rank blocks are built for it); no autograd. ``halo(i)``: receive
+    neighbour i's halo rows of ``x`` where the caller has them (a kept input halo: nothing is sent); None: the
+    layer's exchange fetches them."""
     B, I = layer.groups
     xb, xi = x[:B.stop], x[B.stop:]
-    rnd = HaloRound(layer.exchange, schedule)
-    rnd.start(xb)
+    if halo is None:
+        rnd = HaloRound(layer.exchange, schedule)
+        rnd.start(xb)
     ob = _product(x.new_empty(B.size, x.shape[1]), *B.local, xb, xi)
     oi = _product(x.new_empty(I.size, x.shape[1]), *I.local, xb, xi)
-    rnd.landed()
-    rnd.rest()
+    if halo is None:
+        rnd.landed()
+        rnd.rest()
+        halo = rnd.halo
     for i in range(len(B.nb)):          # fixed order, as forward_pipelined adds them
+        h = halo(i)
         for grp, o in ((B, ob), (I, oi)):
             if grp.nb[i] is not None:
-                o.index_add_(0, grp.nb[i][0], spmm(grp.nb[i][1], rnd.halo(i)))
+                o.index_add_(0, grp.nb[i][0], spmm(grp.nb[i][1], h))
+        del h
     return layer.input_product_rows(ob, xb), layer.input_product_rows(oi, xi)
+
+
+def input_product_local(layer, x, halo):
+    """The first layer's input product of all owned rows (``input_product_rows``) from the local block and each
+    receive neighbour's halo rows ``halo(i)``, which the caller has (nothing is sent); no autograd. The same sums
+    as the layer's ``Aggregation`` (local rows by chunks, then each neighbour's block added in order)."""
+    agg = layer.aggregation
+    blocks, n = agg.blocks, agg.graph.num_owned
+    out = x.new_empty(n, x.shape[1])
+    for a, b, mat in blocks.chunks(agg.schedule.rows_per_chunk(x.shape[1], 0)):
+        spmm(mat, x, out[a:b])
+    for i, nb in enumerate(blocks.neighbours):
+        out.index_add_(0, nb.rows, spmm(nb.mat, halo(i)))
+    return layer.input_product_rows(out, x)
 
 
 def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule, progress, c0=None):

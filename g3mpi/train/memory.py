@@ -4,7 +4,8 @@ counts and the model's widths, never from the whole graph's.
 Terms (bytes): ``part`` the part file's arrays as loaded; ``matrices`` the aggregation CSR and its transpose (int32
 indices where they fit, else int64: ``g3mpi.ops.blocks.csr_index_dtype``; float32 values, GCN's and GAT's self loops
 included; the edge weights are not kept beside them); ``exchange`` the halo and send buffers of every layer's
-exchange (twice where a gradient flows back); ``activations`` what autograd keeps for backward in one training step
+exchange (twice where a gradient flows back; none for a first layer that aggregates the raw input with the input
+cache on: its input's halo rows are kept instead, in the stored feature dtype); ``activations`` what autograd keeps for backward in one training step
 (the coefficients counted with saved-tensor hooks, ``g3mpi.bench.worker.saved_activation_bytes``, at several widths,
 dropout on: its masks are kept as bool); ``params`` parameters, gradients and Adam's two moments. The peak adds the
 gradients of the activations during backward, at most as large as the activations themselves, and the process's
@@ -46,9 +47,11 @@ def largest_part_bytes(meta: dict) -> int:
 
 
 def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
-                num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1) -> dict:
+                num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1, feature_bytes: int = 4,
+                input_cache: bool = True) -> dict:
     """Bytes of each term for one rank (``owned``, ``halo``, ``send`` rows and ``edges`` local in-edges, as in
-    meta.json's ``parts``), with ``peak`` = baseline + data + activations twice + params."""
+    meta.json's ``parts``; ``feature_bytes`` per stored feature, 2 for float16 and bfloat16), with ``peak`` =
+    baseline + data + activations twice + params."""
     n, h, s, e, F, C = owned, halo, send, edges, feature_dim, num_classes
     widths = layer_widths(model, F, hidden, C, layers, heads, out_heads)
     part = part_bytes(owned=n, halo=h, send=s, edges=e, feature_dim=F)
@@ -59,9 +62,13 @@ def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, fea
     for i, (a, b, k) in enumerate(widths):
         if model == "gat":   # transformed features and the source attention term, one message
             exchanged += 2 * (b * (k if i == len(widths) - 1 else 1) + k)
+        elif i == 0 and a <= b and input_cache:     # the input's halo rows kept, nothing exchanged
+            continue
         else:   # the narrower side travels; the raw input of an aggregate-first first layer has no gradient
             exchanged += min(a, b) * (1 if i == 0 and a <= b else 2)
     exchange = 4 * (h + s) * exchanged
+    if model != "gat" and widths[0][0] <= widths[0][1] and input_cache:
+        exchange += feature_bytes * h * F
     hidden_in = sum(a for a, _, _ in widths[1:])
     if model == "gat":
         activations = 4 * n * (F + 3.75 * hidden_in + 4 * C) + (e + n) * (16 * sum(k for _, _, k in widths) + 16)

@@ -95,6 +95,12 @@ class Trainer:
         else:
             self.opt = torch.optim.SGD(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum)
         self.x = torch.from_numpy(widen(part.features, part.feature_dtype))   # float16/bfloat16 stored: exact
+        #: bytes this rank sent once to fetch its neighbours' input halo rows (0 when the model keeps none)
+        self.input_halo_bytes = 0
+        if self.keeps_input_halo:   # fetched once as stored; the first layer then sends nothing (GNN)
+            sent = self.ctx.stats.bytes_sent
+            self.model.keep_input_halo(self.x, self.graph.halo_rows(part.features, "input"), part.feature_dtype)
+            self.input_halo_bytes = self.ctx.stats.bytes_sent - sent
         if part.feature_dtype != "float32":
             part.features = None        # the stored copy: only the float32 one is used from here on
         self.y = torch.from_numpy(part.labels)
@@ -123,6 +129,13 @@ class Trainer:
             n = np.array([loss_terms(cfg.task, part.labels, part.train_mask)], dtype=np.int64)
             self.watchdog.allreduce(n, what="the loss's denominator")
             self.loss_terms = int(n[0])
+
+    @property
+    def keeps_input_halo(self) -> bool:
+        """The model keeps its input's halo rows (``GNN.keep_input_halo``): a built-in stack whose first layer
+        aggregates the raw input, with the input cache on, on host tensors. The same on every rank."""
+        return bool(self.cfg.input_cache and getattr(self.model, "input_cache_applies", False)
+                    and hasattr(self.model, "keep_input_halo") and self.graph.stager is None)
 
     def _build_model(self, in_dim: int, out_dim: int) -> torch.nn.Module:
         """The built-in stack of ``cfg.model``, or the user's module of ``cfg.model_file``
@@ -475,7 +488,8 @@ class Trainer:
                           watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
         shutdown.mark("predictions")
         startup = self.startup.seconds if self.startup is not None else {}
-        mine = np.array([peak_rss_bytes(), *(round(v * 1e6) for v in startup.values())], dtype=np.int64)
+        mine = np.array([peak_rss_bytes(), self.input_halo_bytes, *(round(v * 1e6) for v in startup.values())],
+                        dtype=np.int64)
         got = np.empty((comm.size, mine.size), dtype=np.int64) if comm.rank == 0 else None
         self.watchdog.gather(mine, got, 0, "peak memory and start-up gather")
         # with the other outputs of a finished run (a stopped one writes only its checkpoint)
@@ -489,8 +503,9 @@ class Trainer:
         save_state_dict(run_dir / "model.pt", self.model.state_dict())
         shutdown.mark("model")
         summary = self._summary(run_dir, epoch, best, sel.last_loss, got[:, 0])
+        summary["input_halo_bytes"] = int(got[:, 1].sum())
         # each start-up phase as long as the slowest rank's (what the job waited for), then rank 0's shut-down
-        slowest = got[:, 1:].max(axis=0) / 1e6
+        slowest = got[:, 2:].max(axis=0) / 1e6
         summary["startup"] = Phases.of(dict(zip(startup, slowest.tolist()))).rounded()
         summary["shutdown"] = shutdown.rounded()
         write_json_atomic(run_dir / "summary.json", summary)
