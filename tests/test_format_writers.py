@@ -12,7 +12,7 @@ import pytest
 from tests.partition_graphs import random_graph, write
 from data_tools import build
 from g3mpi.format import PARTITION_VERSION, FormatError, load_graph, write_part
-from g3mpi.format.partition import ARRAYS, SCALARS, PartFeatures
+from g3mpi.format.partition import ARRAYS, SCALARS, PartFeatures, _narrowest
 from g3mpi.format.schema import PARTITION_VERSION
 
 
@@ -40,7 +40,7 @@ def test_write_part_same_file_as_h5py_high_level(tmp_path):
                     if pd.features is None:
                         f.create_dataset(k, shape=shape, dtype=np.float32, chunks=chunks)
                         continue
-                arr = np.ascontiguousarray(getattr(pd, k))
+                arr = _narrowest(k, np.ascontiguousarray(getattr(pd, k)))   # (int32 where the values fit)
                 f.create_dataset(k, data=arr, chunks=chunks if k == "features" else None).attrs["sha256"] = \
                     array_sha256(arr)
         assert (tmp_path / "low.h5").read_bytes() == (tmp_path / "high.h5").read_bytes(), pd.features is None
@@ -190,3 +190,25 @@ def test_stale_temporaries_only_of_dead_processes_of_this_host(tmp_path):
     assert sorted(p.name for p in removed) == sorted(gone + [old.name])
     assert sorted(f.name for f in tmp_path.iterdir()) == sorted(keep + ["out"])
     assert [f.name for f in (tmp_path / "out").iterdir()] == ["meta.json"]
+
+
+def test_part_integers_stored_in_the_narrowest_type_and_read_as_int64(tmp_path):
+    """The per-node integer datasets are stored as int32 where every value fits (half the bytes), int64 where one
+    does not (an original ID past 2^31), and read back as the int64 arrays that were written."""
+    from g3mpi.format import read_meta, read_part
+    from g3mpi.format.partition import NARROWED
+    from tests.graphs import partition
+    g = random_graph(n=60, m=300, seed=3, feature_dim=5)
+    partition(g, 3, tmp_path / "parts")
+    meta = read_meta(tmp_path / "parts")
+    want = next(build.build_parts(g, np.arange(g.num_nodes) % 3, 3, "f" * 32))[0]
+    with h5py.File(tmp_path / "parts" / "part-00001.h5") as f:
+        assert {k: f[k].dtype for k in NARROWED} == {k: np.dtype(np.int32) for k in NARROWED}
+    part = read_part(tmp_path / "parts", 1, meta)
+    assert all(getattr(part, k).dtype == np.int64 for k in NARROWED)
+    write_part(tmp_path / "w.h5", want)
+    with h5py.File(tmp_path / "w.h5") as f:
+        for k in NARROWED:
+            assert np.array_equal(f[k][()].astype(np.int64), getattr(want, k)), k
+    wide = np.array([0, 2 ** 31, 5])
+    assert _narrowest("orig_ids", wide).dtype == np.int64 and _narrowest("indices", want.orig_ids) is want.orig_ids

@@ -124,13 +124,29 @@ def write_part(path, part: PartData, force: bool = False, atomic: bool = True,
                 if k in deferred:
                     f.create_dataset(k, shape=deferred[k][0], dtype=deferred[k][1])
                     continue
-                a = np.ascontiguousarray(getattr(part, k))
+                a = _narrowest(k, np.ascontiguousarray(getattr(part, k)))
                 ds = _h5_dataset(root, k, a)
                 try:
                     _h5_attr(ds, "sha256", array_sha256(a))
                 finally:
                     ds.close()
     return None if part.features is None or deferred else file_sha256(path)
+
+
+#: integer datasets stored as int32 when every value fits (readers take any integer type as int64): half the
+#: bytes of the per-node topology, which with 16-bit features is a third of a part file
+NARROWED = ("indptr", "halo_ids", "recv_offsets", "send_offsets", "send_rows", "in_degree", "out_degree",
+            "self_loops", "labels", "orig_ids")
+_I32 = np.iinfo(np.int32)
+
+
+def _narrowest(name: str, a: np.ndarray) -> np.ndarray:
+    """``a`` as int32 where ``name`` is one of :data:`NARROWED`, ``a`` a 1-D int64 array and its values fit."""
+    if name not in NARROWED or a.dtype != np.int64 or a.ndim != 1:
+        return a
+    if a.size and (int(a.min()) < _I32.min or int(a.max()) > _I32.max):
+        return a
+    return a.astype(np.int32)
 
 
 # A part file has 11 attributes and 17 datasets (each with its checksum attribute), all tiny when P is large.
