@@ -32,6 +32,7 @@ from g3mpi.sched import Schedule
 
 from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
 from .config import TrainConfig
+from .optim import SGD, Adam
 from .phases import Phases
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync, param_buckets
@@ -91,9 +92,9 @@ class Trainer:
         self.named_params = list(self.model.named_parameters())
         self.params = [p for _, p in self.named_params]
         if cfg.optimizer == "adam":
-            self.opt = torch.optim.Adam(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+            self.opt = Adam(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         else:
-            self.opt = torch.optim.SGD(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum)
+            self.opt = SGD(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum)
         self.x = torch.from_numpy(widen(part.features, part.feature_dtype))   # float16/bfloat16 stored: exact
         #: bytes this rank sent once to fetch its neighbours' input halo rows (0 when the model keeps none)
         self.input_halo_bytes = 0
