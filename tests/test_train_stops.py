@@ -194,7 +194,8 @@ def test_watchdog_names_stalled_neighbour(parts, tmp_path):
     assert lines, p.stderr
     msg = lines[0]
     assert "communication timeout" in msg and "waiting for rank 1" in msg and "forward direction" in msg, msg
-    assert "layer 'gcn0'" in msg and "epoch 3" in msg, msg
+    # the first exchange of the pass: layer 1's (layer 0 keeps its input's halo and sends nothing)
+    assert "layer 'gcn1'" in msg and "epoch 3" in msg, msg
     # the job ended long before the stalled rank woke up: within the timeout plus a few seconds after epoch 2
     assert [r["epoch"] for r in metrics(run)] == [1, 2]
     assert t_end - (run / "metrics.jsonl").stat().st_mtime < 30
@@ -202,8 +203,8 @@ def test_watchdog_names_stalled_neighbour(parts, tmp_path):
 
 def test_watchdog_names_the_rank_it_receives_from(tmp_path):
     """Three parts joined by a cycle of one-way edges: rank r receives only from rank r + 1 and sends only to rank
-    r - 1 (mod 3). Rank 1 stalls in epoch 3: a rank that times out names the rank whose message it waits for, not
-    the one it sends to. (A mutation run found this untested: naming the rank at the same position of the send
+    r - 1 (mod 3). Rank 1 stalls in epoch 3: a rank that times out names the rank whose message it waits for (in
+    forward the one it receives rows from, in backward the one it returns gradients from). (A mutation run found this untested: naming the rank at the same position of the send
     list passed every test, since in the tests' other graphs every rank sends to the ranks it receives from.)"""
     from data_tools.build import write_partition
     from g3mpi.format import Graph
@@ -223,8 +224,10 @@ def test_watchdog_names_the_rank_it_receives_from(tmp_path):
     assert p.returncode != 0
     lines = {r: v for r, v in error_lines(p.stderr).items() if r != 1}
     assert lines, p.stderr
-    for r, v in lines.items():
-        assert "communication timeout" in v[0] and f"waiting for rank {(r + 1) % 3} in" in v[0], v[0]
+    for r, v in lines.items():   # forward: the rank it receives rows from; backward: gradients, the one it sends to
+        peer = (r + 1) % 3 if "forward direction" in v[0] else (r - 1) % 3
+        assert "communication timeout" in v[0] and f"waiting for rank {peer} in" in v[0], v[0]
+    assert any("forward direction" in v[0] for v in lines.values()), lines
 
 
 def test_watchdog_covers_startup_checks(parts, tmp_path):
