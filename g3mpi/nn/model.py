@@ -102,25 +102,26 @@ class GNN(nn.Module):
         if not self.input_cache or x.requires_grad:
             return None
         halo = self._halo_of(x, key)
-        conv, sched = self.convs[0], self.graph.schedule
         if self.training and self.dropout > 0:      # dropped anew in every pass: only with the kept halo
             if halo is None:
                 return None
             with torch.no_grad():
-                xd = node_dropout(x, key, 0, self.graph.orig_ids, self.dropout, True)
-                return input_product_local(conv, xd, halo) if groups is None else \
-                    input_product_groups(conv, xd, sched, halo)
+                return self._product(node_dropout(x, key, 0, self.graph.orig_ids, self.dropout, True), halo, groups)
         c = self._cached
         if c is None or c[0] is not x or c[1] != x._version or c[2] is not groups:
             self._cached = None     # the old product is freed before the new one is computed
             with torch.no_grad():
-                if halo is not None:
-                    val = input_product_local(conv, x, halo) if groups is None else \
-                        input_product_groups(conv, x, sched, halo)
-                else:
-                    val = conv.input_product(x) if groups is None else input_product_groups(conv, x, sched)
+                val = self._product(x, halo, groups)
             c = self._cached = (x, x._version, groups, val)
         return c[3]
+
+    def _product(self, x: torch.Tensor, halo, groups):
+        """Layer 0's input product of ``x``, its halo rows from ``halo(i)`` (None: through its exchange), whole or
+        per row group."""
+        conv = self.convs[0]
+        if groups is not None:
+            return input_product_groups(conv, x, self.graph.schedule, halo)
+        return conv.input_product(x) if halo is None else input_product_local(conv, x, halo)
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
         g, ids = self.graph, self.graph.orig_ids
