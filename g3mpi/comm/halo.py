@@ -465,13 +465,18 @@ class HaloExchange:
     @property
     def forward(self) -> Transfer:
         if self._forward is None:
-            plan, dtype = self.plan, self._dtype
-            self._halo = self._alloc(self._shape(plan.num_halo), dtype)
-            self._send_bufs = [self._alloc(self._shape(len(ix)), dtype) for ix in plan.send_idx]
-            halo_slices = [self._halo[plan.recv_slice(i)] for i in range(len(plan.recv_parts))]
+            plan = self.plan
+            self._halo, self._send_bufs, halo_slices = self._buffers()
             self._forward = self._transfer(plan.send_parts, self._send_bufs, self.send_pieces, plan.recv_parts,
                                            halo_slices, self.recv_pieces, 4 * self._tag, ".fwd")
         return self._forward
+
+    def _buffers(self) -> tuple:
+        """One direction's buffers: [n_halo, width], its slices per receive neighbour, one per send neighbour."""
+        plan = self.plan
+        halo = self._alloc(self._shape(plan.num_halo), self._dtype)
+        per_send = [self._alloc(self._shape(len(ix)), self._dtype) for ix in plan.send_idx]
+        return halo, per_send, [halo[plan.recv_slice(i)] for i in range(len(plan.recv_parts))]
 
     @property
     def halo(self) -> np.ndarray:
@@ -490,10 +495,8 @@ class HaloExchange:
     @property
     def backward(self) -> Transfer:
         if self._backward is None:
-            plan, dtype = self.plan, self._dtype
-            self._halo_grad = self._alloc(self._shape(plan.num_halo), dtype)
-            self._grad_bufs = [self._alloc(self._shape(len(ix)), dtype) for ix in plan.send_idx]
-            grad_slices = [self._halo_grad[plan.recv_slice(i)] for i in range(len(plan.recv_parts))]
+            plan = self.plan
+            self._halo_grad, self._grad_bufs, grad_slices = self._buffers()
             self._backward = self._transfer(plan.recv_parts, grad_slices, self.recv_pieces, plan.send_parts,
                                             self._grad_bufs, self.send_pieces, 4 * self._tag + 2, ".bwd")
         return self._backward
