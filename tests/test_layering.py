@@ -13,7 +13,8 @@ import re
 
 from tests.conftest import REPO
 
-DATA_TOOLS_MAY_IMPORT = ("g3mpi.format", "g3mpi.mpi", "g3mpi.log", "g3mpi.options", "g3mpi.plotting", "g3mpi.units")
+DATA_TOOLS_MAY_IMPORT = ("g3mpi.format", "g3mpi.mpi", "g3mpi.log", "g3mpi.options", "g3mpi.plotting", "g3mpi.sorting",
+                         "g3mpi.units")
 #: a method call on a communicator spelled as MPI's (Allreduce, Isend, Barrier...): the base's business
 RAW_MPI_CALL = re.compile(r"\bcomm\.(?!Abort\b)[A-Z][A-Za-z]*\(")
 

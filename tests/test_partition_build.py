@@ -209,3 +209,32 @@ def test_parts_are_boundary_first_with_contiguous_send_lists():
         assert len(rows) == 2 and all(np.array_equal(r, np.arange(r[0], r[-1] + 1)) for r in rows), part.part_id
         assert np.all(np.diff(part.orig_ids[part.num_boundary:]) > 0)
         assert part.num_boundary < part.num_owned
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sort_within_rows_and_localize_equal_the_plain_forms(seed):
+    """The writer's kernels equal their plain NumPy forms: ``lexsort`` within rows, and ``unique`` +
+    ``searchsorted`` for the halo, on rows with repeats, empty runs and columns on both sides of the part."""
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.integers(5, 60, 3000)).astype(np.int32)
+    cols = rng.integers(0, 500, 3000).astype(np.int32)
+    got = build.sort_within_rows(cols, rows)
+    assert got.dtype == cols.dtype and np.array_equal(got, cols[np.lexsort((cols, rows))])
+    assert len(build.sort_within_rows(cols[:0], rows[:0])) == 0
+    for s, e, block in ((100, 250, None), (0, 40, 7), (480, 700, 1000), (600, 900, 3)):
+        local, halo = build.localize(cols, s, e, block)
+        want_halo = np.unique(cols[(cols < s) | (cols >= e)])
+        inside = (cols >= s) & (cols < e)
+        want = np.where(inside, cols - s, (e - s) + np.searchsorted(want_halo, cols))
+        assert np.array_equal(halo, want_halo) and np.array_equal(local, want), (s, e)
+
+
+def test_sorted_unique_and_merge_unique_equal_numpys():
+    from g3mpi.sorting import merge_unique, sorted_unique
+    rng = np.random.default_rng(3)
+    for dtype in (np.int32, np.int64, np.uint8):
+        x, y = rng.integers(0, 200, 1000).astype(dtype), rng.integers(100, 300, 500).astype(np.int64)
+        assert np.array_equal(sorted_unique(x), np.unique(x)) and sorted_unique(x).dtype == x.dtype
+        assert np.array_equal(merge_unique(np.unique(x).astype(np.int64), np.unique(y)), np.union1d(x, y))
+    assert len(sorted_unique(np.zeros(0, dtype=np.int64))) == 0
+    assert len(merge_unique(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))) == 0

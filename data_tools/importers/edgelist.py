@@ -27,6 +27,7 @@ import numpy as np
 from g3mpi.format.features import natural_dtype
 from g3mpi.format import FormatError, index_dtype
 from g3mpi.format.graph import MASKS
+from g3mpi.sorting import sorted_unique
 
 from .common import (FEATURE_BLOCK_BYTES, NUMPY_READ_ERRORS, EdgeStream, RawGraph, as_labels, check_features,
                      check_labels, check_masks, load_numpy, progress)
@@ -98,12 +99,12 @@ def read_edges(path: Path, delimiter, skip: int, quiet: bool, spool: EdgeSpool, 
     for a in read_table(path, delimiter=delimiter, dtype=np.int64, usecols=(0, 1), skip=skip, bar=bar):
         spool.append(a[:, 0], a[:, 1])
         if distinct:
-            pending.append(np.unique(a))
+            pending.append(sorted_unique(a))
             held += len(pending[-1])
             if held > max(len(ids), 1 << 22):      # amortised: each ID is merged O(log) times
-                ids, pending, held = np.unique(np.concatenate([ids, *pending])), [], 0
+                ids, pending, held = sorted_unique(np.concatenate([ids, *pending])), [], 0
     bar.close()
-    return np.unique(np.concatenate([ids, *pending])) if distinct else None
+    return sorted_unique(np.concatenate([ids, *pending])) if distinct else None
 
 
 def _first_bad(src: np.ndarray, dst: np.ndarray, bad_src: np.ndarray, bad_dst: np.ndarray) -> tuple[int, int]:

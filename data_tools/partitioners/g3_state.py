@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from g3mpi.sorting import sorted_unique as _sorted_unique
+
 from .caps import part_edge_caps
 from .cost import replica_matrix
 
@@ -242,13 +244,3 @@ def _better(new: tuple, old: tuple) -> bool:
     if m1 < m0:
         return True
     return m1 <= m0 and t1 < t0
-
-
-def _sorted_unique(x: np.ndarray) -> np.ndarray:
-    """np.unique(x) of an integer array by sorting: numpy 2.4's hash-based unique is 8-17x slower on 10^3-10^5
-    entries."""
-    x = np.sort(x)
-    keep = np.empty(len(x), dtype=bool)
-    keep[:1] = True
-    np.not_equal(x[1:], x[:-1], out=keep[1:])
-    return x[keep]

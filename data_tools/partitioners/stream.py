@@ -41,6 +41,7 @@ from g3mpi.format import index_dtype
 
 from g3mpi.mpi.collectives import allgather_rows, allreduce, alltoallv, exchange_counts
 from g3mpi.mpi.ghost import GhostPlan
+from g3mpi.sorting import merge_unique, sorted_unique
 
 #: Fennel's exponent (the paper's choice)
 GAMMA = 1.5
@@ -139,8 +140,9 @@ def local_graph(comm, bounds: np.ndarray, indptr: np.ndarray, indices: np.ndarra
         nb[ptr[r[order]] + filled[r[order]] + within] = back_nb[a:a + block_edges][order]
         filled += np.bincount(r, minlength=n_own)
     del back_rows, back_nb
-    ghosts = np.unique(np.concatenate([np.unique(g[(g < lo) | (g >= hi)]) for g in blocks_of(nb, block_edges)]
-                                      + [np.zeros(0, dtype=dt)])).astype(np.int64)
+    ghosts = np.zeros(0, dtype=np.int64)
+    for g in blocks_of(nb, block_edges):
+        ghosts = merge_unique(ghosts, sorted_unique(g[(g < lo) | (g >= hi)].astype(np.int64)))
     for g in blocks_of(nb, block_edges):
         out = (g < lo) | (g >= hi)
         g[out] = n_own + np.searchsorted(ghosts, g[out])

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
+from ..sorting import sorted_unique
 from .simnet import DirectNet, SimNet
 
 #: sleep between polls while blocked on messages
@@ -82,7 +83,7 @@ class HaloPlan:
         """Owned rows that some neighbour needs (in any send list), sorted."""
         if not self.send_idx:
             return np.zeros(0, dtype=np.int64)
-        return np.unique(np.concatenate(self.send_idx))
+        return sorted_unique(np.concatenate(self.send_idx))
 
     @property
     def send_ranges(self) -> list:
