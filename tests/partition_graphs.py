@@ -106,3 +106,34 @@ def assert_fails(p, path_fragment, what):
     assert lines and lines[-1].startswith("g3-partition: error:"), p.stderr
     assert path_fragment in lines[-1] and what in lines[-1], lines[-1]
     assert "Traceback" not in p.stderr
+
+
+def assignment_of(parts_dir) -> np.ndarray:
+    """Every node's part, from a partition directory's offsets and node map."""
+    meta = read_meta(parts_dir)
+    new_to_orig = read_node_map(parts_dir, meta)
+    a = np.empty(meta["num_nodes"], dtype=np.int64)
+    a[new_to_orig] = np.repeat(np.arange(meta["num_parts"]), np.diff(meta["offsets"]))
+    return a
+
+
+def assert_as_serial_writer(graph_path, out, ref) -> None:
+    """The partition at ``out`` holds the files that the one-process writer writes at ``ref`` for its assignment:
+    the same offsets, statistics, node map and every array of every part, dtypes included."""
+    from data_tools.build import write_partition
+    from g3mpi.format import load_graph
+    from g3mpi.format.partition import ARRAYS, SCALARS
+
+    meta = read_meta(out)
+    P = meta["num_parts"]
+    ref_meta = write_partition(load_graph(graph_path), assignment_of(out), P, ref, method=meta["method"], seed=0)
+    assert ref_meta["offsets"] == meta["offsets"] and ref_meta["quality"] == meta["quality"]
+    assert ref_meta["parts"] == meta["parts"]
+    assert np.array_equal(read_node_map(ref), read_node_map(out))
+    for q in range(P):
+        a, b = read_part(out, q), read_part(ref, q)
+        for k in ARRAYS:
+            x, y = getattr(a, k), getattr(b, k)
+            assert x.dtype == y.dtype and np.array_equal(x, y), (q, k)
+        for k in SCALARS:
+            assert k == "partition_id" or getattr(a, k) == getattr(b, k), (q, k)

@@ -13,7 +13,7 @@ from data_tools.inspection import inspect_path
 from data_tools.partitioners.kaminpar import write_parhip
 from g3mpi.format import read_meta
 from tests.conftest import mpiexec, run_module, tool_env
-from tests.partition_graphs import assert_fails, expected_edges, partition, reassemble
+from tests.partition_graphs import assert_as_serial_writer, assert_fails, expected_edges, partition, reassemble
 
 pytest.importorskip("kaminpar", reason="the kaminpar package (setup.py's test extra) is not installed")
 
@@ -125,17 +125,20 @@ def mpiexec_partition(n: int, *args) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("method", ["metis", "random", "g3", "kaminpar"])
 def test_serial_methods_under_mpiexec_one_writer(method, rand_h5, tmp_path):
-    """Under mpiexec -n 3 a serial method ran on every rank, each writing the same directory: now rank 0 writes
-    it once and every rank exits with its status."""
+    """Under mpiexec -n 3 a serial method ran on every rank, each writing the same directory: now rank 0
+    partitions, the ranks write the parts together into one directory, and the files are the ones one process
+    writes for the same assignment."""
     _, path = rand_h5
     out = tmp_path / "parts"
     p = mpiexec_partition(3, path, "--parts", 3, "--method", method, "--out", out)
     assert p.returncode == 0, p.stderr
     assert (p.stdout + p.stderr).count("g3-partition: wrote") == 1, p.stderr
-    assert "rank 0 runs it, ranks 1..2 wait" in p.stderr
+    assert "rank 0 runs it, then ranks 0..2 write the parts" in p.stderr
     inspect_path(out)
-    assert read_meta(out)["method"] == method
+    meta = read_meta(out)
+    assert meta["method"] == method and meta["ranks"] == 3
     assert sorted(x.name for x in tmp_path.iterdir()) == ["parts"]   # no temporary left beside it
+    assert_as_serial_writer(path, out, tmp_path / "serial")
 
 
 def test_serial_failure_under_mpiexec_one_line(rand_h5, tmp_path):

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import run_module, run_mpi
 from tests.job_report import one_error
-from tests.partition_graphs import expected_edges, reassemble
+from tests.partition_graphs import assert_as_serial_writer, assignment_of, expected_edges, reassemble
 from data_tools.build import write_partition
 from data_tools.slices import SliceFeatures, read_slice
 from g3mpi.mpi.collectives import rank_bounds
@@ -34,14 +34,6 @@ SLOW_TESTS = ("test_blocked_passes_match_the_direct_construction", "test_determi
 def stream(R, graph, out, P, *extra, check=True):
     return run_mpi(R, "data_tools.partition", graph, "--parts", P, "--method", "stream", "--out", out,
                    "--no-progress", *extra, check=check, timeout=120)
-
-
-def assignment_of(parts_dir) -> np.ndarray:
-    meta = read_meta(parts_dir)
-    new_to_orig = read_node_map(parts_dir, meta)
-    a = np.empty(meta["num_nodes"], dtype=np.int64)
-    a[new_to_orig] = np.repeat(np.arange(meta["num_parts"]), np.diff(meta["offsets"]))
-    return a
 
 
 @pytest.mark.parametrize("R,P", [(1, 4), (2, 4), (3, 4), (4, 4), (3, 8)])
@@ -64,18 +56,7 @@ def test_parallel_partition_valid_exact_and_as_serial(R, P, rand_h5, tmp_path):
     assert meta["quality"]["node_imbalance"] <= 1.10 + 1e-9
     assert len(meta["peak_rss_mib_partition"]) == R
     # the serial writer, given the same assignment, writes the same parts
-    ref = tmp_path / "serial"
-    ref_meta = write_partition(load_graph(path), assignment_of(out), P, ref, method="stream", seed=0)
-    assert ref_meta["offsets"] == meta["offsets"] and ref_meta["quality"] == meta["quality"]
-    assert ref_meta["parts"] == meta["parts"]
-    assert np.array_equal(read_node_map(ref), read_node_map(out))
-    for q in range(P):
-        a, b = read_part(out, q), read_part(ref, q)
-        for k in ARRAYS:
-            x, y = getattr(a, k), getattr(b, k)
-            assert x.dtype == y.dtype and np.array_equal(x, y), (q, k)
-        for k in SCALARS:
-            assert k == "partition_id" or getattr(a, k) == getattr(b, k), (q, k)
+    assert_as_serial_writer(path, out, tmp_path / "serial")
 
 
 def test_deterministic_for_seed_and_ranks(rand_h5, tmp_path):
