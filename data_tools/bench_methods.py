@@ -35,7 +35,7 @@ METHODS = {
     "stream": ["--method", "stream"],
 }
 #: run under ``mpiexec -n RANKS``: the stream method, and the default as a user launches it with the stream
-#: method (rank 0 partitions, the ranks write the parts together); the other serial methods on one process
+#: method (a serial choice then runs on rank 0 while the others wait); the other serial methods on one process
 PARALLEL = ("auto", "stream")
 #: issue 37's targets for the default against node-balanced METIS (and the stream method)
 TARGETS = dict(comm_vs_metis=1.0, imbalance=1.10, wall_vs_metis=0.25, wall_vs_stream=0.5, rss_vs_metis=0.5)

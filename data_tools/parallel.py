@@ -11,7 +11,6 @@ distinct error naming the ranks that had it (:mod:`g3mpi.mpi.report`). See docs/
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import signal
 import sys
@@ -36,8 +35,6 @@ PROG = "g3-partition"
 #: test-only (tests/test_stalls.py): ``G3_TEST_STOP=RANK:POINT`` makes rank RANK stop itself (SIGSTOP) at POINT,
 #: one of these: before partitioning, before writing the parts. Never set it in production
 STOP_POINTS = ("partition", "write")
-#: edges of the slice scanned at a time for its ghosts
-BLOCK = 1 << 22
 
 
 def _test_stop(comm, point: str) -> None:
@@ -97,10 +94,9 @@ def check_target(cfg) -> None:
 
 def run(cfg, comm) -> dict | None:
     """Partition and write on every rank of ``comm`` (a communicator, or a :class:`~g3mpi.mpi.watchdog.Watchdog`
-    whose deadline bounds every wait); returns meta.json's content on rank 0 (None elsewhere). ``--method stream``
-    partitions on every rank (:func:`stream_parts`); a serial method runs on rank 0 alone, then every rank writes
-    (:func:`serial_parts`)."""
-    from .partition import method_label
+    whose deadline bounds every wait); returns meta.json's content on rank 0 (None elsewhere)."""
+    from .partitioners import CostModel, calibrate
+    from .partitioners.stream import local_graph, stream_partition
     from .slices import read_slice
 
     t0 = time.time()
@@ -110,47 +106,13 @@ def run(cfg, comm) -> dict | None:
     if cfg.parts > max(1, n):
         raise FormatError(cfg.graph, f"cannot split {n} nodes into {cfg.parts} parts (--parts must be <= N)")
     bounds = rank_bounds(n, comm.size)
-    serial = cfg.method != "stream"
-    if serial:   # before the slices are read: rank 0 holds the whole graph meanwhile, the others nothing
-        assignment, extra, t_part = serial_assignment(cfg, comm, n)
-        rss_part = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]
     # the features are checked here but read again only for the write's blocks: partitioning never holds them
     sl = guarded(comm, read_slice, cfg.graph, bounds, comm.rank, True, False)
-    if serial:
-        parts = assignment[sl.lo:sl.hi].astype(np.int64)
-        del assignment
-        lg = slice_ghosts(comm, bounds, sl)
-    else:
-        lg, parts, extra, t_part = stream_parts(cfg, comm, bounds, sl, time.time() - t0)
-        rss_part = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]
-    if comm.rank == 0:
-        extra.update(ranks=comm.size, peak_rss_mib_partition=[round(float(x), 1) for x in rss_part])
-    partition_id = allgather_text(comm, uuid.uuid4().hex if comm.rank == 0 else None)[0]
-    _test_stop(comm, "write")
-    set_phase(comm, "writing the parts")
-    label = method_label(cfg)
-    meta = write(comm, cfg, sl, lg, parts, partition_id, extra, label)
-    rss_all = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]
-    if comm.rank == 0:
-        q = meta["quality"]
-        say(comm, f"wrote {cfg.out} ({cfg.parts} parts, {label}, {comm.size} ranks) in {time.time() - t0:.1f}s "
-                  f"(partitioning {t_part:.1f}s): edge_cut={q['edge_cut']} node_imbalance={q['node_imbalance']:.3f} "
-                  f"compute_imbalance={q['compute_imbalance']:.3f} max_comm_rows={q['max_comm_rows']}")
-        say(comm, "peak RSS per rank (MiB): partition stage " + " ".join(f"{x:.0f}" for x in rss_part)
-                  + "; with the write " + " ".join(f"{x:.0f}" for x in rss_all))
-    return meta
-
-
-def stream_parts(cfg, comm, bounds: np.ndarray, sl, t_load: float) -> tuple:
-    """The stream partitioner on every rank: ``(local graph, this rank's rows' parts, meta extras on rank 0,
-    seconds)``."""
-    from .partitioners import CostModel, calibrate
-    from .partitioners.stream import local_graph, stream_partition
-
+    t_load = time.time() - t0
     if not allreduce(comm, np.array([sl.masks["train_mask"].sum()], dtype=np.int64))[0]:
         say(comm, f"warning: {cfg.graph}: no training nodes (no labels, or an empty train mask): g3-train will "
                   f"refuse this partition")
-    say(comm, f"{sl.num_nodes} nodes, {sl.num_edges} edges; stream into {cfg.parts} parts on {comm.size} rank(s)")
+    say(comm, f"{n} nodes, {sl.num_edges} edges; stream into {cfg.parts} parts on {comm.size} rank(s)")
     t1 = time.time()
     _test_stop(comm, "partition")
     set_phase(comm, "partitioning")
@@ -159,6 +121,7 @@ def stream_parts(cfg, comm, bounds: np.ndarray, sl, t_load: float) -> tuple:
                                    edge_imbalance=cfg.edge_imbalance, order=cfg.stream_order,
                                    log=lambda m: say(comm, m))
     t_part = time.time() - t1
+    rss_part = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]
     edge_seconds = cfg.edge_seconds
     if cfg.calibrate:
         edge_seconds = np.array([calibrate() if comm.rank == 0 else 0.0])
@@ -166,60 +129,26 @@ def stream_parts(cfg, comm, bounds: np.ndarray, sl, t_load: float) -> tuple:
         edge_seconds = float(edge_seconds[0])
     model = CostModel(edge_seconds=edge_seconds, bandwidth=cfg.bandwidth,
                       width=cfg.width or max(1, int(sl.attrs["feature_dim"])))
-    extra = dict(info, stream_order=cfg.stream_order, partition_seconds=round(t_part, 3),
+    extra = dict(info, ranks=comm.size, stream_order=cfg.stream_order, partition_seconds=round(t_part, 3),
                  load_seconds=round(t_load, 3), cost_model=model.to_dict(),
+                 peak_rss_mib_partition=[round(float(x), 1) for x in rss_part],
                  graph_sha256=on_root(comm, graph_fingerprint, cfg.graph))
-    return lg, parts, extra, t_part
-
-
-def serial_assignment(cfg, comm, n: int) -> tuple[np.ndarray, dict | None, float]:
-    """A serial method (``kaminpar``, ``metis``, ``random``, ``g3``) run by rank 0 alone on the whole graph:
-    ``(every node's part, on every rank; meta extras on rank 0, None elsewhere; seconds)``. The other ranks wait
-    without a deadline (rank 0 computes for as long as the method takes), polled and sleeping, so that they leave
-    rank 0 the CPUs; a failure of the method is rank 0's one line and every rank's exit status 1."""
-    from .partition import SCALE_HINT, partition_graph
-    from .partitioners.kaminpar import KaMinParError, KaMinParMissing
-    from .partitioners.metis import MetisError
-
-    t0 = time.time()
-    set_phase(comm, f"--method {cfg.method} on rank 0")
-    quiet = Watchdog(comm.comm if isinstance(comm, Watchdog) else comm, math.inf, prog=PROG)
-    parts = np.zeros(n, dtype=np.int32)       # (P <= 1024)
-    err, extra = None, None
+    partition_id = allgather_text(comm, uuid.uuid4().hex if comm.rank == 0 else None)[0]
+    _test_stop(comm, "write")
+    set_phase(comm, "writing the parts")
+    meta = write(comm, cfg, sl, lg, parts, partition_id, extra)
+    rss_all = allgather_rows(comm, np.array([peak_rss_mib()]))[:, 0]
     if comm.rank == 0:
-        if comm.size > 1:
-            say(comm, f"the method is serial: rank 0 runs it, then ranks 0..{comm.size - 1} write the parts")
-        try:
-            _, assignment, extra = partition_graph(cfg)
-            parts[:] = assignment
-            del assignment
-        except FormatError as e:
-            err = str(e)
-        except (MetisError, KaMinParError) as e:
-            hint = "" if isinstance(e, KaMinParMissing) else f"; {SCALE_HINT}"
-            err = f"{cfg.graph}: --method {cfg.method}: {e}{hint}"
-        except MemoryError:
-            err = f"{cfg.graph}: out of memory (--method {cfg.method}); {SCALE_HINT}"
-    agree(quiet, err, f"the assignment of --method {cfg.method} (rank 0 computes it)")
-    bcast_array(comm, parts, 0, "the assignment (rank 0's)")
-    return parts, extra, time.time() - t0
+        q = meta["quality"]
+        say(comm, f"wrote {cfg.out} ({cfg.parts} parts, stream, {comm.size} ranks) in {time.time() - t0:.1f}s "
+                  f"(partitioning {t_part:.1f}s): edge_cut={q['edge_cut']} node_imbalance={q['node_imbalance']:.3f} "
+                  f"compute_imbalance={q['compute_imbalance']:.3f} max_comm_rows={q['max_comm_rows']}")
+        say(comm, "peak RSS per rank (MiB): partition stage " + " ".join(f"{x:.0f}" for x in rss_part)
+                  + "; with the write " + " ".join(f"{x:.0f}" for x in rss_all))
+    return meta
 
 
-def slice_ghosts(comm, bounds: np.ndarray, sl):
-    """The ghosts of this rank's slice (every in-edge source outside it) and their exchange plan, as the writer
-    needs them: a :class:`~data_tools.partitioners.stream.LocalGraph` without edges."""
-    from g3mpi.mpi.ghost import GhostPlan
-    from g3mpi.sorting import merge_unique, sorted_unique
-    from .partitioners.stream import LocalGraph, blocks_of
-
-    ghosts = np.zeros(0, dtype=np.int64)
-    for c in blocks_of(sl.indices, BLOCK):
-        ghosts = merge_unique(ghosts, sorted_unique(c[(c < sl.lo) | (c >= sl.hi)].astype(np.int64)))
-    return LocalGraph(num_nodes=sl.num_nodes, lo=sl.lo, num_own=sl.num_rows, indptr=None, cols=None,
-                      ghosts=ghosts, plan=GhostPlan(comm, bounds, ghosts), weight=None)
-
-
-def write(comm, cfg, sl, lg, parts, partition_id, extra, label: str) -> dict | None:
+def write(comm, cfg, sl, lg, parts, partition_id, extra) -> dict | None:
     """The partition directory, written by every rank into rank 0's temporary directory, which replaces
     ``cfg.out`` only when every rank succeeded (``atomic_dir``)."""
     from .parallel_build import write_partition_parallel
@@ -236,7 +165,7 @@ def write(comm, cfg, sl, lg, parts, partition_id, extra, label: str) -> dict | N
             agree(comm, err, "agreement on the output directory (rank 0 makes it)")
             tmp = Path(allgather_text(comm, str(tmp) if comm.rank == 0 else None)[0])
             meta = write_partition_parallel(comm, tmp, sl, lg, parts, cfg.parts, partition_id=partition_id,
-                                            method=label, seed=cfg.seed, extra_meta=extra)
+                                            method="stream", seed=cfg.seed, extra_meta=extra)
     except (OSError, RuntimeError) as e:   # rank 0's meta.json or the directory's commit (after every exchange)
         err = f"{cfg.out}: cannot be written: {failure_reason(e)}"
     agree(comm, err)

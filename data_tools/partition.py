@@ -10,7 +10,7 @@ ranks) and write a partition directory.
 
 The graph's checksums and indices are validated before use; the output directory appears atomically and
 only when complete (``--force`` replaces an earlier partition, never a directory of the user's). Under mpiexec a
-serial method runs on rank 0 alone, then every rank writes its share of the parts (:mod:`data_tools.parallel`). See
+serial method runs on rank 0 alone while the other ranks wait and exit with its status (:func:`on_rank0`). See
 docs/PARTITION.md and docs/PARTITION_METHODS.md.
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3 str
                       kaminpar_context="kaminpar auto", threads="kaminpar auto", refine="metis kaminpar auto")
 #: options of the g3 refinement, which also apply to any method run with --refine g3
 REFINE_OPTIONS = ("max_iters", "cost_slack")
-#: methods run by one process (under mpiexec: by rank 0 alone, :func:`data_tools.parallel.serial_assignment`)
+#: methods run by one process (under mpiexec: by rank 0 alone, :func:`on_rank0`)
 SERIAL_METHODS = ("kaminpar", "metis", "random", "g3")
 
 
@@ -323,7 +323,7 @@ def partition_graph(cfg: PartitionConfig):
 
 
 def run(cfg: PartitionConfig) -> dict:
-    """One process: partition and write (under mpiexec the ranks write together: :mod:`data_tools.parallel`)."""
+    """One process: partition and write."""
     check_out_path(cfg.graph, cfg.out)
     check_output(cfg.out, cfg.force, META_NAME)  # fail before the expensive work
     t0 = time.time()
@@ -361,6 +361,28 @@ def launched_comm():
         return None
     from mpi4py import MPI
     return MPI.COMM_WORLD
+
+
+def on_rank0(comm, fn) -> int:
+    """``fn()`` (a serial method's whole run, returning its exit status) on rank 0 of ``comm`` only; the other
+    ranks wait for its status and return it: one writer of the output directory, and one exit status for the
+    job. The others wait in a non-blocking broadcast tested every 0.1 s, so that they do not spin on the CPUs
+    rank 0 computes on (MPICH's blocking wait polls)."""
+    from g3mpi.mpi.watchdog import Watchdog   # (imports MPI: only under a launcher)
+    status = np.zeros(1, dtype=np.int64)
+    # no deadline (rank 0 computes for as long as the method takes), but a quiet wait: polled, sleeping
+    wd = Watchdog(comm, math.inf, prog=PROG)
+    what = "the serial method's exit status (rank 0 runs it)"
+    if comm.rank == 0:
+        log(f"the method is serial: rank 0 runs it, ranks 1..{comm.size - 1} wait for its exit status")
+        try:
+            status[0] = fn()
+        except BaseException:   # the others must not wait for ever (python -m mpi4py then aborts them all)
+            status[0] = 1
+            wd.bcast(status, 0, what)
+            raise
+    wd.bcast(status, 0, what)
+    return int(status[0])
 
 
 def choose_method(cfg: PartitionConfig, comm) -> PartitionConfig:
@@ -476,11 +498,11 @@ def main(argv=None) -> int:
 def _dispatch(cfg: PartitionConfig, argv, comm) -> int:
     if cfg.method == "auto":
         cfg = choose_method(cfg, comm)
-    if cfg.method == "stream" or (comm is not None and comm.size > 1):
-        # every rank of the MPI job (mpiexec -n R g3-partition ...); a serial method runs on rank 0, then the
-        # ranks write the parts together
+    if cfg.method == "stream":   # every rank of the MPI job (mpiexec -n R g3-partition ...)
         from .parallel import main as parallel_main
         return parallel_main(cfg, comm)
+    if comm is not None and comm.size > 1:
+        return on_rank0(comm, lambda: serial_main(cfg, argv))
     return serial_main(cfg, argv)
 
 
