@@ -10,7 +10,8 @@ model's input cache off, ``pieceN`` for messages in pieces of about N bytes (``S
 ``staged`` for every layer's exchange staged through host buffers as on a GPU rank, the CPU standing in
 (``g3mpi.ops.staging``), ``dropP`` for dropout P on every layer's input (the passes keyed by epoch 1, 2, ...),
 ``halo`` for the model keeping its input's halo rows (``GNN.keep_input_halo``, fetched once as the part stores
-them; what the trainer does).
+them; what the trainer does), ``rematN`` for the row-wise blocks between aggregations recomputed in backward, N
+rows at a time (``remat``: the default chunk).
 """
 from __future__ import annotations
 
@@ -26,18 +27,20 @@ from g3mpi.format import read_meta, read_part
 from g3mpi.nn import GNN
 from g3mpi.format.features import widen
 from g3mpi.ops import DistGraph, DropoutKey
+from g3mpi.ops import remat as g3remat
 from g3mpi.ops.staging import Stager
 from g3mpi.sched import Schedule
 from g3mpi.sched.schedule import PIECE_BYTES
 
 HIDDEN, HEADS = 8, 3
+DEFAULT_REMAT_ROWS = g3remat.CHUNK_ROWS
 
 
-def build(model, graph, part, seed=0, hidden=HIDDEN, input_cache=True, dropout=0.0):
+def build(model, graph, part, seed=0, hidden=HIDDEN, input_cache=True, dropout=0.0, remat=False):
     torch.manual_seed(seed)
     return GNN(graph, model, part.feature_dim, hidden, part.num_classes, layers=3 if model != "gat" else 2,
                heads=HEADS, out_heads=2, activation="relu" if model != "gat" else "elu", input_cache=input_cache,
-               dropout=dropout)
+               dropout=dropout, remat=remat)
 
 
 def main(argv=None):
@@ -70,9 +73,11 @@ def main(argv=None):
         graph = DistGraph(part, ctx, Schedule(schedule, int(chunk), piece_bytes=pieces[0] if pieces else PIECE_BYTES),
                           stager=stager)
         drop = [float(f[len("drop"):]) for f in flags if f.startswith("drop")]
+        remat = [f for f in flags if f.startswith("remat")]
+        g3remat.CHUNK_ROWS = int(remat[0][len("remat"):] or DEFAULT_REMAT_ROWS) if remat else DEFAULT_REMAT_ROWS
         for model in a.models.split(","):
             net = build(model, graph, part, hidden=a.hidden, input_cache="nocache" not in flags,
-                        dropout=drop[0] if drop else 0.0)
+                        dropout=drop[0] if drop else 0.0, remat=bool(remat))
             if "halo" in flags and net.input_cache:
                 net.keep_input_halo(x, graph.halo_rows(part.features, "input"), part.feature_dtype)
             init = {k: v.detach().clone() for k, v in net.state_dict().items()}

@@ -67,7 +67,7 @@ def test_small_rank_holds_no_array_of_the_whole_graph(model, skewed_parts, tmp_p
 
 
 def test_memory_model_counts_the_part_as_loaded(tmp_path):
-    """The model's ``part`` term (docs/RUNTIME.md, Memory per rank) is the bytes of the part's arrays as read_part
+    """The model's ``part`` term (docs/MEMORY.md) is the bytes of the part's arrays as read_part
     returns them, up to the neighbour lists (a few integers per neighbouring part)."""
     from g3mpi.format import read_meta, read_part
     from g3mpi.format.partition import ARRAYS

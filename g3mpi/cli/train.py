@@ -109,7 +109,7 @@ def _optimisation_options(g) -> None:
 
 
 def _runtime_options(g) -> None:
-    from g3mpi.train.config import CUDA_AWARE, DEVICES, LOG_LEVELS, MODES
+    from g3mpi.train.config import CUDA_AWARE, DEVICES, LOG_LEVELS, MODES, REMATS
     g.add_argument("--threads", type=int, help="torch threads per rank")
     g.add_argument("--device", choices=DEVICES,
                    help="where each rank computes: cpu, cuda (a rank takes the GPU of its index among the ranks "
@@ -128,6 +128,10 @@ def _runtime_options(g) -> None:
     g.add_argument("--input-cache", action=onoff,
                    help="keep the first layer's aggregation of the input between passes (default on; off: "
                         "recompute it in every pass)")
+    g.add_argument("--remat", choices=REMATS,
+                   help="cheap: keep only each aggregation's output for backward and compute the activation, "
+                        "dropout and weight products after it again there, by row chunks (less memory; GCN and "
+                        "SAGE stacks, user models that ask); default none: keep what autograd saves")
     g.add_argument("--verify", action=onoff, help="check part-file checksums on load (default on)")
     g.add_argument("--progress", action=onoff, help="a progress bar on rank 0 (default on)")
     g.add_argument("--plots", action=onoff,

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from g3mpi.ops import DistGraph, DropoutKey
-from g3mpi.ops.pipeline import forward_pipelined
+from g3mpi.ops.pipeline import forward_pipelined, layer_inputs
 
 
 class Layer(nn.Module):
@@ -90,16 +90,48 @@ def pipelines(graph: DistGraph, layers) -> bool:
 
 
 def run_stack(graph: DistGraph, layers, x: torch.Tensor, between, key: DropoutKey | None = None,
-              c0=None) -> torch.Tensor:
+              c0=None, remat: bool = False) -> torch.Tensor:
     """``layers`` one after the other: ``y = layers[l](between(l, y, rows), key, l)``, starting from ``x``;
     ``between(l, y, rows)`` makes layer l's input from the rows ``rows`` (a slice of the owned rows) of the
     previous layer's output (for l = 0, of ``x``): the stack's activation and dropout, row-wise. When
     :func:`pipelines`, the stack runs with the inter-layer pipeline (the same result up to rounding: the local row
     sums are split in two); else layer by layer. ``c0``: the first layer's cached input product
-    (``Layer.input_product_free``), as (boundary rows, interior rows) when :func:`pipelines`, else whole."""
+    (``Layer.input_product_free``), as (boundary rows, interior rows) when :func:`pipelines`, else whole.
+
+    ``remat`` (row-wise layers only; ``--remat cheap``): what lies between two aggregations (``post``,
+    ``between``, the next ``pre`` and ``root``) keeps only its inputs for backward and is computed again there, by
+    row chunks (``g3mpi.ops.remat``): less memory, the same values, parameter gradients equal up to summation
+    order. ``between`` must then keep no state between calls (it runs again in backward)."""
+    remat = bool(remat) and all(getattr(c, "rowwise", False) for c in layers)
     if pipelines(graph, layers):
-        return forward_pipelined(list(layers), between, x, graph.schedule, graph.ctx.progress, c0)
+        return forward_pipelined(list(layers), between, x, graph.schedule, graph.ctx.progress, c0, remat=remat)
     rows = slice(0, graph.num_owned)
+    if remat:
+        return _stack_remat(list(layers), x, between, c0, rows)
     for i, layer in enumerate(layers):
         x = layer.from_input_product(c0) if i == 0 and c0 is not None else layer(between(i, x, rows), key, i)
     return x
+
+
+def _stack_remat(layers, x, between, c0, rows: slice) -> torch.Tensor:
+    """:func:`run_stack` layer by layer with ``remat``: each layer as ``post(aggregation(pre(x)), root(x))``,
+    what lies between two aggregations by :func:`g3mpi.ops.pipeline.layer_inputs`."""
+    last = len(layers) - 1
+    if c0 is not None:
+        if last == 0:
+            return layers[0].from_input_product(c0)
+        first, make_x, inp = 1, (lambda r, c: between(1, layers[0].from_input_product(c), r)), c0
+    else:
+        first, make_x, inp = 0, (lambda r, xr: between(0, xr, r)), x
+    p, root = layer_inputs(layers[first], rows, make_x, inp, remat=True)
+    for l in range(first, last + 1):
+        o = layers[l].aggregation(p)
+        p, a = None, root()
+        if l == last:
+            return layers[l].post(o, a)
+        p, root = layer_inputs(layers[l + 1], rows, _transition(layers, between, l), o, a, remat=True)
+
+
+def _transition(layers, between, l: int):
+    """Layer l+1's input rows from layer l's aggregate and own term rows."""
+    return lambda r, o, a: between(l + 1, layers[l].post(o, a), r)

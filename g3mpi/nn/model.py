@@ -48,7 +48,7 @@ class GNN(nn.Module):
 
     def __init__(self, graph: DistGraph, model: str, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  heads: int = 8, out_heads: int = 1, dropout: float = 0.0, attn_dropout: float = 0.0,
-                 activation: str = "relu", input_cache: bool = True):
+                 activation: str = "relu", input_cache: bool = True, remat: bool = False):
         super().__init__()
         if model not in LAYERS:
             raise ValueError(f"model {model!r}: expected one of {', '.join(MODELS)}")
@@ -69,6 +69,8 @@ class GNN(nn.Module):
         # the only first layer whose aggregation of the input needs no parameter: GCN or SAGE with in <= out
         self.input_cache_applies = convs[0].input_product_free
         self.input_cache = bool(input_cache) and self.input_cache_applies
+        #: recompute what lies between two aggregations in backward (``run_stack``'s ``remat``; row-wise layers)
+        self.remat = bool(remat) and self.rowwise
         self._cached = None     # (input tensor, its version, row groups, layer 0's input product)
         self._halo = None       # (input tensor, its version, its halo rows as stored, their dtype's name)
 
@@ -130,7 +132,7 @@ class GNN(nn.Module):
             y = y if l == 0 else self.activation(y)
             return node_dropout(y, key, l, ids[rows], self.dropout, self.training)
         c0 = self._input_product(x, key, self.convs[0].groups if pipelines(g, self.convs) else None)
-        return run_stack(g, self.convs, x, between, key, c0)
+        return run_stack(g, self.convs, x, between, key, c0, remat=self.remat)
 
     def activation(self, x: torch.Tensor) -> torch.Tensor:
         """The hidden activation; ReLU in place on outputs their layer's backward does not need (GCN, SAGE),

@@ -172,7 +172,8 @@ def build_model(graph: DistGraph, cfg, in_dim: int, out_dim: int) -> nn.Module:
     common = dict(layers=cfg.layers, heads=cfg.heads, out_heads=cfg.out_heads, dropout=cfg.dropout,
                   attn_dropout=cfg.attn_dropout, activation=cfg.activation)
     if not uses_recipe(cfg):
-        return GNN(graph, cfg.model, in_dim, cfg.hidden, out_dim, input_cache=cfg.input_cache, **common)
+        return GNN(graph, cfg.model, in_dim, cfg.hidden, out_dim, input_cache=cfg.input_cache,
+                   remat=cfg.remat == "cheap", **common)
     return RecipeGNN(graph, cfg.model, in_dim, cfg.hidden, out_dim, residual=cfg.residual, norm=cfg.norm,
                      input_linear=cfg.input_linear, output_linear=cfg.output_linear, ffn=cfg.ffn, jk=cfg.jk,
                      **common)

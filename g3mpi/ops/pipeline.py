@@ -183,33 +183,56 @@ def input_product_local(layer, x, halo):
     return layer.input_product_rows(out, x)
 
 
-def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule, progress, c0=None):
+def layer_inputs(layer, rows: slice, make_x, *inputs, remat: bool = False):
+    """Layer ``layer``'s ``pre`` of the rows ``rows`` and a thunk giving their ``root``, from its input
+    ``x = make_x(rows, *inputs)`` (the previous layer's ``post`` and the stack's ``between``, row-wise). With
+    ``remat`` the whole segment runs by row chunks keeping only ``inputs`` for backward, and is computed again
+    there (:func:`g3mpi.ops.remat.segment`); else ``x`` is kept for ``root``, called when the caller asks."""
+    if remat:
+        from .remat import segment
+
+        def f(r, *xs):
+            x = make_x(r, *xs)
+            return layer.pre(x), layer.root(x)
+        pre, root = segment(f, rows, *inputs)
+        return pre, (lambda: root)
+    x = make_x(rows, *inputs)
+    return layer.pre(x), (lambda: layer.root(x))
+
+
+def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule, progress, c0=None,
+                      remat: bool = False):
     """The model stack of ``layers`` with inter-layer pipelining; the same result as layer by layer.
     ``between``: the model's activation and dropout (``g3mpi.sched.layers.Between``); ``progress()`` drives MPI
     progress of every exchange in flight. ``c0``: the first layer's cached input product (the model's input cache)
-    as (boundary rows, interior rows), or None; with it the pipeline starts at the second layer."""
+    as (boundary rows, interior rows), or None; with it the pipeline starts at the second layer. ``remat``: the
+    row-wise segments between two aggregations are recomputed in backward (:func:`layer_inputs`); ``between``
+    must then keep no state between calls."""
     B, I = layers[0].groups
     nb, n = B.stop, I.stop
     rows_b, rows_i = slice(0, nb), slice(nb, n)
     last = len(layers) - 1
 
-    def start(layer, xb):
-        pb = layer.pre(xb)
-        rnd = HaloRound(layer.exchange, schedule)
-        return pb, rnd, rnd.start(pb)
+    def entry(r, xr):                   # layer 0's input
+        return between(0, xr, r)
 
-    first = 0
+    def from_c0(r, c):                  # layer 1's input, from layer 0's cached input product
+        return between(1, layers[0].from_input_product(c), r)
+
+    def transition(l):                  # layer l+1's input, from layer l's aggregate and own term
+        return lambda r, o, a: between(l + 1, layers[l].post(o, a), r)
+
     if c0 is not None:
-        yb, yi = (layers[0].from_input_product(c) for c in c0)
         if last == 0:
-            return torch.cat([yb, yi])
-        first = 1
-        xb, xi = between(1, yb, rows_b), between(1, yi, rows_i)
-        yb = yi = None
+            return torch.cat([layers[0].from_input_product(c) for c in c0])
+        first, make_x, in_b, in_i = 1, from_c0, c0[0], c0[1]
     else:
-        xb, xi = between(0, x[rows_b], rows_b), between(0, x[rows_i], rows_i)
-    pb, rnd, token = start(layers[first], xb)
-    pi = layers[first].pre(xi)
+        first, make_x, in_b, in_i = 0, entry, x[rows_b], x[rows_i]
+    pb, root_b = layer_inputs(layers[first], rows_b, make_x, in_b, remat=remat)
+    rnd = HaloRound(layers[first].exchange, schedule)
+    token = rnd.start(pb)      # the boundary rows' messages leave before the interior rows' input is made
+    pi, root_i = layer_inputs(layers[first], rows_i, make_x, in_i, remat=remat)
+    in_b = in_i = None
     for l in range(first, last + 1):
         layer = layers[l]
         k = len(B.nb)
@@ -218,7 +241,7 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
         pb = pi = None   # dead from here on: references to dead tensors are dropped as soon as possible
         # the boundary rows' own term while the messages travel; created after _LocalB, so that in backward
         # autograd runs it after the halo gradients left and before _LocalB's wait for the returned ones
-        ab = layer.root(xb)
+        ab = root_b()
         parts_b, parts_i = _neighbour_products(rnd, op, B, I)
         bounds = rnd.ex.recv_pieces
         for i in range(k):
@@ -226,22 +249,21 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
                 ob = rnd.add(ob, token, i, parts_b[i], B.nb[i][0], B.nb_pieces(i, bounds[i])[1])
                 parts_b[i] = None
         ob = rnd.join(ob, token)
-        yb = layer.post(ob, ab)
-        ob = ab = None
         if l < last:
-            xb = between(l + 1, yb, rows_b)
-            yb = None
-            pb, rnd_next, token_next = start(layers[l + 1], xb)
-        ai = layer.root(xi)     # (while the next layer's messages travel)
+            pb, root_b = layer_inputs(layers[l + 1], rows_b, transition(l), ob, ab, remat=remat)
+            rnd_next = HaloRound(layers[l + 1].exchange, schedule)
+            token_next = rnd_next.start(pb)
+        else:
+            yb = layer.post(ob, ab)
+        ob = ab = None
+        ai = root_i()     # (while the next layer's messages travel)
         oi = _LocalI.apply(tok, op)
         tok = op = None
         for i in range(k):
             if parts_i[i] is not None:
                 oi = rnd.add(oi, token, i, parts_i[i], I.nb[i][0], I.nb_pieces(i, bounds[i])[1])
-        yi = layer.post(oi, ai)
-        oi = ai = None
         if l == last:
-            return torch.cat([yb, yi])
-        xi = between(l + 1, yi, rows_i)
-        pi = layers[l + 1].pre(xi)
+            return torch.cat([yb, layer.post(oi, ai)])
+        pi, root_i = layer_inputs(layers[l + 1], rows_i, transition(l), oi, ai, remat=remat)
+        oi = ai = None
         rnd, token = rnd_next, token_next

@@ -35,6 +35,9 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: --device (g3mpi.train.device: which GPU a rank takes) and --cuda-aware (device buffers straight to MPI)
 DEVICES = ("cpu", "cuda", "auto")
 CUDA_AWARE = ("auto", "on", "off")
+#: --remat: none (autograd keeps what each op saves) | cheap (the row-wise blocks between two aggregations are
+#: recomputed in backward from the aggregate: g3mpi.ops.remat)
+REMATS = ("none", "cheap")
 
 
 class ConfigError(ValueError):
@@ -86,6 +89,7 @@ class TrainConfig:
     chunk_rows: int = 0             # rows per aggregation chunk (0: from the feature width; <0: no chunking)
     sim_net: str = ""               # simulated network BANDWIDTH,LATENCY, e.g. "10Gbit,20us" ("" = off)
     input_cache: bool = True        # compute the first layer's aggregation of the constant input once (GNN)
+    remat: str = "none"             # none | cheap: recompute the row-wise blocks between aggregations in backward
     release_memory: bool = False    # freed memory back to the system at once: lower peak RSS, slower epochs
     verify: bool = True             # check part-file checksums on load
     progress: bool = True           # tqdm line on rank 0
@@ -109,7 +113,7 @@ class TrainConfig:
             raise ConfigError(msg, key)
         for k, allowed in (("model", MODELS), ("activation", ACTIVATIONS), ("optimizer", OPTIMIZERS),
                            ("schedule", MODES), ("log_level", LOG_LEVELS), ("device", DEVICES),
-                           ("cuda_aware", CUDA_AWARE), ("norm", NORMS), ("jk", JKS), ("task", TASKS),
+                           ("cuda_aware", CUDA_AWARE), ("remat", REMATS), ("norm", NORMS), ("jk", JKS), ("task", TASKS),
                            ("metric", METRICS)):
             if (getattr(self, k).upper() if k == "log_level" else getattr(self, k)) not in allowed:
                 bad(k, f"{k} {getattr(self, k)!r}: expected one of {', '.join(allowed)}")
@@ -324,6 +328,10 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
             "the recipe stack (docs/RECIPES.md) does not keep one" if uses_recipe(cfg) else
             "GAT's first layer weighs its input before it aggregates" if layer.attention else
             "the first layer has more input features than outputs, so it multiplies by its weight before it aggregates")
+    if cfg.remat != "none" and not cfg.model_file and (cfg.model not in ("gcn", "sage") or uses_recipe(cfg)):
+        why["remat"] = "only the plain GCN and SAGE stacks recompute what lies between their aggregations: " + (
+            "the recipe stack (docs/RECIPES.md) keeps it" if cfg.model in ("gcn", "sage") else
+            f"the {cfg.model} model keeps it")
     # (an evaluation-only run, epochs 0, saves them for a --resume that trains)
     if cfg.epochs and cfg.checkpoint_every >= cfg.epochs:
         why["checkpoint_every"] = f"the run ends at epoch {cfg.epochs}, where the checkpoint is written anyway"

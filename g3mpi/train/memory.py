@@ -1,4 +1,4 @@
-"""The per-rank memory model of a training run (docs/RUNTIME.md, Memory per rank): bytes a rank needs, from its part's
+"""The per-rank memory model of a training run (docs/MEMORY.md): bytes a rank needs, from its part's
 counts and the model's widths, never from the whole graph's.
 
 Terms (bytes): ``part`` the part file's arrays as loaded; ``matrices`` the aggregation CSR and its transpose (int32
@@ -48,10 +48,10 @@ def largest_part_bytes(meta: dict) -> int:
 
 def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
                 num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1, feature_bytes: int = 4,
-                input_cache: bool = True) -> dict:
+                input_cache: bool = True, remat: bool = False) -> dict:
     """Bytes of each term for one rank (``owned``, ``halo``, ``send`` rows and ``edges`` local in-edges, as in
     meta.json's ``parts``; ``feature_bytes`` per stored feature, 2 for float16 and bfloat16), with ``peak`` =
-    baseline + data + activations twice + params."""
+    baseline + data + activations twice + params. ``remat``: ``--remat cheap`` (GCN, SAGE)."""
     n, h, s, e, F, C = owned, halo, send, edges, feature_dim, num_classes
     widths = layer_widths(model, F, hidden, C, layers, heads, out_heads)
     part = part_bytes(owned=n, halo=h, send=s, edges=e, feature_dim=F)
@@ -72,6 +72,8 @@ def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, fea
     hidden_in = sum(a for a, _, _ in widths[1:])
     if model == "gat":
         activations = 4 * n * (F + 3.75 * hidden_in + 4 * C) + (e + n) * (16 * sum(k for _, _, k in widths) + 16)
+    elif remat:   # each layer's aggregate (the narrower side) and SAGE's own term, below the last layer; the loss
+        activations = 4 * n * (sum(min(a, b) + (b if model == "sage" else 0) for a, b, _ in widths[:-1]) + 3 * C)
     else:
         activations = 4 * n * (F + 2.25 * hidden_in + 3 * C)
     params = 0
