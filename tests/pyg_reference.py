@@ -56,3 +56,15 @@ def reference(model, state, x, edge_index, y, train_mask, **kw):
 def rel_err(a, b) -> float:
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def assert_variants_equal(res, base: str, variants, models, tol: float = 1e-6) -> None:
+    """In a tests/mpi_exact.py result ``res``, every variant's logits and every parameter gradient are within
+    ``tol`` (relative, whole tensors) of the variant ``base``'s, for each model."""
+    for model in models:
+        keys = [k[len(f"{base}/{model}/"):] for k in res.files if k.startswith(f"{base}/{model}/grad/")]
+        assert keys
+        for v in variants:
+            assert rel_err(res[f"{v}/{model}/logits"], res[f"{base}/{model}/logits"]) <= tol, (v, model)
+            for k in keys:
+                assert rel_err(res[f"{v}/{model}/{k}"], res[f"{base}/{model}/{k}"]) <= tol, (v, model, k)

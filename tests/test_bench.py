@@ -119,10 +119,14 @@ def test_scaling(bench_dirs):
 def test_memory(bench_dirs):
     res = bench(bench_dirs, "memory", "--models", "gcn")
     m = res["models"]["gcn"]
-    for r in m["ranks"] + m["release_memory"]["ranks"]:
-        finite(r["ratio"], r["rss_peak"], r["rss_base"], *r["theoretical"].values())
+    for r in m["ranks"] + m["remat"]["ranks"] + m["release_memory"]["ranks"]:
+        finite(r["ratio"], r["rss_peak"], r["rss_base"], r["bytes_per_owned_row"], *r["theoretical"].values())
         assert r["rss_peak"] >= r["rss_base"] > 0
         assert r["theoretical"]["total"] == sum(v for k, v in r["theoretical"].items() if k != "total")
+    # what autograd keeps with remat is a fraction of the default's
+    assert max(r["theoretical"]["activations"] for r in m["remat"]["ranks"]) < \
+        min(r["theoretical"]["activations"] for r in m["ranks"])
+    finite(m["remat_vs_default"])
 
 
 def test_user_model(bench_dirs):

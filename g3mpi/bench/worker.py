@@ -164,6 +164,8 @@ class WorkerConfig:
     threads: int = 1                    # torch threads per rank
     release_memory: bool = False        # as g3-train --release-memory
     input_cache: bool = True            # off: every layer exchanges every epoch
+    dropout: float = 0.0                # as g3-train --dropout (the memory suite: 0.5, masks kept or recomputed)
+    remat: str = "none"                 # as g3-train --remat
     memory: bool = False                # account the theoretical size of each rank's data
     check: bool = False                 # compare every variant's initial logits with g3mpi's
     timeline: bool = False              # one more epoch per g3mpi variant, recorded as a per-rank timeline
@@ -194,6 +196,8 @@ def build_parser():
     ap.add_argument("--release-memory", action="store_true", help="as g3-train --release-memory")
     ap.add_argument("--no-input-cache", action="store_true",
                     help="recompute the first layer's aggregation every epoch (every layer exchanges every epoch)")
+    ap.add_argument("--dropout", type=float, help="as g3-train --dropout (default 0)")
+    ap.add_argument("--remat", choices=("none", "cheap"), help="as g3-train --remat (default none)")
     ap.add_argument("--memory", action="store_true", help="account the theoretical size of each rank's data")
     ap.add_argument("--check", action="store_true", help="compare every variant's initial logits with g3mpi's")
     ap.add_argument("--timeline", action="store_true",
@@ -257,10 +261,10 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
 
 
 def _train_config(cfg: WorkerConfig) -> TrainConfig:
-    """The trainers' settings: the run's model and runtime, no dropout or weight decay, one more epoch than
-    measured for the warm-up (and one for the timeline)."""
+    """The trainers' settings: the run's model and runtime, its dropout (default none), no weight decay, one more
+    epoch than measured for the warm-up (and one for the timeline)."""
     return TrainConfig(parts=cfg.parts, out="", model=cfg.model, layers=cfg.layers, hidden=cfg.hidden,
-                       heads=cfg.heads, dropout=0.0, weight_decay=0.0, lr=0.01, threads=cfg.threads,
+                       heads=cfg.heads, dropout=cfg.dropout, remat=cfg.remat, weight_decay=0.0, lr=0.01, threads=cfg.threads,
                        schedule=cfg.schedules[0], chunk_rows=cfg.chunk_rows, sim_net=cfg.sim_net, verify=False,
                        progress=False, input_cache=cfg.input_cache, release_memory=cfg.release_memory,
                        epochs=cfg.epochs + 2, timeline_epoch=cfg.epochs + 2 if cfg.timeline else 0)
