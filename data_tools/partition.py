@@ -415,9 +415,10 @@ def auto_method(graph: Path) -> str:
         from g3mpi.format import open_graph
         with open_graph(graph) as f:
             n, e = int(f.attrs["num_nodes"]), int(f.attrs["num_edges"])
+            symmetric = bool(f.attrs.get("symmetric", False))
     except (FormatError, KeyError, TypeError, ValueError, OSError):
         return "kaminpar"
-    if not fits_in_memory(n, e):
+    if not fits_in_memory(n, e if symmetric else 2 * e):   # KaMinPar partitions A + A^T
         return "stream"
     try:
         import kaminpar  # noqa: F401
@@ -434,7 +435,8 @@ AUTO_MEMORY_SHARE = 0.8
 
 
 def kaminpar_memory(num_nodes: int, num_edges: int) -> int:
-    """Estimated peak bytes of kaminpar + g3 refinement on a graph of this size."""
+    """Estimated peak bytes of kaminpar + g3 refinement on a graph of this size (``num_edges``: of the symmetric
+    graph KaMinPar gets, twice the stored edges of a graph not stored symmetric)."""
     return KAMINPAR_BYTES_PER_EDGE * num_edges + KAMINPAR_BYTES_PER_NODE * num_nodes
 
 

@@ -90,6 +90,18 @@ def test_auto_default_and_its_choice(cora_h5, tmp_path, monkeypatch):
     assert partition_tool.auto_method(path) == "stream"
 
 
+def test_auto_counts_a_directed_graph_twice(rand_h5, monkeypatch):
+    """A graph not stored symmetric reaches KaMinPar as A + A^T: the estimate counts its edges twice."""
+    import h5py
+    _, path = rand_h5
+    with h5py.File(path, "r") as f:
+        n, e, symmetric = int(f.attrs["num_nodes"]), int(f.attrs["num_edges"]), bool(f.attrs["symmetric"])
+    assert not symmetric
+    between = (partition_tool.kaminpar_memory(n, e) + partition_tool.kaminpar_memory(n, 2 * e)) // 2
+    monkeypatch.setattr(partition_tool, "available_memory", lambda: int(between / partition_tool.AUTO_MEMORY_SHARE))
+    assert partition_tool.auto_method(path) == "stream"
+
+
 @pytest.mark.parametrize("argv,what", [
     (["--method", "metis", "--kaminpar-context", "fast"], "--kaminpar-context applies to --method kaminpar or auto"),
     (["--method", "stream", "--refine", "g3"], "--refine applies to --method metis or kaminpar or auto"),
