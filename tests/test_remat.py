@@ -228,3 +228,23 @@ def test_g3_train_remat_trains_the_same_model(tmp_path):
     assert runs["none"].keys() == runs["cheap"].keys()
     for k, v in runs["none"].items():
         assert torch.linalg.norm(runs["cheap"][k] - v) <= 1e-5 * torch.linalg.norm(v), k
+
+
+def test_remat_drops_the_evaluation_cache_in_training(one_rank):
+    """Evaluation keeps the first layer's input product for the next evaluation; with remat a training step
+    with dropout frees it (4F bytes per row through every step), without remat it stays."""
+    from g3mpi.nn import GNN
+    from g3mpi.ops import DropoutKey
+    part, graph = one_rank
+    x = torch.from_numpy(part.features.copy())
+    for remat in (False, True):
+        net = GNN(graph, "gcn", part.feature_dim, 16, part.num_classes, dropout=0.5, remat=remat)
+        halo = np.zeros((graph.num_halo, part.feature_dim), dtype=np.float32)   # (one rank: no halo rows)
+        net.keep_input_halo(x, halo)
+        with torch.no_grad():
+            net.eval()
+            net(x)
+        assert net._cached is not None
+        net.train()
+        net(x, DropoutKey(0, 1)).sum().backward()
+        assert (net._cached is None) == remat

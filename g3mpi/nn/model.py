@@ -105,6 +105,8 @@ class GNN(nn.Module):
             return None
         halo = self._halo_of(x, key)
         if self.training and self.dropout > 0:      # dropped anew in every pass: only with the kept halo
+            if self.remat:      # memory first: evaluation's product is not kept through the training steps
+                self._cached = None
             if halo is None:
                 return None
             with torch.no_grad():
