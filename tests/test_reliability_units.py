@@ -466,10 +466,10 @@ MODEL_SETTINGS = dict(model="sage", layers=3, hidden=32, heads=4, out_heads=2, d
                       model_file="model.py:build")
 #: settings a resume may change (how fast, how long, what is written): the model trained stays the same
 RUN_SETTINGS = dict(epochs=30, eval_every=3, patience=5, threads=2, schedule="blocking", chunk_rows=7,
-                    sim_net="10Gbit,20us", input_cache=False, release_memory=True, verify=False, progress=False,
-                    plots=False, log_level="WARNING", checkpoint_every=2, comm_timeout=5.0, time_limit=60.0,
-                    timeline_epoch=0, device="auto", cuda_aware="off", oversubscribe_gpus=True, comm_timeout_floor=5.0,
-                    comm_timeout_factor=3.0)
+                    sim_net="10Gbit,20us", input_cache=False, remat="cheap", release_memory=True, verify=False,
+                    progress=False, plots=False, log_level="WARNING", checkpoint_every=2, comm_timeout=5.0,
+                    time_limit=60.0, timeline_epoch=0, device="auto", cuda_aware="off", oversubscribe_gpus=True,
+                    comm_timeout_floor=5.0, comm_timeout_factor=3.0)
 
 
 def test_check_compatible_refuses_each_model_setting_and_changed_part_files():
