@@ -11,12 +11,12 @@ again by row chunks with autograd and back-propagates each chunk's share at once
     backward  recompute f on in[a:b] with autograd, then d in[a:b] and d params (summed over the chunks)
 
 Dropout masks are a function of (seed, epoch, layer, original node ID) (:mod:`g3mpi.ops.dropout`), so the
-recomputed segment draws the same masks; nothing is exchanged again. Forward values are those of the whole-tensor
-computation (row-wise functions, computed on fewer rows at a time); parameter gradients are sums over the chunks,
-equal to the whole-tensor ones up to summation order.
+recomputed segment draws the same masks; nothing is exchanged again. Forward values are the same row-wise functions
+computed on fewer rows at a time (equal up to the dense products' rounding); parameter gradients are sums over the
+chunks, equal to the whole-tensor ones up to summation order.
 
-``f`` must be a function of its rows alone and of the parameters (no state kept between calls: it runs once in
-forward and once more, chunk by chunk, in backward).
+``f`` must be a function of its rows alone and of the parameters (no state kept between calls: it runs on one row
+to find the parameters, once in forward, and once more, chunk by chunk, in backward).
 """
 from __future__ import annotations
 
