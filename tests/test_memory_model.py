@@ -4,6 +4,7 @@ what the wider forms did, bit for bit."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 import torch
 
@@ -85,19 +86,46 @@ def test_node_dropout_keeps_a_bool_mask_and_equals_the_float_product():
     assert not saved and torch.equal(out, raw * keep_mask(key, 0, 0, ids, f, p))
 
 
-def test_model_matrices_term_counts_int32_indices_and_the_row_pointers():
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("model", ["gcn", "gat"])
+def test_model_matrices_term_counts_int32_indices_and_the_row_pointers(model, symmetric):
     """The ``matrices`` term against the bytes of the blocks a rank builds (local block with self loops, its
-    transpose, the neighbour blocks and theirs): the model counts the row pointers as 2n + h."""
+    transpose, the neighbour blocks and theirs, each storage once): the model counts the row pointers as 2n + h,
+    GCN's weights in each block and transpose, GAT's pattern's shared ones as one per entry (an upper bound), and
+    nothing for the transpose of a symmetric local block."""
     n, h, e = 3000, 800, 30_000
     a = _random_csr(n, n + h, e, seed=3)
+    if symmetric:   # the local columns mirrored: a symmetric local block, the halo columns as they were
+        loc = a[:, :n]
+        loc = ((loc + loc.T) > 0).astype(np.float32).tocsr()
+        a = sp.hstack([loc, a[:, n:]]).tocsr()
+        a.sort_indices()
     ro = np.array([0, 300, h], dtype=np.int64)
-    bm = BlockMatrix(a.indptr, a.indices, n, ro, 500, None, np.ones(n, dtype=np.float32))
-    held = 0
+    e = a.nnz
+    cut = int(np.count_nonzero(a.indices >= n))
+    if model == "gcn":
+        w = np.random.default_rng(4).random(e).astype(np.float32)
+        if symmetric:   # symmetric weights: a function of both ends that does not depend on their order
+            r = np.repeat(np.arange(n), np.diff(a.indptr))
+            w = (1.0 / (1.0 + r + a.indices)).astype(np.float32)
+        bm = BlockMatrix(a.indptr, a.indices, n, ro, 500, w, np.full(n, 0.5, dtype=np.float32))
+    else:
+        bm = BlockMatrix(a.indptr, a.indices, n, ro, 500, None, np.ones(n, dtype=np.float32))
+    assert (bm.local_t is bm.local) is symmetric
+    storages = {}
     for t in (bm.local, bm.local_t, *(m for nb in bm.neighbours for m in (nb.mat, nb.mat_t))):
         assert t.col_indices().dtype == torch.int32
-        held += sum(x.numel() * x.element_size() for x in (t.crow_indices(), t.col_indices(), t.values()))
-    model = rank_memory("gcn", owned=n, halo=h, send=0, edges=e, feature_dim=4, hidden=4, num_classes=2)
-    assert 0.95 * held <= model["matrices"] <= 1.05 * held, (model["matrices"], held)
+        for x in (t.crow_indices(), t.col_indices(), t.values()):
+            storages[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
+    held = sum(storages.values())
+    model_b = rank_memory(model, owned=n, halo=h, send=0, edges=e, cut_edges=cut, symmetric=symmetric,
+                          feature_dim=4, hidden=4, num_classes=2, heads=1)["matrices"]
+    if model == "gat":  # the shared ones as long as the largest block: the model's one per entry bounds them
+        values = bm.local.values()
+        assert values.untyped_storage().data_ptr() == bm.neighbours[0].mat_t.values().untyped_storage().data_ptr()
+        assert held <= model_b <= 1.10 * held, (model_b, held)
+    else:
+        assert 0.97 * held <= model_b <= 1.03 * held, (model_b, held)
 
 
 def test_writer_rows_are_compact_where_they_fit():

@@ -47,6 +47,8 @@ def kernel_list(net, graph, model: str, dims, x, y, train, opt):
         g = torch.randn(n, b)
         ks += layer_kernels(f"L{i}", net.convs[i], A, At, xin, g, first, first and cached)
         ks.append((f"L{i} bias grad", lambda g=g: g.sum(0)))
+        if blk.row_scale is not None:   # a mean's weights as a row scaling: forward and backward, one product each
+            ks.append((f"L{i} scale rows", lambda g=g, sc=blk.row_scale[:n, None]: (g * sc, g * sc)))
         if not last:
             h = torch.randn(n, b)
             r = torch.relu(h)

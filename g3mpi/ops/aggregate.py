@@ -7,7 +7,7 @@ piece; polled between chunks, then waited for; ``blocking``: all messages first,
 neighbour blocks are added in a fixed order. Backward mirrors it: each neighbour's halo
 gradient is computed (its precomputed transpose) into the exchange's buffer and sent at once, then the local
 transpose runs by chunks, polling, while the gradients for our rows arrive; they are added in place. Edge
-weights are constants (GCN normalisation, SAGE mean).
+weights are constants (GCN normalisation; SAGE's mean, a row scaling of the pattern: ``BlockMatrix.scale_out``).
 """
 from __future__ import annotations
 
@@ -93,4 +93,4 @@ class Aggregation:
             compute(got)
         for i, nb in enumerate(nbs):      # fixed order: the result does not depend on arrival order
             out = rnd.add(out, token, i, parts[i], nb.rows, nb.pieces(bounds[i])[1])
-        return rnd.join(out, token)
+        return self.blocks.scale_out(rnd.join(out, token))

@@ -10,6 +10,12 @@ The local block is split into contiguous row ranges (chunks) so a scheduler can 
 them; each range's product is written in place into its rows of the layer's output. The part format puts the
 boundary rows first (``PartData.num_boundary``), so the inter-layer pipeline's row groups (boundary, interior:
 ``RowGroup``, ``row_groups``) are row ranges too. Every block keeps its transpose, precomputed once.
+
+Where the local block equals its transpose (a symmetric graph and weights: GCN's D^-1/2 (A + I) D^-1/2, a sum, a
+GAT pattern), the transpose is the block itself, and the row groups' transposes are each other's blocks: no copy.
+A weighting ``w_ij = r_i`` (a mean) is stored as its pattern and a row scaling (``BlockMatrix.row_scale``): the
+product is ``r * (A @ h)``. A pattern's values are all ones, and every block and transpose of one ``BlockMatrix``
+shares one array of them.
 """
 from __future__ import annotations
 
@@ -76,10 +82,31 @@ class SpMM(torch.autograd.Function):
         return spmm(ctx.mat_t, g.contiguous()), None, None
 
 
-def _transpose(m: sp.csr_matrix) -> torch.Tensor:
-    """torch CSR of ``m.T`` (scipy's CSR -> CSC conversion: columns come out with sorted rows)."""
+def _torch(m: sp.csr_matrix, unit=None) -> torch.Tensor:
+    """torch CSR of a scipy CSR; ``unit(nnz)``: a pattern's shared values (all ones), else ``m``'s own."""
+    if unit is None:
+        return to_torch_csr(m)
+    m = m.tocsr()
+    m.sort_indices()
+    return torch_csr(m.indptr, m.indices, unit(m.nnz), m.shape)
+
+
+def _transpose(m: sp.csr_matrix, unit=None) -> torch.Tensor:
+    """torch CSR of ``m.T`` (scipy's CSR -> CSC conversion: columns come out with sorted rows); ``unit``: as
+    :func:`_torch`."""
     t = m.T.tocsr()
-    return torch_csr(t.indptr, t.indices, t.data, t.shape)
+    return torch_csr(t.indptr, t.indices, t.data if unit is None else unit(t.nnz), t.shape)
+
+
+def _transpose_if_not_symmetric(m: sp.csr_matrix) -> sp.csr_matrix | None:
+    """``m.T`` as a scipy CSR with sorted indices, or None where it equals ``m`` entry for entry (a square block
+    with sorted indices; values compared bit for bit, so a product with either is the same)."""
+    t = m.T.tocsr()
+    t.sort_indices()
+    if (m.shape[0] == m.shape[1] and np.array_equal(m.indptr, t.indptr) and np.array_equal(m.indices, t.indices)
+            and np.array_equal(m.data, t.data)):
+        return None
+    return t
 
 
 def _row_range(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
@@ -89,9 +116,10 @@ def _row_range(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
     return torch_csr(crow[a:b + 1] - lo, t.col_indices()[lo:hi], t.values()[lo:hi], (b - a, t.shape[1]))
 
 
-def _column_pieces(m: torch.Tensor, bounds) -> list:
+def _column_pieces(m: torch.Tensor, bounds, unit=None) -> list:
     """The column ranges ``bounds[k] .. bounds[k+1]-1`` of a torch CSR [r, c] (sorted indices), each a CSR
-    [r, width of the range] with its columns counted from the range's start, entries in the same order."""
+    [r, width of the range] with its columns counted from the range's start, entries in the same order
+    (``unit``: a pattern's shared values, as :func:`_torch`)."""
     bounds = np.asarray(bounds, dtype=np.int64)
     kk, r = len(bounds) - 1, m.shape[0]
     crow, col, val = m.crow_indices().numpy(), m.col_indices().numpy(), m.values().numpy()
@@ -105,30 +133,34 @@ def _column_pieces(m: torch.Tensor, bounds) -> list:
         sel = order[ends[k] - counts[k].sum():ends[k]]
         ptr = np.zeros(r + 1, dtype=np.int64)
         np.cumsum(counts[k], out=ptr[1:])
-        out.append(torch_csr(ptr, col[sel] - bounds[k], val[sel], (r, int(bounds[k + 1] - bounds[k]))))
+        out.append(torch_csr(ptr, col[sel] - bounds[k], val[sel] if unit is None else unit(len(sel)),
+                             (r, int(bounds[k + 1] - bounds[k]))))
     return out
 
 
-def block_pieces(mat: torch.Tensor, mat_t: torch.Tensor, bounds) -> tuple[list, list]:
+def block_pieces(mat: torch.Tensor, mat_t: torch.Tensor, bounds, unit=None) -> tuple[list, list]:
     """A neighbour block split by the pieces of its message (row bounds ``bounds`` within the halo slice): the
     column ranges of ``mat`` (forward: piece k's product ``mats[k] @ halo[bounds[k]:bounds[k+1]]``) and the row
     ranges of ``mat_t`` (backward: piece k of the halo gradient; row ranges share ``mat_t``'s storage, and each
-    row is computed as in one product, bit for bit). One piece: the matrices themselves."""
+    row is computed as in one product, bit for bit). One piece: the matrices themselves. ``unit``: as
+    :func:`_torch`."""
     if len(bounds) <= 2:
         return [mat], [mat_t]
-    return _column_pieces(mat, bounds), [_row_range(mat_t, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    return _column_pieces(mat, bounds, unit), [_row_range(mat_t, int(a), int(b))
+                                               for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 class _PieceCache:
     """Pieces of blocks (``block_pieces``), made on first use per (block, bounds) and kept."""
 
-    def __init__(self):
+    def __init__(self, unit=None):
         self._d = {}
+        self.unit = unit
 
     def get(self, key, mat, mat_t, bounds) -> tuple[list, list]:
         key = (key, tuple(int(b) for b in bounds))
         if key not in self._d:
-            self._d[key] = block_pieces(mat, mat_t, bounds)
+            self._d[key] = block_pieces(mat, mat_t, bounds, self.unit)
         return self._d[key]
 
 
@@ -137,12 +169,12 @@ def _coo_rows(crow: torch.Tensor) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(len(crow) - 1, dtype=torch.int64), crow.diff())
 
 
-def _transpose_at(m: sp.csr_matrix, pos: np.ndarray, n: int) -> torch.Tensor:
+def _transpose_at(m: sp.csr_matrix, pos: np.ndarray, n: int, unit=None) -> torch.Tensor:
     """torch CSR [m.shape[1], n] of the transpose of ``m`` whose row j is row ``pos[j]`` of an [n, .] matrix."""
     ptr = np.zeros(n + 1, dtype=np.int64)
     ptr[np.asarray(pos) + 1] = np.diff(m.indptr)
     np.cumsum(ptr, out=ptr)
-    return _transpose(sp.csr_matrix((m.data, m.indices, ptr), shape=(n, m.shape[1]), copy=False))
+    return _transpose(sp.csr_matrix((m.data, m.indices, ptr), shape=(n, m.shape[1]), copy=False), unit)
 
 
 class NeighbourBlock:
@@ -151,10 +183,10 @@ class NeighbourBlock:
     ``src``/``dst`` the same edges as COO (source position in the slice, destination position in ``rows``;
     ``src`` shares ``mat``'s column indices, ``dst`` is made on first use)."""
 
-    def __init__(self, rows: torch.Tensor, mat: torch.Tensor, mat_t: torch.Tensor):
+    def __init__(self, rows: torch.Tensor, mat: torch.Tensor, mat_t: torch.Tensor, unit=None):
         self.rows, self.mat, self.mat_t = rows, mat, mat_t
         self._dst = None
-        self._pieces = _PieceCache()
+        self._pieces = _PieceCache(unit)
 
     def pieces(self, bounds) -> tuple[list, list]:
         """(``mat``, ``mat_t``) split by the message pieces ``bounds`` (``block_pieces``; cached)."""
@@ -176,8 +208,11 @@ class BlockMatrix:
 
     ``values`` are the weights of the part's CSR entries (None = 1), or a function returning them, called
     whenever a scipy form is built and not kept (4 bytes an edge less for the rank's whole run); ``diag`` the
-    weights of added self loops (None = no self loops). The arrays are kept by reference (the part's own
-    arrays: no copy).
+    weights of added self loops (None = no self loops; a row weighted 0 gets no entry). The arrays are kept by
+    reference (the part's own arrays: no copy). Where every weight is 1 (``unit``) the torch forms share one array of ones.
+
+    ``row_scale`` [n] (float32, or None = 1) completes the weights to ``w_ij = row_scale[i] * A_ij``: the
+    aggregation is ``scale_out(A @ [h_own; h_halo])``.
 
     Everything else is made on first use and cached, so a rank holds only the forms its layers use: the torch
     CSR blocks and their transposes (``local``, ``local_t``, ``neighbours``: blocking schedule, GAT), the COO
@@ -186,7 +221,8 @@ class BlockMatrix:
     """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, num_owned: int, recv_offsets: np.ndarray,
-                 num_boundary: int, values: np.ndarray | None = None, diag: np.ndarray | None = None):
+                 num_boundary: int, values: np.ndarray | None = None, diag: np.ndarray | None = None,
+                 row_scale: np.ndarray | None = None):
         self.num_owned = int(num_owned)
         self._indptr = np.asarray(indptr, dtype=np.int64)
         self._indices = np.asarray(indices)
@@ -194,11 +230,46 @@ class BlockMatrix:
         self._diag = None if diag is None else np.asarray(diag, dtype=np.float32)
         self._recv_offsets = np.asarray(recv_offsets, dtype=np.int64)
         self.has_diag = diag is not None
+        # (a diagonal weighted 0 has no entry, so 0/1 diagonals make patterns too)
+        self.unit = values is None and (diag is None or bool(np.all((self._diag == 0) | (self._diag == 1))))
+        self.row_scale = None if row_scale is None else torch.from_numpy(np.asarray(row_scale, dtype=np.float32))
         self.num_boundary = int(num_boundary)
+        self._ones = None
         self._torch = None
         self._local_dst = None
         self._sizes = None
         self._chunks = {}
+
+    # -- the pattern's shared values and the scalings ---------------------------------------------------------
+    def _unit(self, nnz: int) -> torch.Tensor:
+        """The first ``nnz`` of the ones every torch form of a unit matrix shares as its values (made once, as
+        long as the largest block: the local block with its diagonal, or all halo entries)."""
+        if self._ones is None:
+            self._ones = torch.ones(self._ones_length())
+        return self._ones[:nnz]
+
+    def _ones_length(self) -> int:
+        n, idx = self.num_owned, self._indices
+        loc = int(np.count_nonzero(idx < n))
+        diag = 0 if self._diag is None else int(np.count_nonzero(self._diag))
+        return max(loc + diag, len(idx) - loc, 1)
+
+    def value_bytes(self) -> int:
+        """Bytes of the torch forms' values (the shared ones, or the weights in each block and its transpose) and
+        of the scalings."""
+        scales = 0 if self.row_scale is None else 4 * len(self.row_scale)
+        return scales + (4 * self._ones_length() if self.unit else 8 * self.sizes()["nnz"])
+
+    @property
+    def unit_values(self):
+        """``_unit`` for a unit matrix (its torch forms share it), else None (each has its own weights)."""
+        return self._unit if self.unit else None
+
+    def scale_out(self, y: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:
+        """A product's rows ``rows`` times their row scale: the aggregation's result."""
+        if self.row_scale is None:
+            return y
+        return y * self.row_scale[rows].to(device=y.device, dtype=y.dtype).unsqueeze(1)
 
     # -- scipy forms, built on demand from the part's arrays and dropped by the caller -------------------------
     def _rows_of_edges(self) -> np.ndarray:
@@ -206,8 +277,9 @@ class BlockMatrix:
         return np.repeat(np.arange(self.num_owned, dtype=dt), np.diff(self._indptr))
 
     def _edge_values(self, sel) -> np.ndarray:
-        if self._values is None:
-            return np.ones(int(np.count_nonzero(sel)) if sel.dtype == bool else len(sel), dtype=np.float32)
+        if self._values is None:    # (a unit matrix's scipy forms carry int8 ones: its torch forms share theirs)
+            return np.ones(int(np.count_nonzero(sel)) if sel.dtype == bool else len(sel),
+                           dtype=np.int8 if self.unit else np.float32)
         values = self._values() if callable(self._values) else self._values
         return np.asarray(values, dtype=np.float32)[sel]
 
@@ -227,17 +299,24 @@ class BlockMatrix:
         if self._diag is None:
             np.cumsum(cnt, out=ptr[1:])
         else:
-            # one more slot at the end of every row for the diagonal: the k-th entry of row r moves to k + r
-            np.cumsum(cnt + 1, out=ptr[1:])
-            pos = np.arange(len(cols), dtype=np.int64)
-            pos += rows
-            c2 = np.empty(len(cols) + n, dtype=cols.dtype)
-            v2 = np.empty(len(cols) + n, dtype=np.float32)
+            # one more slot at the end of each row with a diagonal weight (every row but those weighted 0): the
+            # k-th entry of row r moves to k + (rows before r with a slot)
+            has = self._diag != 0
+            np.cumsum(cnt + has, out=ptr[1:])
+            before = np.cumsum(has, dtype=np.int64)
+            before -= has
+            pos = before[rows]
+            pos += np.arange(len(cols), dtype=np.int64)
+            del before
+            nd = int(np.count_nonzero(has))
+            c2 = np.empty(len(cols) + nd, dtype=cols.dtype)
+            v2 = np.empty(len(cols) + nd, dtype=vals.dtype)
             c2[pos] = cols
             v2[pos] = vals
             del pos
-            c2[ptr[1:] - 1] = np.arange(n, dtype=cols.dtype)
-            v2[ptr[1:] - 1] = self._diag
+            last = ptr[1:][has] - 1
+            c2[last] = np.nonzero(has)[0].astype(cols.dtype)
+            v2[last] = self._diag[has]
             cols, vals = c2, v2
         del rows
         m = sp.csr_matrix((vals, cols, ptr), shape=(n, n), copy=False)
@@ -274,13 +353,16 @@ class BlockMatrix:
     # -- torch forms ------------------------------------------------------------------------------------------
     def _materialize(self):
         if self._torch is None:
+            unit = self.unit_values
             loc = self.local_scipy()
-            local, local_t = to_torch_csr(loc), _transpose(loc)
-            del loc
+            local = _torch(loc, unit)
+            t = _transpose_if_not_symmetric(loc)
+            local_t = local if t is None else _torch(t, unit)
+            del loc, t
             nbs = []
             for rows, m in self.neighbour_scipy():
-                nbs.append(NeighbourBlock(torch.from_numpy(rows), to_torch_csr(m),
-                                          _transpose_at(m, rows, self.num_owned)))
+                nbs.append(NeighbourBlock(torch.from_numpy(rows), _torch(m, unit),
+                                          _transpose_at(m, rows, self.num_owned, unit), unit))
             self._torch = (local, local_t, nbs)
         return self._torch
 
@@ -414,16 +496,21 @@ def row_groups(bm: "BlockMatrix") -> tuple[RowGroup, RowGroup]:
     block split by columns at ``num_boundary`` (see ``RowGroup``). Built from the part's arrays
     (``bm.local_scipy``), not from ``bm``'s torch blocks, which stay unbuilt unless something else needs them."""
     n, nb = bm.num_owned, bm.num_boundary
+    unit = bm.unit_values
     groups = []
     loc_all = bm.local_scipy()
+    symmetric = _transpose_if_not_symmetric(loc_all) is None
     nbs = bm.neighbour_scipy()
-    for lo, hi in ((0, nb), (nb, n)):
+    built = {}      # (row group, column group) -> torch CSR of that sub-block
+    for g, (lo, hi) in enumerate(((0, nb), (nb, n))):
         loc = loc_all[lo:hi]
         local, local_t = [], []
-        for c0, c1 in ((0, nb), (nb, n)):
+        for c, (c0, c1) in enumerate(((0, nb), (nb, n))):
             sub = loc[:, c0:c1].tocsr()
-            local.append(to_torch_csr(sub))
-            local_t.append(_transpose(sub))
+            built[g, c] = _torch(sub, unit)
+            local.append(built[g, c])
+            # symmetric: the transpose of sub-block (g, c) is sub-block (c, g), built already or built next
+            local_t.append(None if symmetric else _transpose(sub, unit))
             del sub
         del loc
         blocks = []
@@ -434,8 +521,13 @@ def row_groups(bm: "BlockMatrix") -> tuple[RowGroup, RowGroup]:
                 continue
             sub = sp_blk[a:b]
             pos = nb_rows[a:b] - lo
-            blocks.append((torch.from_numpy(pos.astype(np.int64)), to_torch_csr(sub), _transpose_at(sub, pos, hi - lo)))
+            blocks.append((torch.from_numpy(pos.astype(np.int64)), _torch(sub, unit),
+                           _transpose_at(sub, pos, hi - lo, unit)))
             del sub
-        groups.append(RowGroup(start=lo, stop=hi, local=tuple(local), local_t=tuple(local_t), nb=blocks))
+        groups.append(RowGroup(start=lo, stop=hi, local=tuple(local), local_t=tuple(local_t), nb=blocks,
+                               _pieces=_PieceCache(unit)))
     del loc_all, nbs
+    if symmetric:
+        for g, grp in enumerate(groups):
+            grp.local_t = (built[0, g], built[1, g])
     return groups[0], groups[1]

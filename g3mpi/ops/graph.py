@@ -166,29 +166,33 @@ class DistGraph:
         if kind not in self._blocks:
             p = self.part
             n = self.num_owned
-            # the edge weights as a function of the part, called while the blocks build their forms: neither
-            # they nor the float64 degree arrays they come from outlive that
+            # per-edge weights as a function of the part, called while the blocks build their forms (neither
+            # they nor the float64 degree arrays they come from outlive that); a mean is the pattern and a row
+            # scaling (w_ij = r_i), but for a node's repeated self loops
+            vals, diag, row = None, None, None
             if kind == "gcn":
                 vals = partial(_gcn_weights, p)
                 diag = (_gcn_dinv(p)[:n] ** 2).astype(np.float32)
             elif kind == "mean":
                 loops = np.asarray(p.self_loops, np.float64)
-                vals = partial(_mean_weights, p)
-                diag = (loops * _mean_inv(p)).astype(np.float32) if loops.any() else None
+                if loops.max(initial=0) > 1:
+                    vals = partial(_mean_weights, p)
+                    diag = (loops * _mean_inv(p)).astype(np.float32)
+                else:       # 0 or 1 self loop: a pattern entry where there is one
+                    row = _mean_inv(p)
+                    diag = loops.astype(np.float32) if loops.any() else None
             elif kind in ("gat", "sum+loops"):
-                vals, diag = None, np.ones(n, dtype=np.float32)
-            elif kind == "sum":
-                vals, diag = None, None
+                diag = np.ones(n, dtype=np.float32)
             elif kind in ("avg", "avg+loops"):
                 loops = kind == "avg+loops"
-                vals = partial(_mean_weights, p, partial(_avg_inv, loops=loops))
-                diag = _avg_inv(p, True).astype(np.float32) if loops else None
+                row = _avg_inv(p, loops)
+                diag = np.ones(n, dtype=np.float32) if loops else None
             elif kind == "gcn-noloops":
-                vals, diag = partial(_gcn_weights, p, _gcn_dinv_noloops), None
-            else:
+                vals = partial(_gcn_weights, p, _gcn_dinv_noloops)
+            elif kind != "sum":
                 raise ValueError(f"unknown aggregation kind {kind!r}")
             self._blocks[kind] = BlockMatrix(p.indptr, p.indices, n, self.plan.recv_offsets, self.num_boundary,
-                                             vals, diag)
+                                             vals, diag, None if row is None else row[:n])
         return self._blocks[kind]
 
     def matrices(self) -> list[BlockMatrix]:

@@ -150,6 +150,7 @@ def input_product_groups(layer, x, schedule, halo=None):
     neighbour i's halo rows of ``x`` where the caller has them (a kept input halo: nothing is sent); None: the
     layer's exchange fetches them."""
     B, I = layer.groups
+    bm = layer.aggregation.blocks
     xb, xi = x[:B.stop], x[B.stop:]
     if halo is None:
         rnd = HaloRound(layer.exchange, schedule)
@@ -166,6 +167,7 @@ def input_product_groups(layer, x, schedule, halo=None):
             if grp.nb[i] is not None:
                 o.index_add_(0, grp.nb[i][0], spmm(grp.nb[i][1], h))
         del h
+    ob, oi = bm.scale_out(ob, slice(0, B.stop)), bm.scale_out(oi, slice(B.stop, I.stop))
     return layer.input_product_rows(ob, xb), layer.input_product_rows(oi, xi)
 
 
@@ -180,7 +182,7 @@ def input_product_local(layer, x, halo):
         spmm(mat, x, out[a:b])
     for i, nb in enumerate(blocks.neighbours):
         out.index_add_(0, nb.rows, spmm(nb.mat, halo(i)))
-    return layer.input_product_rows(out, x)
+    return layer.input_product_rows(blocks.scale_out(out), x)
 
 
 def layer_inputs(layer, rows: slice, make_x, *inputs, remat: bool = False):
@@ -248,7 +250,7 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
             if parts_b[i] is not None:
                 ob = rnd.add(ob, token, i, parts_b[i], B.nb[i][0], B.nb_pieces(i, bounds[i])[1])
                 parts_b[i] = None
-        ob = rnd.join(ob, token)
+        ob = layer.aggregation.blocks.scale_out(rnd.join(ob, token), rows_b)
         if l < last:
             pb, root_b = layer_inputs(layers[l + 1], rows_b, transition(l), ob, ab, remat=remat)
             rnd_next = HaloRound(layers[l + 1].exchange, schedule)
@@ -262,6 +264,7 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
         for i in range(k):
             if parts_i[i] is not None:
                 oi = rnd.add(oi, token, i, parts_i[i], I.nb[i][0], I.nb_pieces(i, bounds[i])[1])
+        oi = layer.aggregation.blocks.scale_out(oi, rows_i)
         if l == last:
             return torch.cat([yb, layer.post(oi, ai)])
         pi, root_i = layer_inputs(layers[l + 1], rows_i, transition(l), oi, ai, remat=remat)

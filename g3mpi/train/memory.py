@@ -2,8 +2,9 @@
 counts and the model's widths, never from the whole graph's.
 
 Terms (bytes): ``part`` the part file's arrays as loaded; ``matrices`` the aggregation CSR and its transpose (int32
-indices where they fit, else int64: ``g3mpi.ops.blocks.csr_index_dtype``; float32 values, GCN's and GAT's self loops
-included; the edge weights are not kept beside them); ``exchange`` the halo and send buffers of every layer's
+indices where they fit, else int64: ``g3mpi.ops.blocks.csr_index_dtype``; GCN's and GAT's self loops included),
+GCN's float32 weights in each, or, for SAGE's mean and GAT's pattern, one array of ones they all share (at most one
+per entry); on a symmetric graph the local block (``edges - cut_edges`` entries) is its own transpose; ``exchange`` the halo and send buffers of every layer's
 exchange (twice where a gradient flows back; none for a first layer that aggregates the raw input with the input
 cache on: its input's halo rows are kept instead, in the stored feature dtype); ``activations`` what autograd keeps for backward in one training step
 (the coefficients counted with saved-tensor hooks, ``g3mpi.bench.worker.saved_activation_bytes``, at several widths,
@@ -48,16 +49,19 @@ def largest_part_bytes(meta: dict) -> int:
 
 def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
                 num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1, feature_bytes: int = 4,
-                input_cache: bool = True, remat: bool = False) -> dict:
-    """Bytes of each term for one rank (``owned``, ``halo``, ``send`` rows and ``edges`` local in-edges, as in
-    meta.json's ``parts``; ``feature_bytes`` per stored feature, 2 for float16 and bfloat16), with ``peak`` =
-    baseline + data + activations twice + params. ``remat``: ``--remat cheap`` (GCN, SAGE)."""
+                input_cache: bool = True, remat: bool = False, cut_edges: int = 0, symmetric: bool = False) -> dict:
+    """Bytes of each term for one rank (``owned``, ``halo``, ``send`` rows, ``edges`` in-edges and ``cut_edges``
+    of them from halo rows, as in meta.json's ``parts``; ``feature_bytes`` per stored feature, 2 for float16 and
+    bfloat16), with ``peak`` = baseline + data + activations twice + params. ``remat``: ``--remat cheap`` (GCN,
+    SAGE). ``symmetric``: the graph is (the local block shares its transpose)."""
     n, h, s, e, F, C = owned, halo, send, edges, feature_dim, num_classes
     widths = layer_widths(model, F, hidden, C, layers, heads, out_heads)
     part = part_bytes(owned=n, halo=h, send=s, edges=e, feature_dim=F)
     nnz = e if model == "sage" else e + n
     w = 4 if max(nnz, n + h) < 2 ** 31 else 8      # index bytes (csr_index_dtype)
-    matrices = 2 * (w + 4) * nnz + w * (2 * n + h)
+    stored = 2 * nnz - (nnz - cut_edges if symmetric else 0)    # entries of the blocks and of their own transposes
+    values = 4 * stored if model == "gcn" else 4 * nnz          # (shared ones: an upper bound, the largest block's)
+    matrices = w * stored + values + w * (2 * n + h)
     exchanged = 0
     for i, (a, b, k) in enumerate(widths):
         if model == "gat":   # transformed features and the source attention term, one message

@@ -1,0 +1,118 @@
+"""The forms ``DistGraph.blocks`` stores: a mean as a pattern of shared ones and a row scaling
+(``BlockMatrix.row_scale``), the other weights as they are; the weights they make equal the definitions, computed
+here from the graph's own edge list; only a mean over a node's repeated self loops keeps weights. A symmetric local
+block is its own transpose."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from tests.graphs import csr_from_edges, partition, random_graph
+
+
+def _with_one_loop_on_some(g):
+    """``g`` with one self loop on every third node."""
+    n = g.num_nodes
+    dst = np.repeat(np.arange(n), np.diff(g.indptr))
+    loops = np.arange(0, n, 3)
+    indptr, indices = csr_from_edges(np.concatenate([g.indices, loops]), np.concatenate([dst, loops]), n)
+    return dataclasses.replace(g, indptr=indptr, indices=indices)
+
+
+@pytest.fixture(scope="module", params=["simple", "one-loop-on-some", "loops-and-duplicates"])
+def one_rank(request, tmp_path_factory):
+    from mpi4py import MPI
+
+    from g3mpi.comm import CommContext
+    from g3mpi.format import read_meta, read_part
+    from g3mpi.ops import DistGraph
+    g = random_graph(n=120, multi=request.param == "loops-and-duplicates", seed=4)
+    if request.param == "one-loop-on-some":
+        g = _with_one_loop_on_some(g)
+    out = tmp_path_factory.mktemp("scal") / "parts"
+    partition(g, 1, out)
+    part = read_part(out, 0, read_meta(out))
+    ctx = CommContext(MPI.COMM_SELF)
+    yield g, part, DistGraph(part, ctx)
+    ctx.free()
+
+
+def _reference(g, kind: str) -> np.ndarray:
+    """Dense [n, n] weights in original node order, float64, from the edge list (j -> i at [i, j])."""
+    n = g.num_nodes
+    dst = np.repeat(np.arange(n), np.diff(g.indptr))
+    src = np.asarray(g.indices, np.int64)
+    loop = src == dst
+    deg = np.bincount(dst[~loop], minlength=n).astype(np.float64)    # in-degree without self loops
+    loops = np.bincount(dst[loop], minlength=n).astype(np.float64)
+    a = np.zeros((n, n))
+    if kind == "mean":      # over the file's edges, loops and duplicates included
+        np.add.at(a, (dst, src), 1.0)
+        return a / np.maximum(deg + loops, 1)[:, None]
+    np.add.at(a, (dst[~loop], src[~loop]), 1.0)
+    if kind.endswith("+loops") or kind in ("gcn", "gat"):
+        a += np.eye(n)
+        deg = deg + 1
+    if kind.startswith("gcn"):
+        dinv = np.where(deg > 0, 1 / np.sqrt(np.maximum(deg, 1)), 0.0)
+        return dinv[:, None] * a * dinv[None, :]
+    if kind.startswith("avg"):
+        return a / np.maximum(deg, 1)[:, None]
+    return a    # sum, gat: the pattern
+
+
+@pytest.mark.parametrize("kind", ["gcn", "mean", "gat", "sum", "sum+loops", "avg", "avg+loops", "gcn-noloops"])
+def test_pattern_and_scalings_make_the_weights(one_rank, kind):
+    g, part, graph = one_rank
+    bm = graph.blocks(kind)
+    n = graph.num_owned
+    eye = torch.eye(n)
+    dense = bm.scale_out(bm.local.to_dense() @ eye).double().numpy()
+    ids = np.asarray(part.orig_ids)
+    ref = _reference(g, kind)[np.ix_(ids, ids)]
+    np.testing.assert_allclose(dense, ref, rtol=1e-6, atol=1e-7)
+    # the transpose the backward multiplies is the same pattern
+    assert torch.equal(bm.local_t.to_dense(), bm.local.to_dense().t())
+    keeps_weights = kind in ("gcn", "gcn-noloops") or kind == "mean" and int(np.asarray(part.self_loops).max()) > 1
+    assert bm.unit is not keeps_weights
+    if bm.unit:     # one array of ones behind every torch form
+        v = bm.local.values()
+        assert bool((v == 1).all())
+        assert v.untyped_storage().data_ptr() == bm.local_t.values().untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("weights", ["unit", "symmetric-weights"])
+def test_a_symmetric_local_block_is_its_own_transpose(symmetric, weights):
+    """The local block and the row groups' sub-blocks share their transposes exactly where the local block equals
+    its transpose; every transpose equals the dense one either way."""
+    import scipy.sparse as sp
+
+    from g3mpi.ops.blocks import BlockMatrix, row_groups
+    rng = np.random.default_rng(7)
+    n, h, nb = 200, 40, 70
+    s, d = rng.integers(0, n, 900), rng.integers(0, n, 900)
+    keep = s != d
+    s, d = s[keep], d[keep]
+    if symmetric:
+        s, d = np.concatenate([s, d]), np.concatenate([d, s])
+    hs, hd = n + rng.integers(0, h, 150), rng.integers(0, n, 150)     # halo sources: never part of the local block
+    m = sp.csr_matrix((np.ones(len(s) + 150), (np.concatenate([d, hd]), np.concatenate([s, hs]))), shape=(n, n + h))
+    m.sum_duplicates()
+    m.sort_indices()
+    deg = np.asarray(m.sum(axis=1)).ravel() + 1
+    rows = np.repeat(np.arange(n), np.diff(m.indptr))
+    dinv = np.concatenate([deg, np.full(h, 3.0)]) ** -0.5
+    vals = None if weights == "unit" else (dinv[rows] * dinv[m.indices]).astype(np.float32)
+    diag = np.ones(n, np.float32) if weights == "unit" else (dinv[:n] ** 2).astype(np.float32)
+    bm = BlockMatrix(m.indptr, m.indices.astype(np.int32), n, np.array([0, 25, h]), nb, vals, diag)
+    assert (bm.local_t is bm.local) is symmetric
+    np.testing.assert_array_equal(bm.local_t.to_dense().numpy(), bm.local.to_dense().numpy().T)
+    B, I = row_groups(bm)
+    for grp in (B, I):
+        for k in range(2):
+            np.testing.assert_array_equal(grp.local_t[k].to_dense().numpy(), grp.local[k].to_dense().numpy().T)
+    assert (B.local_t[1] is I.local[0]) is symmetric and (I.local_t[1] is I.local[1]) is symmetric
