@@ -116,3 +116,16 @@ def test_a_symmetric_local_block_is_its_own_transpose(symmetric, weights):
         for k in range(2):
             np.testing.assert_array_equal(grp.local_t[k].to_dense().numpy(), grp.local[k].to_dense().numpy().T)
     assert (B.local_t[1] is I.local[0]) is symmetric and (I.local_t[1] is I.local[1]) is symmetric
+
+
+def test_held_bytes_count_the_forms_as_built(one_rank):
+    """``held_bytes`` (g3-bench's theoretical matrices) against the distinct storages of the built torch forms."""
+    _, _, graph = one_rank
+    for kind in ("gcn", "mean"):
+        bm = graph.blocks(kind)
+        storages = {}
+        for t in (bm.local, bm.local_t, *(m for nb in bm.neighbours for m in (nb.mat, nb.mat_t))):
+            for x in (t.crow_indices(), t.col_indices(), t.values()):
+                storages[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
+        held = sum(storages.values()) + (0 if bm.row_scale is None else bm.row_scale.numel() * 4)
+        assert held <= bm.held_bytes() <= 1.05 * held, (kind, held, bm.held_bytes())

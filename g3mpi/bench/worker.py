@@ -83,20 +83,15 @@ def theoretical_bytes(trainer, part, saved_activations: int) -> dict:
     """What this rank must hold, by category (bytes):
     part: every array of the rank's part as loaded (CSR of in-edges, halo/send lists, degrees, features, labels,
       masks, original IDs); matrices: the aggregation CSR and its precomputed transpose per edge weighting, at the
-      sizes the runtime builds them (int32 indices where they fit, self loops included), counted from their nnz,
-      and their values (one shared array of ones, or float32 weights in each form) and scalings;
+      sizes the runtime builds them (``BlockMatrix.held_bytes``);
     exchange: halo and send buffers of every exchange, and its halo-gradient and receive-gradient buffers where
       a gradient flows back through it (not the exchange of the raw input features), at the planned widths;
     activations: the storages autograd keeps for backward in one training forward (measured with saved-tensor
       hooks, parameters excluded); params: parameters, gradients and Adam's two moments."""
     from g3mpi.format.partition import ARRAYS
     part_b = int(sum(np.asarray(getattr(part, k)).nbytes for k in ARRAYS))
-    mat_b = 0
-    from g3mpi.ops.blocks import csr_index_dtype
-    for blk in trainer.graph.matrices():
-        sz = blk.sizes()  # counted from the part, whichever forms (blocks, row groups) the layers built
-        w = np.dtype(csr_index_dtype(sz["nnz"], (sz["rows"], sz["cols"]))).itemsize
-        mat_b += (sz["rows"] + 1 + sz["cols"] + 1) * w + 2 * sz["nnz"] * w + blk.value_bytes()   # CSR + transpose
+    # counted from the part, whichever forms (blocks, row groups) the layers built
+    mat_b = sum(blk.held_bytes() for blk in trainer.graph.matrices())
     ex_b = 0
     for ex in trainer.ctx.exchanges:
         ex_b += ex.buffer_bytes()   # backward buffers only where a gradient flows back (not layer 0's input)

@@ -235,6 +235,7 @@ class BlockMatrix:
         self.row_scale = None if row_scale is None else torch.from_numpy(np.asarray(row_scale, dtype=np.float32))
         self.num_boundary = int(num_boundary)
         self._ones = None
+        self.symmetric = None   # whether the local block equals its transpose (known once a form is built)
         self._torch = None
         self._local_dst = None
         self._sizes = None
@@ -254,11 +255,16 @@ class BlockMatrix:
         diag = 0 if self._diag is None else int(np.count_nonzero(self._diag))
         return max(loc + diag, len(idx) - loc, 1)
 
-    def value_bytes(self) -> int:
-        """Bytes of the torch forms' values (the shared ones, or the weights in each block and its transpose) and
-        of the scalings."""
+    def held_bytes(self) -> int:
+        """Bytes of the torch forms, counted from the part: the blocks and their transposes (a symmetric local
+        block once, known once the blocks or row groups are built), row pointers, values (the shared ones, or
+        the weights in each) and the row scaling."""
+        sz = self.sizes()
+        w = np.dtype(csr_index_dtype(sz["nnz"], (sz["rows"], sz["cols"]))).itemsize
+        stored = 2 * sz["nnz"] - (sz["local_nnz"] if self.symmetric else 0)
+        values = 4 * self._ones_length() if self.unit else 4 * stored
         scales = 0 if self.row_scale is None else 4 * len(self.row_scale)
-        return scales + (4 * self._ones_length() if self.unit else 8 * self.sizes()["nnz"])
+        return (sz["rows"] + 1 + sz["cols"] + 1) * w + stored * w + values + scales
 
     @property
     def unit_values(self):
@@ -358,6 +364,7 @@ class BlockMatrix:
             local = _torch(loc, unit)
             t = _transpose_if_not_symmetric(loc)
             local_t = local if t is None else _torch(t, unit)
+            self.symmetric = t is None
             del loc, t
             nbs = []
             for rows, m in self.neighbour_scipy():
@@ -395,21 +402,22 @@ class BlockMatrix:
 
     def sizes(self) -> dict:
         """Shape figures of the whole aggregation (local + neighbour blocks), without building the torch forms:
-        ``nnz`` (self loops included, duplicates summed as stored), ``rows`` (n + rows of every neighbour
-        block), ``cols`` (n + width of every neighbour block)."""
+        ``nnz`` (self loops included, duplicates summed as stored; ``local_nnz`` of the local block), ``rows`` (n +
+        rows of every neighbour block), ``cols`` (n + width of every neighbour block)."""
         if self._sizes is None:
             if self._torch is not None:
                 local, _, nbs = self._torch
-                nnz = local._nnz() + sum(nb.mat._nnz() for nb in nbs)
+                local_nnz = local._nnz()
+                nnz = local_nnz + sum(nb.mat._nnz() for nb in nbs)
                 rows = self.num_owned + sum(len(nb.rows) for nb in nbs)
                 cols = self.num_owned + sum(nb.mat.shape[1] for nb in nbs)
             else:
-                nnz = self.local_scipy().nnz
+                nnz = local_nnz = self.local_scipy().nnz
                 nbs = self.neighbour_scipy()
                 nnz += sum(m.nnz for _, m in nbs)
                 rows = self.num_owned + sum(len(r) for r, _ in nbs)
                 cols = self.num_owned + sum(m.shape[1] for _, m in nbs)
-            self._sizes = dict(nnz=int(nnz), rows=int(rows), cols=int(cols))
+            self._sizes = dict(nnz=int(nnz), local_nnz=int(local_nnz), rows=int(rows), cols=int(cols))
         return self._sizes
 
     def chunks(self, rows_per_chunk: int) -> list:
@@ -499,7 +507,7 @@ def row_groups(bm: "BlockMatrix") -> tuple[RowGroup, RowGroup]:
     unit = bm.unit_values
     groups = []
     loc_all = bm.local_scipy()
-    symmetric = _transpose_if_not_symmetric(loc_all) is None
+    symmetric = bm.symmetric = _transpose_if_not_symmetric(loc_all) is None
     nbs = bm.neighbour_scipy()
     built = {}      # (row group, column group) -> torch CSR of that sub-block
     for g, (lo, hi) in enumerate(((0, nb), (nb, n))):
