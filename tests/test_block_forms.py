@@ -129,3 +129,46 @@ def test_held_bytes_count_the_forms_as_built(one_rank):
                 storages[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
         held = sum(storages.values()) + (0 if bm.row_scale is None else bm.row_scale.numel() * 4)
         assert held <= bm.held_bytes() <= 1.05 * held, (kind, held, bm.held_bytes())
+
+
+@pytest.mark.parametrize("slice_entries", [1 << 18, 50])
+@pytest.mark.parametrize("unit", [False, True])
+def test_column_pieces_keep_only_their_rows_and_sum_to_the_block(unit, slice_entries, monkeypatch):
+    """A neighbour block split by message pieces stores, per piece, only the rows with an entry in it, or every row
+    where most have one (together O(entries + rows), not pieces x rows), and the pieces' products added in order
+    equal the whole block's product; their transposes are row ranges of the block's transpose."""
+    import scipy.sparse as sp
+
+    import g3mpi.ops.blocks as blocks_mod
+    from g3mpi.ops.blocks import _transpose, _torch, block_pieces, piece_product
+    monkeypatch.setattr(blocks_mod, "_PIECE_SLICE", slice_entries)     # one slice of rows, or many
+    rng = np.random.default_rng(11)
+    r, c, e = 500, 300, 1200
+    m = sp.csr_matrix((rng.random(e).astype(np.float32), (rng.integers(0, r, e), rng.integers(0, c, e))),
+                      shape=(r, c))
+    m.sort_indices()
+    ones = torch.ones(m.nnz)
+    as_unit = (lambda k: ones[:k]) if unit else None
+    if unit:
+        m.data[:] = 1
+    mat, mat_t = _torch(m, as_unit), _transpose(m, as_unit)
+    bounds = np.array([0, 7, 8, 120, 120, 300])    # a one-column piece, an empty one, two with most rows
+    fwd, bwd = block_pieces(mat, mat_t, bounds, as_unit)
+    assert len(fwd) == len(bwd) == len(bounds) - 1
+    h = torch.randn(c, 5)
+    acc = None
+    for k, (piece, (a, b)) in enumerate(zip(fwd, zip(bounds[:-1], bounds[1:]))):
+        rows, pm = piece
+        sub = m[:, a:b].tocsr()
+        has = np.flatnonzero(np.diff(sub.indptr))
+        if 2 * len(has) >= r:   # most rows: all of them, no row list
+            assert rows is None
+            np.testing.assert_array_equal(pm.to_dense().numpy(), sub.toarray())
+        else:
+            assert np.array_equal(rows.numpy(), has)
+            np.testing.assert_array_equal(pm.to_dense().numpy(), sub[has].toarray())
+        if unit:
+            assert pm.values().untyped_storage().data_ptr() == ones.untyped_storage().data_ptr()
+        acc = piece_product(acc, piece, h[a:b], r)
+        np.testing.assert_array_equal(bwd[k].to_dense().numpy(), sub.T.toarray())
+    np.testing.assert_allclose(acc.numpy(), m @ h.numpy(), rtol=1e-5, atol=1e-6)

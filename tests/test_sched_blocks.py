@@ -364,6 +364,7 @@ def test_pipelined_schedule_computes_landed_blocks_between_chunks_and_sends_fini
     schedule that never polled (no overlap at all) and a backward that sent each buffer before computing it
     passed every test."""
     import g3mpi.ops.aggregate as aggregate_mod
+    import g3mpi.ops.blocks as blocks_mod
     import g3mpi.ops.exchange as exchange_mod
     a, ro, boundary, diag = make()
     n, k, F = a.shape[0], len(ro) - 1, 3
@@ -378,6 +379,7 @@ def test_pipelined_schedule_computes_landed_blocks_between_chunks_and_sends_fini
         return real(mat, x, out)
     monkeypatch.setattr(aggregate_mod, "spmm", spmm)
     monkeypatch.setattr(exchange_mod, "spmm", spmm)
+    monkeypatch.setattr(blocks_mod, "spmm", spmm)      # (the neighbour blocks' products: ``piece_product``)
     slices = [slice(int(ro[i]), int(ro[i + 1])) for i in range(k)]
     halo_grad = np.full((int(ro[-1]), F), np.nan, np.float32)
     agg, ex = aggregation(bm, ro, F, Schedule("pipelined", chunk_rows=7), events=events,

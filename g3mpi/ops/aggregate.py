@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .blocks import spmm
+from .blocks import piece_product, spmm
 from .exchange import HaloRound
 from .graph import DistGraph
 
@@ -79,11 +79,8 @@ class Aggregation:
 
         def compute(landed):
             for i, k in landed:     # piece k of neighbour i: its columns of the block, accumulated in order
-                mats = nbs[i].pieces(bounds[i])[0]
-                if k == 0:
-                    parts[i] = spmm(mats[0], rnd.halo(i, 0))
-                else:
-                    parts[i].addmm_(mats[k], rnd.halo(i, k))
+                parts[i] = piece_product(parts[i] if k else None, nbs[i].pieces(bounds[i])[0][k], rnd.halo(i, k),
+                                         len(nbs[i].rows))
 
         if sched.waits_first:       # the baseline: every message, then each block whole
             for i in rnd.rest():

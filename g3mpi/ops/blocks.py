@@ -116,36 +116,92 @@ def _row_range(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
     return torch_csr(crow[a:b + 1] - lo, t.col_indices()[lo:hi], t.values()[lo:hi], (b - a, t.shape[1]))
 
 
+#: entries of a block handled at a time when it is split into column pieces (bounds the temporaries)
+_PIECE_SLICE = 1 << 18
+
+
 def _column_pieces(m: torch.Tensor, bounds, unit=None) -> list:
-    """The column ranges ``bounds[k] .. bounds[k+1]-1`` of a torch CSR [r, c] (sorted indices), each a CSR
-    [r, width of the range] with its columns counted from the range's start, entries in the same order
-    (``unit``: a pattern's shared values, as :func:`_torch`)."""
+    """The column ranges ``bounds[k] .. bounds[k+1]-1`` of a torch CSR [r, c] (sorted indices): per range k,
+    (``rows``: the rows of ``m`` with an entry in it, CSR [len(rows), width of the range] of those rows, its
+    columns counted from the range's start, entries in the same order), or (None, CSR [r, width]) where at least
+    half the rows have an entry (a row pointer, 4 bytes, costs less than a listed row's 8). So the pieces together
+    hold O(entries + rows), not O(pieces x rows). Two passes over slices of rows (count, then fill arrays made
+    once at their final size), so the temporaries stay a few MB (``unit``: a pattern's shared values, as
+    :func:`_torch`)."""
     bounds = np.asarray(bounds, dtype=np.int64)
     kk, r = len(bounds) - 1, m.shape[0]
-    crow, col, val = m.crow_indices().numpy(), m.col_indices().numpy(), m.values().numpy()
-    piece = np.searchsorted(bounds, col, side="right") - 1
-    order = np.argsort(piece, kind="stable")    # by piece, then (row, column) as stored
-    rows = np.repeat(np.arange(r, dtype=np.int64), np.diff(crow))
-    counts = np.bincount(piece * r + rows, minlength=kk * r).reshape(kk, r)
-    ends = np.cumsum(counts.sum(axis=1))
+    crow, col = m.crow_indices().numpy(), m.col_indices().numpy()
+    val = None if unit is not None else m.values().numpy()
+
+    def slices():   # (first row, end row, piece of each entry, row of each entry counted from the first)
+        a = 0
+        while a < r:
+            b = min(r, max(a + 1, int(np.searchsorted(crow, crow[a] + _PIECE_SLICE, side="right")) - 1))
+            c = col[int(crow[a]):int(crow[b])]
+            piece = np.searchsorted(bounds, c, side="right") - 1
+            rows = np.repeat(np.arange(b - a, dtype=np.int64), np.diff(crow[a:b + 1]))
+            yield a, b, piece, rows
+            a = b
+
+    entries, nrows = np.zeros(kk, np.int64), np.zeros(kk, np.int64)
+    for a, b, piece, rows in slices():
+        entries += np.bincount(piece, minlength=kk)
+        nrows += np.bincount(np.unique(piece * (b - a) + rows) // (b - a), minlength=kk)
+    dense = 2 * nrows >= r
+    cols = [np.empty(int(entries[k]), dtype=col.dtype) for k in range(kk)]
+    vals = None if val is None else [np.empty(int(entries[k]), dtype=np.float32) for k in range(kk)]
+    ptrs = [np.zeros(r + 1 if dense[k] else int(nrows[k]) + 1, dtype=np.int64) for k in range(kk)]
+    lists = [None if dense[k] else np.empty(int(nrows[k]), dtype=np.int32 if r < 2 ** 31 else np.int64)
+             for k in range(kk)]
+    at_e, at_r = np.zeros(kk, np.int64), np.zeros(kk, np.int64)
+    for a, b, piece, rows in slices():
+        e0 = int(crow[a])
+        for k in np.unique(piece):
+            sel = np.flatnonzero(piece == k)
+            n_e = len(sel)
+            cols[k][at_e[k]:at_e[k] + n_e] = col[e0 + sel] - bounds[k]
+            if vals is not None:
+                vals[k][at_e[k]:at_e[k] + n_e] = val[e0 + sel]
+            at_e[k] += n_e
+            cnt = np.bincount(rows[sel], minlength=b - a)
+            if dense[k]:
+                ptrs[k][a + 1:b + 1] = cnt
+            else:
+                nz = np.flatnonzero(cnt)
+                lists[k][at_r[k]:at_r[k] + len(nz)] = nz + a
+                ptrs[k][at_r[k] + 1:at_r[k] + 1 + len(nz)] = cnt[nz]
+                at_r[k] += len(nz)
     out = []
     for k in range(kk):
-        sel = order[ends[k] - counts[k].sum():ends[k]]
-        ptr = np.zeros(r + 1, dtype=np.int64)
-        np.cumsum(counts[k], out=ptr[1:])
-        out.append(torch_csr(ptr, col[sel] - bounds[k], val[sel] if unit is None else unit(len(sel)),
-                             (r, int(bounds[k + 1] - bounds[k]))))
+        np.cumsum(ptrs[k], out=ptrs[k])
+        v = unit(len(cols[k])) if vals is None else vals[k]
+        shape = (r if dense[k] else len(lists[k]), int(bounds[k + 1] - bounds[k]))
+        out.append((None if dense[k] else torch.from_numpy(lists[k]), torch_csr(ptrs[k], cols[k], v, shape)))
     return out
 
 
+def piece_product(acc: torch.Tensor | None, piece, h: torch.Tensor, rows: int) -> torch.Tensor:
+    """``acc`` (None before the first piece: zeros [rows, F]) plus one column piece's product with its halo rows
+    ``h``; ``piece`` = (its rows, or None for every row; its CSR), an element of :func:`block_pieces`' first
+    list."""
+    idx, mat = piece
+    if idx is None:
+        return spmm(mat, h) if acc is None else acc.addmm_(mat, h)
+    if acc is None:
+        acc = h.new_zeros(rows, h.shape[1])
+    if len(idx):
+        acc.index_add_(0, idx, spmm(mat, h))
+    return acc
+
+
 def block_pieces(mat: torch.Tensor, mat_t: torch.Tensor, bounds, unit=None) -> tuple[list, list]:
-    """A neighbour block split by the pieces of its message (row bounds ``bounds`` within the halo slice): the
-    column ranges of ``mat`` (forward: piece k's product ``mats[k] @ halo[bounds[k]:bounds[k+1]]``) and the row
-    ranges of ``mat_t`` (backward: piece k of the halo gradient; row ranges share ``mat_t``'s storage, and each
-    row is computed as in one product, bit for bit). One piece: the matrices themselves. ``unit``: as
-    :func:`_torch`."""
+    """A neighbour block split by the pieces of its message (row bounds ``bounds`` within the halo slice): its
+    column ranges (forward: piece k's product with ``halo[bounds[k]:bounds[k+1]]``, :func:`piece_product`; each
+    (rows or None, CSR), :func:`_column_pieces`) and the row ranges of ``mat_t`` (backward: piece k of the halo
+    gradient; row ranges share ``mat_t``'s storage, and each row is computed as in one product, bit for bit).
+    One piece: ``[(None, mat)], [mat_t]``. ``unit``: as :func:`_torch`."""
     if len(bounds) <= 2:
-        return [mat], [mat_t]
+        return [(None, mat)], [mat_t]
     return _column_pieces(mat, bounds, unit), [_row_range(mat_t, int(a), int(b))
                                                for a, b in zip(bounds[:-1], bounds[1:])]
 
@@ -511,16 +567,14 @@ def row_groups(bm: "BlockMatrix") -> tuple[RowGroup, RowGroup]:
     nbs = bm.neighbour_scipy()
     built = {}      # (row group, column group) -> torch CSR of that sub-block
     for g, (lo, hi) in enumerate(((0, nb), (nb, n))):
-        loc = loc_all[lo:hi]
         local, local_t = [], []
         for c, (c0, c1) in enumerate(((0, nb), (nb, n))):
-            sub = loc[:, c0:c1].tocsr()
+            sub = loc_all[lo:hi, c0:c1].tocsr()     # (one copy: scipy slices rows and columns at once)
             built[g, c] = _torch(sub, unit)
             local.append(built[g, c])
             # symmetric: the transpose of sub-block (g, c) is sub-block (c, g), built already or built next
             local_t.append(None if symmetric else _transpose(sub, unit))
             del sub
-        del loc
         blocks = []
         for nb_rows, sp_blk in nbs:
             a, b = np.searchsorted(nb_rows, (lo, hi))

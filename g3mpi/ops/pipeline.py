@@ -30,7 +30,7 @@ import torch
 
 from g3mpi.sched.layers import Between, RowwiseLayer
 
-from .blocks import spmm
+from .blocks import piece_product, spmm
 from .exchange import HaloRound
 
 
@@ -139,8 +139,8 @@ def _neighbour_products(rnd: HaloRound, op: _LocalProduct, B, I) -> tuple[list, 
             h = rnd.halo(i, p)
             for grp, parts in ((B, parts_b), (I, parts_i)):
                 if grp.nb[i] is not None:
-                    mat = grp.nb_pieces(i, bounds[i])[0][p]
-                    parts[i] = spmm(mat, h) if p == 0 else parts[i].addmm_(mat, h)
+                    parts[i] = piece_product(parts[i] if p else None, grp.nb_pieces(i, bounds[i])[0][p], h,
+                                             len(grp.nb[i][0]))
     return parts_b, parts_i
 
 
