@@ -36,3 +36,18 @@ def test_edge_mask_and_eval_mode():
     assert torch.equal(edge_keep_mask(k, 0, dst[[2, 0]], src[[2, 0]], 4, 0.6), m[[2, 0]])
     x = torch.randn(4, 3)
     assert node_dropout(x, k, 0, torch.arange(4), 0.5, training=False) is x
+
+
+def test_a_column_range_drops_as_those_columns_of_the_whole():
+    """``node_dropout`` of columns ``first ..`` (a multiple of 4) equals those columns of the whole input's, bit for
+    bit (GCN makes its dropped input a column block at a time); other starts are refused."""
+    import pytest
+    key = DropoutKey(seed=3, epoch=2)
+    ids = torch.arange(5, 5 + 300) * 7
+    x = torch.randn(300, 19)
+    whole = node_dropout(x, key, 0, ids, 0.5, True)
+    for a, b in ((0, 8), (8, 16), (16, 19), (4, 7)):
+        part = node_dropout(x[:, a:b], key, 0, ids, 0.5, True, first=a)
+        assert torch.equal(part, whole[:, a:b]), (a, b)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        node_dropout(x[:, 3:8], key, 0, ids, 0.5, True, first=3)

@@ -18,6 +18,8 @@ from .rowwise import RowwiseAggLayer
 
 
 class GCNLayer(RowwiseAggLayer):
+    input_product_is_aggregate = True
+
     def __init__(self, graph: DistGraph, in_dim: int, out_dim: int, name: str = "gcn"):
         super().__init__()
         self.in_dim, self.out_dim = in_dim, out_dim

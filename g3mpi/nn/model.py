@@ -84,18 +84,19 @@ class GNN(nn.Module):
                              f"{tuple(halo.shape)}")
         self._halo = (x, x._version, halo, dtype)
 
-    def _halo_of(self, x: torch.Tensor, key: DropoutKey | None):
-        """``halo(i)``: receive neighbour i's kept halo rows of ``x``, float32, dropped as layer 0's input in this
-        pass; None where no halo of this ``x`` is kept."""
+    def _halo_of(self, x: torch.Tensor, key: DropoutKey | None, cols: slice = slice(None)):
+        """``halo(i)``: receive neighbour i's kept halo rows of ``x`` (its columns ``cols``), float32, dropped as
+        layer 0's input in this pass; None where no halo of this ``x`` is kept."""
         h = self._halo
         if h is None or h[0] is not x or h[1] != x._version:
             return None
         plan, ids, stored, dtype = self.graph.plan, self.graph.halo_ids, h[2], h[3]
+        first = cols.start or 0
 
         def halo(i):
             rows = plan.recv_slice(i)
-            block = torch.from_numpy(widen(stored[rows], dtype))
-            return node_dropout(block, key, 0, ids[rows], self.dropout, self.training)
+            block = torch.from_numpy(widen(stored[rows, cols], dtype))
+            return node_dropout(block, key, 0, ids[rows], self.dropout, self.training, first)
         return halo
 
     def _input_product(self, x: torch.Tensor, key: DropoutKey | None, groups=None):
@@ -110,6 +111,8 @@ class GNN(nn.Module):
             if halo is None:
                 return None
             with torch.no_grad():
+                if getattr(self.convs[0], "input_product_is_aggregate", False):
+                    return self._dropped_product(x, key, groups)
                 return self._product(node_dropout(x, key, 0, self.graph.orig_ids, self.dropout, True), halo, groups)
         c = self._cached
         if c is None or c[0] is not x or c[1] != x._version or c[2] is not groups:
@@ -118,6 +121,26 @@ class GNN(nn.Module):
                 val = self._product(x, halo, groups)
             c = self._cached = (x, x._version, groups, val)
         return c[3]
+
+    #: feature columns of the dropped input made at a time (a multiple of 4, the dropout masks' column groups)
+    DROP_COLUMNS = 8
+
+    def _dropped_product(self, x: torch.Tensor, key: DropoutKey, groups):
+        """Layer 0's input product of ``x`` under this pass's dropout (its input product being its aggregate), made
+        DROP_COLUMNS feature columns at a time, so that no dropped copy of the whole input exists: the same values
+        (each output column is its own sums)."""
+        n, F = x.shape
+        sizes = (n,) if groups is None else (groups[0].size, groups[1].size)
+        outs = [x.new_empty(r, F) for r in sizes]
+        for f0 in range(0, F, self.DROP_COLUMNS):
+            cols = slice(f0, min(F, f0 + self.DROP_COLUMNS))
+            xd = node_dropout(x[:, cols], key, 0, self.graph.orig_ids, self.dropout, True, f0)
+            got = self._product(xd, self._halo_of(x, key, cols), groups)
+            del xd
+            for out, o in zip(outs, (got,) if groups is None else got):
+                out[:, cols] = o
+            del got
+        return outs[0] if groups is None else tuple(outs)
 
     def _product(self, x: torch.Tensor, halo, groups):
         """Layer 0's input product of ``x``, its halo rows from ``halo(i)`` (None: through its exchange), whole or

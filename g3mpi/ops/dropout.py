@@ -51,12 +51,16 @@ class DropoutKey:
         return _mix(h, ids >> np.uint64(32))
 
 
-def _keep(rk: np.ndarray, width: int, p: float) -> torch.Tensor:
-    """Row keys [n] -> bool mask [n, width] of the kept entries. One splitmix64 finaliser per row key and group of
-    four columns gives four 16-bit uniforms (resolution 2^-16 on p)."""
+def _keep(rk: np.ndarray, width: int, p: float, first: int = 0) -> torch.Tensor:
+    """Row keys [n] -> bool mask [n, width] of the kept entries of columns ``first .. first+width-1`` (``first`` a
+    multiple of 4). One splitmix64 finaliser per row key and group of four columns gives four 16-bit uniforms
+    (resolution 2^-16 on p), so a column range's mask is that range of the whole mask."""
+    if first % 4:
+        raise ValueError(f"dropout mask columns must start at a multiple of 4, not {first}")
     groups = (width + 3) // 4
+    g0 = first // 4
     z = rk.astype(np.uint64)[:, None] * _U64(0x100000001B3) + \
-        (np.arange(1, groups + 1, dtype=np.uint64) * _U64(0x9E3779B97F4A7C15))[None, :]
+        (np.arange(g0 + 1, g0 + groups + 1, dtype=np.uint64) * _U64(0x9E3779B97F4A7C15))[None, :]
     z ^= z >> _U64(30)
     z *= _U64(0xBF58476D1CE4E5B9)
     z ^= z >> _U64(27)
@@ -120,8 +124,10 @@ def edge_keep_mask(key: DropoutKey, layer: int, dst_ids, src_ids, heads: int, p:
 
 
 def node_dropout(x: torch.Tensor, key: DropoutKey | None, layer: int, ids, p: float,
-                 training: bool) -> torch.Tensor:
-    """Dropout of node features ``x`` [n, F] whose rows are the nodes ``ids`` (original IDs)."""
+                 training: bool, first: int = 0) -> torch.Tensor:
+    """Dropout of node features ``x`` [n, F] whose rows are the nodes ``ids`` (original IDs); ``x`` may be the
+    columns ``first ..`` of the layer's input (``first`` a multiple of 4): the same values as those columns of
+    the whole input's dropout."""
     if not training or p <= 0 or key is None:
         return x
-    return _NodeDropout.apply(x, _keep(key.row_keys(layer, 0, ids), x.shape[1], p), p)
+    return _NodeDropout.apply(x, _keep(key.row_keys(layer, 0, ids), x.shape[1], p, first), p)
