@@ -1,9 +1,9 @@
 #!/bin/bash
-# A symmetric local block stored once and SAGE's mean as a pattern with a row scaling (this change) against the
-# code before (7c2edfa), side by side: GCN and SAGE 2 x 64, dropout 0.5, 2 ranks bound to cores, R-MAT 20 (EF 16,
-# symmetrized, F 32, C 8) in 2 parts (default method), --remat none and cheap, the two codes alternating, two
-# rounds. OLD: a checkout of 7c2edfa, put first on PYTHONPATH. Prints and writes matrices-rmat20-2ranks.json
-# beside the runs (the record adds three more GCN rounds of the same command and the medians over all rounds).
+# The checkout's code (a symmetric local block stored once, SAGE's mean as a pattern with a row scaling, message
+# pieces of O(entries + rows), GCN's dropped input a column block at a time) against the code before (7c2edfa),
+# side by side: GCN and SAGE 2 x 64, dropout 0.5, 2 ranks bound to cores, R-MAT 20 (EF 16, symmetrized, F 32,
+# C 8) in 2 parts (default method), --remat none and cheap, the two codes alternating, two rounds. OLD: a checkout
+# of 7c2edfa, put first on PYTHONPATH. Prints and writes matrices-rmat20-2ranks.json beside the runs.
 set -euo pipefail
 W=${W:-/tmp/m41}
 OLD=${OLD:-/tmp/old}
@@ -28,7 +28,7 @@ meta = json.load(open(f'{W}/p2/meta.json'))
 owned = [p['owned'] for p in meta['parts']]
 base = 356 << 20
 out = dict(graph=f'{W}/rmat20.h5 (R-MAT 20, EF 16, symmetrized, F 32, C 8), 2 parts ' + meta.get('method', '?'),
-           parts_owned=owned, baseline_bytes=base, old='7c2edfa', new='symmetric local blocks once, mean as row scaling')
+           parts_owned=owned, baseline_bytes=base, old='7c2edfa', new='the checkout')
 for model in ('gcn', 'sage'):
     for r in ('none', 'cheap'):
         for code in ('old', 'new'):
