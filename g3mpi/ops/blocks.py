@@ -91,22 +91,23 @@ def _torch(m: sp.csr_matrix, unit=None) -> torch.Tensor:
     return torch_csr(m.indptr, m.indices, unit(m.nnz), m.shape)
 
 
-def _transpose(m: sp.csr_matrix, unit=None) -> torch.Tensor:
-    """torch CSR of ``m.T`` (scipy's CSR -> CSC conversion: columns come out with sorted rows); ``unit``: as
-    :func:`_torch`."""
-    t = m.T.tocsr()
-    return torch_csr(t.indptr, t.indices, t.data if unit is None else unit(t.nnz), t.shape)
-
-
-def _transpose_if_not_symmetric(m: sp.csr_matrix) -> sp.csr_matrix | None:
-    """``m.T`` as a scipy CSR with sorted indices, or None where it equals ``m`` entry for entry (a square block
-    with sorted indices; values compared bit for bit, so a product with either is the same)."""
+def _scipy_transpose(m: sp.csr_matrix) -> sp.csr_matrix:
+    """``m.T`` as a scipy CSR with sorted indices (scipy's CSR -> CSC conversion: columns come out with sorted
+    rows)."""
     t = m.T.tocsr()
     t.sort_indices()
-    if (m.shape[0] == m.shape[1] and np.array_equal(m.indptr, t.indptr) and np.array_equal(m.indices, t.indices)
-            and np.array_equal(m.data, t.data)):
-        return None
     return t
+
+
+def _transpose(m: sp.csr_matrix, unit=None) -> torch.Tensor:
+    """torch CSR of ``m.T``; ``unit``: as :func:`_torch`."""
+    return _torch(_scipy_transpose(m), unit)
+
+
+def _same(a: sp.csr_matrix, b: sp.csr_matrix) -> bool:
+    """Two CSR with sorted indices hold the same entries (values bit for bit: a product with either is the same)."""
+    return (a.shape == b.shape and np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+            and np.array_equal(a.data, b.data))
 
 
 def _row_range(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
@@ -265,7 +266,8 @@ class BlockMatrix:
     ``values`` are the weights of the part's CSR entries (None = 1), or a function returning them, called
     whenever a scipy form is built and not kept (4 bytes an edge less for the rank's whole run); ``diag`` the
     weights of added self loops (None = no self loops; a row weighted 0 gets no entry). The arrays are kept by
-    reference (the part's own arrays: no copy). Where every weight is 1 (``unit``) the torch forms share one array of ones.
+    reference (the part's own arrays: no copy). Where every weight is 1 (``unit``) the torch forms share one
+    array of ones.
 
     ``row_scale`` [n] (float32, or None = 1) completes the weights to ``w_ij = row_scale[i] * A_ij``: the
     aggregation is ``scale_out(A @ [h_own; h_halo])``.
@@ -418,9 +420,9 @@ class BlockMatrix:
             unit = self.unit_values
             loc = self.local_scipy()
             local = _torch(loc, unit)
-            t = _transpose_if_not_symmetric(loc)
-            local_t = local if t is None else _torch(t, unit)
-            self.symmetric = t is None
+            t = _scipy_transpose(loc)
+            self.symmetric = _same(loc, t)
+            local_t = local if self.symmetric else _torch(t, unit)
             del loc, t
             nbs = []
             for rows, m in self.neighbour_scipy():
@@ -561,20 +563,22 @@ def row_groups(bm: "BlockMatrix") -> tuple[RowGroup, RowGroup]:
     (``bm.local_scipy``), not from ``bm``'s torch blocks, which stay unbuilt unless something else needs them."""
     n, nb = bm.num_owned, bm.num_boundary
     unit = bm.unit_values
-    groups = []
+    spans = ((0, nb), (nb, n))
     loc_all = bm.local_scipy()
-    symmetric = bm.symmetric = _transpose_if_not_symmetric(loc_all) is None
+    # sub-block (row group, column group), one copy each (scipy slices rows and columns at once); the whole
+    # local block is freed before the neighbour blocks are made
+    subs = {(g, c): loc_all[lo:hi, c0:c1].tocsr() for g, (lo, hi) in enumerate(spans)
+            for c, (c0, c1) in enumerate(spans)}
+    del loc_all
+    trans = {key: _scipy_transpose(sub) for key, sub in subs.items()}
+    # symmetric where the transpose of every sub-block (g, c) is sub-block (c, g): then it serves as that transpose
+    symmetric = bm.symmetric = all(_same(trans[g, c], subs[c, g]) for g, c in subs)
+    built = {key: _torch(sub, unit) for key, sub in subs.items()}
+    built_t = {(g, c): built[c, g] for g, c in subs} if symmetric else {k: _torch(t, unit) for k, t in trans.items()}
+    del subs, trans
     nbs = bm.neighbour_scipy()
-    built = {}      # (row group, column group) -> torch CSR of that sub-block
-    for g, (lo, hi) in enumerate(((0, nb), (nb, n))):
-        local, local_t = [], []
-        for c, (c0, c1) in enumerate(((0, nb), (nb, n))):
-            sub = loc_all[lo:hi, c0:c1].tocsr()     # (one copy: scipy slices rows and columns at once)
-            built[g, c] = _torch(sub, unit)
-            local.append(built[g, c])
-            # symmetric: the transpose of sub-block (g, c) is sub-block (c, g), built already or built next
-            local_t.append(None if symmetric else _transpose(sub, unit))
-            del sub
+    groups = []
+    for g, (lo, hi) in enumerate(spans):
         blocks = []
         for nb_rows, sp_blk in nbs:
             a, b = np.searchsorted(nb_rows, (lo, hi))
@@ -586,10 +590,7 @@ def row_groups(bm: "BlockMatrix") -> tuple[RowGroup, RowGroup]:
             blocks.append((torch.from_numpy(pos.astype(np.int64)), _torch(sub, unit),
                            _transpose_at(sub, pos, hi - lo, unit)))
             del sub
-        groups.append(RowGroup(start=lo, stop=hi, local=tuple(local), local_t=tuple(local_t), nb=blocks,
-                               _pieces=_PieceCache(unit)))
-    del loc_all, nbs
-    if symmetric:
-        for g, grp in enumerate(groups):
-            grp.local_t = (built[0, g], built[1, g])
+        groups.append(RowGroup(start=lo, stop=hi, local=(built[g, 0], built[g, 1]),
+                               local_t=(built_t[g, 0], built_t[g, 1]), nb=blocks, _pieces=_PieceCache(unit)))
+    del nbs
     return groups[0], groups[1]
