@@ -35,6 +35,8 @@ class Layer(nn.Module):
     output_free = False
     #: its aggregation of the input needs no parameter (the stack may cache it for a constant input)
     input_product_free = False
+    #: that cached product is the aggregate alone (GCN), so the model may make it a few feature columns at a time
+    input_product_is_aggregate = False
 
     @classmethod
     def build(cls, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, last: bool, name: str, **_):

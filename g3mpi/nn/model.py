@@ -111,7 +111,7 @@ class GNN(nn.Module):
             if halo is None:
                 return None
             with torch.no_grad():
-                if getattr(self.convs[0], "input_product_is_aggregate", False):
+                if self.convs[0].input_product_is_aggregate:
                     return self._dropped_product(x, key, groups)
                 return self._product(node_dropout(x, key, 0, self.graph.orig_ids, self.dropout, True), halo, groups)
         c = self._cached

@@ -15,8 +15,6 @@ class RowwiseAggLayer(Layer):
     #: its backward does not need its output (in-place activation); see ``GATLayer`` for a layer that is not
     #: row-wise and needs it
     output_free = True
-    #: ``input_product_rows`` is the aggregate alone (GCN), so the product can be made column by column
-    input_product_is_aggregate = False
 
     @property
     def aggregation(self):

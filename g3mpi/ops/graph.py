@@ -79,8 +79,8 @@ def _gcn_weights(part, dinv_of=_gcn_dinv) -> np.ndarray:
     return _edge_weights(part.indptr, part.indices, lambda r, c: dinv[r] * dinv[c])
 
 
-def _mean_weights(part, inv_of=_mean_inv) -> np.ndarray:
-    inv = inv_of(part)
+def _mean_weights(part) -> np.ndarray:
+    inv = _mean_inv(part)
     return _edge_weights(part.indptr, part.indices, lambda r, c: inv[r])
 
 
