@@ -8,10 +8,11 @@ reference or variants with each other. A variant is a schedule, a chunk size (0 
 maximum random extra delay per message in seconds (random completion orders), ``nocache`` to turn the
 model's input cache off, ``pieceN`` for messages in pieces of about N bytes (``Schedule.piece_bytes``), and
 ``staged`` for every layer's exchange staged through host buffers as on a GPU rank, the CPU standing in
-(``g3mpi.ops.staging``), ``dropP`` for dropout P on every layer's input (the passes keyed by epoch 1, 2, ...),
-``halo`` for the model keeping its input's halo rows (``GNN.keep_input_halo``, fetched once as the part stores
-them; what the trainer does), ``rematN`` for the row-wise blocks between aggregations recomputed in backward, N
-rows at a time (``remat``: the default chunk).
+(``g3mpi.ops.staging``), ``dropP`` for dropout P on every layer's input and GAT's attention (the passes keyed
+by epoch 1, 2, ...), ``halo`` for the model keeping its input's halo rows (``GNN.keep_input_halo``, fetched once
+as the part stores them; what the trainer does), ``rematN`` for the row-wise blocks between aggregations
+recomputed in backward, N rows at a time, and GAT's per-edge terms, by chunks of about N edges (``remat``: the
+default chunks).
 """
 from __future__ import annotations
 
@@ -27,20 +28,22 @@ from g3mpi.format import read_meta, read_part
 from g3mpi.nn import GNN
 from g3mpi.format.features import widen
 from g3mpi.ops import DistGraph, DropoutKey
+from g3mpi.ops import gat as g3gat
 from g3mpi.ops import remat as g3remat
 from g3mpi.ops.staging import Stager
 from g3mpi.sched import Schedule
 from g3mpi.sched.schedule import PIECE_BYTES
 
 HIDDEN, HEADS = 8, 3
-DEFAULT_REMAT_ROWS = g3remat.CHUNK_ROWS
+DEFAULT_REMAT_ROWS, DEFAULT_REMAT_EDGES = g3remat.CHUNK_ROWS, g3gat.REMAT_EDGES
 
 
 def build(model, graph, part, seed=0, hidden=HIDDEN, input_cache=True, dropout=0.0, remat=False):
+    """(GAT: ``dropout`` on the attention coefficients too.)"""
     torch.manual_seed(seed)
     return GNN(graph, model, part.feature_dim, hidden, part.num_classes, layers=3 if model != "gat" else 2,
                heads=HEADS, out_heads=2, activation="relu" if model != "gat" else "elu", input_cache=input_cache,
-               dropout=dropout, remat=remat)
+               dropout=dropout, attn_dropout=dropout, remat=remat)
 
 
 def main(argv=None):
@@ -75,6 +78,7 @@ def main(argv=None):
         drop = [float(f[len("drop"):]) for f in flags if f.startswith("drop")]
         remat = [f for f in flags if f.startswith("remat")]
         g3remat.CHUNK_ROWS = int(remat[0][len("remat"):] or DEFAULT_REMAT_ROWS) if remat else DEFAULT_REMAT_ROWS
+        g3gat.REMAT_EDGES = int(remat[0][len("remat"):] or DEFAULT_REMAT_EDGES) if remat else DEFAULT_REMAT_EDGES
         for model in a.models.split(","):
             net = build(model, graph, part, hidden=a.hidden, input_cache="nocache" not in flags,
                         dropout=drop[0] if drop else 0.0, remat=bool(remat))

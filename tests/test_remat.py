@@ -3,7 +3,8 @@ computed again there, by row chunks (``g3mpi.ops.remat``). The same logits and g
 everything (whole tensors, within 1e-6: parameter gradients are sums over the chunks), in one process and on P
 ranks under the pipelined and blocking schedules, with dropout (its masks are drawn again, keyed by node ID),
 for the built-in GCN and SAGE and for a user model (docs/examples/user_gcn.py); and what autograd keeps is what
-the module says."""
+the module says. GAT and the public ``Attention`` keep no per-edge term and compute them again in backward
+(``g3mpi.ops.gat``): the same values, and PyG's on several ranks."""
 from __future__ import annotations
 
 import importlib.util
@@ -150,17 +151,90 @@ def test_remat_equals_kept_in_process(one_rank, small_chunks, model):
         assert saved[1] <= saved[0] * (0.6 if model == "sage" else 1 / 3), saved
 
 
-def test_gat_is_not_rematerialised(one_rank):
+@pytest.fixture
+def small_edge_chunks(monkeypatch):
+    from g3mpi.ops import gat
+    monkeypatch.setattr(gat, "REMAT_EDGES", 40)
+
+
+@pytest.mark.parametrize("api", ["gat", "attention"])
+def test_gat_remat_equals_kept_in_process(one_rank, small_edge_chunks, api):
+    """GAT (8 heads) and the public ``Attention`` with ``remat``: three training steps with feature and attention
+    dropout, the per-edge terms computed again in backward by chunks of about 40 edges: logits and every gradient
+    within 1e-6 of autograd keeping them, evaluation's logits too, and autograd keeps no per-edge tensor."""
+    from g3mpi import nn as gnn
     from g3mpi.nn import GNN
+    from g3mpi.ops import DropoutKey
     part, graph = one_rank
-    assert not GNN(graph, "gat", part.feature_dim, 8, part.num_classes, remat=True).remat
+    x = torch.from_numpy(part.features.copy())
+    y = torch.from_numpy(part.labels).clamp(min=0)
+    H, C = 8, 4
+    edges = graph.blocks("gat").local_dst.shape[0]
+
+    class UserGAT(torch.nn.Module):     # one attention layer written with the public primitives
+        def __init__(self, remat):
+            super().__init__()
+            self.lin = torch.nn.Linear(part.feature_dim, H * C)
+            self.att = torch.nn.Parameter(torch.randn(2, H, C) * 0.3)
+            self.attention = gnn.Attention(graph, H, C, dropout=0.3, remat=remat)
+            self.out = torch.nn.Linear(H * C, part.num_classes)
+
+        def forward(self, x, key=None):
+            h = self.lin(x).view(-1, H, C)
+            a = (h.unsqueeze(1) * self.att).sum(-1)
+            return self.out(F.elu(self.attention(h, a[:, 0], a[:, 1], key).reshape(-1, H * C)))
+
+    nets = []
+    for remat in (False, True):
+        torch.manual_seed(0)
+        nets.append(GNN(graph, "gat", part.feature_dim, C, part.num_classes, layers=2, heads=H, dropout=0.5,
+                        attn_dropout=0.3, activation="elu", remat=remat) if api == "gat" else UserGAT(remat))
+    if api == "attention":
+        nets[1].attention.site = nets[0].attention.site     # (sites are numbered per graph in construction order)
+    opts = [torch.optim.SGD(n.parameters(), lr=0.05) for n in nets]
+    for epoch in range(3):
+        outs, saved = [], []
+        for net, opt in zip(nets, opts):
+            net.train()
+            opt.zero_grad()
+            shapes = []
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: shapes.append(tuple(t.shape)) or t, lambda t: t):
+                out = net(x, DropoutKey(3, epoch))
+            F.cross_entropy(out, y).backward()
+            outs.append([out.detach()] + [p.grad.clone() for p in net.parameters()])
+            saved.append(shapes)
+            opt.step()
+        for a, b in zip(*outs):
+            assert rel_err(a.numpy(), b.numpy()) <= 1e-6
+        # without remat autograd keeps [edges, H] tensors (scores, weights, masks); with it, none
+        per_edge = [s for s in saved[0] if s[:1] == (edges,)]
+        assert per_edge and not [s for s in saved[1] if s[:1] == (edges,)], saved[1]
+    with torch.no_grad():
+        for net in nets:
+            net.eval()
+        assert rel_err(nets[0](x).numpy(), nets[1](x).numpy()) <= 1e-6
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_geometric") is None, reason="torch_geometric missing")
+def test_gat_remat_equals_pyg(tmp_path):
+    """GAT with ``remat`` on 3 ranks, pipelined and blocking, chunks of about 5 edges: logits and every gradient
+    within 1e-5 of PyG's ``GATConv`` stack on the whole graph."""
+    from tests.test_models_exact import check_against_pyg
+    g = random_graph(seed=5)
+    partition(g, 3, tmp_path / "parts")
+    variants = ("pipelined:0:0:remat5", "blocking:-1:0:remat5")
+    run_mpi(3, "tests.mpi_exact", tmp_path / "parts", tmp_path / "out.npz", "--models", "gat", "--variants",
+            ",".join(variants))
+    res = np.load(tmp_path / "out.npz")
+    for v in variants:
+        check_against_pyg(res, g, f"{v}/gat", "gat")
 
 
 @pytest.mark.parametrize("P", [2, 3])
 def test_remat_equals_kept_multi_rank(P, tmp_path):
     """On P ranks, pipelined (the boundary and interior rows' segments apart) and blocking, with dropout, the
-    input halo kept or exchanged, and segments of 5 rows: logits and every gradient within 1e-6 of autograd
-    keeping everything; GAT (not row-wise) is unchanged."""
+    input halo kept or exchanged, and segments of 5 rows (GAT: attention dropout, chunks of about 5 edges):
+    logits and every gradient within 1e-6 of autograd keeping everything."""
     g = random_graph(n=160, f=6, seed=P)
     partition(g, P, tmp_path / "parts", seed=P)
     base = "blocking:-1:0:nocache:drop0.4"
@@ -171,7 +245,7 @@ def test_remat_equals_kept_multi_rank(P, tmp_path):
     assert_variants_equal(np.load(tmp_path / "out.npz"), base, variants, ("gcn", "sage", "gat"))
 
 
-@pytest.mark.parametrize("model", ["gcn", "sage"])
+@pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
 def test_memory_model_counts_what_remat_keeps(one_rank, model):
     """RUNTIME.md's activations term with ``remat`` (g3mpi.train.memory.rank_memory) against the bytes autograd
     keeps in a training forward with dropout: within 15 %, and below the term without remat."""
@@ -181,15 +255,16 @@ def test_memory_model_counts_what_remat_keeps(one_rank, model):
     part, graph = one_rank
     x = torch.from_numpy(part.features.copy())
     torch.manual_seed(0)
-    net = GNN(graph, model, part.feature_dim, 64, part.num_classes, layers=3, dropout=0.5, remat=True)
+    net = GNN(graph, model, part.feature_dim, 64 if model != "gat" else 16, part.num_classes, layers=3, heads=4,
+              dropout=0.5, attn_dropout=0.5, remat=True, activation="elu" if model == "gat" else "relu")
     net.train()
     train = torch.from_numpy(part.train_mask)
     y = torch.from_numpy(part.labels).clamp(min=0)
     _, kept = _saved_bytes(lambda: F.cross_entropy(net(x, DropoutKey(1, 1))[train], y[train]))
     kept -= x.untyped_storage().nbytes()    # the input (the part term holds it)
     n = part.num_owned
-    args = dict(owned=n, halo=0, send=0, edges=int(part.indptr[-1]), feature_dim=part.feature_dim, hidden=64,
-                num_classes=part.num_classes, layers=3)
+    args = dict(owned=n, halo=0, send=0, edges=int(part.indptr[-1]), feature_dim=part.feature_dim,
+                hidden=64 if model != "gat" else 16, num_classes=part.num_classes, layers=3, heads=4)
     modelled = rank_memory(model, remat=True, **args)["activations"]
     assert 0.85 * kept <= modelled <= 1.15 * kept, (modelled, kept)
     assert modelled < rank_memory(model, **args)["activations"]

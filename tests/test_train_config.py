@@ -161,10 +161,10 @@ NO_EFFECT = [
                 "aggregates"),
     ("--no-input-cache", "input-cache = false", dict(input_cache=False), dict(model="gat"), 2,
      dict(input_cache_applies=False), NO_CACHE + "GAT's first layer weighs its input before it aggregates"),
-    ("--remat cheap", 'remat = "cheap"', dict(remat="cheap"), dict(model="gat"), 2, {},
-     "only the plain GCN and SAGE stacks recompute what lies between their aggregations: the gat model keeps it"),
+    ("--remat cheap", 'remat = "cheap"', dict(remat="cheap"), dict(model="appnp"), 2, {},
+     "only the plain GCN, SAGE and GAT stacks recompute what they keep for backward: the appnp model keeps it"),
     ("--remat cheap", 'remat = "cheap"', dict(remat="cheap"), dict(residual=True), 2, {},
-     "only the plain GCN and SAGE stacks recompute what lies between their aggregations: the recipe stack "
+     "only the plain GCN, SAGE and GAT stacks recompute what they keep for backward: the recipe stack "
      "(docs/RECIPES.md) keeps it"),
     ("--checkpoint-every 10", "checkpoint_every = 10", dict(checkpoint_every=10), dict(epochs=10), 2, {},
      "the run ends at epoch 10, where the checkpoint is written anyway"),

@@ -58,7 +58,7 @@ SMOKE = {
     "user-model": (1024, 12_000, "16,32,32,4", 1, "rmat"),
 }
 MODELS = {"vs-pyg": "gcn,sage,gat", "kernels": "gcn,sage", "bytes": "gcn,sage", "schedules": "gcn,gat",
-          "scaling": "gcn", "memory": "gcn,sage", "partitions": "gcn", "user-model": "gcn"}
+          "scaling": "gcn", "memory": "gcn,sage,gat", "partitions": "gcn", "user-model": "gcn"}
 RANKS = {"bytes": 4, "schedules": 4, "memory": 2, "partitions": 4, "user-model": 2}
 
 

@@ -4,6 +4,8 @@
     alpha_ij = softmax over in-edges j -> i incl. the self loop of LeakyReLU(a_src[j] + a_dst[i])
     out_i = concat_h or mean_h ( sum_j dropout(alpha_ij) x'_j ) + bias
 
+With ``remat`` (``--remat cheap``) no per-edge term is kept for backward: ``g3mpi.ops.gat`` computes them again.
+
 x [n_owned, in] -> [n_owned, H*C] (concat) or [n_owned, C] (mean). Parameters ``lin.weight`` [H*C, in],
 ``att_src``/``att_dst`` [1, H, C], ``bias`` as in PyG. One message per neighbour carries x' and a_src together.
 """
@@ -35,6 +37,8 @@ class GATLayer(Layer):
     #: the layer contract (``g3mpi.nn.base.Layer``): heads and attention dropout apply; not row-wise (no
     #: inter-layer pipeline), its backward needs its output, and no product of its input is free of parameters
     attention = True
+    #: ``--remat cheap``: the attention keeps no per-edge term for backward and computes them again there
+    remat = False
 
     @classmethod
     def build(cls, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, last: bool, name: str, *,
@@ -50,6 +54,6 @@ class GATLayer(Layer):
         a_src = (h * self.att_src).sum(-1)
         a_dst = (h * self.att_dst).sum(-1)
         out = self.agg(h, a_src, a_dst, attn_dropout=self.attn_dropout, key=key, layer=layer,
-                       training=self.training)
+                       training=self.training, remat=self.remat)
         out = out.reshape(-1, self.H * self.C) if self.concat else out.mean(dim=1)
         return out + self.bias

@@ -71,6 +71,9 @@ class GNN(nn.Module):
         self.input_cache = bool(input_cache) and self.input_cache_applies
         #: recompute what lies between two aggregations in backward (``run_stack``'s ``remat``; row-wise layers)
         self.remat = bool(remat) and self.rowwise
+        for c in convs:     # attention layers recompute their per-edge terms instead
+            if c.attention:
+                c.remat = bool(remat)
         self._cached = None     # (input tensor, its version, row groups, layer 0's input product)
         self._halo = None       # (input tensor, its version, its halo rows as stored, their dtype's name)
 

@@ -9,9 +9,11 @@ attention, node dropout keyed by global node ID. Shapes: n = the rank's owned ro
     ``self_loops`` adds one per node: PyG's ``gcn_norm`` with ``add_remaining_self_loops``, and ``aggr`` over
     ``add_self_loops(remove_self_loops(edge_index))``).
 
-    Attention(graph, heads, channels, dropout)(x, a_src, a_dst, key)   x [n, H, C], a_src/a_dst [n, H] -> [n, H, C]
+    Attention(graph, heads, channels, dropout, remat)(x, a_src, a_dst, key)
+                                                   x [n, H, C], a_src/a_dst [n, H] -> [n, H, C]
         alpha_ij = softmax over j -> i and the self loop of LeakyReLU_0.2(a_src[j] + a_dst[i]),
         out_i = sum_j dropout(alpha_ij) x_j                (PyG ``GATConv``'s attention, before bias and heads)
+        remat: keep no per-edge term for backward, compute them again there (less memory, more time)
 
     Dropout(graph, p)(x, key[, rows])              x [n, *] -> [n, *]: node features dropped with masks keyed by
         (seed, epoch, site, original node ID): the same for every number of ranks
@@ -75,12 +77,14 @@ class Propagate(nn.Module):
 
 class Attention(nn.Module):
     """GAT-style multi-head attention over a node's in-edges and its self loop (module docstring): ``heads`` H,
-    ``channels`` C; ``dropout``: on the attention coefficients in training (keyed by both ends' original IDs)."""
+    ``channels`` C; ``dropout``: on the attention coefficients in training (keyed by both ends' original IDs);
+    ``remat``: the per-edge terms are computed again in backward instead of kept (``g3mpi.ops.gat``)."""
 
-    def __init__(self, graph: DistGraph, heads: int, channels: int, dropout: float = 0.0, name: str = ""):
+    def __init__(self, graph: DistGraph, heads: int, channels: int, dropout: float = 0.0, name: str = "",
+                 remat: bool = False):
         super().__init__()
         self.graph, self.heads, self.channels = graph, int(heads), int(channels)
-        self.dropout = float(dropout)
+        self.dropout, self.remat = float(dropout), bool(remat)
         self.site = _new_site(graph)
         self.agg = GATAggregation(graph, self.heads, self.channels, name=name or f"attention{self.site - SITE_BASE}")
 
@@ -91,10 +95,10 @@ class Attention(nn.Module):
             raise ValueError(f"attention: expected x [{n}, {H}, {C}], a_src and a_dst [{n}, {H}], got "
                              f"{tuple(x.shape)}, {tuple(a_src.shape)}, {tuple(a_dst.shape)}")
         return self.agg(x, a_src, a_dst, attn_dropout=self.dropout, key=key, layer=self.site,
-                        training=self.training)
+                        training=self.training, remat=self.remat)
 
     def extra_repr(self) -> str:
-        return f"heads={self.heads}, channels={self.channels}, dropout={self.dropout}"
+        return f"heads={self.heads}, channels={self.channels}, dropout={self.dropout}, remat={self.remat}"
 
 
 class Dropout(nn.Module):

@@ -18,18 +18,32 @@ the normalised weights ``alpha_ij = p_ij exp(m_b - M) / den_i`` (``head_spmm``'s
 cancels to zero over a row) stays as exact as PyG's. Differentiating ``num / den`` instead takes the
 denominator's share from <grad out_i, out_i>, rounded differently: gradients of ``att_src``/``att_dst`` came
 out 10-20x less accurate than PyG's (up to 2e-5 relative on 150-node graphs).
+
+With ``remat`` (``--remat cheap``) nothing of size edges x heads outlives the call: forward keeps the rows' softmax
+maximum and inverse denominator [n, H] and the inputs (the halo stays in the exchange's buffer), and backward
+computes the per-edge terms again, by row chunks of about ``REMAT_EDGES`` edges, in three passes over the blocks:
+    gx_j  = sum_i alpha_ij k_ij g_i                      (the transposed product, one [e, H] weight array at a time)
+    u_ij  = alpha_ij k_ij <g_i, x_j>,  t_i = sum_j u_ij    (SDDMM; u kept per block until the last pass)
+    de_ij = (u_ij - alpha_ij t_i) LeakyReLU'(a_src[j] + a_dst[i]),  ga_src[j] += de_ij,  ga_dst[i] += de_ij
+k: the attention dropout's keep mask (keyed by both ends' IDs, drawn again). t_i sums the per-edge products as
+PyG's autograd does for its denominator, so the softmax gradient keeps PyG's accuracy. Neighbour blocks go first
+in the last pass and send their halo gradients (x' and a_src together) as soon as each is complete.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .blocks import spmm
 from .dropout import DropoutKey, edge_keep_mask
 from .exchange import HaloRound
 from .graph import DistGraph
 from .heads import HeadPattern, head_spmm
 
 NEGATIVE_SLOPE = 0.2
+#: edges a row chunk of the recomputing path (``remat``) holds: its [edges, H] temporaries stay a few MB
+REMAT_EDGES = 1 << 17
 
 
 def _partial(dst, src, pat: HeadPattern, x_src, a_src, a_dst_rows, n_rows: int, keep):
@@ -67,9 +81,12 @@ class GATAggregation:
         self.blocks = graph.blocks("gat")
         self.patterns = graph.head_patterns(self.H)   # (local, one per neighbour), shared by layers with H heads
         self.ex = graph.exchange(self.H * self.C + self.H, name=name)
+        self._round = None      # the round of the last ``remat`` forward (its halo is what backward reads)
 
     def __call__(self, x: torch.Tensor, a_src: torch.Tensor, a_dst: torch.Tensor, *, attn_dropout: float = 0.0,
-                 key: DropoutKey | None = None, layer: int = 0, training: bool = False) -> torch.Tensor:
+                 key: DropoutKey | None = None, layer: int = 0, training: bool = False,
+                 remat: bool = False) -> torch.Tensor:
+        """out [n, H, C] (module docstring); ``remat``: keep no per-edge term for backward, compute them again."""
         g, sched, ex, blk = self.graph, self.graph.schedule, self.ex, self.blocks
         n, H, C = g.num_owned, self.H, self.C
         drop = training and attn_dropout > 0 and key is not None
@@ -77,6 +94,9 @@ class GATAggregation:
         payload = torch.cat([x[:nb].reshape(nb, H * C), a_src[:nb]], dim=1)
         rnd = HaloRound(ex, sched)
         token = rnd.start(payload, grads=True)
+        if remat:
+            self._round = rnd
+            return _Remat.apply(x, a_src, a_dst, token, self, rnd, (key, layer, attn_dropout) if drop else None)
         k = ex.forward.num_recvs
         parts = [None] * k
         # each neighbour's destination terms taken in neighbour order, not arrival order: backward then adds
@@ -116,3 +136,202 @@ class GATAggregation:
         for i, nb in enumerate(blk.neighbours):
             out = out.index_add(0, nb.rows, _normalised(parts[i][2], scales[i + 1] * inv.index_select(0, nb.rows)))
         return rnd.join(out, token)
+
+
+# -- the recomputing path (``remat``) ------------------------------------------------------------------------------
+class _Block:
+    """One block of the recomputing path: its pattern, edges (dst in [0, r), src into the source rows), the
+    source rows' x [c*H, C] and a_src [c, H], its destination rows (None: all owned rows, the local block) and the
+    original IDs that key its attention dropout."""
+
+    def __init__(self, pat: HeadPattern, dst, src, xs, as_src, rows, dst_ids, src_ids):
+        self.pat, self.dst, self.src, self.rows = pat, dst, src, rows
+        self.xs = xs.reshape(pat.cols * pat.H, -1).contiguous()
+        self.as_src, self.dst_ids, self.src_ids = as_src, dst_ids, src_ids
+        self._chunks = None
+
+    def chunks(self) -> list:
+        """(first row, end row, first edge, end edge) of row chunks of about ``REMAT_EDGES`` edges each, rows
+        without edges left out."""
+        if self._chunks is None:
+            H = self.pat.H
+            e = self.pat.crow[::H].numpy() // H if H > 1 else self.pat.crow.numpy()
+            cut = np.searchsorted(e, np.arange(REMAT_EDGES, int(e[-1]), REMAT_EDGES))
+            bounds = np.unique(np.concatenate([[0], cut, [self.pat.rows]]))
+            self._chunks = [(int(a), int(b), int(e[a]), int(e[b])) for a, b in zip(bounds[:-1], bounds[1:])
+                            if e[b] > e[a]]
+        return self._chunks
+
+    def scores(self, a, b, lo, hi, ad_rows):
+        """(z, d): a_src[src] + a_dst[dst] [e, H] of the edges lo..hi (rows a..b) and their rows counted from a."""
+        d = self.dst[lo:hi] - a
+        z = self.as_src.index_select(0, self.src[lo:hi]).add_(ad_rows[a:b].index_select(0, d))
+        return z, d
+
+    def keep(self, drop, lo, hi, H):
+        if drop is None:
+            return None
+        key, layer, p = drop
+        return edge_keep_mask(key, layer, self.dst_ids[self.dst[lo:hi]], self.src_ids[self.src[lo:hi]], H, p)
+
+
+def _local_block(agg: GATAggregation, x, a_src) -> _Block:
+    g, blk = agg.graph, agg.blocks
+    return _Block(agg.patterns[0], blk.local_dst, blk.local_src, x, a_src, None, g.orig_ids, g.orig_ids)
+
+
+def _nb_block(agg: GATAggregation, rnd: HaloRound, i: int) -> _Block:
+    g, nb, H, C = agg.graph, agg.blocks.neighbours[i], agg.H, agg.C
+    h = rnd.halo(i)
+    return _Block(agg.patterns[1][i], nb.dst, nb.src, h[:, :H * C], h[:, H * C:], nb.rows, g.orig_ids[nb.rows],
+                  g.halo_orig_ids[agg.ex.plan.recv_slice(i)])
+
+
+def _forward_block(b: _Block, ad_rows, drop):
+    """A block's row max m, denominator and numerator [r, H, C] (the weights p * keep), by row chunks."""
+    r, H = b.pat.rows, b.pat.H
+    m, den = torch.full((r, H), float("-inf")), torch.zeros(r, H)
+    num = torch.zeros(r * H, b.xs.shape[1])
+    for a, e, lo, hi in b.chunks():
+        s, d = b.scores(a, e, lo, hi, ad_rows)
+        F.leaky_relu_(s, NEGATIVE_SLOPE)
+        mc = torch.full((e - a, H), float("-inf")).scatter_reduce_(0, d.unsqueeze(1).expand(-1, H), s, "amax",
+                                                                    include_self=True)
+        p = s.sub_(mc.index_select(0, d)).exp_()
+        m[a:e] = mc
+        den[a:e] = torch.zeros(e - a, H).index_add_(0, d, p)
+        keep = b.keep(drop, lo, hi, H)
+        if keep is not None:
+            p.mul_(keep)
+        spmm(b.pat.row_slice(a, e).matrix(p), b.xs, num[a * H:e * H])
+    return m, den, num.view(r, H, -1)
+
+
+def _alpha(b: _Block, a, e, lo, hi, ad_rows, M_rows, inv_rows):
+    """(alpha [e, H], z, d) of the edges lo..hi: the softmax weights without dropout."""
+    z, d = b.scores(a, e, lo, hi, ad_rows)
+    dst = b.dst[lo:hi]
+    alpha = F.leaky_relu(z, NEGATIVE_SLOPE).sub_(M_rows.index_select(0, dst)).exp_().mul_(
+        inv_rows.index_select(0, dst))
+    return alpha, z, d
+
+
+class _Remat(torch.autograd.Function):
+    """``GATAggregation`` with ``remat``: the module docstring's recomputing path."""
+
+    @staticmethod
+    def forward(ctx, x, a_src, a_dst, token, agg, rnd, drop):
+        sched, blk = agg.graph.schedule, agg.blocks
+        k = len(blk.neighbours)
+        for i in range(k):
+            rnd.expected[i] += 1
+        parts = [None] * k
+        ad_nb = [a_dst.index_select(0, nb.rows) for nb in blk.neighbours]
+
+        def compute(landed):
+            for i in landed:
+                parts[i] = _forward_block(_nb_block(agg, rnd, i), ad_nb[i], drop)
+
+        if sched.waits_first:
+            compute(rnd.rest())
+        m, den, out = _forward_block(_local_block(agg, x, a_src), a_dst, drop)
+        compute(rnd.landed())
+        compute(rnd.rest())
+        M = m.clone()
+        for i, nb in enumerate(blk.neighbours):
+            M[nb.rows] = torch.maximum(M[nb.rows], parts[i][0])
+        scale = torch.exp(m - M)
+        den.mul_(scale)
+        scales = []
+        for i, nb in enumerate(blk.neighbours):
+            scales.append(torch.exp(parts[i][0] - M[nb.rows]))
+            den.index_add_(0, nb.rows, parts[i][1] * scales[i])
+        inv = 1.0 / (den + 1e-16)
+        out.mul_((scale * inv).unsqueeze(-1))
+        for i, nb in enumerate(blk.neighbours):
+            out.index_add_(0, nb.rows, parts[i][2].mul_((scales[i] * inv.index_select(0, nb.rows)).unsqueeze(-1)))
+        ctx.agg, ctx.rnd, ctx.drop = agg, rnd, drop
+        ctx.save_for_backward(x, a_src, a_dst, M, inv)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        agg, rnd, drop = ctx.agg, ctx.rnd, ctx.drop
+        if agg._round is not rnd:
+            raise RuntimeError("GAT attention with remat: the layer ran forward again before this backward, so the "
+                               "halo it recomputes from is gone; run one forward per backward")
+        x, a_src, a_dst, M, inv = ctx.saved_tensors
+        blk, H, C = agg.blocks, agg.H, agg.C
+        n = x.shape[0]
+        g = g.contiguous()
+        nb_rows = [nb.rows for nb in blk.neighbours]
+        # per block: its destination rows' terms (g [r*H, C], a_dst, M, inv)
+        rows_of = [(g.view(n * H, C), a_dst, M, inv)] + [
+            (g.index_select(0, r).view(-1, C), a_dst.index_select(0, r), M.index_select(0, r), inv.index_select(0, r))
+            for r in nb_rows]
+        blocks = [_local_block(agg, x, a_src)] + [_nb_block(agg, rnd, i) for i in range(len(nb_rows))]
+        # pass 1: gx_j = sum_i alpha_ij k_ij g_i, one [e, H] weight array at a time
+        gxs = []
+        for b, (gr, ad, Mr, ir) in zip(blocks, rows_of):
+            w = torch.empty(b.pat.nnz, H)
+            for a, e, lo, hi in b.chunks():
+                alpha = _alpha(b, a, e, lo, hi, ad, Mr, ir)[0]
+                keep = b.keep(drop, lo, hi, H)
+                w[lo:hi] = alpha if keep is None else alpha.mul_(keep)
+            gxs.append(spmm(b.pat.matrix_t(w), gr).view(b.pat.cols, H, C) if b.pat.nnz else
+                       torch.zeros(b.pat.cols, H, C))
+            del w
+        # pass 2: u_ij = alpha_ij k_ij <g_i, x_j> (kept per block), t_i = sum_j u_ij
+        t = torch.zeros(n, H)
+        us = []
+        for j, (b, (gr, ad, Mr, ir)) in enumerate(zip(blocks, rows_of)):
+            u = torch.empty(b.pat.nnz, H)
+            tb = t if j == 0 else torch.zeros(b.pat.rows, H)
+            for a, e, lo, hi in b.chunks():
+                alpha, _, d = _alpha(b, a, e, lo, hi, ad, Mr, ir)
+                du = b.pat.row_slice(a, e).sddmm(gr[a * H:e * H], b.xs)
+                keep = b.keep(drop, lo, hi, H)
+                if keep is not None:
+                    du.mul_(keep)
+                u[lo:hi] = du.mul_(alpha)
+                tb[a:e].index_add_(0, d, u[lo:hi])
+            if j:
+                t.index_add_(0, nb_rows[j - 1], tb)
+            us.append(u)
+        # pass 3: the softmax and LeakyReLU gradients; neighbours first, each sends its halo gradient when done
+        ga_src, ga_dst = torch.zeros(n, H), torch.zeros(n, H)
+        for j in list(range(1, len(blocks))) + [0]:
+            b, (gr, ad, Mr, ir) = blocks[j], rows_of[j]
+            tr = t if j == 0 else t.index_select(0, nb_rows[j - 1])
+            gs = ga_src if j == 0 else torch.zeros(b.pat.cols, H)
+            gd = ga_dst if j == 0 else torch.zeros(b.pat.rows, H)
+            u = us[j]
+            for a, e, lo, hi in b.chunks():
+                alpha, z, d = _alpha(b, a, e, lo, hi, ad, Mr, ir)
+                de = u[lo:hi].sub_(alpha.mul_(tr.index_select(0, b.dst[lo:hi])))
+                de.mul_(torch.where(z > 0, 1.0, NEGATIVE_SLOPE))
+                gs.index_add_(0, b.src[lo:hi], de)
+                gd[a:e].index_add_(0, d, de)
+            us[j] = None
+            if j:
+                i = j - 1
+                ga_dst.index_add_(0, nb_rows[i], gd)
+                _send_halo_grad(rnd, i, gxs[j].view(-1, H * C), gs)
+                gxs[j] = None
+        return gxs[0], ga_src, ga_dst, g.new_zeros(0), None, None, None
+
+
+def _send_halo_grad(rnd: HaloRound, i: int, gx, ga) -> None:
+    """Neighbour i's halo gradient, x' and a_src side by side as its message carried them, into the exchange."""
+    b = rnd.ex.recv_pieces[i]
+    w = gx.shape[1]
+
+    def write(k, buf, first):
+        rows = slice(b[k], b[k + 1])
+        if first:
+            buf[:, :w].copy_(gx[rows])
+            buf[:, w:].copy_(ga[rows])
+        else:
+            buf[:, :w].add_(gx[rows])
+            buf[:, w:].add_(ga[rows])
+    rnd._share(i, write)

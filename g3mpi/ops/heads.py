@@ -82,6 +82,24 @@ class HeadPattern:
     def shape(self) -> tuple:
         return (self.rows * self.H, self.cols * self.H)
 
+    def edge_range(self, a: int, b: int) -> tuple[int, int]:
+        """The edges of rows [a, b): a range, as the block's CSR orders them."""
+        H = self.H
+        return int(self.crow[a * H]) // H, int(self.crow[b * H]) // H
+
+    def row_slice(self, a: int, b: int) -> "HeadPattern":
+        """The pattern of rows [a, b) alone (views of this one's arrays; no transpose): ``matrix`` and ``sddmm``
+        take the weights of those rows' edges (:meth:`edge_range`)."""
+        H = self.H
+        lo, hi = int(self.crow[a * H]), int(self.crow[b * H])
+        sub = object.__new__(HeadPattern)
+        sub.rows, sub.cols, sub.H, sub.nnz = b - a, self.cols, H, (hi - lo) // H
+        sub.crow = self.crow[a * H:b * H + 1] - lo
+        sub.col = self.col[lo:hi]
+        sub.perm = None if self.perm is None else self.perm[lo:hi] - lo
+        sub.crow_t = sub.col_t = sub.perm_t = None
+        return sub
+
     def _values(self, w: torch.Tensor, perm) -> torch.Tensor:
         flat = w.reshape(-1)
         return flat if perm is None else flat.index_select(0, perm)

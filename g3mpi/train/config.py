@@ -36,7 +36,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEVICES = ("cpu", "cuda", "auto")
 CUDA_AWARE = ("auto", "on", "off")
 #: --remat: none (autograd keeps what each op saves) | cheap (the row-wise blocks between two aggregations are
-#: recomputed in backward from the aggregate: g3mpi.ops.remat)
+#: recomputed in backward from the aggregate: g3mpi.ops.remat; GAT's per-edge attention terms: g3mpi.ops.gat)
 REMATS = ("none", "cheap")
 
 
@@ -89,7 +89,7 @@ class TrainConfig:
     chunk_rows: int = 0             # rows per aggregation chunk (0: from the feature width; <0: no chunking)
     sim_net: str = ""               # simulated network BANDWIDTH,LATENCY, e.g. "10Gbit,20us" ("" = off)
     input_cache: bool = True        # compute the first layer's aggregation of the constant input once (GNN)
-    remat: str = "none"             # none | cheap: recompute the row-wise blocks between aggregations in backward
+    remat: str = "none"             # none | cheap: recompute the row-wise blocks (GAT: per-edge terms) in backward
     release_memory: bool = False    # freed memory back to the system at once: lower peak RSS, slower epochs
     verify: bool = True             # check part-file checksums on load
     progress: bool = True           # tqdm line on rank 0
@@ -328,9 +328,9 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
             "the recipe stack (docs/RECIPES.md) does not keep one" if uses_recipe(cfg) else
             "GAT's first layer weighs its input before it aggregates" if layer.attention else
             "the first layer has more input features than outputs, so it multiplies by its weight before it aggregates")
-    if cfg.remat != "none" and not cfg.model_file and (cfg.model not in ("gcn", "sage") or uses_recipe(cfg)):
-        why["remat"] = "only the plain GCN and SAGE stacks recompute what lies between their aggregations: " + (
-            "the recipe stack (docs/RECIPES.md) keeps it" if cfg.model in ("gcn", "sage") else
+    if cfg.remat != "none" and not cfg.model_file and (cfg.model not in ("gcn", "sage", "gat") or uses_recipe(cfg)):
+        why["remat"] = "only the plain GCN, SAGE and GAT stacks recompute what they keep for backward: " + (
+            "the recipe stack (docs/RECIPES.md) keeps it" if cfg.model in ("gcn", "sage", "gat") else
             f"the {cfg.model} model keeps it")
     # (an evaluation-only run, epochs 0, saves them for a --resume that trains)
     if cfg.epochs and cfg.checkpoint_every >= cfg.epochs:

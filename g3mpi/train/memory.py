@@ -52,8 +52,8 @@ def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, fea
                 input_cache: bool = True, remat: bool = False, cut_edges: int = 0, symmetric: bool = False) -> dict:
     """Bytes of each term for one rank (``owned``, ``halo``, ``send`` rows, ``edges`` in-edges and ``cut_edges``
     of them from halo rows, as in meta.json's ``parts``; ``feature_bytes`` per stored feature, 2 for float16 and
-    bfloat16), with ``peak`` = baseline + data + activations twice + params. ``remat``: ``--remat cheap`` (GCN,
-    SAGE). ``symmetric``: the graph is (the local block shares its transpose)."""
+    bfloat16), with ``peak`` = baseline + data + activations twice + params. ``remat``: ``--remat cheap``.
+    ``symmetric``: the graph is (the local block shares its transpose)."""
     n, h, s, e, F, C = owned, halo, send, edges, feature_dim, num_classes
     widths = layer_widths(model, F, hidden, C, layers, heads, out_heads)
     part = part_bytes(owned=n, halo=h, send=s, edges=e, feature_dim=F)
@@ -74,7 +74,9 @@ def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, fea
     if model != "gat" and widths[0][0] <= widths[0][1] and input_cache:
         exchange += feature_bytes * h * F
     hidden_in = sum(a for a, _, _ in widths[1:])
-    if model == "gat":
+    if model == "gat" and remat:    # no per-edge term: the inputs, transformed rows, ELU, 4 [n, heads] terms a layer
+        activations = 4 * n * (1.25 * F + 3.25 * hidden_in + (widths[-1][2] + 3) * C + 4 * sum(k for _, _, k in widths))
+    elif model == "gat":
         activations = 4 * n * (F + 3.75 * hidden_in + 4 * C) + (e + n) * (16 * sum(k for _, _, k in widths) + 16)
     elif remat:   # each layer's aggregate (the narrower side) and SAGE's own term, below the last layer; the loss
         activations = 4 * n * (sum(min(a, b) + (b if model == "sage" else 0) for a, b, _ in widths[:-1]) + 3 * C)
