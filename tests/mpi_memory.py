@@ -85,7 +85,7 @@ def main() -> int:
     def inspect_then_close(self):
         tracemalloc.stop()   # (the inspection's own lists are not the run's)
         part = self.part
-        record.update(owned=part.num_owned, halo=part.num_halo, local_edges=int(part.indptr[-1]),
+        record.update(owned=part.num_owned, halo=part.num_halo, local_edges=part.num_local_edges,
                       num_nodes=part.num_nodes, largest=held_arrays()[:5])
         close(self)
 

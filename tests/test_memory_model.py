@@ -45,7 +45,8 @@ def test_blocks_with_weights_from_a_function_keep_none_and_equal_given_weights()
     diag = np.full(n, 0.5, dtype=np.float32)
     calls = []
 
-    def weights():
+    def weights(indptr, indices):
+        assert indptr is not None and len(indices) == a.nnz
         calls.append(1)
         return w.copy()
     given = BlockMatrix(a.indptr, a.indices, n, ro, 120, w, diag)

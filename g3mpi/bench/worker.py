@@ -278,7 +278,10 @@ def _variants(cfg: WorkerConfig, comm, part, meta: dict, trainers: list) -> tupl
         if d in ("g3", "g3-original", "user"):
             # (a user's model starts from the same seed: the user GCN from the built-in GCN's parameters)
             tc = train_cfg.replace(model_file=cfg.model_file) if d == "user" else train_cfg
-            tr = Trainer(tc, comm, part, meta, split_sizes)
+            # variants share the part and switch schedules: its edges stay unless one trainer runs one schedule,
+            # as g3-train does (then they go after the first forward, as there)
+            alone = len(cfg.designs) == 1 and len(cfg.schedules) == 1
+            tr = Trainer(tc, comm, part, meta, split_sizes, release_edges=alone)
             if d == "user":
                 tr.check_model_output()
             trainers.append(tr)
@@ -291,7 +294,7 @@ def _variants(cfg: WorkerConfig, comm, part, meta: dict, trainers: list) -> tupl
                 variants.append(Variant(name, d, s, tr.train_step, tr.logits, tr))
         else:
             if ref is None:
-                ref = Trainer(train_cfg, comm, part, meta, split_sizes)
+                ref = Trainer(train_cfg, comm, part, meta, split_sizes, release_edges=False)
                 trainers.append(ref)
             dims = [part.feature_dim] + [cfg.hidden] * (cfg.layers - 1) + [part.num_classes]
             rr = ReplicateAllRunner(part, comm, cfg.model, dims, ref.model.state_dict(), ref.split_sizes["train"])
@@ -316,7 +319,7 @@ def _rank_info(comm, part, ref: Trainer, rss: dict, theo: dict | None) -> dict:
     """This rank's partition figures, memory and exchange widths."""
     return dict(rank=comm.rank, cpus=sorted(os.sched_getaffinity(0)), owned=part.num_owned, halo=part.num_halo,
                 send=int(len(part.send_rows)),
-                local_edges=int(part.indptr[-1]), neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
+                local_edges=part.num_local_edges, neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
                 **rss, rss_peak=peak_rss_bytes(), rss_end_current=current_rss_bytes(), theoretical=theo,
                 exchanges={ex.name: ex.width for ex in ref.ctx.exchanges})
 

@@ -10,7 +10,8 @@ from .schema import FORMAT_VERSION, GRAPH_FORMAT, PARTITION_FORMAT, PARTITION_VE
 from .graph import (Graph, GraphWriter, check_csr, graph_fingerprint, graph_summary, load_graph, open_graph,
                     write_graph)
 from .partition import (META_NAME, NODE_MAP_NAME, PartData, check_part, owner_of, part_name, read_meta,
-                        read_node_map, read_part, write_meta, write_node_map, write_part)
+                        read_node_map, read_part, read_part_edges, write_meta, write_node_map,
+                        write_part)
 
 __all__ = [
     "FORMAT_VERSION", "GRAPH_FORMAT", "PART_FORMAT", "PARTITION_FORMAT", "PARTITION_VERSION", "FormatError",
@@ -18,5 +19,5 @@ __all__ = [
     "write_json", "Graph", "GraphWriter",
     "check_csr", "graph_fingerprint", "graph_summary", "load_graph", "open_graph", "write_graph", "META_NAME",
     "NODE_MAP_NAME", "PartData", "check_part", "owner_of", "part_name", "read_meta", "read_node_map", "read_part",
-    "write_meta", "write_node_map", "write_part",
+    "read_part_edges", "write_meta", "write_node_map", "write_part",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import zlib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -89,6 +90,54 @@ class PartData:
 
     def send_list(self, i: int) -> np.ndarray:
         return self.send_rows[self.send_offsets[i]:self.send_offsets[i + 1]]
+
+    @property
+    def num_local_edges(self) -> int:
+        """Entries of the local CSR (also once :meth:`release_edges` dropped it)."""
+        return int(self.indptr[-1]) if self.indptr is not None else self._num_local_edges
+
+    def release_edges(self) -> None:
+        """Drop the local CSR (``indptr`` and ``indices`` become None), remembering a CRC of each, so that
+        :func:`read_part_edges` can read them again and tell whether the file still holds the same ones."""
+        if self.indptr is None:
+            return
+        self._num_local_edges = int(self.indptr[-1])
+        self._edges_crc = (_crc(self.indptr), _crc(self.indices), self.indices.dtype.str)
+        self.indptr = self.indices = None
+
+
+def _crc(a: np.ndarray) -> int:
+    return zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"))
+
+
+def read_part_edges(dirpath, part: PartData) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr, indices)`` of ``part``'s file in ``dirpath`` read again after :meth:`PartData.release_edges`
+    (checked as :func:`read_part` checks them, and against what was released: FormatError naming the file when
+    it now holds other edges)."""
+    path = Path(dirpath) / part_name(part.part_id)
+    try:
+        with h5py.File(path, "r") as f:
+            if h5_attr_str(f.attrs.get("partition_id", "")) != part.partition_id:
+                raise FormatError(path, "belongs to another partition than the one this run loaded (replaced "
+                                        "during the run?)")
+            arrays = []
+            for k in ("indptr", "indices"):
+                if not isinstance(f.get(k), h5py.Dataset):
+                    raise FormatError(path, f"dataset {k!r} is missing")
+                a = np.asarray(f[k][()])
+                if a.dtype.kind not in "iu" or a.ndim != 1:
+                    raise FormatError(path, f"dataset {k!r} is not a one-dimensional integer array")
+                arrays.append(as_int64(path, k, a, keep_int32=k == "indices"))
+    except H5_READ_ERRORS as e:
+        raise unreadable(path, e) from None
+    indptr, indices = arrays
+    n = part.num_owned
+    if len(indptr) != n + 1 or len(indices) != part.num_local_edges:
+        raise FormatError(path, "its local CSR changed since this run loaded it (replaced during the run?)")
+    check_csr(path, indptr, indices, n + part.num_halo, "local CSR")
+    if (_crc(indptr), _crc(indices), indices.dtype.str) != part._edges_crc:
+        raise FormatError(path, "its local CSR changed since this run loaded it (replaced during the run?)")
+    return indptr, indices
 
 
 SCALARS = ("part_id", "num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes", "owned_start",

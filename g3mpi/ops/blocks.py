@@ -263,10 +263,12 @@ class NeighbourBlock:
 class BlockMatrix:
     """One rank's aggregation matrix split into blocks; built once per (part, edge weights).
 
-    ``values`` are the weights of the part's CSR entries (None = 1), or a function returning them, called
-    whenever a scipy form is built and not kept (4 bytes an edge less for the rank's whole run); ``diag`` the
+    ``values`` are the weights of the part's CSR entries (None = 1), or a function of ``(indptr, indices)``
+    returning them, called whenever a scipy form is built and not kept (4 bytes an edge less for the rank's whole
+    run); ``diag`` the
     weights of added self loops (None = no self loops; a row weighted 0 gets no entry). The arrays are kept by
-    reference (the part's own arrays: no copy). Where every weight is 1 (``unit``) the torch forms share one
+    reference (the part's own arrays: no copy) until :meth:`release_edges` hands them over to a function that
+    reads them again when a form is built later. Where every weight is 1 (``unit``) the torch forms share one
     array of ones.
 
     ``row_scale`` [n] (float32, or None = 1) completes the weights to ``w_ij = row_scale[i] * A_ij``: the
@@ -284,6 +286,8 @@ class BlockMatrix:
         self.num_owned = int(num_owned)
         self._indptr = np.asarray(indptr, dtype=np.int64)
         self._indices = np.asarray(indices)
+        self._reload = None     # after release_edges: () -> (indptr, indices), read again
+        self._ones_len = None
         self._values = values if values is None or callable(values) else np.asarray(values, dtype=np.float32)
         self._diag = None if diag is None else np.asarray(diag, dtype=np.float32)
         self._recv_offsets = np.asarray(recv_offsets, dtype=np.int64)
@@ -308,10 +312,25 @@ class BlockMatrix:
         return self._ones[:nnz]
 
     def _ones_length(self) -> int:
-        n, idx = self.num_owned, self._indices
-        loc = int(np.count_nonzero(idx < n))
-        diag = 0 if self._diag is None else int(np.count_nonzero(self._diag))
-        return max(loc + diag, len(idx) - loc, 1)
+        if self._ones_len is None:
+            n, idx = self.num_owned, self._edges()[1]
+            loc = int(np.count_nonzero(idx < n))
+            diag = 0 if self._diag is None else int(np.count_nonzero(self._diag))
+            self._ones_len = max(loc + diag, len(idx) - loc, 1)
+        return self._ones_len
+
+    def _edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The part's CSR ``(indptr, indices)``: held, or read again after :meth:`release_edges`."""
+        if self._indptr is not None:
+            return self._indptr, self._indices
+        indptr, indices = self._reload()
+        return np.asarray(indptr, dtype=np.int64), np.asarray(indices)
+
+    def release_edges(self, reload) -> None:
+        """Let go of the part's CSR: a form built from now on reads it with ``reload()`` (and drops it after)."""
+        self._ones_length()
+        self._indptr = self._indices = None
+        self._reload = reload
 
     def held_bytes(self) -> int:
         """Bytes of the torch forms, counted from the part: the blocks and their transposes (a symmetric local
@@ -336,15 +355,15 @@ class BlockMatrix:
         return y * self.row_scale[rows].to(device=y.device, dtype=y.dtype).unsqueeze(1)
 
     # -- scipy forms, built on demand from the part's arrays and dropped by the caller -------------------------
-    def _rows_of_edges(self) -> np.ndarray:
+    def _rows_of_edges(self, indptr) -> np.ndarray:
         dt = np.int32 if self.num_owned < 2 ** 31 else np.int64
-        return np.repeat(np.arange(self.num_owned, dtype=dt), np.diff(self._indptr))
+        return np.repeat(np.arange(self.num_owned, dtype=dt), np.diff(indptr))
 
-    def _edge_values(self, sel) -> np.ndarray:
+    def _edge_values(self, sel, indptr, indices) -> np.ndarray:
         if self._values is None:    # (a unit matrix's scipy forms carry int8 ones: its torch forms share theirs)
             return np.ones(int(np.count_nonzero(sel)) if sel.dtype == bool else len(sel),
                            dtype=np.int8 if self.unit else np.float32)
-        values = self._values() if callable(self._values) else self._values
+        values = self._values(indptr, indices) if callable(self._values) else self._values
         return np.asarray(values, dtype=np.float32)[sel]
 
     def local_scipy(self) -> sp.csr_matrix:
@@ -352,12 +371,12 @@ class BlockMatrix:
         separate entries (GAT's attention weighs each copy, as PyG's ``GATConv`` does; the weighted kinds sum
         them in the product either way). A fresh matrix: the caller drops it when done."""
         n = self.num_owned
-        idx = self._indices
+        indptr, idx = self._edges()
         is_loc = idx < n
-        rows = self._rows_of_edges()[is_loc]
+        rows = self._rows_of_edges(indptr)[is_loc]
         cols = idx[is_loc]
-        vals = self._edge_values(is_loc)
-        del is_loc
+        vals = self._edge_values(is_loc, indptr, idx)
+        del is_loc, indptr, idx
         cnt = np.bincount(rows, minlength=n)
         ptr = np.zeros(n + 1, dtype=np.int64)
         if self._diag is None:
@@ -392,12 +411,12 @@ class BlockMatrix:
         """Per receive neighbour i: (rows [r] int64: owned rows with an edge from i's halo slice, CSR [r, slice]
         with sorted indices). Fresh arrays."""
         n = self.num_owned
-        idx = self._indices
+        indptr, idx = self._edges()
         is_halo = idx >= n
-        hrows = self._rows_of_edges()[is_halo]
+        hrows = self._rows_of_edges(indptr)[is_halo]
         hcols = idx[is_halo] - n
-        hvals = self._edge_values(is_halo)
-        del is_halo
+        hvals = self._edge_values(is_halo, indptr, idx)
+        del is_halo, indptr, idx
         out = []
         ro = self._recv_offsets
         for i in range(len(ro) - 1):

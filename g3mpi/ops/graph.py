@@ -74,21 +74,24 @@ def _avg_inv(part, loops: bool) -> np.ndarray:
     return 1.0 / np.maximum(np.asarray(part.in_degree[:part.num_owned], np.float64) + float(loops), 1.0)
 
 
-def _gcn_weights(part, dinv_of=_gcn_dinv) -> np.ndarray:
+def _gcn_weights(part, indptr, indices, dinv_of=_gcn_dinv) -> np.ndarray:
     dinv = dinv_of(part)
-    return _edge_weights(part.indptr, part.indices, lambda r, c: dinv[r] * dinv[c])
+    return _edge_weights(indptr, indices, lambda r, c: dinv[r] * dinv[c])
 
 
-def _mean_weights(part) -> np.ndarray:
+def _mean_weights(part, indptr, indices) -> np.ndarray:
     inv = _mean_inv(part)
-    return _edge_weights(part.indptr, part.indices, lambda r, c: inv[r])
+    return _edge_weights(indptr, indices, lambda r, c: inv[r])
 
 
 class DistGraph:
-    def __init__(self, part, ctx: CommContext, schedule: Schedule | None = None, stager=None):
+    def __init__(self, part, ctx: CommContext, schedule: Schedule | None = None, stager=None, reload_edges=None):
         """``stager``: a :class:`~g3mpi.ops.staging.Stager` when the layers compute on device tensors (every
-        layer's exchange is then staged through host buffers); None: on the exchanges' own buffers."""
+        layer's exchange is then staged through host buffers); None: on the exchanges' own buffers.
+        ``reload_edges``: a function returning the part's local CSR ``(indptr, indices)`` read again from its file
+        (``g3mpi.format.read_part_edges``), which lets :meth:`release_edges` drop it; None: kept for the run."""
         self.part = part
+        self._reload_edges = reload_edges
         self.ctx = ctx
         self.stager = stager
         self.schedule = schedule or Schedule()
@@ -188,12 +191,29 @@ class DistGraph:
                 row = _avg_inv(p, loops)
                 diag = np.ones(n, dtype=np.float32) if loops else None
             elif kind == "gcn-noloops":
-                vals = partial(_gcn_weights, p, _gcn_dinv_noloops)
+                vals = partial(_gcn_weights, p, dinv_of=_gcn_dinv_noloops)
             elif kind != "sum":
                 raise ValueError(f"unknown aggregation kind {kind!r}")
-            self._blocks[kind] = BlockMatrix(p.indptr, p.indices, n, self.plan.recv_offsets, self.num_boundary,
-                                             vals, diag, None if row is None else row[:n])
+            released = p.indptr is None
+            indptr, indices = self._reload_edges() if released else (p.indptr, p.indices)
+            bm = BlockMatrix(indptr, indices, n, self.plan.recv_offsets, self.num_boundary, vals, diag,
+                             None if row is None else row[:n])
+            if released:
+                bm.release_edges(self._reload_edges)
+            self._blocks[kind] = bm
         return self._blocks[kind]
+
+    def release_edges(self) -> bool:
+        """Drop the part's local CSR (4 bytes an edge and 8 a row) once the forms the layers use are built, the
+        blocks reading it again from the part file for a form made later (a new schedule's chunks, a kind first
+        asked for now). Whether it was dropped: not without ``reload_edges``."""
+        if self._reload_edges is None:
+            return False
+        for bm in self._blocks.values():
+            if isinstance(bm, BlockMatrix):
+                bm.release_edges(self._reload_edges)
+        self.part.release_edges()
+        return True
 
     def matrices(self) -> list[BlockMatrix]:
         """The aggregation blocks built so far, one per edge weighting a layer asked for (read-only; the caches

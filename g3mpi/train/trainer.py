@@ -13,6 +13,7 @@ import copy
 import json
 import logging
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.format.errors import failure_reason
 from g3mpi.format.features import widen
 from g3mpi.format.limits import FLOAT32_SQUARE_LIMIT
-from g3mpi.format.partition import part_name
+from g3mpi.format.partition import part_name, read_part_edges
 from g3mpi.nn import build_model
 from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.sched import Schedule
@@ -56,17 +57,24 @@ def _no_mark(phase: str) -> None:
     """The phase mark of an epoch that is not recorded."""
 
 
+def _reload_edges(parts: str, part):
+    """The part's local CSR read again for a form built after it was dropped (``DistGraph.release_edges``)."""
+    log.info("reading the local CSR of part %d again from %s (a form first needed now)", part.part_id, parts)
+    return read_part_edges(parts, part)
+
+
 class Trainer:
     """Owns one rank's graph view, model and optimiser. ``comm`` is injected; every rank calls the same methods."""
 
     def __init__(self, cfg: TrainConfig, comm, part, meta: dict, split_sizes: dict, stop=None,
-                 watchdog: Watchdog | None = None, hooks: TestHooks | None = None):
+                 watchdog: Watchdog | None = None, hooks: TestHooks | None = None, release_edges: bool = True):
         """``split_sizes``: the training, validation and test nodes of the whole graph
         (:func:`g3mpi.train.startup.start_up_sums`, which every caller runs before building a model). ``stop``: a
         :class:`~g3mpi.train.stop.StopSignals` (or anything with a ``received`` attribute): when set on any rank,
         :meth:`fit` stops after the current epoch with a checkpoint. ``watchdog`` (on ``comm``, with
         ``cfg.comm_timeout``) and ``hooks`` are the caller's when it has them (g3-train's start-up uses them too),
-        else made here."""
+        else made here. ``release_edges``: drop the part's local CSR after the first training forward (the forms
+        the layers use are built by then; one made later reads it again from ``cfg.parts``)."""
         self.cfg, self.comm, self.part, self.meta = cfg, comm, part, meta
         self.stop = stop
         #: this rank's start-up phases (:class:`~.phases.Phases`), which g3-train sets: summary.json's "startup"
@@ -81,7 +89,9 @@ class Trainer:
         self.recorder = Recorder(comm.rank, *clock_offset(self.watchdog)) if self.timeline_epoch > 0 else None
         self.ctx = CommContext(comm, simnet, watchdog=self.watchdog if self.watchdog.active else None,
                                recorder=self.recorder)
-        self.graph = DistGraph(part, self.ctx, Schedule(cfg.schedule, cfg.chunk_rows))
+        self.graph = DistGraph(part, self.ctx, Schedule(cfg.schedule, cfg.chunk_rows),
+                               reload_edges=partial(_reload_edges, cfg.parts, part) if release_edges else None)
+        self._edges_kept = True
         torch.manual_seed(cfg.seed)
         self.out_dim = output_dim(cfg.task, part.num_classes)
         try:
@@ -200,6 +210,8 @@ class Trainer:
         self.model.train()
         self.opt.zero_grad(set_to_none=False)
         logits = self.model(self.x, DropoutKey(self.cfg.seed, epoch))
+        if self._edges_kept:    # (4 bytes an edge from here on, backward's peak included)
+            self._edges_kept = not self.graph.release_edges()
         mark("loss")
         loss = loss_sum(self.cfg.task, logits, self.y, self.masks["train"]) / max(self.loss_terms, 1)
         loss = self.hooks.corrupt_loss(epoch, loss)
