@@ -43,6 +43,36 @@ def _saved_bytes(fn) -> int:
     return out, sum(seen.values())
 
 
+def _saved_shapes(fn):
+    """The shapes of the tensors autograd keeps for backward while ``fn()`` runs."""
+    shapes = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: shapes.append(tuple(t.shape)) or t, lambda t: t):
+        out = fn()
+    return out, shapes
+
+
+def _train_alike(nets, x, y, record, check, steps: int = 3):
+    """``steps`` SGD steps of nets[0] (autograd keeping everything) and nets[1] (remat), dropout keyed alike:
+    at every step the logits and every parameter gradient within 1e-6 (whole tensors), and ``check(kept,
+    remat)`` on what ``record(fn)`` (fn's result and what it records of autograd) saw of each net's forward."""
+    from g3mpi.ops import DropoutKey
+    opts = [torch.optim.SGD(n.parameters(), lr=0.05) for n in nets]
+    for epoch in range(steps):
+        outs, saved = [], []
+        for net, opt in zip(nets, opts):
+            net.train()
+            opt.zero_grad()
+            out, rec = record(lambda: net(x, DropoutKey(3, epoch)))
+            F.cross_entropy(out, y).backward()
+            outs.append([out.detach()] + [p.grad.clone() for p in net.parameters()])
+            saved.append(rec)
+            opt.step()
+        assert len(outs[0]) == len(outs[1])
+        for a, b in zip(*outs):
+            assert rel_err(a.numpy(), b.numpy()) <= 1e-6
+        check(*saved)
+
+
 def test_segment_equals_autograd(small_chunks):
     """A segment with a None input and a None output, an input that needs a gradient, one that does not, and
     parameters: its outputs, the input's gradient and the parameters' gradients equal autograd's."""
@@ -118,7 +148,6 @@ def test_remat_equals_kept_in_process(one_rank, small_chunks, model):
     gradients within 1e-6 at every step, and autograd keeps at most a third of the bytes (SAGE: 0.6, it keeps
     each layer's own term beside the aggregate)."""
     from g3mpi.nn import GNN
-    from g3mpi.ops import DropoutKey
     part, graph = one_rank
     x = torch.from_numpy(part.features.copy())
     y = torch.from_numpy(part.labels).clamp(min=0)
@@ -135,20 +164,10 @@ def test_remat_equals_kept_in_process(one_rank, small_chunks, model):
         for a, b in zip(nets[0].drops, nets[1].drops):
             b.site = a.site
     assert model == "user" or (not nets[0].remat and nets[1].remat)
-    opts = [torch.optim.SGD(n.parameters(), lr=0.05) for n in nets]
-    for epoch in range(3):
-        outs, saved = [], []
-        for net, opt in zip(nets, opts):
-            net.train()
-            opt.zero_grad()
-            out, b = _saved_bytes(lambda: net(x, DropoutKey(3, epoch)))
-            F.cross_entropy(out, y).backward()
-            outs.append([out.detach()] + [p.grad.clone() for p in net.parameters()])
-            saved.append(b)
-            opt.step()
-        for a, b in zip(*outs):
-            assert rel_err(a.numpy(), b.numpy()) <= 1e-6
-        assert saved[1] <= saved[0] * (0.6 if model == "sage" else 1 / 3), saved
+
+    def keeps_less(kept, remat):
+        assert remat <= kept * (0.6 if model == "sage" else 1 / 3), (kept, remat)
+    _train_alike(nets, x, y, _saved_bytes, keeps_less)
 
 
 @pytest.fixture
@@ -164,7 +183,6 @@ def test_gat_remat_equals_kept_in_process(one_rank, small_edge_chunks, api):
     within 1e-6 of autograd keeping them, evaluation's logits too, and autograd keeps no per-edge tensor."""
     from g3mpi import nn as gnn
     from g3mpi.nn import GNN
-    from g3mpi.ops import DropoutKey
     part, graph = one_rank
     x = torch.from_numpy(part.features.copy())
     y = torch.from_numpy(part.labels).clamp(min=0)
@@ -191,24 +209,11 @@ def test_gat_remat_equals_kept_in_process(one_rank, small_edge_chunks, api):
                         attn_dropout=0.3, activation="elu", remat=remat) if api == "gat" else UserGAT(remat))
     if api == "attention":
         nets[1].attention.site = nets[0].attention.site     # (sites are numbered per graph in construction order)
-    opts = [torch.optim.SGD(n.parameters(), lr=0.05) for n in nets]
-    for epoch in range(3):
-        outs, saved = [], []
-        for net, opt in zip(nets, opts):
-            net.train()
-            opt.zero_grad()
-            shapes = []
-            with torch.autograd.graph.saved_tensors_hooks(lambda t: shapes.append(tuple(t.shape)) or t, lambda t: t):
-                out = net(x, DropoutKey(3, epoch))
-            F.cross_entropy(out, y).backward()
-            outs.append([out.detach()] + [p.grad.clone() for p in net.parameters()])
-            saved.append(shapes)
-            opt.step()
-        for a, b in zip(*outs):
-            assert rel_err(a.numpy(), b.numpy()) <= 1e-6
+
+    def no_per_edge_term(kept, remat):
         # without remat autograd keeps [edges, H] tensors (scores, weights, masks); with it, none
-        per_edge = [s for s in saved[0] if s[:1] == (edges,)]
-        assert per_edge and not [s for s in saved[1] if s[:1] == (edges,)], saved[1]
+        assert [s for s in kept if s[:1] == (edges,)] and not [s for s in remat if s[:1] == (edges,)], remat
+    _train_alike(nets, x, y, _saved_shapes, no_per_edge_term)
     with torch.no_grad():
         for net in nets:
             net.eval()

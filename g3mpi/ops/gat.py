@@ -72,6 +72,41 @@ def _normalised(block, scale):
     return head_spmm(pat, w, x_src, scaled=(num, scale.detach()))
 
 
+def _merge(blk, m, den, parts):
+    """The blocks' partials merged in a fixed order (local block first, then the neighbours in order): the row max
+    ``M = max_b m_b`` [n, H] and the scales ``exp(m_b - M)`` (local block's first, then one per neighbour over its
+    rows), both without autograd, and the inverse denominator ``1 / sum_b den_b exp(m_b - M)`` [n, H], which
+    keeps the denominators' autograd (the scales are constants to it). ``parts[i]`` starts with neighbour i's
+    (m_b, den_b)."""
+    with torch.no_grad():
+        M = m.clone()
+        for i, nb in enumerate(blk.neighbours):
+            M[nb.rows] = torch.maximum(M[nb.rows], parts[i][0])
+        scales = [torch.exp(m - M)] + [torch.exp(parts[i][0] - M[nb.rows]) for i, nb in enumerate(blk.neighbours)]
+    den = den * scales[0]
+    for i, nb in enumerate(blk.neighbours):
+        den = den.index_add(0, nb.rows, parts[i][1] * scales[i + 1])
+    return M, scales, 1.0 / (den + 1e-16)
+
+
+def _block_ids(agg, i: int | None = None) -> tuple:
+    """The original IDs that key a block's attention dropout: (its destination rows', its source rows'); ``i``:
+    neighbour i's block, None: the local block."""
+    g = agg.graph
+    if i is None:
+        return g.orig_ids, g.orig_ids
+    return g.orig_ids[agg.blocks.neighbours[i].rows], g.halo_orig_ids[agg.ex.plan.recv_slice(i)]
+
+
+def _keep(drop, ids, dst, src, H: int):
+    """The attention dropout's keep mask [e, H] of the edges src -> dst (rows of ``ids``, ``_block_ids``), keyed
+    by both ends' original IDs; ``drop``: (key, layer, p), None: no dropout (no mask)."""
+    if drop is None:
+        return None
+    key, layer, p = drop
+    return edge_keep_mask(key, layer, ids[0][dst], ids[1][src], H, p)
+
+
 class GATAggregation:
     """One GAT layer's distributed attention: its own exchange of width H*C + H."""
 
@@ -89,14 +124,15 @@ class GATAggregation:
         """out [n, H, C] (module docstring); ``remat``: keep no per-edge term for backward, compute them again."""
         g, sched, ex, blk = self.graph, self.graph.schedule, self.ex, self.blocks
         n, H, C = g.num_owned, self.H, self.C
-        drop = training and attn_dropout > 0 and key is not None
+        # the attention dropout, None: none (see ``_keep``)
+        drop = (key, layer, attn_dropout) if training and attn_dropout > 0 and key is not None else None
         nb = g.num_boundary      # the message: x' and a_src of the boundary rows (the first rows), one copy
         payload = torch.cat([x[:nb].reshape(nb, H * C), a_src[:nb]], dim=1)
         rnd = HaloRound(ex, sched)
         token = rnd.start(payload, grads=True)
         if remat:
             self._round = rnd
-            return _Remat.apply(x, a_src, a_dst, token, self, rnd, (key, layer, attn_dropout) if drop else None)
+            return _Remat.apply(x, a_src, a_dst, token, self, rnd, drop)
         k = ex.forward.num_recvs
         parts = [None] * k
         # each neighbour's destination terms taken in neighbour order, not arrival order: backward then adds
@@ -107,31 +143,17 @@ class GATAggregation:
             for i in landed:
                 h = rnd.recv(token, i)
                 nb = blk.neighbours[i]
-                keep = None
-                if drop:
-                    halo_ids = g.halo_orig_ids[ex.plan.recv_slice(i)]
-                    keep = edge_keep_mask(key, layer, g.orig_ids[nb.rows][nb.dst], halo_ids[nb.src], H,
-                                          attn_dropout)
+                keep = _keep(drop, _block_ids(self, i), nb.dst, nb.src, H) if drop else None
                 parts[i] = _partial(nb.dst, nb.src, self.patterns[1][i], h[:, :H * C].reshape(-1, H, C),
                                     h[:, H * C:], a_dst_nb[i], len(nb.rows), keep)
 
         if sched.waits_first:
             compute(rnd.rest())
-        keep = None
-        if drop:
-            keep = edge_keep_mask(key, layer, g.orig_ids[blk.local_dst], g.orig_ids[blk.local_src], H, attn_dropout)
+        keep = _keep(drop, _block_ids(self), blk.local_dst, blk.local_src, H) if drop else None
         m, den, local = _partial(blk.local_dst, blk.local_src, self.patterns[0], x, a_src, a_dst, n, keep)
         compute(rnd.landed())
         compute(rnd.rest())
-        with torch.no_grad():
-            M = m.clone()
-            for i, nb in enumerate(blk.neighbours):
-                M[nb.rows] = torch.maximum(M[nb.rows], parts[i][0])
-            scales = [torch.exp(m - M)] + [torch.exp(parts[i][0] - M[nb.rows]) for i, nb in enumerate(blk.neighbours)]
-        den = den * scales[0]
-        for i, nb in enumerate(blk.neighbours):
-            den = den.index_add(0, nb.rows, parts[i][1] * scales[i + 1])
-        inv = 1.0 / (den + 1e-16)
+        _, scales, inv = _merge(blk, m, den, parts)
         out = _normalised(local, scales[0] * inv)
         for i, nb in enumerate(blk.neighbours):
             out = out.index_add(0, nb.rows, _normalised(parts[i][2], scales[i + 1] * inv.index_select(0, nb.rows)))
@@ -142,12 +164,12 @@ class GATAggregation:
 class _Block:
     """One block of the recomputing path: its pattern, edges (dst in [0, r), src into the source rows), the
     source rows' x [c*H, C] and a_src [c, H], its destination rows (None: all owned rows, the local block) and the
-    original IDs that key its attention dropout."""
+    original IDs that key its attention dropout (``_block_ids``)."""
 
-    def __init__(self, pat: HeadPattern, dst, src, xs, as_src, rows, dst_ids, src_ids):
+    def __init__(self, pat: HeadPattern, dst, src, xs, as_src, rows, ids):
         self.pat, self.dst, self.src, self.rows = pat, dst, src, rows
         self.xs = xs.reshape(pat.cols * pat.H, -1).contiguous()
-        self.as_src, self.dst_ids, self.src_ids = as_src, dst_ids, src_ids
+        self.as_src, self.ids = as_src, ids
         self._chunks = None
 
     def chunks(self) -> list:
@@ -169,22 +191,19 @@ class _Block:
         return z, d
 
     def keep(self, drop, lo, hi, H):
-        if drop is None:
-            return None
-        key, layer, p = drop
-        return edge_keep_mask(key, layer, self.dst_ids[self.dst[lo:hi]], self.src_ids[self.src[lo:hi]], H, p)
+        """The attention dropout's keep mask of the edges lo..hi (``_keep``)."""
+        return _keep(drop, self.ids, self.dst[lo:hi], self.src[lo:hi], H)
 
 
 def _local_block(agg: GATAggregation, x, a_src) -> _Block:
-    g, blk = agg.graph, agg.blocks
-    return _Block(agg.patterns[0], blk.local_dst, blk.local_src, x, a_src, None, g.orig_ids, g.orig_ids)
+    blk = agg.blocks
+    return _Block(agg.patterns[0], blk.local_dst, blk.local_src, x, a_src, None, _block_ids(agg))
 
 
 def _nb_block(agg: GATAggregation, rnd: HaloRound, i: int) -> _Block:
-    g, nb, H, C = agg.graph, agg.blocks.neighbours[i], agg.H, agg.C
+    nb, H, C = agg.blocks.neighbours[i], agg.H, agg.C
     h = rnd.halo(i)
-    return _Block(agg.patterns[1][i], nb.dst, nb.src, h[:, :H * C], h[:, H * C:], nb.rows, g.orig_ids[nb.rows],
-                  g.halo_orig_ids[agg.ex.plan.recv_slice(i)])
+    return _Block(agg.patterns[1][i], nb.dst, nb.src, h[:, :H * C], h[:, H * C:], nb.rows, _block_ids(agg, i))
 
 
 def _forward_block(b: _Block, ad_rows, drop):
@@ -237,19 +256,11 @@ class _Remat(torch.autograd.Function):
         m, den, out = _forward_block(_local_block(agg, x, a_src), a_dst, drop)
         compute(rnd.landed())
         compute(rnd.rest())
-        M = m.clone()
+        M, scales, inv = _merge(blk, m, den, parts)
+        out.mul_((scales[0] * inv).unsqueeze(-1))
         for i, nb in enumerate(blk.neighbours):
-            M[nb.rows] = torch.maximum(M[nb.rows], parts[i][0])
-        scale = torch.exp(m - M)
-        den.mul_(scale)
-        scales = []
-        for i, nb in enumerate(blk.neighbours):
-            scales.append(torch.exp(parts[i][0] - M[nb.rows]))
-            den.index_add_(0, nb.rows, parts[i][1] * scales[i])
-        inv = 1.0 / (den + 1e-16)
-        out.mul_((scale * inv).unsqueeze(-1))
-        for i, nb in enumerate(blk.neighbours):
-            out.index_add_(0, nb.rows, parts[i][2].mul_((scales[i] * inv.index_select(0, nb.rows)).unsqueeze(-1)))
+            out.index_add_(0, nb.rows,
+                           parts[i][2].mul_((scales[i + 1] * inv.index_select(0, nb.rows)).unsqueeze(-1)))
         ctx.agg, ctx.rnd, ctx.drop = agg, rnd, drop
         ctx.save_for_backward(x, a_src, a_dst, M, inv)
         return out
