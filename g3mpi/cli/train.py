@@ -129,10 +129,10 @@ def _runtime_options(g) -> None:
                    help="keep the first layer's aggregation of the input between passes (default on; off: "
                         "recompute it in every pass)")
     g.add_argument("--remat", choices=REMATS,
-                   help="cheap: keep only each aggregation's output for backward and compute the activation, "
-                        "dropout and weight products after it again there, by row chunks (GCN and SAGE stacks, "
-                        "user models that ask), GAT's per-edge attention terms likewise (less memory); default "
-                        "none: keep what autograd saves")
+                   help="default cheap: keep only each aggregation's output for backward and compute the "
+                        "activation, dropout and weight products after it again there, by row chunks (GCN, SAGE "
+                        "and GAT stacks, user models that ask), GAT's per-edge attention terms likewise (about "
+                        "half the memory); none: keep what autograd saves")
     g.add_argument("--verify", action=onoff, help="check part-file checksums on load (default on)")
     g.add_argument("--progress", action=onoff, help="a progress bar on rank 0 (default on)")
     g.add_argument("--plots", action=onoff,

@@ -35,8 +35,9 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: --device (g3mpi.train.device: which GPU a rank takes) and --cuda-aware (device buffers straight to MPI)
 DEVICES = ("cpu", "cuda", "auto")
 CUDA_AWARE = ("auto", "on", "off")
-#: --remat: none (autograd keeps what each op saves) | cheap (the row-wise blocks between two aggregations are
-#: recomputed in backward from the aggregate: g3mpi.ops.remat; GAT's per-edge attention terms: g3mpi.ops.gat)
+#: --remat: cheap, the default (the row-wise blocks between two aggregations are recomputed in backward from the
+#: aggregate: g3mpi.ops.remat; GAT's per-edge attention terms: g3mpi.ops.gat) | none (autograd keeps what each op
+#: saves). Stacks that cannot recompute (appnp, gcn2, the recipe stack) keep what they save whatever it says.
 REMATS = ("none", "cheap")
 
 
@@ -89,7 +90,7 @@ class TrainConfig:
     chunk_rows: int = 0             # rows per aggregation chunk (0: from the feature width; <0: no chunking)
     sim_net: str = ""               # simulated network BANDWIDTH,LATENCY, e.g. "10Gbit,20us" ("" = off)
     input_cache: bool = True        # compute the first layer's aggregation of the constant input once (GNN)
-    remat: str = "none"             # none | cheap: recompute the row-wise blocks (GAT: per-edge terms) in backward
+    remat: str = "cheap"            # cheap | none: recompute the row-wise blocks (GAT: per-edge terms) in backward
     release_memory: bool = False    # freed memory back to the system at once: lower peak RSS, slower epochs
     verify: bool = True             # check part-file checksums on load
     progress: bool = True           # tqdm line on rank 0
