@@ -123,10 +123,17 @@ def test_memory(bench_dirs):
         finite(r["ratio"], r["rss_peak"], r["rss_base"], r["bytes_per_owned_row"], *r["theoretical"].values())
         assert r["rss_peak"] >= r["rss_base"] > 0
         assert r["theoretical"]["total"] == sum(v for k, v in r["theoretical"].items() if k != "total")
+        # every byte of the theoretical size attributed to what sizes it, against the model's split
+        b = r["breakdown"]
+        assert sum(b["measured"].values()) == b["attributed"] == r["theoretical"]["total"]
+        assert b["unattributed"] == r["rss_data"] - b["attributed"] and b["not_modelled"] == []
+        assert set(b["per_unit"]) == {"owned_row", "halo_row", "send_row", "edge"}
+        for v in b["per_unit"].values():
+            finite(v["measured"], v["modelled"], v["ratio"])
     # what autograd keeps with remat is a fraction of the default's
     assert max(r["theoretical"]["activations"] for r in m["remat"]["ranks"]) < \
         min(r["theoretical"]["activations"] for r in m["ranks"])
-    finite(m["remat_vs_default"])
+    finite(m["remat_vs_none"])
 
 
 def test_user_model(bench_dirs):
@@ -183,6 +190,7 @@ def test_bad_values_refused_by_the_parser(opt, capsys):
                                        (("scaling", "--threads", "1"), "T must be at least 2"),
                                        (("all", "--threads", "1"), "T must be at least 2"),
                                        (("kernels", "--models", "gcn,gat"), "GCN and SAGE only"),
+                                       (("bytes", "--models", "gcn,user"), "model user is the memory suite's"),
                                        (("partitions", "--ranks", "2,4"), "for the schedules suite only"),
                                        (("partitions", "--sim-net", "1Gbit,1us", "--sim-net", "2Gbit,1us"),
                                         "it takes one network")])
@@ -341,14 +349,25 @@ def _bench_results(P: int) -> dict:
         "scaling": dict(model="gcn", real={"1x2": dict(epoch_time_median_s=1.0), "2x1": dict(epoch_time_median_s=0.8)},
                         oversubscribed=dict(runs={str(p): dict(epoch_time_median_s=1.0 / p, **breakdown())
                                                   for p in (1, 2, 4, 8)})),
-        "memory": dict(models={m: dict(ranks=[dict(rank=r, rss_data=float(3 << 30),
+        "memory": dict(models={m: dict(ranks=[dict(rank=r, rss_data=float(3 << 30), owned=1000 + r,
                                                    theoretical={c: float(1 << 29) for c in ("part", "matrices",
-                                                                "exchange", "activations", "params")})
-                                              for r in range(P)]) for m in models}),
+                                                                "exchange", "activations", "params")},
+                                                   breakdown=_breakdown(m == "user", r))
+                                              for r in range(P)]) for m in models + ("user",)}),
         "partitions": dict(model="gcn", ranks=P, sim_net="10Gbit,20us",
                            partitions={k: dict(epoch_time_median_s=1.0, **breakdown())
                                        for k in ("metis", "random", "g3")}),
     }
+
+
+def _breakdown(user: bool, rank: int) -> dict:
+    """A memory suite rank's breakdown as ``memory.compare`` gives it (what the plot reads)."""
+    pu = {u: dict(measured=v * (1 + rank), modelled=v, ratio=1.0 + rank)
+          for u, v in (("owned_row", 900.0), ("halo_row", 120.0), ("send_row", 40.0), ("edge", 20.0))}
+    if user:
+        return dict(not_modelled=["activations"], per_unit={u: dict(v, modelled=None, ratio=None)
+                                                            for u, v in pu.items()}, per_unit_modelled_terms=pu)
+    return dict(not_modelled=[], per_unit=pu)
 
 
 @pytest.mark.parametrize("P", [1, 2, 8])
@@ -369,7 +388,7 @@ def test_bench_plot_legends_clear_of_the_data(P, tmp_path, monkeypatch):
         plots.PLOTS[suite](res, tmp_path)
     want = {"vs-pyg.png": 1, "kernels.png": 1, "scaling.png": 0, "scaling-breakdown.png": 1, "partitions.png": 3,
             **{f"bytes-{m}.png": 1 for m in ("gcn", "sage", "gat")},
-            **{f"memory-{m}.png": 1 for m in ("gcn", "sage", "gat")},
+            **{f"memory-{m}.png": 2 for m in ("gcn", "sage", "gat", "user")},
             **{f"schedules-{m}-{P}r-10Gbit-20us.png": 3 for m in ("gcn", "sage")}}
     assert sorted(drawn) == sorted(want)
     for name, fig in drawn.items():
@@ -378,6 +397,13 @@ def test_bench_plot_legends_clear_of_the_data(P, tmp_path, monkeypatch):
     assert sorted(t.get_text() for t in drawn["memory-gat.png"].axes[0].get_legend().get_texts()) == [
         "peak RSS - baseline", "theoretical: activations", "theoretical: exchange", "theoretical: matrices",
         "theoretical: params", "theoretical: part"]
+    # the breakdown beside it: measured and modelled bytes per unit, the ratio under each unit; for a user's
+    # model, over the terms the memory model has
+    for m in ("gat", "user"):
+        ax = drawn[f"memory-{m}.png"].axes[1]
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["measured", "modelled"]
+        assert [t.get_text() for t in ax.get_xticklabels()][0] == f"owned row\n{P:.2f}x"
+        assert ("activations not modelled" in ax.get_legend().get_title().get_text()) is (m == "user")
 
 
 def test_write_json_is_atomic_and_leaves_nothing_behind(tmp_path):

@@ -11,7 +11,8 @@ import torch
 from data_tools.parallel_build import compact
 from g3mpi.ops import DropoutKey, keep_mask, node_dropout
 from g3mpi.ops.blocks import BlockMatrix, csr_index_dtype, spmm, to_torch_csr, torch_csr
-from g3mpi.train.memory import rank_memory
+from g3mpi.ops.heads import HeadPattern
+from g3mpi.train.memory import head_pattern_split, rank_memory
 
 
 def _random_csr(n: int, m: int, nnz: int, seed: int = 0) -> sp.csr_matrix:
@@ -122,11 +123,39 @@ def test_model_matrices_term_counts_int32_indices_and_the_row_pointers(model, sy
     model_b = rank_memory(model, owned=n, halo=h, send=0, edges=e, cut_edges=cut, symmetric=symmetric,
                           feature_dim=4, hidden=4, num_classes=2, heads=1)["matrices"]
     if model == "gat":  # the shared ones as long as the largest block: the model's one per entry bounds them
+        # (the head-expanded patterns are counted apart: test_model_head_patterns_term)
+        model_b -= sum(head_pattern_split(owned=n, halo=h, edges=e, heads=1).values())
         values = bm.local.values()
         assert values.untyped_storage().data_ptr() == bm.neighbours[0].mat_t.values().untyped_storage().data_ptr()
         assert held <= model_b <= 1.10 * held, (model_b, held)
     else:
         assert 0.97 * held <= model_b <= 1.03 * held, (model_b, held)
+
+
+@pytest.mark.parametrize("heads", [1, 8])
+def test_model_head_patterns_term(heads):
+    """GAT's head-expanded patterns (``HeadPattern`` of the local block and of each neighbour block, as
+    ``DistGraph.head_patterns`` builds them) against the model's term: every entry's columns and permutations at
+    int32, the row pointers of the local pattern, its transpose and the neighbours' transposes; the neighbours'
+    own row pointers (receiving rows) are left out of the model, so it may fall short by at most their size."""
+    n, h, e = 3000, 800, 30_000
+    a = _random_csr(n, n + h, e, seed=5)
+    ro = np.array([0, 300, h], dtype=np.int64)
+    bm = BlockMatrix(a.indptr, a.indices, n, ro, 500, None, np.ones(n, dtype=np.float32))
+    pats = [HeadPattern(bm.local.crow_indices(), bm.local.col_indices(), n, heads)]
+    pats += [HeadPattern(nb.mat.crow_indices(), nb.mat.col_indices(), nb.mat.shape[1], heads) for nb in bm.neighbours]
+    held, left_out = 0, 0
+    for i, p in enumerate(pats):
+        for name in ("crow", "col", "perm", "crow_t", "col_t", "perm_t"):
+            t = getattr(p, name)
+            if t is not None:
+                assert t.dtype == torch.int32
+                held += t.numel() * t.element_size()
+        if i:
+            left_out += p.crow.numel() * 4
+    entries = sum(p.nnz for p in pats)
+    model_b = sum(head_pattern_split(owned=n, halo=h, edges=entries - n, heads=heads).values())
+    assert held - left_out - 4 * len(pats) * 2 <= model_b <= held, (model_b, held, left_out)
 
 
 def test_writer_rows_are_compact_where_they_fit():

@@ -10,7 +10,8 @@ Suites (each writes DIR/<suite>.json and DIR/<suite>*.png):
   bytes      bytes on the wire per epoch against the partition's lower bound and two naive designs, measured
   schedules  pipelined vs blocking vs nocomm under a simulated network (several --ranks and --sim-net in one run)
   scaling    1 rank x 2 threads vs 2 ranks x 1 thread (real) and 1 -> 8 ranks oversubscribed (informational)
-  memory     peak RSS per rank against the theoretical size of its data
+  memory     peak RSS per rank against the theoretical size of its data; bytes per owned row, halo row, send row
+             and local edge measured against the memory model (GCN, SAGE, GAT and a user's model)
   partitions measured epoch time on the g3 partition vs each METIS partition of one graph, under --sim-net
   user-model a GCN written from the public primitives (docs/examples/user_gcn.py) vs the built-in GCN, pipelined
   all        every suite in turn
@@ -58,7 +59,7 @@ SMOKE = {
     "user-model": (1024, 12_000, "16,32,32,4", 1, "rmat"),
 }
 MODELS = {"vs-pyg": "gcn,sage,gat", "kernels": "gcn,sage", "bytes": "gcn,sage", "schedules": "gcn,gat",
-          "scaling": "gcn", "memory": "gcn,sage,gat", "partitions": "gcn", "user-model": "gcn"}
+          "scaling": "gcn", "memory": "gcn,sage,gat,user", "partitions": "gcn", "user-model": "gcn"}
 RANKS = {"bytes": 4, "schedules": 4, "memory": 2, "partitions": 4, "user-model": 2}
 
 
@@ -106,6 +107,9 @@ class BenchConfig:
             if suite != "schedules" and len(self.ranks or ()) > 1:
                 raise ValueError(f"{suite}: --ranks {','.join(map(str, self.ranks))}: several rank counts are for "
                                  f"the schedules suite only")
+            if "user" in models and suite != "memory":
+                raise ValueError(f"{suite}: --models {','.join(models)}: model user is the memory suite's (the "
+                                 f"user-model suite measures it against gcn)")
             if suite == "user-model" and models != ("gcn",):
                 raise ValueError(f"user-model: --models {','.join(models)}: it measures the user GCN against gcn")
             if suite in ("partitions", "user-model") and len(self.sim_net) > 1:
@@ -173,9 +177,9 @@ def parse_dims(text: str) -> tuple:
 def _models(text: str) -> tuple:
     from g3mpi.nn import MODELS as KNOWN   # the models' one home (imports torch: only when --models is given)
     models = tuple(m for m in text.split(",") if m)
-    bad = [m for m in models if m not in KNOWN]
+    bad = [m for m in models if m not in KNOWN + ("user",)]
     if not models or bad:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated {', '.join(KNOWN)}")
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated {', '.join(KNOWN)} (memory: also user)")
     return models
 
 
@@ -223,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="ranks of bytes (4), schedules (4), memory (2), partitions (4); --smoke: 2; schedules: "
                          "several, comma-separated (e.g. 2,4)")
     ap.add_argument("--models", type=_models, help="comma-separated models: gcn, sage, gat (default per suite; "
-                                                   "kernels: gcn and sage only)")
+                                                   "kernels: gcn and sage only; memory: also user, a model "
+                                                   "written with the public layer API)")
     ap.add_argument("--heads", type=_int(1),
                     help="GAT heads of hidden layers (hidden width = heads x channels: they must divide it)")
     ap.add_argument("--graph", choices=("sbm", "rmat"), help="generator of the multi-rank suites")

@@ -139,12 +139,17 @@ def plot_scaling(res: dict, out: Path) -> list:
 
 
 def plot_memory(res: dict, out: Path) -> list:
+    """Per model: each rank's theoretical size by term against its peak RSS above the baseline, and (where the
+    ranks have a breakdown) the bytes per owned row, halo row, send row and edge of the rank with the most owned
+    rows, measured against modelled (over the modelled terms only where one is not modelled)."""
     files = []
     for model, m in res["models"].items():
         rk = m["ranks"]
         cats = ("part", "matrices", "exchange", "activations", "params")
-        fig = figure(6, 4)
-        ax = fig.subplots()
+        has = all(r.get("breakdown") for r in rk)
+        fig = figure(12 if has else 6, 4)
+        axes = fig.subplots(1, 2 if has else 1, squeeze=False)[0]
+        ax = axes[0]
         x = np.arange(len(rk))
         bottom = np.zeros(len(rk))
         handles = []
@@ -158,8 +163,25 @@ def plot_memory(res: dict, out: Path) -> list:
         ax.set_xlabel("rank")
         ax.set_ylabel("MiB")
         legend_above(ax, handles, ncol=3, title=f"{model}: peak RSS vs theoretical data size")
+        if has:
+            _per_unit_panel(axes[1], model, max(rk, key=lambda r: r["owned"]))
         files.append(_save(fig, out / f"memory-{model}.png"))
     return files
+
+
+def _per_unit_panel(ax, model: str, r: dict) -> None:
+    """Bytes per unit of one rank's breakdown, measured and modelled side by side, the ratio under each unit."""
+    b = r["breakdown"]
+    pu = b["per_unit_modelled_terms"] if b["not_modelled"] else b["per_unit"]
+    units = list(pu)
+    names = dict(owned_row="owned row", halo_row="halo row", send_row="send row", edge="edge")
+    groups = [names.get(u, u) + ("" if pu[u]["ratio"] is None else f"\n{pu[u]['ratio']:.2f}x") for u in units]
+    scope = f" ({', '.join(b['not_modelled'])} not modelled: the other terms)" if b["not_modelled"] else ""
+    vals = {s: {g: pu[u][s] for g, u in zip(groups, units)} for s in ("measured", "modelled")}
+    _bars(ax, groups, ["measured", "modelled"], vals, "bytes per unit",
+          f"{model}, rank {r['rank']}: bytes per unit, measured / modelled{scope}")
+    if all(v for s in vals.values() for v in s.values()):    # (bytes per row and per edge differ tenfold)
+        ax.set_yscale("log")
 
 
 def plot_partitions(res: dict, out: Path) -> list:

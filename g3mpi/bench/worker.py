@@ -12,7 +12,8 @@ are the naive designs of :mod:`g3mpi.bench.naive`.
 
 Rank 0 writes the JSON: per variant and epoch the slowest rank's epoch time and every rank's compute, blocked
 and idle (gradient allreduce: waiting for slower ranks) times and bytes; per rank the partition figures, the
-peak RSS, the RSS before any data was loaded, and (``--memory``) the theoretical size of the rank's data. With
+peak RSS, the RSS before any data was loaded, and (``--memory``) the theoretical size of the rank's data and its
+breakdown by what sizes it, measured and modelled (:func:`memory_account`). With
 ``--timeline`` every g3mpi variant runs one more epoch after the measured ones, recorded
 (:mod:`g3mpi.comm.timeline`) and not measured, whose per-rank timeline goes into the variant's ``timeline``.
 """
@@ -35,6 +36,7 @@ from g3mpi.train import TrainConfig, Trainer
 from g3mpi.train.startup import IDS_NOT_ONCE, read_rank_part, start_up_sums
 from g3mpi.train.sysmem import current_rss_bytes, peak_rss_bytes, return_freed_memory
 
+from .attribution import TERMS, Block, Held, RankCounts, attribute
 from .results import gather_json, write_json
 
 DESIGNS = ("g3", "g3-original", "replicate-all", "user")
@@ -67,50 +69,169 @@ def warm_libraries(comm) -> None:
     comm.Barrier()
 
 
-def _tensor_bytes(*ts) -> int:
-    n = 0
-    for t in ts:
-        if t is None:
-            continue
-        if t.layout == torch.sparse_csr:
-            n += _tensor_bytes(t.crow_indices(), t.col_indices(), t.values())
-        else:
-            n += t.numel() * t.element_size()
-    return n
+#: the arrays of a ``g3mpi.ops.heads.HeadPattern`` (a permutation is None where it is the identity)
+HEAD_PATTERN = ("crow", "col", "perm", "crow_t", "col_t", "perm_t")
 
 
-def theoretical_bytes(trainer, part, saved_activations: int) -> dict:
-    """What this rank must hold, by category (bytes):
-    part: every array of the rank's part as loaded (CSR of in-edges, halo/send lists, degrees, features, labels,
-      masks, original IDs); matrices: the aggregation CSR and its precomputed transpose per edge weighting, at the
-      sizes the runtime builds them (``BlockMatrix.held_bytes``);
-    exchange: halo and send buffers of every exchange, and its halo-gradient and receive-gradient buffers where
-      a gradient flows back through it (not the exchange of the raw input features), at the planned widths;
-    activations: the storages autograd keeps for backward in one training forward (measured with saved-tensor
-      hooks, parameters excluded); params: parameters, gradients and Adam's two moments."""
+def _rows(t: torch.Tensor) -> int:
+    """The outer dimension of a tensor's storage: its elements over the largest stride (the rows of the tensor it
+    is a view of, transposed or not); 0 for a scalar."""
+    if t.dim() == 0:
+        return 0
+    stride = max(t.stride())
+    return t.untyped_storage().nbytes() // (t.element_size() * max(1, stride))
+
+
+def _ptr(a) -> int:
+    """The address of a tensor's storage or an array's data."""
+    if isinstance(a, torch.Tensor):
+        return a.untyped_storage().data_ptr()
+    return np.asarray(a).__array_interface__["data"][0]
+
+
+def loaded_part(part) -> dict:
+    """The part's arrays as loaded, as :class:`~.attribution.Held` items of ``part`` (``items``), their addresses
+    (``ptrs``) and the part's cut edges (``cut_edges``: in-edges from halo rows), taken before the first training
+    forward drops its local CSR (that forward's peak still holds it)."""
     from g3mpi.format.partition import ARRAYS
-    part_b = int(sum(np.asarray(getattr(part, k)).nbytes for k in ARRAYS))
-    # counted from the part, whichever forms (blocks, row groups) the layers built
-    mat_b = sum(blk.held_bytes() for blk in trainer.graph.matrices())
-    ex_b = 0
+    items, ptrs = [], set()
+    for k in ARRAYS:
+        a = np.asarray(getattr(part, k))
+        if a.dtype != object:   # (an array not held: None)
+            items.append(Held("part", k, int(a.shape[0]) if a.ndim else 0, int(a.nbytes)))
+            ptrs.add(_ptr(a))
+    return dict(items=items, ptrs=ptrs,
+                cut_edges=int(np.count_nonzero(np.asarray(part.indices) >= part.num_owned)))
+
+
+def rank_counts(part, trainer, cut_edges: int) -> RankCounts:
+    """What can size this rank's arrays (:class:`~.attribution.RankCounts`)."""
+    n, e = part.num_owned, part.num_local_edges
+    blocks = []
+    for bm in trainer.graph.matrices():
+        sz = bm.sizes()     # (the self loops: the local block's entries that are not local edges)
+        blocks.append(Block(sz["local_nnz"], max(0, sz["local_nnz"] - (e - cut_edges)), tuple(sz["neighbour_nnz"])))
+    return RankCounts(owned=n, halo=part.num_halo, send=int(len(part.send_rows)), edges=e, cut_edges=cut_edges,
+                      boundary=int(part.num_boundary), train=int(np.count_nonzero(part.train_mask)),
+                      blocks=tuple(blocks), heads=tuple(sorted({p.H for p in trainer.graph.built_head_patterns()})))
+
+
+def held_items(trainer, loaded: dict, saved: dict) -> list:
+    """Every array this rank holds, as :class:`~.attribution.Held` items by term:
+    part: every array of the rank's part as loaded (``loaded``: :func:`loaded_part`; the input features widened to
+      float32 instead of their stored copy where they were stored narrower); matrices: the aggregation CSR and its
+      precomputed transpose per edge weighting, at the sizes the runtime builds them (``BlockMatrix.held_arrays``),
+      and GAT's head-expanded patterns; exchange: halo and send buffers of every exchange, and its halo-gradient and receive-gradient
+      buffers where a gradient flows back through it (not the exchange of the raw input features), at the planned
+      widths, and the input's halo rows a model keeps (the input cache); activations: the storages autograd keeps
+      for backward in one training forward (``saved``: :func:`saved_activations`, those of the other terms
+      left out); params: parameters, gradients and Adam's two moments."""
+    part, x = trainer.part, trainer.x
+    items = list(loaded["items"])
+    if part.features is None:   # stored narrower: widened to float32 on loading, the stored copy freed
+        items = [it for it in items if it.what != "features"]
+        items.append(Held("part", "features (float32)", int(x.shape[0]), x.numel() * x.element_size()))
+    for bm in trainer.graph.matrices():
+        items += [Held("matrices", what, rows, b) for what, rows, b in bm.held_arrays()]
+    for pat in trainer.graph.built_head_patterns():
+        for k in HEAD_PATTERN:
+            t = getattr(pat, k)
+            if t is not None:   # (the row pointers: rows x heads, one more entry)
+                items.append(Held("matrices", f"head pattern {k}", len(t) - k.startswith("crow"),
+                                  t.numel() * t.element_size()))
     for ex in trainer.ctx.exchanges:
-        ex_b += ex.buffer_bytes()   # backward buffers only where a gradient flows back (not layer 0's input)
-    params = sum(p.numel() * p.element_size() for p in trainer.params)
-    out = dict(part=part_b, matrices=mat_b, exchange=ex_b, activations=int(saved_activations), params=4 * params)
+        for d, (halo, send) in zip(("forward", "backward"), ex.buffers()):
+            # one send buffer per send neighbour: together one per send row
+            items += [Held("exchange", f"{ex.name} {d} halo", int(halo.shape[0]), int(halo.nbytes)),
+                      Held("exchange", f"{ex.name} {d} send", sum(int(b.shape[0]) for b in send),
+                           sum(int(b.nbytes) for b in send))]
+    kept = getattr(trainer.model, "kept_input_halo", None)
+    if kept is not None:
+        items.append(Held("exchange", "kept input halo", int(kept.shape[0]), int(kept.nbytes)))
+    items += [Held("activations", what, rows, b) for what, rows, b in saved.values()]
+    items.append(Held("params", "parameters, gradients, Adam moments",
+                      0, 4 * sum(p.numel() * p.element_size() for p in trainer.params)))
+    return items
+
+
+def _held_ptrs(trainer) -> set:
+    """Addresses of what :func:`held_items` counts outside the activations, but the part's arrays: the input, the
+    head patterns, the exchange buffers, the kept input halo."""
+    ptrs = {_ptr(trainer.x)}
+    ptrs.update(_ptr(getattr(p, k)) for p in trainer.graph.built_head_patterns() for k in HEAD_PATTERN
+                if getattr(p, k) is not None)
+    ptrs.update(_ptr(b) for ex in trainer.ctx.exchanges for halo, send in ex.buffers() for b in (halo, *send))
+    kept = getattr(trainer.model, "kept_input_halo", None)
+    if kept is not None:
+        ptrs.add(_ptr(kept))
+    return ptrs
+
+
+def theoretical_bytes(items: list) -> dict:
+    """What this rank must hold, by term (bytes, :func:`held_items`), and their ``total``."""
+    out = {t: int(sum(it.nbytes for it in items if it.term == t)) for t in TERMS}
     out["total"] = int(sum(out.values()))
     return out
 
 
-def saved_activation_bytes(trainer, epoch: int) -> int:
-    """Bytes of the distinct storages autograd saves during one training forward of the trainer's model."""
+def modelled_split(trainer, counts, cfg) -> dict:
+    """The memory model's split of this rank's terms ({term: {category: bytes}}, ``g3mpi.train.memory``).
+    A built-in model: :func:`~g3mpi.train.memory.rank_memory_split`. A user's model: only what does not depend on
+    its layers' insides: the part, the aggregation matrices its layers built (their self loops and weights), its
+    exchanges at their planned widths and directions, its parameters; its activations are None (not modelled)."""
+    from g3mpi.format.features import stored_dtype
+    from g3mpi.train.memory import exchange_split, matrices_split, part_split, rank_memory_split, split_bytes
+    part = trainer.part
+    c = counts
+    mats = trainer.graph.matrices()
+    symmetric = bool(mats) and all(bm.symmetric for bm in mats)
+    fb = np.dtype(stored_dtype(part.feature_dtype)).itemsize
+    if not trainer.cfg.model_file:
+        return rank_memory_split(cfg.model, owned=c.owned, halo=c.halo, send=c.send, edges=c.edges,
+                                 feature_dim=part.feature_dim, hidden=cfg.hidden, num_classes=trainer.out_dim,
+                                 layers=cfg.layers, heads=cfg.heads, feature_bytes=fb, input_cache=cfg.input_cache,
+                                 remat=cfg.remat == "cheap", cut_edges=c.cut_edges, symmetric=symmetric)
+    matrices = split_bytes()
+    for bm in mats:
+        m = matrices_split(owned=c.owned, halo=c.halo, edges=c.edges, cut_edges=c.cut_edges,
+                           symmetric=bool(bm.symmetric), self_loops=bm.has_diag, weighted=not bm.unit)
+        matrices = {k: matrices[k] + m[k] for k in matrices}
+    exchanged = sum(ex.width * (int(ex.forward_planned) + int(ex.backward_planned)) for ex in trainer.ctx.exchanges)
+    kept = getattr(trainer.model, "kept_input_halo", None)
+    return dict(part=part_split(owned=c.owned, halo=c.halo, send=c.send, edges=c.edges, feature_dim=part.feature_dim),
+                matrices=matrices,
+                exchange=exchange_split(halo=c.halo, send=c.send, exchanged=exchanged,
+                                        kept_halo_width=0 if kept is None else kept.shape[1],
+                                        feature_bytes=4 if kept is None else kept.dtype.itemsize),
+                activations=None, params=split_bytes(const=16 * sum(p.numel() for p in trainer.params)))
+
+
+def memory_account(trainer, part, loaded: dict, saved: dict, cfg) -> tuple[dict, dict]:
+    """(the theoretical size of this rank's data by term, its breakdown: what sizes the bytes, measured
+    (:func:`~.attribution.attribute` of :func:`held_items`) and modelled (:func:`modelled_split`))."""
+    items = held_items(trainer, loaded, saved)
+    counts = rank_counts(part, trainer, loaded["cut_edges"])
+    att = attribute(items, counts)
+    breakdown = dict(counts=counts.as_dict(), measured=att["terms"], attributed=att["total"],
+                     ambiguous=att["ambiguous"], other_items=att["other"],
+                     modelled=modelled_split(trainer, counts, cfg),
+                     model=f"user:{cfg.model_file}" if trainer.cfg.model_file else cfg.model)
+    return theoretical_bytes(items), breakdown
+
+
+def saved_activations(trainer, epoch: int, exclude=()) -> dict:
+    """The distinct storages autograd saves during one training forward of the trainer's model, but parameters,
+    those at the addresses ``exclude`` and those the rank holds anyway (:func:`_held_ptrs`, taken while the
+    forward's storages are alive: a freed one's address can be reused): {address: (what, rows (``_rows``),
+    bytes)}."""
     from g3mpi.ops import DropoutKey
     param_ptrs = {p.untyped_storage().data_ptr() for p in trainer.params}
     seen = {}
 
     def pack(t):
         s = t.untyped_storage()
-        if s.data_ptr() not in param_ptrs and t.layout == torch.strided:
-            seen[s.data_ptr()] = s.nbytes()
+        if s.data_ptr() not in param_ptrs and t.layout == torch.strided and s.data_ptr() not in seen:
+            seen[s.data_ptr()] = (f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}", _rows(t), s.nbytes())
         # detached: a saved output that holds its own grad_fn is a reference cycle autograd never frees (the
         # whole forward's tensors would stay alive for the rest of the run)
         return t.detach()
@@ -120,8 +241,14 @@ def saved_activation_bytes(trainer, epoch: int) -> int:
         logits = trainer.model(trainer.x, DropoutKey(trainer.cfg.seed, epoch))
         m = trainer.masks["train"]
         loss = torch.nn.functional.cross_entropy(logits[m], trainer.y[m], reduction="sum")
+    held = set(exclude) | _held_ptrs(trainer)
     del loss, logits
-    return int(sum(seen.values()))
+    return {p: v for p, v in seen.items() if p not in held}
+
+
+def saved_activation_bytes(trainer, epoch: int) -> int:
+    """Bytes of the distinct storages autograd saves during one training forward of the trainer's model."""
+    return int(sum(b for _, _, b in saved_activations(trainer, epoch).values()))
 
 
 class Variant:
@@ -218,10 +345,11 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
     if cfg.release_memory:
         return_freed_memory()   # as g3-train --release-memory does before loading the part
     meta, part = read_rank_part(cfg.parts, comm, verify=False)
+    loaded = loaded_part(part) if cfg.memory else None
     trainers = []   # closed at the end (exchanges and communicators freed); on an error the caller aborts the job
     variants, ref = _variants(cfg, comm, part, meta, trainers)
     check = _check_logits(variants, ref, comm) if cfg.check else {}
-    acts = saved_activation_bytes(ref, 0) if cfg.memory else None
+    saved = saved_activations(ref, 0, loaded["ptrs"]) if cfg.memory else None
     rss["rss_after_setup"] = peak_rss_bytes()
     for ep in range(cfg.epochs + 1):
         for v in variants:
@@ -237,8 +365,8 @@ def run(cfg: WorkerConfig, comm) -> dict | None:
                 comm.Barrier()
                 v.step(cfg.epochs + 2)
                 timelines[v.name] = v.trainer.timeline()
-    theo = theoretical_bytes(ref, part, acts) if cfg.memory else None
-    ranks = gather_json(comm, _rank_info(comm, part, ref, rss, theo))
+    theo, breakdown = memory_account(ref, part, loaded, saved, cfg) if cfg.memory else (None, None)
+    ranks = gather_json(comm, _rank_info(comm, part, ref, rss, theo, breakdown))
     # not in a finally: after an error on one rank, freeing waits for exchanges the other ranks never complete,
     # and main aborts the job at once instead
     for tr in trainers:
@@ -315,12 +443,14 @@ def _check_logits(variants: list, ref: Trainer, comm) -> dict:
     return check
 
 
-def _rank_info(comm, part, ref: Trainer, rss: dict, theo: dict | None) -> dict:
-    """This rank's partition figures, memory and exchange widths."""
+def _rank_info(comm, part, ref: Trainer, rss: dict, theo: dict | None, breakdown: dict | None) -> dict:
+    """This rank's partition figures, memory (``--memory``: its theoretical size and breakdown) and exchange
+    widths."""
     return dict(rank=comm.rank, cpus=sorted(os.sched_getaffinity(0)), owned=part.num_owned, halo=part.num_halo,
                 send=int(len(part.send_rows)),
                 local_edges=part.num_local_edges, neighbors=int(len(np.union1d(part.recv_parts, part.send_parts))),
                 **rss, rss_peak=peak_rss_bytes(), rss_end_current=current_rss_bytes(), theoretical=theo,
+                breakdown=breakdown,
                 exchanges={ex.name: ex.width for ex in ref.ctx.exchanges})
 
 

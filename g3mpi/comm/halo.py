@@ -518,12 +518,17 @@ class HaloExchange:
 
     def buffer_bytes(self) -> int:
         """Bytes of the buffers allocated so far (each direction's once it has run)."""
-        n = 0
+        return int(sum(halo.nbytes + sum(b.nbytes for b in send) for halo, send in self.buffers()))
+
+    def buffers(self) -> list[tuple[np.ndarray, list]]:
+        """The buffers allocated so far, per direction planned (forward, then backward): (the halo-sized one
+        [n_halo, width], the send-sized ones [len(send_idx[i]), width], one per send neighbour)."""
+        out = []
         if self._forward is not None:
-            n += self._halo.nbytes + sum(b.nbytes for b in self._send_bufs)
+            out.append((self._halo, self._send_bufs))
         if self._backward is not None:
-            n += self._halo_grad.nbytes + sum(b.nbytes for b in self._grad_bufs)
-        return int(n)
+            out.append((self._halo_grad, self._grad_bufs))
+        return out
 
     def start_forward(self, h: np.ndarray) -> None:
         """Open a forward round and send every neighbour its rows of ``h`` (row i = owned row i; rows past the

@@ -87,6 +87,11 @@ class GNN(nn.Module):
                              f"{tuple(halo.shape)}")
         self._halo = (x, x._version, halo, dtype)
 
+    @property
+    def kept_input_halo(self) -> np.ndarray | None:
+        """The halo rows kept by :meth:`keep_input_halo` (as stored), or None (g3-bench counts them)."""
+        return None if self._halo is None else self._halo[2]
+
     def _halo_of(self, x: torch.Tensor, key: DropoutKey | None, cols: slice = slice(None)):
         """``halo(i)``: receive neighbour i's kept halo rows of ``x`` (its columns ``cols``), float32, dropped as
         layer 0's input in this pass; None where no halo of this ``x`` is kept."""

@@ -335,13 +335,31 @@ class BlockMatrix:
     def held_bytes(self) -> int:
         """Bytes of the torch forms, counted from the part: the blocks and their transposes (a symmetric local
         block once, known once the blocks or row groups are built), row pointers, values (the shared ones, or
-        the weights in each) and the row scaling."""
+        the weights in each) and the row scaling (the sum of :meth:`held_arrays`)."""
+        return sum(b for _, _, b in self.held_arrays())
+
+    def held_arrays(self) -> list[tuple[str, int, int]]:
+        """What :meth:`held_bytes` counts, array by array, as (what, rows, bytes): ``rows`` is what sizes the array
+        (the rows of a row pointer array, without its one extra entry; the entries of an index or value array: n
+        + e - c for the local block with its self loops, c for the neighbour blocks, which have the c cut edges;
+        n for the row scaling), for g3-bench's attribution of a rank's bytes. Every neighbour block is in one
+        item per kind: their transposes' rows are the halo rows, their own the owned rows with a cut edge."""
         sz = self.sizes()
         w = np.dtype(csr_index_dtype(sz["nnz"], (sz["rows"], sz["cols"]))).itemsize
-        stored = 2 * sz["nnz"] - (sz["local_nnz"] if self.symmetric else 0)
-        values = 4 * self._ones_length() if self.unit else 4 * stored
-        scales = 0 if self.row_scale is None else 4 * len(self.row_scale)
-        return (sz["rows"] + 1 + sz["cols"] + 1) * w + stored * w + values + scales
+        n, loc = self.num_owned, sz["local_nnz"]
+        cut, nb_rows, halo = sz["nnz"] - loc, sz["rows"] - n, sz["cols"] - n
+        copies = 1 if self.symmetric else 2     # the local block and its transpose, or one shared
+        out = [("local row pointers", n, w * (n + 1)), ("local transpose row pointers", n, w * (n + 1)),
+               ("neighbour row pointers", nb_rows, w * nb_rows),
+               ("neighbour transpose row pointers", halo, w * halo),
+               ("local indices", loc, w * loc * copies), ("neighbour indices", cut, 2 * w * cut)]
+        if self.unit:
+            out.append(("shared ones", self._ones_length(), 4 * self._ones_length()))
+        else:
+            out += [("local weights", loc, 4 * loc * copies), ("neighbour weights", cut, 8 * cut)]
+        if self.row_scale is not None:
+            out.append(("row scaling", len(self.row_scale), 4 * len(self.row_scale)))
+        return out
 
     @property
     def unit_values(self):
@@ -479,22 +497,24 @@ class BlockMatrix:
 
     def sizes(self) -> dict:
         """Shape figures of the whole aggregation (local + neighbour blocks), without building the torch forms:
-        ``nnz`` (self loops included, duplicates summed as stored; ``local_nnz`` of the local block), ``rows`` (n +
-        rows of every neighbour block), ``cols`` (n + width of every neighbour block)."""
+        ``nnz`` (self loops included, duplicates summed as stored; ``local_nnz`` of the local block,
+        ``neighbour_nnz`` of each neighbour block), ``rows`` (n + rows of every neighbour block), ``cols`` (n +
+        width of every neighbour block)."""
         if self._sizes is None:
             if self._torch is not None:
                 local, _, nbs = self._torch
                 local_nnz = local._nnz()
-                nnz = local_nnz + sum(nb.mat._nnz() for nb in nbs)
+                nb_nnz = [nb.mat._nnz() for nb in nbs]
                 rows = self.num_owned + sum(len(nb.rows) for nb in nbs)
                 cols = self.num_owned + sum(nb.mat.shape[1] for nb in nbs)
             else:
-                nnz = local_nnz = self.local_scipy().nnz
+                local_nnz = self.local_scipy().nnz
                 nbs = self.neighbour_scipy()
-                nnz += sum(m.nnz for _, m in nbs)
+                nb_nnz = [m.nnz for _, m in nbs]
                 rows = self.num_owned + sum(len(r) for r, _ in nbs)
                 cols = self.num_owned + sum(m.shape[1] for _, m in nbs)
-            self._sizes = dict(nnz=int(nnz), local_nnz=int(local_nnz), rows=int(rows), cols=int(cols))
+            self._sizes = dict(nnz=int(local_nnz + sum(nb_nnz)), local_nnz=int(local_nnz), rows=int(rows),
+                               cols=int(cols), neighbour_nnz=[int(x) for x in nb_nnz])
         return self._sizes
 
     def chunks(self, rows_per_chunk: int) -> list:

@@ -220,6 +220,10 @@ class DistGraph:
         derived from them, head patterns and row groups, index the same matrices)."""
         return [b for b in self._blocks.values() if isinstance(b, BlockMatrix)]
 
+    def built_head_patterns(self) -> list:
+        """Every ``HeadPattern`` :meth:`head_patterns` built so far, local and neighbour ones (read-only)."""
+        return [p for k, v in self._blocks.items() if isinstance(k, tuple) and k[0] == "heads" for p in (v[0], *v[1])]
+
     def head_patterns(self, heads: int):
         """(local, [one per receive neighbour]) ``HeadPattern`` of the ``gat`` blocks for ``heads`` heads (cached:
         GAT layers with the same head count share them)."""

@@ -11,6 +11,9 @@ cache on: its input's halo rows are kept instead, in the stored feature dtype); 
 dropout on: its masks are kept as bool); ``params`` parameters, gradients and Adam's two moments. The peak adds the
 gradients of the activations during backward, at most as large as the activations themselves, and the process's
 ``baseline`` (interpreter, torch, numpy, scipy, h5py, MPI).
+
+:func:`rank_memory_split` gives each data term split by what sizes it (:data:`CATEGORIES`: the rank's owned rows,
+halo rows, send rows, local edges, or none of them), which ``g3-bench memory`` measures too (docs/BENCH.md).
 """
 from __future__ import annotations
 
@@ -31,10 +34,26 @@ def layer_widths(model: str, feature_dim: int, hidden: int, num_classes: int, la
     return out
 
 
+#: what sizes a byte of a rank's data: its owned rows, its halo rows, its send rows (one per row of a send list),
+#: its local in-edges (``edges``), or none of them (``const``: parameters, a few scalars)
+CATEGORIES = ("owned", "halo", "send", "edge", "const")
+
+
+def split_bytes(**bytes_by_category) -> dict:
+    """{category: int bytes} over every category of :data:`CATEGORIES` (0 where not given)."""
+    return {c: int(bytes_by_category.get(c, 0)) for c in CATEGORIES}
+
+
+def part_split(*, owned: int, halo: int, send: int, edges: int, feature_dim: int) -> dict:
+    """:func:`part_bytes` by what sizes it: per owned row 51 + 4F (features, labels, masks, IDs, self loops, the row
+    pointer, the two degrees), per halo row 24 (its global ID and degrees), per send row 8, per edge 4, and 8."""
+    return split_bytes(owned=owned * (51 + 4 * feature_dim), halo=24 * halo, send=8 * send, edge=4 * edges, const=8)
+
+
 def part_bytes(*, owned: int, halo: int, send: int, edges: int, feature_dim: int) -> int:
     """Bytes of one part file's arrays as loaded (``owned``, ``halo``, ``send`` rows and ``edges`` local in-edges,
     as in meta.json's ``parts``)."""
-    return owned * (51 + 4 * feature_dim) + 24 * halo + 8 * send + 4 * edges + 8
+    return sum(part_split(owned=owned, halo=halo, send=send, edges=edges, feature_dim=feature_dim).values())
 
 
 def largest_part_bytes(meta: dict) -> int:
@@ -47,21 +66,68 @@ def largest_part_bytes(meta: dict) -> int:
         return 0
 
 
-def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
-                num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1, feature_bytes: int = 4,
-                input_cache: bool = True, remat: bool = False, cut_edges: int = 0, symmetric: bool = False) -> dict:
-    """Bytes of each term for one rank (``owned``, ``halo``, ``send`` rows, ``edges`` in-edges and ``cut_edges``
-    of them from halo rows, as in meta.json's ``parts``; ``feature_bytes`` per stored feature, 2 for float16 and
-    bfloat16), with ``peak`` = baseline + data + activations twice + params. ``remat``: ``--remat cheap``.
-    ``symmetric``: the graph is (the local block shares its transpose)."""
-    n, h, s, e, F, C = owned, halo, send, edges, feature_dim, num_classes
-    widths = layer_widths(model, F, hidden, C, layers, heads, out_heads)
-    part = part_bytes(owned=n, halo=h, send=s, edges=e, feature_dim=F)
-    nnz = e if model == "sage" else e + n
+def matrices_split(*, owned: int, halo: int, edges: int, cut_edges: int = 0, symmetric: bool = False,
+                   self_loops: bool = True, weighted: bool = True) -> dict:
+    """The ``matrices`` term of one aggregation matrix (``g3mpi.ops.blocks.BlockMatrix``) by what sizes it.
+
+    Entries: nnz = e (+ n self loops), stored in the blocks and again in their transposes, but the local block
+    (nnz - c entries, c = ``cut_edges``) once on a ``symmetric`` graph: stored = 2 nnz - (nnz - c). The n self-loop
+    entries (one or two copies) are per owned row, the rest per edge. Index bytes w (4, or 8 past 2^31) per stored
+    entry and per row pointer (2n + h: the local block, its transpose and the neighbour blocks' transposes);
+    values: float32 per stored entry where ``weighted`` (GCN), else one shared array of ones per entry (an upper
+    bound: it is as long as the largest block)."""
+    n, h, e = owned, halo, edges
+    loops = n if self_loops else 0
+    nnz = e + loops
     w = 4 if max(nnz, n + h) < 2 ** 31 else 8      # index bytes (csr_index_dtype)
     stored = 2 * nnz - (nnz - cut_edges if symmetric else 0)    # entries of the blocks and of their own transposes
-    values = 4 * stored if model == "gcn" else 4 * nnz          # (shared ones: an upper bound, the largest block's)
-    matrices = w * stored + values + w * (2 * n + h)
+    loops_stored = loops if symmetric else 2 * loops
+    per_entry = w + (4 if weighted else 0)
+    return split_bytes(owned=per_entry * loops_stored + (0 if weighted else 4 * loops) + w * 2 * n, halo=w * h,
+                  edge=per_entry * (stored - loops_stored) + (0 if weighted else 4 * e))
+
+
+def head_pattern_split(*, owned: int, halo: int, edges: int, heads: int) -> dict:
+    """GAT's head-expanded patterns for ``heads`` heads (``g3mpi.ops.heads.HeadPattern``, one per block, shared by
+    the layers with that head count) by what sizes them: per entry and head the expanded column and value
+    permutation, in the pattern and in its transpose (the forward permutation is absent for one head), over the
+    e edges and n self loops (per owned row); per head a row pointer per owned row in the local pattern and its
+    transpose, and per halo row in the neighbour blocks' transposes. (The neighbour patterns' own row pointers,
+    one per receiving row and head, are not counted: their rows are not among the counts.)"""
+    n, h, e, k = owned, halo, edges, heads
+    w = 4 if max(n + h, e + n) * k < 2 ** 31 else 8
+    per_entry = w * k * (4 if k > 1 else 3)
+    return split_bytes(owned=per_entry * n + 2 * w * k * n, halo=w * k * h, edge=per_entry * e)
+
+
+def exchange_split(*, halo: int, send: int, exchanged: int, kept_halo_width: int = 0, feature_bytes: int = 4) -> dict:
+    """The ``exchange`` term by what sizes it: ``exchanged`` = sum over exchanges of width x directions (m_l w_l:
+    2 where a gradient flows back) float32 values per halo row and per send row, and a kept input halo of
+    ``kept_halo_width`` features of ``feature_bytes`` per halo row."""
+    return split_bytes(halo=4 * halo * exchanged + feature_bytes * halo * kept_halo_width, send=4 * send * exchanged)
+
+
+def rank_memory_split(model: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
+                      num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1, feature_bytes: int = 4,
+                      input_cache: bool = True, remat: bool = False, cut_edges: int = 0,
+                      symmetric: bool = False) -> dict:
+    """:func:`rank_memory`'s data terms (part, matrices, exchange, activations, params), each split by what sizes it:
+    {term: {category: bytes}} over :data:`CATEGORIES` (the arguments are rank_memory's). Bytes per owned row,
+    halo row, send row or edge of a term are its category's bytes over that count (:func:`per_unit`). Self-loop
+    entries of the matrices and of GAT's per-edge attention terms are per owned row; activations are all per owned
+    row but GAT's per-edge terms; parameters (with gradients and Adam's moments) are ``const``."""
+    n, h, s, e, F, C = owned, halo, send, edges, feature_dim, num_classes
+    widths = layer_widths(model, F, hidden, C, layers, heads, out_heads)
+    part = part_split(owned=n, halo=h, send=s, edges=e, feature_dim=F)
+    # (SAGE's mean and GAT's pattern share one array of ones; SAGE adds no self loops)
+    matrices = matrices_split(owned=n, halo=h, edges=e, cut_edges=cut_edges, symmetric=symmetric,
+                              self_loops=model != "sage", weighted=model == "gcn")
+    if model == "sage":     # the mean's row scaling, 1 / in-degree
+        matrices["owned"] += 4 * n
+    if model == "gat":
+        for k in sorted({k for _, _, k in widths}):
+            pattern = head_pattern_split(owned=n, halo=h, edges=e, heads=k)
+            matrices = {c: matrices[c] + pattern[c] for c in CATEGORIES}
     exchanged = 0
     for i, (a, b, k) in enumerate(widths):
         if model == "gat":   # transformed features and the source attention term, one message
@@ -70,18 +136,21 @@ def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, fea
             continue
         else:   # the narrower side travels; the raw input of an aggregate-first first layer has no gradient
             exchanged += min(a, b) * (1 if i == 0 and a <= b else 2)
-    exchange = 4 * (h + s) * exchanged
-    if model != "gat" and widths[0][0] <= widths[0][1] and input_cache:
-        exchange += feature_bytes * h * F
+    kept = F if model != "gat" and widths[0][0] <= widths[0][1] and input_cache else 0
+    exchange = exchange_split(halo=h, send=s, exchanged=exchanged, kept_halo_width=kept, feature_bytes=feature_bytes)
     hidden_in = sum(a for a, _, _ in widths[1:])
+    per_edge = saved_halo = 0
     if model == "gat" and remat:    # no per-edge term: the inputs, transformed rows, ELU, 4 [n, heads] terms a layer
-        activations = 4 * n * (1.25 * F + 3.25 * hidden_in + (widths[-1][2] + 3) * C + 4 * sum(k for _, _, k in widths))
-    elif model == "gat":
-        activations = 4 * n * (F + 3.75 * hidden_in + 4 * C) + (e + n) * (16 * sum(k for _, _, k in widths) + 16)
+        rows = 4 * n * (1.25 * F + 3.25 * hidden_in + (widths[-1][2] + 3) * C + 4 * sum(k for _, _, k in widths))
+    elif model == "gat":    # per entry of the blocks: e edges and n self loops; each layer's received halo x'
+        per_edge = 16 * sum(k for _, _, k in widths) + 16
+        rows = 4 * n * (F + 3.75 * hidden_in + 4 * C) + n * per_edge
+        saved_halo = 4 * h * sum(b * (k if i == len(widths) - 1 else 1) for i, (_, b, k) in enumerate(widths))
     elif remat:   # each layer's aggregate (the narrower side) and SAGE's own term, below the last layer; the loss
-        activations = 4 * n * (sum(min(a, b) + (b if model == "sage" else 0) for a, b, _ in widths[:-1]) + 3 * C)
+        rows = 4 * n * (sum(min(a, b) + (b if model == "sage" else 0) for a, b, _ in widths[:-1]) + 3 * C)
     else:
-        activations = 4 * n * (F + 2.25 * hidden_in + 3 * C)
+        rows = 4 * n * (F + 2.25 * hidden_in + 3 * C)
+    activations = split_bytes(owned=rows, halo=saved_halo, edge=e * per_edge)     # (each a whole number of bytes)
     params = 0
     for i, (a, b, k) in enumerate(widths):
         if model == "gat":   # weight, source and target attention, bias; the last layer's heads are averaged
@@ -89,6 +158,39 @@ def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, fea
             params += a * lin + 2 * lin + b
         else:   # SAGE: a root weight beside the neighbours' one
             params += (2 if model == "sage" else 1) * a * b + b
-    terms = dict(part=part, matrices=matrices, exchange=exchange, activations=int(activations), params=16 * params)
+    return dict(part=part, matrices=matrices, exchange=exchange, activations=activations,
+                params=split_bytes(const=16 * params))
+
+
+def by_category(split: dict) -> dict:
+    """{category: bytes} summed over the terms of a split (:func:`rank_memory_split`)."""
+    return {c: sum(t[c] for t in split.values()) for c in CATEGORIES}
+
+
+#: the count each category's bytes are divided by in :func:`per_unit`: (unit name, count's name)
+UNITS = (("owned_row", "owned"), ("halo_row", "halo"), ("send_row", "send"), ("edge", "edges"))
+
+
+def per_unit(cats: dict, *, owned: int, halo: int, send: int, edges: int) -> dict:
+    """Bytes per owned row, halo row, send row and local edge of a {category: bytes} (``owned`` / n, ``halo`` / h,
+    ``send`` / s, ``edge`` / e; None where the count is 0)."""
+    counts = dict(owned=owned, halo=halo, send=send, edges=edges)
+    cat = dict(owned="owned", halo="halo", send="send", edges="edge")
+    return {u: (cats[cat[k]] / counts[k] if counts[k] else None) for u, k in UNITS}
+
+
+def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
+                num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1, feature_bytes: int = 4,
+                input_cache: bool = True, remat: bool = False, cut_edges: int = 0, symmetric: bool = False) -> dict:
+    """Bytes of each term for one rank (``owned``, ``halo``, ``send`` rows, ``edges`` in-edges and ``cut_edges``
+    of them from halo rows, as in meta.json's ``parts``; ``feature_bytes`` per stored feature, 2 for float16 and
+    bfloat16), with ``peak`` = baseline + data + activations twice + params. ``remat``: ``--remat cheap``.
+    ``symmetric``: the graph is (the local block shares its transpose). Each term is the sum of its
+    :func:`rank_memory_split`."""
+    split = rank_memory_split(model, owned=owned, halo=halo, send=send, edges=edges, feature_dim=feature_dim,
+                              hidden=hidden, num_classes=num_classes, layers=layers, heads=heads,
+                              out_heads=out_heads, feature_bytes=feature_bytes, input_cache=input_cache, remat=remat,
+                              cut_edges=cut_edges, symmetric=symmetric)
+    terms = {t: sum(v.values()) for t, v in split.items()}
     terms["peak"] = BASELINE_BYTES + sum(terms.values()) + terms["activations"]
     return terms
