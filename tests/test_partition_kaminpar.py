@@ -80,11 +80,15 @@ def test_refine_any_start_holds_caps(method, cora_h5, tmp_path):
 
 
 def test_auto_default_and_its_choice(cora_h5, tmp_path, monkeypatch):
-    """No --method: kaminpar + g3 refinement on a graph that fits; stream where the estimate exceeds memory."""
+    """No --method: kaminpar (its fast context, unless told) + g3 refinement on a graph that fits; stream where the
+    estimate exceeds memory."""
     _, path = cora_h5
     partition_tool.main([str(path), "--parts", "4", "--out", str(tmp_path / "p"), "--no-progress"])
     meta = read_meta(tmp_path / "p")
-    assert meta["method"] == "kaminpar+g3" and meta["violation_after"] == 0
+    assert meta["method"] == "kaminpar+g3" and meta["violation_after"] == 0 and meta["kaminpar_context"] == "fast"
+    partition_tool.main([str(path), "--parts", "4", "--out", str(tmp_path / "q"), "--no-progress",
+                         "--kaminpar-context", "strong"])
+    assert read_meta(tmp_path / "q")["kaminpar_context"] == "strong"
     assert partition_tool.auto_method(path) == "kaminpar"
     monkeypatch.setattr(partition_tool, "available_memory", lambda: 10**6)
     assert partition_tool.auto_method(path) == "stream"
