@@ -253,7 +253,22 @@ def assign(g, cfg: PartitionConfig, model: CostModel) -> tuple[np.ndarray, dict]
         del in_deg
         if cfg.refine == "none":
             return start, info
-    indptr, indices, _ = strip_self_loops(g.indptr, g.indices.astype(np.int64))
+    stored = g.indices.dtype
+    indptr, indices, removed = strip_self_loops(g.indptr, np.asarray(g.indices, dtype=np.int64))
+    # one copy of the edges while the partitioners run (their int64 form; the graph's own is made again after)
+    release = not removed and stored != indices.dtype
+    if release:
+        g.indices = None
+    try:
+        return _assign_on(g, cfg, model, indptr, indices, start, info)
+    finally:
+        if release:
+            g.indices = indices.astype(stored)
+
+
+def _assign_on(g, cfg: PartitionConfig, model: CostModel, indptr, indices, start, info) -> tuple[np.ndarray, dict]:
+    """:func:`assign`'s METIS and g3 methods (and the refinement) on the graph's CSR without self loops, int64."""
+    P = cfg.parts
     in_deg = np.diff(indptr)
     if cfg.method == "metis":
         start, info = metis_partition(indptr, indices, P, balance=cfg.balance, in_degree=in_deg,

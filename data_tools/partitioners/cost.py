@@ -20,7 +20,6 @@ import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 #: seconds per (edge x feature) of a single-threaded scipy CSR SpMM (1.3e-9 .. 3.4e-9 measured on the
 #: development machine for widths 128 .. 16)
@@ -58,6 +57,7 @@ class CostModel:
 
 def calibrate(width: int = 64, num_nodes: int = 200_000, degree: int = 16, repeats: int = 5, seed: int = 0) -> float:
     """Measure seconds per (edge x feature) of a CSR SpMM (scipy, this process) on a random graph."""
+    import scipy.sparse as sp   # (here, not at import: every waiting rank of g3-partition imports this module)
     rng = np.random.default_rng(seed)
     e = num_nodes * degree
     rows = np.repeat(np.arange(num_nodes), degree)
@@ -80,8 +80,9 @@ def out_edges(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.n
     return np.asarray(indices, dtype=np.int64), dst
 
 
-def replica_matrix(src: np.ndarray, dst: np.ndarray, assignment: np.ndarray, num_parts: int) -> sp.csr_matrix:
+def replica_matrix(src: np.ndarray, dst: np.ndarray, assignment: np.ndarray, num_parts: int) -> "scipy.sparse.csr_matrix":
     """M[u, q] = number of edges from u into nodes of part q (N x P sparse, int32)."""
+    import scipy.sparse as sp
     n = len(assignment)
     m = sp.coo_matrix((np.ones(len(src), dtype=np.int32), (src, assignment[dst])), shape=(n, num_parts)).tocsr()
     m.sum_duplicates()

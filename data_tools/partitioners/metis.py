@@ -25,7 +25,6 @@ import time
 
 import numpy as np
 import pymetis
-import scipy.sparse as sp
 
 BALANCES = ("nodes", "edges", "both", "mixed", "train")
 #: METIS_OK, the status of a call that succeeded
@@ -59,6 +58,7 @@ def strip_self_loops(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarra
 
 def symmetrize(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Undirected adjacency (CSR, both directions, no self loops, no duplicates) of a directed CSR."""
+    import scipy.sparse as sp   # (here, not at import: every waiting rank of g3-partition imports this module)
     n = len(indptr) - 1
     # boolean entries: the sum is a logical or, so duplicated edges can never cancel out (an int8 count wrapped to 0
     # for 256 copies of an edge)
