@@ -246,11 +246,6 @@ def saved_activations(trainer, epoch: int, exclude=()) -> dict:
     return {p: v for p, v in seen.items() if p not in held}
 
 
-def saved_activation_bytes(trainer, epoch: int) -> int:
-    """Bytes of the distinct storages autograd saves during one training forward of the trainer's model."""
-    return int(sum(b for _, _, b in saved_activations(trainer, epoch).values()))
-
-
 class Variant:
     def __init__(self, name, design, schedule, step, logits, trainer=None):
         self.name, self.design, self.schedule = name, design, schedule

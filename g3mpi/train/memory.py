@@ -7,7 +7,7 @@ GCN's float32 weights in each, or, for SAGE's mean and GAT's pattern, one array 
 per entry); on a symmetric graph the local block (``edges - cut_edges`` entries) is its own transpose; ``exchange`` the halo and send buffers of every layer's
 exchange (twice where a gradient flows back; none for a first layer that aggregates the raw input with the input
 cache on: its input's halo rows are kept instead, in the stored feature dtype); ``activations`` what autograd keeps for backward in one training step
-(the coefficients counted with saved-tensor hooks, ``g3mpi.bench.worker.saved_activation_bytes``, at several widths,
+(the coefficients counted with saved-tensor hooks, ``g3mpi.bench.worker.saved_activations``, at several widths,
 dropout on: its masks are kept as bool); ``params`` parameters, gradients and Adam's two moments. The peak adds the
 gradients of the activations during backward, at most as large as the activations themselves, and the process's
 ``baseline`` (interpreter, torch, numpy, scipy, h5py, MPI).
