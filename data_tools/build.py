@@ -113,7 +113,9 @@ def sort_within_rows(cols: np.ndarray, rows: np.ndarray) -> np.ndarray:
     base = (rows - r0).astype(np.int64)
     base *= width
     key = base + cols
-    key.sort()
+    # numpy's stable sort (timsort) follows runs: a row's new IDs are a few increasing runs (the boundary-first
+    # order keeps the original order within each group of a part), 3.6x faster than the default on R-MAT 20
+    key.sort(kind="stable")
     key -= base
     return key.astype(cols.dtype)
 
@@ -165,36 +167,53 @@ def exchange_lists(halo_owner: np.ndarray, sends: dict) -> dict:
                 send_rows=send_rows.astype(np.int64), num_boundary=num_boundary)
 
 
-def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: str):
+#: most threads building parts' CSRs at once (each holds one block's temporaries, about 40 B per edge of
+#: :data:`BLOCK_EDGES`)
+MAX_BUILD_THREADS = 4
+
+
+def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: str, threads: int = 1,
+                degrees_of_g: tuple | None = None):
     """Yield (PartData, new_to_orig, offsets) pieces: one PartData per part, built from the whole graph.
 
     Memory: one pass over the graph for the degrees, then each part's CSR built from its own rows (in blocks of
     :data:`BLOCK_EDGES` edges) and kept as local indices (the graph's edges once more, at 4 bytes each when a
     part has under 2**31 rows) until every halo is known; the send lists need all of them. Labels and masks are
     gathered one part at a time as it is written, and so are the features if ``g`` holds them; if
-    ``g.features`` is None, every PartData has ``features=None`` (see :func:`stream_features`)."""
+    ``g.features`` is None, every PartData has ``features=None`` (see :func:`stream_features`).
+
+    ``threads``: parts whose CSRs are built at once (numpy's gathers and sorts release the GIL: on 2 cores the
+    CSRs of R-MAT 22's 8 parts took 0.6x the time of one thread). ``degrees_of_g``: :func:`degrees` of ``g``
+    when the caller has them."""
     n = g.num_nodes
     assignment = np.asarray(assignment, dtype=np.int64)
     if assignment.shape != (n,) or (n and (assignment.min() < 0 or assignment.max() >= num_parts)):
         raise ValueError(f"assignment must give every node a part in [0, {num_parts})")
-    loops, in_deg, out_deg = degrees(g.indptr, g.indices, BLOCK_EDGES)
+    loops, in_deg, out_deg = degrees_of_g or degrees(g.indptr, g.indices, BLOCK_EDGES)
     keys = graph_order_keys(g.indptr, g.indices, assignment, num_parts,
-                            row_blocks(np.diff(g.indptr), max(BLOCK_EDGES, n)))
+                            row_blocks(np.diff(g.indptr), max(BLOCK_EDGES, n)),
+                            symmetric=bool(g.attrs.get("symmetric", False)))
     new_to_orig, orig_to_new, offsets = relabel(assignment, num_parts, keys)
     del keys
     orig_to_new = orig_to_new.astype(index_dtype(n))
     num_edges = int(in_deg.sum())
     feature_dim = graph_feature_dim(g)
 
-    csrs, halos = [], []
-    for p in range(num_parts):
+    def one_part(p):
         s, e = int(offsets[p]), int(offsets[p + 1])
         ip, cols = part_csr(g.indptr, g.indices, new_to_orig[s:e], s, orig_to_new, BLOCK_EDGES)
         local, h = localize(cols, s, e)
-        del cols
-        csrs.append((ip, local))
-        halos.append(h)
-    del orig_to_new
+        return (ip, local), h
+
+    threads = max(1, min(int(threads), MAX_BUILD_THREADS, num_parts))
+    if threads == 1:
+        built = [one_part(p) for p in range(num_parts)]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(threads, thread_name_prefix="g3-build") as pool:
+            built = list(pool.map(one_part, range(num_parts)))
+    csrs, halos = [b[0] for b in built], [b[1] for b in built]
+    del built, orig_to_new
 
     owner = np.repeat(np.arange(num_parts, dtype=np.int64), np.diff(offsets))
     # send lists: what part q needs from part p, in the order of q's halo slice for p
@@ -334,8 +353,10 @@ def cut_edges(part: PartData) -> int:
 
 
 def write_partition(g: Graph, assignment: np.ndarray, num_parts: int, out_dir, *, method: str, seed: int | None,
-                    force: bool = False, extra_meta: dict | None = None, progress=None, graph_path=None) -> dict:
+                    force: bool = False, extra_meta: dict | None = None, progress=None, graph_path=None,
+                    threads: int = 1, degrees: tuple | None = None) -> dict:
     """Write a whole partition directory atomically (temp dir, then rename). Returns meta.json's content.
+    ``threads``: parts built at once; ``degrees``: the graph's, when the caller has them (:func:`build_parts`).
 
     If ``g.features`` is None (``load_graph(..., features=False)``) they are copied from ``graph_path`` block by
     block once the other datasets are written (:func:`stream_features`)."""
@@ -344,7 +365,7 @@ def write_partition(g: Graph, assignment: np.ndarray, num_parts: int, out_dir, *
     out_dir = Path(out_dir)
     try:
         return _write_partition(g, assignment, num_parts, out_dir, method, seed, force, extra_meta, progress,
-                                graph_path)
+                                graph_path, threads, degrees)
     except (OSError, RuntimeError) as e:   # h5py reports a failed flush (a full disk) as a RuntimeError
         raise OutputWriteError(out_dir, f"cannot be written: {failure_reason(e)}") from None
 
@@ -354,7 +375,8 @@ class OutputWriteError(FormatError):
     is left. h5py may crash while tearing down the files of such a write: a command ends at once after it."""
 
 
-def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, extra_meta, progress, graph_path):
+def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, extra_meta, progress, graph_path,
+                     threads, degs):
     t0 = time.time()
     partition_id = uuid.uuid4().hex
     large = LargeFeatures()   # (features in memory were checked by whoever read them, e.g. load_graph)
@@ -364,7 +386,7 @@ def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, ext
             g = dataclasses.replace(g, features=features)
     files, stats = {}, []
     with atomic_dir(out_dir, META_NAME, force) as tmp:
-        it = build_parts(g, assignment, num_parts, partition_id)
+        it = build_parts(g, assignment, num_parts, partition_id, threads, degs)
         for part, new_to_orig, offsets in (progress(it, total=num_parts) if progress else it):
             files[part_name(part.part_id)] = write_part(tmp / part_name(part.part_id), part, atomic=False)
             st = part_stats(part)

@@ -35,15 +35,40 @@ def order_keys(first: np.ndarray, last: np.ndarray, num_parts: int) -> np.ndarra
 
 
 def graph_order_keys(indptr: np.ndarray, indices: np.ndarray, assignment: np.ndarray, num_parts: int,
-                     blocks) -> np.ndarray:
+                     blocks, symmetric: bool = False) -> np.ndarray:
     """:func:`order_keys` of every node of a whole in-edge CSR (row = destination), ``blocks`` the row range
-    boundaries to go through it by (bounded temporaries)."""
+    boundaries to go through it by (bounded temporaries). ``symmetric``: every edge's reverse is there too, so
+    the parts needing u are those of u's own row (:func:`row_needs`)."""
+    if symmetric:
+        return order_keys(*row_needs(indptr, indices, assignment, num_parts, blocks), num_parts)
     first, last = no_needs(len(assignment), num_parts)
     for lo, hi in zip(blocks[:-1], blocks[1:]):
         src = np.asarray(indices[indptr[lo]:indptr[hi]], dtype=np.int64)
         dst = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(indptr[lo:hi + 1]))
         note_needs(first, last, src, assignment[src], assignment[dst])
     return order_keys(first, last, num_parts)
+
+
+def row_needs(indptr: np.ndarray, indices: np.ndarray, assignment: np.ndarray, num_parts: int,
+              blocks) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) part needing each node of a symmetric graph: the least and the greatest other part among
+    its row's neighbours, by reductions along the rows (on R-MAT 22, 4x faster than :func:`note_needs`'s
+    scattered updates)."""
+    P = int(num_parts)
+    first, last = no_needs(len(assignment), P)
+    assignment = np.asarray(assignment).astype(np.int32)   # (P <= 2^31 - 2: half the memory traffic of int64)
+    for lo, hi in zip(blocks[:-1], blocks[1:]):
+        e0, e1 = int(indptr[lo]), int(indptr[hi])
+        if e1 == e0:
+            continue
+        pv = assignment.take(np.asarray(indices[e0:e1]))
+        d = np.diff(np.asarray(indptr[lo:hi + 1], dtype=np.int64))
+        cross = pv != np.repeat(assignment[lo:hi], d)
+        rows = np.flatnonzero(d) + lo
+        starts = np.asarray(indptr[rows], dtype=np.int64) - e0
+        first[rows] = np.minimum.reduceat(np.where(cross, pv, P), starts)
+        last[rows] = np.maximum.reduceat(np.where(cross, pv, -1), starts)
+    return first, last
 
 
 def boundary_first_order(assignment: np.ndarray, keys: np.ndarray) -> np.ndarray:

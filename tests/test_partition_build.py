@@ -61,6 +61,27 @@ def test_blocked_build_equals_unblocked(seed, monkeypatch):
             assert all(getattr(x, k) == getattr(y, k) for k in SCALARS)
 
 
+def test_threaded_and_symmetric_build_equal_the_plain_one(cora_npz):
+    """Parts built by 3 threads, and the boundary-first keys of a symmetric graph taken along its rows, equal
+    the one-thread build and the keys of the scattered edges, array by array."""
+    import dataclasses
+    from data_tools.layout import graph_order_keys
+    from tests.partition_graphs import cora_graph
+    g = cora_graph(cora_npz)
+    P = 5
+    a = np.random.default_rng(4).integers(0, P, g.num_nodes)
+    blocks = build.row_blocks(np.diff(g.indptr), 2000)
+    assert len(blocks) > 3
+    assert np.array_equal(graph_order_keys(g.indptr, g.indices, a, P, blocks, symmetric=True),
+                          graph_order_keys(g.indptr, g.indices, a, P, blocks))
+    plain = list(build.build_parts(dataclasses.replace(g, attrs=dict(g.attrs, symmetric=False)), a, P, "id"))
+    for (x, n2o_x, _), (y, n2o_y, _) in zip(plain, build.build_parts(g, a, P, "id", threads=3)):
+        assert np.array_equal(n2o_x, n2o_y)
+        for k in ARRAYS:
+            u, v = getattr(x, k), getattr(y, k)
+            assert u.dtype == v.dtype and np.array_equal(u, v), (x.part_id, k)
+
+
 def test_streamed_features_equal_in_memory(monkeypatch, tmp_path):
     """g3-partition leaves the features in the graph file and copies them into the parts block by block, a
     group of parts per pass: every dataset, checksum and chunk layout equals the parts written from a graph held
