@@ -38,7 +38,7 @@ from .build import OutputWriteError, write_partition
 from .partitioners import (BALANCES, METHODS, OBJECTIVES, REFINES, CostModel, calibrate, metis_partition,
                            random_partition)
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
-from .partitioners.kaminpar import CONTEXTS, KaMinParError, KaMinParMissing
+from .partitioners.kaminpar import CONTEXTS, KaMinParError, KaMinParMissing, default_threads
 from .partitioners.metis import MetisError, strip_self_loops
 
 PROG = "g3-partition"
@@ -61,6 +61,13 @@ REFINE_OPTIONS = ("max_iters", "cost_slack")
 #: KaMinPar's context under --method auto: on R-MAT 20 and 22 its start, once refined, left as few communication
 #: rows as the default context's in about 60 % of KaMinPar's time (docs/PARTITION_METHODS.md)
 AUTO_KAMINPAR_CONTEXT = "fast"
+#: the refinement's evaluations at most under --method auto (--max-iters overrides): on R-MAT 20 and 22 into 8
+#: parts, 4 left 0.1-0.3 % more max communication rows than 100 in a third of the time (docs/PARTITION_METHODS.md)
+AUTO_MAX_ITERS = 4
+#: KaMinPar's tolerance before a refinement, as a share of the caps' (--node/--edge-imbalance minus 1): its one
+#: weight then keeps the in-edges under their cap, so the refinement only evens out the node counts; on R-MAT 20
+#: and 22 into 8 and 16 parts that also left 3 % fewer max communication rows than the caps' whole tolerance
+KAMINPAR_REFINE_TOLERANCE = 0.5
 #: methods run by one process (under mpiexec: by rank 0 alone, :func:`on_rank0`)
 SERIAL_METHODS = ("kaminpar", "metis", "random", "g3")
 
@@ -123,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="KaMinPar's configuration: fast, default, strong (fewer cut edges, slower) or terapart "
                          "(compressed graph, nodes balanced; kaminpar and auto only; default: default, auto: fast)")
     ap.add_argument("--threads", type=int,
-                    help="KaMinPar's threads, >= 1 (kaminpar and auto; default: the CPUs of this process's affinity)")
+                    help="threads of KaMinPar and of the writer's part builds, >= 1 (kaminpar and auto; default, and "
+                         "the other serial methods' writer: the CPUs of this process's affinity)")
     ap.add_argument("--refine", choices=REFINES,
                     help="g3: G3's refinement of the method's assignment under the node and edge caps (metis, "
                          "kaminpar; default none; auto: g3)")
@@ -134,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--edge-imbalance", type=float,
                    help="max local edges per part / mean, finite and >= 1 (g3, stream, metis --balance both; "
                         "default 1.10)")
-    g.add_argument("--max-iters", type=int, help="refinement iterations at most, >= 0 (g3; default 100)")
+    g.add_argument("--max-iters", type=int,
+                   help=f"refinement iterations at most, >= 0 (g3 and --refine g3; default 100, auto: {AUTO_MAX_ITERS})")
     g.add_argument("--cost-slack", type=float,
                    help="phase 2 may raise the max estimated epoch by this fraction (finite, >= 0) to lower the "
                         "max communication rows (g3; default 0: never)")
@@ -183,6 +192,8 @@ def _refuse_other_methods_options(ap: argparse.ArgumentParser, a: argparse.Names
             a.refine = "g3" if a.method == "auto" else "none"
         if dest == "kaminpar_context" and a.kaminpar_context is None and a.method == "auto":
             a.kaminpar_context = AUTO_KAMINPAR_CONTEXT
+        if dest == "max_iters" and a.max_iters is None and a.method == "auto":
+            a.max_iters = AUTO_MAX_ITERS
         if getattr(a, dest) is None:
             setattr(a, dest, PartitionConfig.__dataclass_fields__[dest].default)
 
@@ -236,25 +247,30 @@ def log(msg: str) -> None:
     print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
 
 
-def assign(g, cfg: PartitionConfig, model: CostModel) -> tuple[np.ndarray, dict]:
-    """Node→part assignment for cfg.method (and cfg.refine), plus method-specific meta entries."""
+def assign(g, cfg: PartitionConfig, model: CostModel, degrees: tuple | None = None) -> tuple[np.ndarray, dict]:
+    """Node→part assignment for cfg.method (and cfg.refine), plus method-specific meta entries. ``degrees``:
+    :func:`data_tools.build.degrees` of the graph, when the caller has them."""
     n, P = g.num_nodes, cfg.parts
     if cfg.method == "random":
         return random_partition(n, P, cfg.seed)
+    if degrees is None:
+        from .build import degrees as count
+        degrees = count(g.indptr, g.indices)
+    loops, in_deg, _ = degrees
     start, info = None, {}
     if cfg.method == "kaminpar":   # before the copy without self loops: it reads the rows block by block
-        from .build import degrees
         from .partitioners.kaminpar import kaminpar_partition
-        in_deg = degrees(g.indptr, g.indices)[1]
+        tolerance = min(cfg.node_imbalance, cfg.edge_imbalance) - 1
+        if cfg.refine == "g3":
+            tolerance *= KAMINPAR_REFINE_TOLERANCE
         start, info = kaminpar_partition(g.indptr, g.indices, P, symmetric=bool(g.attrs["symmetric"]),
                                          in_degree=in_deg, context=cfg.kaminpar_context, threads=cfg.threads,
-                                         seed=cfg.seed, imbalance=min(cfg.node_imbalance, cfg.edge_imbalance),
-                                         workdir=cfg.out.resolve().parent)
-        del in_deg
+                                         seed=cfg.seed, imbalance=1 + tolerance, workdir=cfg.out.resolve().parent,
+                                         self_loops=loops)
         if cfg.refine == "none":
             return start, info
     stored = g.indices.dtype
-    indptr, indices, removed = strip_self_loops(g.indptr, np.asarray(g.indices, dtype=np.int64))
+    indptr, indices, removed = strip_self_loops(g.indptr, np.asarray(g.indices, dtype=np.int64), loops)
     # one copy of the edges while the partitioners run (their int64 form; the graph's own is made again after)
     release = not removed and stored != indices.dtype
     if release:
@@ -286,7 +302,8 @@ def _assign_on(g, cfg: PartitionConfig, model: CostModel, indptr, indices, start
                               progress=cfg.progress, log=log, cost_slack=cfg.cost_slack,
                               start_balance=cfg.start_balance, start=start, start_name=name,
                               recursive=None if cfg.start == "auto" else cfg.start == "recursive",
-                              start_objective={"auto": "auto", "volume": "volume"}.get(cfg.start, "cut"))
+                              start_objective={"auto": "auto", "volume": "volume"}.get(cfg.start, "cut"),
+                              symmetric=bool(g.attrs.get("symmetric", False)))
     return a, dict(info, **refined) if start is not None else refined
 
 
@@ -312,7 +329,7 @@ def method_label(cfg: PartitionConfig) -> str:
 
 def partition_graph(cfg: PartitionConfig):
     """The graph (without features), read and checked, and its assignment by ``cfg.method``: ``(g, assignment,
-    meta extras)``; what the method said is logged."""
+    meta extras, degrees)`` (:func:`data_tools.build.degrees`); what the method said is logged."""
     t0 = time.time()
     g = load_graph(cfg.graph, features=False)   # the parts' features are copied from the file block by block
     n = g.num_nodes
@@ -327,7 +344,9 @@ def partition_graph(cfg: PartitionConfig):
                       width=cfg.width or max(1, int(g.attrs["feature_dim"])))
     log(f"{n} nodes, {g.num_edges} edges; {method_label(cfg)} into {cfg.parts} parts")
     t1 = time.time()
-    assignment, info = assign(g, cfg, model)
+    from .build import degrees
+    degs = degrees(g.indptr, g.indices)   # (the writer needs them too)
+    assignment, info = assign(g, cfg, model, degs)
     t_part = time.time() - t1
     for said in info.get("metis_messages", ()):
         log(f"METIS said: {said}")
@@ -339,7 +358,7 @@ def partition_graph(cfg: PartitionConfig):
     if cfg.method == "metis":
         extra.setdefault("balance", cfg.balance)
         extra.setdefault("metis_objective", cfg.objective)
-    return g, assignment, extra
+    return g, assignment, extra, degs
 
 
 def run(cfg: PartitionConfig) -> dict:
@@ -347,7 +366,7 @@ def run(cfg: PartitionConfig) -> dict:
     check_out_path(cfg.graph, cfg.out)
     check_output(cfg.out, cfg.force, META_NAME)  # fail before the expensive work
     t0 = time.time()
-    g, assignment, extra = partition_graph(cfg)
+    g, assignment, extra, degs = partition_graph(cfg)
     t_part, label = extra["partition_seconds"], method_label(cfg)
     if cfg.progress:
         from tqdm import tqdm
@@ -358,7 +377,8 @@ def run(cfg: PartitionConfig) -> dict:
     else:
         progress = None
     meta = write_partition(g, assignment, cfg.parts, cfg.out, method=label, seed=cfg.seed, force=cfg.force,
-                           extra_meta=extra, progress=progress, graph_path=cfg.graph)
+                           extra_meta=extra, progress=progress, graph_path=cfg.graph,
+                           threads=cfg.threads or default_threads(), degrees=degs)
     q = meta["quality"]
     print(f"{PROG}: wrote {cfg.out} ({cfg.parts} parts, {label}) in {time.time() - t0:.1f}s "
           f"(partitioning {t_part:.1f}s): edge_cut={q['edge_cut']} node_imbalance={q['node_imbalance']:.3f} "

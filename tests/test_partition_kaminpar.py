@@ -57,11 +57,48 @@ def test_write_parhip_blocks(tmp_path):
         assert (n, m) == (4, 5)
         files.append(path.read_bytes())
     assert files[0] == files[1] == files[2]
-    words = np.frombuffer(files[0], dtype=np.uint64)
-    assert words[:3].tolist() == [1, 4, 5]                      # 64-bit, node weights, no edge weights
+    words = np.frombuffer(files[0][:64], dtype=np.uint64)
+    assert words[:3].tolist() == [9, 4, 5]        # 32-bit node IDs, 64-bit offsets and weights; no edge weights
     base = 24 + 8 * 5
-    assert ((words[3:8] - base) // 8).tolist() == [0, 2, 3, 3, 5]
-    assert words[8:13].tolist() == [1, 3, 0, 0, 1] and words[13:].tolist() == [5, 6, 7, 8]
+    assert ((words[3:8] - base) // 4).tolist() == [0, 2, 3, 3, 5]
+    assert np.frombuffer(files[0][base:base + 20], dtype=np.uint32).tolist() == [1, 3, 0, 0, 1]
+    assert np.frombuffer(files[0][base + 20:], dtype=np.uint64).tolist() == [5, 6, 7, 8]
+
+
+def test_write_parhip_simple_rows_as_they_are(tmp_path):
+    """Rows without self loops or repeats (the caller counted the loops) are written in one pass: the same bytes
+    as the checked path; a repeat or a loop in the rows takes the checked path whatever the caller says."""
+    rng = np.random.default_rng(3)
+    n = 50
+    rows = [np.unique(rng.integers(0, n, rng.integers(0, 9))) for _ in range(n)]
+    rows = [r[r != v] for v, r in enumerate(rows)]
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+    indices = np.concatenate(rows).astype(np.int32)
+    w = np.arange(1, n + 1)
+    for block in (3, 100):
+        write_parhip(tmp_path / "checked", indptr, indices, w, block_entries=block)
+        write_parhip(tmp_path / "simple", indptr, indices, w, block_entries=block, self_loops=np.zeros(n, np.int64))
+        assert (tmp_path / "checked").read_bytes() == (tmp_path / "simple").read_bytes()
+    rep_ptr, rep = np.array([0, 2, 3]), np.array([1, 1, 0], dtype=np.int32)   # row 0 lists 1 twice
+    write_parhip(tmp_path / "r", rep_ptr, rep, None, self_loops=np.zeros(2, np.int64))
+    assert np.frombuffer((tmp_path / "r").read_bytes()[:24], dtype=np.uint64)[2] == 2
+
+
+def test_refined_kaminpar_gets_half_the_tolerance(cora_h5, tmp_path):
+    """Before a refinement KaMinPar's tolerance is half the caps' (its one weight then keeps the in-edges under
+    their cap); alone it gets the caps' own. auto's phases 1 and 2 take at most AUTO_MAX_ITERS evaluations."""
+    _, path = cora_h5
+    partition(path, tmp_path / "r", 4, "kaminpar", None, 0, "--refine", "g3", "--threads", "1", inproc=True)
+    partition(path, tmp_path / "n", 4, "kaminpar", None, 0, "--threads", "1", inproc=True)
+    partition(path, tmp_path / "a", 4, "auto", None, 0, "--threads", "1", inproc=True)
+    assert read_meta(tmp_path / "r")["kaminpar_imbalance"] == pytest.approx(1.05)
+    assert read_meta(tmp_path / "n")["kaminpar_imbalance"] == pytest.approx(1.10)
+    auto = read_meta(tmp_path / "a")
+    assert auto["kaminpar_imbalance"] == pytest.approx(1.05)
+    assert auto["iterations"] - auto["descent_iterations"] <= partition_tool.AUTO_MAX_ITERS
+    assert partition_tool.parse_args([str(path), "-p", "2", "-o", "x"]).max_iters == partition_tool.AUTO_MAX_ITERS
+    assert partition_tool.parse_args([str(path), "-p", "2", "-o", "x", "--max-iters", "9"]).max_iters == 9
+    assert partition_tool.parse_args([str(path), "-p", "2", "-o", "x", "--method", "g3"]).max_iters == 100
 
 
 @pytest.mark.parametrize("method", ["metis", "kaminpar"])

@@ -113,3 +113,11 @@ def test_fill_empty_parts():
     assert k == 0 and a.tolist() == [1, 0]
     with pytest.raises(ValueError):
         fill_empty_parts(np.array([0, 0]), 3, np.zeros(2))
+
+
+def test_strip_self_loops_trusts_counted_loops():
+    """Counted self loops: none means no pass over the edges (the same arrays back); else they are dropped."""
+    ip, ix = np.array([0, 2, 3]), np.array([0, 1, 0])
+    assert strip_self_loops(ip, ix, np.zeros(2, np.int64))[1] is ix
+    stripped = strip_self_loops(ip, ix, np.array([1, 0]))
+    assert stripped[1].tolist() == [1, 0] and stripped[2] == 1

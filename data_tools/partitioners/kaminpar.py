@@ -2,8 +2,9 @@
 
 The Python binding reads its graph only from a file, so the graph goes to KaMinPar's extension of the ParHIP
 binary format, written row block by row block (:func:`write_parhip`): a 24-byte header (version bit field, n,
-m = directed adjacency entries), n + 1 offsets as byte addresses into the file, the m neighbours, then n node
-weights, all 64-bit (the wheel is built with 64-bit IDs and weights). A symmetric graph's rows are written as
+m = directed adjacency entries), n + 1 offsets as byte addresses into the file, the m neighbours (32-bit node
+IDs below 2^31 nodes, else 64-bit), then n node weights, 64-bit (the wheel is built with 64-bit IDs and weights
+and widens what it reads). A symmetric graph's rows are written as
 they are, less self loops and repeated sources; a directed one is symmetrized first (A + Aᵀ, a whole copy,
 as for METIS).
 
@@ -34,6 +35,8 @@ CONTEXTS = ("fast", "default", "strong", "terapart")
 #: edge IDs, node IDs, node weights, edge weights. 64-bit everything, no edge weights:
 PARHIP_NODE_WEIGHTS = 1
 PARHIP_UNWEIGHTED = 3
+#: neighbours as 32-bit node IDs (graphs under 2^31 nodes): half the file, the same partition
+PARHIP_32BIT_NODE_IDS = 8
 #: rows written at a time hold about this many adjacency entries (bounds the temporaries: ~40 B per entry)
 BLOCK_ENTRIES = 1 << 22
 #: the top node ID and weight of the 64-bit build (signed)
@@ -88,32 +91,53 @@ def _block_rows(indptr, indices, lo: int, hi: int) -> tuple[np.ndarray, np.ndarr
     return np.bincount(rows[keep] - lo, minlength=hi - lo), src[keep]
 
 
+def _repeats(indptr, indices, blocks) -> bool:
+    """Whether a row (sorted) lists a neighbour twice, block by block."""
+    for lo, hi in zip(blocks[:-1], blocks[1:]):
+        a, b = int(indptr[lo]), int(indptr[hi])
+        same = np.asarray(indices[a + 1:b]) == np.asarray(indices[a:b - 1])
+        if not same.any():
+            continue
+        starts = np.asarray(indptr[lo + 1:hi], dtype=np.int64) - a   # a row's first entry vs the last one's
+        same[starts[(starts > 0) & (starts <= len(same))] - 1] = False
+        if same.any():
+            return True
+    return False
+
+
 def write_parhip(path, indptr, indices, node_weights: np.ndarray | None,
-                 block_entries: int = BLOCK_ENTRIES) -> tuple[int, int]:
+                 block_entries: int = BLOCK_ENTRIES, self_loops: np.ndarray | None = None) -> tuple[int, int]:
     """Write the undirected graph whose rows are ``indptr``/``indices`` (sorted rows of a symmetric CSR) to
     ``path`` in KaMinPar's ParHIP format, ``block_entries`` entries at a time; self loops and repeated
     neighbours are left out. Returns (n, m): nodes and directed adjacency entries written.
 
     Two passes over the rows: the kept degrees (n int64, for the offsets), then the neighbours; no array of
-    length m is built."""
+    length m is built. ``self_loops``: each row's self loops when the caller has counted them; with none, and
+    no repeated neighbour, the rows are written as they are (one pass, 4x faster on R-MAT 20)."""
     n = len(indptr) - 1
     deg = np.diff(np.asarray(indptr, dtype=np.int64))
     blocks = _row_blocks(deg, block_entries)
-    kept = np.zeros(n, dtype=np.int64)
-    for lo, hi in zip(blocks[:-1], blocks[1:]):
+    simple = self_loops is not None and not np.any(self_loops) and not _repeats(indptr, indices, blocks)
+    kept = deg if simple else np.zeros(n, dtype=np.int64)
+    for lo, hi in zip(blocks[:-1], blocks[1:]) if not simple else ():
         kept[lo:hi] = _block_rows(indptr, indices, int(lo), int(hi))[0]
     m = int(kept.sum())
     base = 24 + 8 * (n + 1)
+    narrow = n < 2**31
+    id_type, id_bytes = (np.uint32, 4) if narrow else (np.uint64, 8)
     with open(path, "wb") as f:
         version = PARHIP_UNWEIGHTED if node_weights is None else PARHIP_NODE_WEIGHTS
+        version |= PARHIP_32BIT_NODE_IDS if narrow else 0
         f.write(np.array([version, n, m], dtype=np.uint64).tobytes())
         starts = np.zeros(n + 1, dtype=np.int64)   # byte addresses of each row's first neighbour
         np.cumsum(kept, out=starts[1:])
-        f.write((base + 8 * starts).astype(np.uint64).tobytes())
+        f.write((base + id_bytes * starts).astype(np.uint64).tobytes())
         del starts
         del kept
         for lo, hi in zip(blocks[:-1], blocks[1:]):
-            f.write(_block_rows(indptr, indices, int(lo), int(hi))[1].astype(np.uint64).tobytes())
+            rows = indices[int(indptr[lo]):int(indptr[hi])] if simple else \
+                _block_rows(indptr, indices, int(lo), int(hi))[1]
+            f.write(np.asarray(rows).astype(id_type).tobytes())
         if node_weights is not None:
             f.write(np.ascontiguousarray(node_weights, dtype=np.int64).tobytes())
     return n, m
@@ -133,13 +157,15 @@ def node_weights(in_degree: np.ndarray) -> tuple[np.ndarray, str]:
 
 def kaminpar_partition(indptr, indices, num_parts: int, *, symmetric: bool, in_degree: np.ndarray | None = None,
                        context: str = "default", threads: int | None = None, seed: int = 0,
-                       imbalance: float = 1.03, workdir=None) -> tuple[np.ndarray, dict]:
+                       imbalance: float = 1.03, workdir=None,
+                       self_loops: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """Node→part assignment from KaMinPar. Returns (assignment int64 [N], info).
 
     ``indptr``/``indices``: the graph's in-edge CSR (rows sorted; self loops and repeats are dropped here);
     ``symmetric``: every edge's reverse is there too (graph.h5's ``symmetric`` attribute), so the rows are
     handed over as they are, else A + Aᵀ is built first. ``imbalance``: KaMinPar's cap on the heaviest part's
-    weight over the mean (eps = imbalance - 1). ``workdir``: where the temporary graph file goes (default: the
+    weight over the mean (eps = imbalance - 1). ``self_loops``: each row's self loops, when the caller has
+    counted them (:func:`write_parhip`). ``workdir``: where the temporary graph file goes (default: the
     system's temporary directory); it is removed afterwards. KaMinParError when the package is missing, memory
     runs out or the library fails."""
     kaminpar = load_kaminpar()
@@ -163,7 +189,8 @@ def kaminpar_partition(indptr, indices, num_parts: int, *, symmetric: bool, in_d
             if not symmetric:
                 from .metis import symmetrize
                 indptr, indices = symmetrize(indptr, indices)
-            _, m = write_parhip(path, indptr, indices, vw)
+                self_loops = np.zeros(n, dtype=np.int64)
+            _, m = write_parhip(path, indptr, indices, vw, self_loops=self_loops)
             del indptr, indices
             size = f"{n} nodes, {m} symmetric adjacency entries"
             graph = kaminpar.load_graph(str(path), kaminpar.GraphFileFormat.PARHIP, compress=not weighted)

@@ -41,9 +41,13 @@ class MetisError(RuntimeError):
     line: what failed, the graph's size, and what METIS printed."""
 
 
-def strip_self_loops(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def strip_self_loops(indptr: np.ndarray, indices: np.ndarray,
+                     loops: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """CSR without its diagonal entries, as the partitioners take it (models add their own self loops).
-    Returns (indptr, indices, number removed); the input arrays themselves when there is none."""
+    Returns (indptr, indices, number removed); the input arrays themselves when there is none. ``loops``: each
+    row's self loops, when the caller has counted them (none: no pass over the edges)."""
+    if loops is not None and not np.any(loops):
+        return indptr, indices, 0
     n = len(indptr) - 1
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
     keep = indices != rows
