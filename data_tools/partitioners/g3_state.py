@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 PENALTY = 10.0
 #: largest N x P for which the replica counts are kept dense (int32: 1 GiB); :mod:`.g3_moves` reads it from here
 DENSE_LIMIT = 1 << 28
+#: edges counted at a time into a symmetric graph's dense C (at least E / 64)
+COUNT_BLOCK_EDGES = 1 << 22
 #: most entries of C an undo record keeps (int32: 64 MiB); larger moves are undone by moving back
 UNDO_LIMIT = 1 << 24
 
@@ -81,11 +83,9 @@ class _State:
         row block by row block, each block's keys in order (4x faster than counting the scattered sources, on
         R-MAT 20; temporaries of one block, not of every edge)."""
         ref, P = self.ref, self.ref.P
+        from ..build import row_blocks
         C = np.zeros((ref.N, P), dtype=np.int32)
-        ends = np.cumsum(ref.deg)
-        step = max(1 << 22, int(ends[-1]) // 64 if len(ends) else 1)
-        cuts = np.unique(np.concatenate([[0], np.searchsorted(ends, np.arange(step, int(ends[-1]) if len(ends) else 0,
-                                                                             step)), [ref.N]]))
+        cuts = row_blocks(ref.deg, max(COUNT_BLOCK_EDGES, len(ref.src) // 64))
         narrow = a.astype(np.int32)   # (a smaller array to gather from: fewer cache misses)
         for lo, hi in zip(cuts[:-1], cuts[1:]):
             e0, e1 = int(ref.indptr[lo]), int(ref.indptr[hi])
