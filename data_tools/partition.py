@@ -83,7 +83,7 @@ class PartitionConfig:
     balance: str = "nodes"
     node_imbalance: float = 1.10
     edge_imbalance: float = 1.10
-    max_iters: int = 100
+    max_iters: int | None = 100     # None (--method auto unset): resolved by choose_method
     cost_slack: float = 0.0
     start: str = "auto"
     start_balance: str = "auto"
@@ -192,8 +192,8 @@ def _refuse_other_methods_options(ap: argparse.ArgumentParser, a: argparse.Names
             a.refine = "g3" if a.method == "auto" else "none"
         if dest == "kaminpar_context" and a.kaminpar_context is None and a.method == "auto":
             a.kaminpar_context = AUTO_KAMINPAR_CONTEXT
-        if dest == "max_iters" and a.max_iters is None and a.method == "auto":
-            a.max_iters = AUTO_MAX_ITERS
+        if dest == "max_iters" and a.method == "auto":
+            continue   # unset: choose_method gives the refinement of the method auto chooses its own default
         if getattr(a, dest) is None:
             setattr(a, dest, PartitionConfig.__dataclass_fields__[dest].default)
 
@@ -231,7 +231,7 @@ def check_values(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ("--seed", a.seed, 0 <= a.seed <= MAX_SEED, "must be in [0, 2**63-1]"),
         ("--node-imbalance", a.node_imbalance, _finite_at_least(a.node_imbalance, 1), "must be finite and >= 1"),
         ("--edge-imbalance", a.edge_imbalance, _finite_at_least(a.edge_imbalance, 1), "must be finite and >= 1"),
-        ("--max-iters", a.max_iters, a.max_iters >= 0, "must be >= 0"),
+        ("--max-iters", a.max_iters, a.max_iters is None or a.max_iters >= 0, "must be >= 0"),
         ("--cost-slack", a.cost_slack, _finite_at_least(a.cost_slack, 0), "must be finite and >= 0"),
         ("--edge-seconds", a.edge_seconds, _finite_at_least(a.edge_seconds, 0, strict=True),
          "must be finite and > 0"),
@@ -440,7 +440,10 @@ def choose_method(cfg: PartitionConfig, comm) -> PartitionConfig:
     refine = "none" if method in ("g3", "stream") else cfg.refine
     if comm is None or comm.rank == 0:
         log(f"--method auto: {method}" + ("+g3" if refine == "g3" else "") + f" ({AUTO_REASON[method]})")
-    return dataclasses.replace(cfg, method=method, refine=refine)
+    # KaMinPar's start is within the in-edge cap already; g3's METIS start needs the whole refinement
+    max_iters = cfg.max_iters if cfg.max_iters is not None else \
+        AUTO_MAX_ITERS if method == "kaminpar" else PartitionConfig.__dataclass_fields__["max_iters"].default
+    return dataclasses.replace(cfg, method=method, refine=refine, max_iters=max_iters)
 
 
 #: why auto chose a method (docs/PARTITION_METHODS.md)

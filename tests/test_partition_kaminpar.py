@@ -84,9 +84,10 @@ def test_write_parhip_simple_rows_as_they_are(tmp_path):
     assert np.frombuffer((tmp_path / "r").read_bytes()[:24], dtype=np.uint64)[2] == 2
 
 
-def test_refined_kaminpar_gets_half_the_tolerance(cora_h5, tmp_path):
+def test_refined_kaminpar_gets_half_the_tolerance(cora_h5, tmp_path, monkeypatch):
     """Before a refinement KaMinPar's tolerance is half the caps' (its one weight then keeps the in-edges under
-    their cap); alone it gets the caps' own. auto's phases 1 and 2 take at most AUTO_MAX_ITERS evaluations."""
+    their cap); alone it gets the caps' own. auto's phases 1 and 2 take at most AUTO_MAX_ITERS evaluations after
+    KaMinPar, g3's default after METIS (no kaminpar package); --max-iters overrides both."""
     _, path = cora_h5
     partition(path, tmp_path / "r", 4, "kaminpar", None, 0, "--refine", "g3", "--threads", "1", inproc=True)
     partition(path, tmp_path / "n", 4, "kaminpar", None, 0, "--threads", "1", inproc=True)
@@ -96,9 +97,15 @@ def test_refined_kaminpar_gets_half_the_tolerance(cora_h5, tmp_path):
     auto = read_meta(tmp_path / "a")
     assert auto["kaminpar_imbalance"] == pytest.approx(1.05)
     assert auto["iterations"] - auto["descent_iterations"] <= partition_tool.AUTO_MAX_ITERS
-    assert partition_tool.parse_args([str(path), "-p", "2", "-o", "x"]).max_iters == partition_tool.AUTO_MAX_ITERS
-    assert partition_tool.parse_args([str(path), "-p", "2", "-o", "x", "--max-iters", "9"]).max_iters == 9
-    assert partition_tool.parse_args([str(path), "-p", "2", "-o", "x", "--method", "g3"]).max_iters == 100
+    def resolved(*args, has_kaminpar=True):
+        cfg = partition_tool.parse_args([str(path), "-p", "2", "-o", "x", *args])
+        monkeypatch.setattr(partition_tool, "auto_method", lambda graph: "kaminpar" if has_kaminpar else "g3")
+        return partition_tool.choose_method(cfg, None) if cfg.method == "auto" else cfg
+
+    assert resolved().max_iters == partition_tool.AUTO_MAX_ITERS
+    assert resolved(has_kaminpar=False).max_iters == 100   # g3's METIS start needs the whole refinement
+    assert resolved("--max-iters", "9").max_iters == resolved("--max-iters", "9", has_kaminpar=False).max_iters == 9
+    assert resolved("--method", "g3").max_iters == 100
 
 
 @pytest.mark.parametrize("method", ["metis", "kaminpar"])
