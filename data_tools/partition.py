@@ -247,15 +247,12 @@ def log(msg: str) -> None:
     print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
 
 
-def assign(g, cfg: PartitionConfig, model: CostModel, degrees: tuple | None = None) -> tuple[np.ndarray, dict]:
+def assign(g, cfg: PartitionConfig, model: CostModel, degrees: tuple) -> tuple[np.ndarray, dict]:
     """Node→part assignment for cfg.method (and cfg.refine), plus method-specific meta entries. ``degrees``:
-    :func:`data_tools.build.degrees` of the graph, when the caller has them."""
+    :func:`data_tools.build.degrees` of the graph."""
     n, P = g.num_nodes, cfg.parts
     if cfg.method == "random":
         return random_partition(n, P, cfg.seed)
-    if degrees is None:
-        from .build import degrees as count
-        degrees = count(g.indptr, g.indices)
     loops, in_deg, _ = degrees
     start, info = None, {}
     if cfg.method == "kaminpar":   # before the copy without self loops: it reads the rows block by block

@@ -21,6 +21,8 @@ import itertools
 
 import numpy as np
 
+from g3mpi.format.graph import first_unsorted_row
+
 from . import g3_state
 from .cost import CostModel
 from .g3_state import PENALTY, _sorted_unique, _State
@@ -238,10 +240,7 @@ class _Moves:
 def _has_repeats(indptr: np.ndarray, indices: np.ndarray) -> bool:
     """Whether a row of the CSR (sorted rows) lists a source twice: a repeated edge, whose copies in the two
     directions a symmetric graph need not hold equally often."""
-    same = indices[1:] == indices[:-1]
-    starts = indptr[1:-1]
-    same[starts[(starts > 0) & (starts < len(indices))] - 1] = False   # a row's first entry vs the last one's
-    return bool(same.any())
+    return len(indices) > 1 and first_unsorted_row(indptr, indices[1:] == indices[:-1]) is not None
 
 
 def _run_starts(order: np.ndarray, keys: np.ndarray) -> np.ndarray:
