@@ -3,6 +3,7 @@ a graph.h5: the way in for PyG and DGL users, with the checks and the writer of 
 "From Python")."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -44,11 +45,27 @@ def _int16_of(t):
     return torch.int16
 
 
+def links_from_dict(path, links: dict) -> dict:
+    """``{split: {key: array}}`` (NumPy or torch) as the link datasets of graph.h5 (``link_val_edge`` ...)."""
+    from g3mpi.format.links import KEYS, SPLITS, link_name
+    out = {}
+    for split, arrays in links.items():
+        if split not in SPLITS or not isinstance(arrays, dict) or set(arrays) - set(KEYS):
+            raise FormatError(path, f"links must be {{train|val|test: {{{', '.join(KEYS)}}}}}, got {split!r}: "
+                                    f"{sorted(arrays) if isinstance(arrays, dict) else type(arrays).__name__}")
+        for k, a in arrays.items():
+            a = as_numpy(a, f"links[{split!r}][{k!r}]")
+            if a is not None:
+                out[link_name(split, k)] = a
+    return out
+
+
 def write_graph(path, edge_index, x, y=None, masks: dict | None = None, *, num_nodes: int | None = None,
                 num_classes: int | None = None, symmetrize: bool = False, self_loops: str = "keep",
                 dedup: bool = False, normalize_features: bool = False, train: float = 0.6, val: float = 0.2,
                 seed: int = 0, force: bool = False, memory_budget: int = MEMORY_BUDGET, source: str = "arrays",
-                feature_dtype: str | None = None, quiet: bool = True) -> dict:
+                feature_dtype: str | None = None, quiet: bool = True, edge_type=None, num_relations: int | None = None,
+                relation_names=None, links: dict | None = None, link_split=None, split_seed: int = 0) -> dict:
     """Write the graph given as arrays to the graph.h5 ``path``, as ``g3-prepare npz`` writes an archive of them.
 
     ``edge_index``: int [2, E], row 0 the source and row 1 the target of each edge (PyG's ``data.edge_index``);
@@ -57,6 +74,13 @@ def write_graph(path, edge_index, x, y=None, masks: dict | None = None, *, num_n
     ``val``). Each may be a NumPy array or a torch tensor. ``num_nodes``: N (default: the rows of ``x``). The
     keyword options are ``g3-prepare``'s (``--symmetrize``, ``--self-loops``, ``--feature-dtype``, ...): the
     features are stored as given (float16 and bfloat16 tensors too) unless ``feature_dtype`` says otherwise.
+    ``x`` None: no features (width 0; give ``num_nodes``).
+
+    Link prediction and relations (docs/FORMAT.md): ``edge_type`` int [E], the relation of each edge, in [0,
+    ``num_relations``) (default: max + 1), with optional ``relation_names``; ``links``: the splits, ``{"train" |
+    "val" | "test": {"edge": [M, 2] (source, target), "edge_type": [M], "edge_neg": [K, 2], "target_node_neg":
+    [M, K]}}`` (val and test pairs must not be edges of ``edge_index``); or ``link_split=(train, val, test)``
+    fractions for a random split with ``split_seed`` (``g3-prepare --link-split``).
 
     Checked as every importer checks its input, with the same messages naming ``path``: FormatError for an edge
     endpoint outside [0, N), features that are not [N, F] or not finite, labels or masks of another length, labels
@@ -74,6 +98,12 @@ def write_graph(path, edge_index, x, y=None, masks: dict | None = None, *, num_n
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
     ei, feats, labels = as_numpy(edge_index, "edge_index"), as_numpy(x, "x"), as_numpy(y, "y")
+    if feats is None:
+        if num_nodes is None:
+            raise ValueError("write_graph without features (x=None) needs num_nodes")
+        feats = np.zeros((int(num_nodes), 0), dtype=np.float32)
+    if link_split is not None:
+        opts = dataclasses.replace(opts, link_split=tuple(float(v) for v in link_split), split_seed=int(split_seed))
     if masks is not None:
         unknown = sorted(set(masks) - set(MASKS))
         if unknown or len(masks) != 3:
@@ -89,5 +119,15 @@ def write_graph(path, edge_index, x, y=None, masks: dict | None = None, *, num_n
     raw = graph_from_arrays(path, ei, feats, labels, masks, n, num_classes, source=source)
     if bf16:
         raw.feature_dtype = "bfloat16"
+    if edge_type is not None:
+        typ = as_numpy(edge_type, "edge_type")
+        if typ.shape != (ei.shape[1],) or typ.dtype.kind not in "iu":
+            raise FormatError(path, f"edge_type must be integers [{ei.shape[1]}] (one per edge), got {typ.dtype} "
+                                    f"{list(typ.shape)}")
+        R = int(num_relations) if num_relations is not None else (int(typ.max()) + 1 if len(typ) else 1)
+        raw.edge_type, raw.num_relations = typ.astype(np.int64), R
+        raw.relation_names = list(relation_names) if relation_names is not None else None
+    if links is not None:
+        raw.links = links_from_dict(path, links)
     with work_dir(path) as work:
         return write_raw_graph(path, raw, opts, work)

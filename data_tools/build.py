@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from g3mpi.format import (PARTITION_FORMAT, PARTITION_VERSION, FormatError, Graph, PartData, atomic_dir, index_dtype,
-                          open_graph, part_name, write_meta, write_node_map, write_part)
+                          open_graph, owner_of, part_name, write_meta, write_node_map, write_part)
+from g3mpi.format.graph import link_counts
 from g3mpi.format.errors import failure_reason
 from g3mpi.format.features import feature_dtype_attr, stored_dtype, widen
 from g3mpi.format.limits import LargeFeatures, check_finite_features
@@ -75,31 +76,42 @@ def degrees(indptr: np.ndarray, indices: np.ndarray, block_edges: int = BLOCK_ED
 
 
 def part_csr(indptr, indices, rows: np.ndarray, first: int, orig_to_new: np.ndarray,
-             block_edges: int = BLOCK_EDGES) -> tuple[np.ndarray, np.ndarray]:
+             block_edges: int = BLOCK_EDGES, edge_type: np.ndarray | None = None):
     """CSR of the relabelled graph restricted to one part's rows, without self loops.
 
     ``rows``: the part's original node IDs in new-ID order (new IDs ``first, first + 1, ...``). Returns
     (indptr [len(rows)+1] int64, columns as new IDs, sorted within each row, dtype of ``orig_to_new``). Rows are
-    gathered and sorted ``block_edges`` edges at a time."""
+    gathered and sorted ``block_edges`` edges at a time. With ``edge_type`` (the graph's relation of each edge), a
+    third value: the relation of each returned edge, rows sorted by source then relation."""
     deg = np.diff(indptr)[rows]
     b = row_blocks(deg, block_edges)
-    cols, counts = [], []
+    cols, counts, types = [], [], []
     for lo, hi in zip(b[:-1], b[1:]):
         d = deg[lo:hi]
         starts = np.repeat(indptr[rows[lo:hi]] - np.cumsum(d) + d, d)   # original offset of each row's first edge
         pos = starts + np.arange(int(d.sum()), dtype=np.int64)
         c = orig_to_new[indices[pos]]
+        t = edge_type[pos] if edge_type is not None else None
         del starts, pos
         r = np.repeat(np.arange(first + lo, first + hi, dtype=c.dtype), d)
         keep = c != r
         c, r = c[keep], r[keep]
-        cols.append(sort_within_rows(c, r))
+        if t is not None:
+            t = t[keep]
+            order = np.lexsort((t, c, r))
+            cols.append(c[order])
+            types.append(t[order])
+        else:
+            cols.append(sort_within_rows(c, r))
         counts.append(np.bincount(r - (first + lo), minlength=hi - lo))
         del c, r, keep
     out_indptr = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum(np.concatenate(counts) if counts else np.zeros(0, np.int64), out=out_indptr[1:])
-    return out_indptr, (np.concatenate(cols) if len(cols) > 1 else cols[0] if cols
-                        else np.zeros(0, dtype=orig_to_new.dtype))
+    out_cols = (np.concatenate(cols) if len(cols) > 1 else cols[0] if cols
+                else np.zeros(0, dtype=orig_to_new.dtype))
+    if edge_type is None:
+        return out_indptr, out_cols
+    return out_indptr, out_cols, (np.concatenate(types) if types else np.zeros(0, dtype=edge_type.dtype))
 
 
 def sort_within_rows(cols: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -201,9 +213,11 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
 
     def one_part(p):
         s, e = int(offsets[p]), int(offsets[p + 1])
-        ip, cols = part_csr(g.indptr, g.indices, new_to_orig[s:e], s, orig_to_new, BLOCK_EDGES)
+        ip, cols, *t = part_csr(g.indptr, g.indices, new_to_orig[s:e], s, orig_to_new, BLOCK_EDGES, g.edge_type)
         local, h = localize(cols, s, e)
-        return (ip, local), h
+        return (ip, local, t[0] if t else None), h
+
+    links = part_links(g.links, orig_to_new, offsets, num_parts)
 
     threads = max(1, min(int(threads), MAX_BUILD_THREADS, num_parts))
     if threads == 1:
@@ -227,7 +241,7 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
     for p in range(num_parts):
         s, e = int(offsets[p]), int(offsets[p + 1])
         h = halos[p]
-        ip, local = csrs[p]
+        ip, local, types = csrs[p]
         csrs[p] = halos[p] = None     # released as soon as the part is written
         lists = exchange_lists(owner[h], sends[p])
         sends[p] = None
@@ -243,8 +257,37 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
             features=None if g.features is None else np.ascontiguousarray(g.features[orig]),   # as stored
             labels=g.labels[orig].astype(labels_dtype(g.labels.ndim)),
             train_mask=g.train_mask[orig], val_mask=g.val_mask[orig], test_mask=g.test_mask[orig], orig_ids=orig,
-            feature_dtype=g.feature_dtype,
+            feature_dtype=g.feature_dtype, num_relations=g.num_relations,
+            edge_type=None if types is None else types.astype(np.int32 if g.num_relations < 2**31 else np.int64),
+            links=links[p],
         ), new_to_orig, offsets
+
+
+def part_links(links: dict | None, orig_to_new: np.ndarray, offsets: np.ndarray, num_parts: int) -> list[dict]:
+    """Each part's link arrays (docs/FORMAT.md): the pairs and shared negatives of every split whose source it
+    owns, by new global IDs, in the order of the graph's split, with their positions in it (``*_index``); the
+    relation and negative targets of each of its pairs."""
+    from g3mpi.format.links import SPLITS, link_name
+    out = [dict() for _ in range(num_parts)]
+    for s in SPLITS:
+        for pairs, index, rows_of in (("edge", "edge_index", ("edge_type", "target_node_neg")),
+                                      ("edge_neg", "edge_neg_index", ())):
+            a = (links or {}).get(link_name(s, pairs))
+            if a is None:
+                continue
+            new = orig_to_new[a].astype(np.int64)
+            owner = owner_of(offsets, new[:, 0]) if len(new) else np.zeros(0, np.int64)
+            order = np.argsort(owner, kind="stable")
+            bounds = np.searchsorted(owner[order], np.arange(num_parts + 1))
+            extra = {k: links[link_name(s, k)] for k in rows_of if link_name(s, k) in links}
+            for p in range(num_parts):
+                sel = order[bounds[p]:bounds[p + 1]]
+                out[p][link_name(s, pairs)] = new[sel]
+                out[p][link_name(s, index)] = sel.astype(np.int64)
+                for k, v in extra.items():
+                    v = v[sel]
+                    out[p][link_name(s, k)] = orig_to_new[v].astype(np.int64) if k == "target_node_neg" else v
+    return out
 
 
 #: graph rows read at a time when the features are copied from the graph file into the part files
@@ -408,6 +451,12 @@ def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, ext
                     offsets=[int(o) for o in offsets], files=files,
                     quality=summarize(stats, g.num_nodes, local_edges),
                     parts=stats, build_seconds=round(time.time() - t0, 3))
+        if g.num_relations:
+            meta["num_relations"] = g.num_relations
+            if g.relation_names is not None:
+                meta["relation_names"] = g.relation_names
+        if g.links:
+            meta["links"] = link_counts(g.links)
         meta.update(extra_meta or {})
         write_meta(tmp, meta)
         raise_if_terminated()   # a SIGTERM whose exception was lost in a callback: do not commit the directory

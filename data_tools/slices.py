@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from g3mpi.format import FormatError, open_graph
+from g3mpi.format.links import LINK_NAMES
 from g3mpi.format.checksums import dataset_sha256
 from g3mpi.format.errors import H5_READ_ERRORS, unreadable
 from g3mpi.format.features import feature_dtype_attr, stored_dtype, widen
@@ -102,6 +103,10 @@ def _read(path, f, bounds, rank, verify, keep_features=True) -> GraphSlice:
     n, e, width = int(attrs["num_nodes"]), int(attrs["num_edges"]), int(attrs["feature_dim"])
     if bounds[-1] != n:
         raise FormatError(path, f"the ranks' rows end at {int(bounds[-1])}, the graph has {n} nodes")
+    typed = [k for k in ("edge_type", *LINK_NAMES) if k in f]
+    if typed:   # (the parallel writer does not carry them: a partition without them would lose them silently)
+        raise FormatError(path, f"has {'edge types' if 'edge_type' in typed else 'link splits'}, which g3-partition "
+                                "--method stream does not partition: choose another --method")
     labels_shape = (n, int(attrs["num_classes"])) if f["labels"].ndim == 2 else (n,)
     shapes = dict(indptr=(n + 1,), indices=(e,), features=(n, width), labels=labels_shape,
                   **{m: (n,) for m in MASKS}, **({"orig_ids": (n,)} if "orig_ids" in f else {}))

@@ -128,8 +128,9 @@ def test_node_map_that_is_a_directory(copy):
 
 def test_unsupported_version_is_shown_as_a_number(copy):
     """An HDF5 attribute comes back as a numpy scalar: the message shows 3, not np.int64(3)."""
-    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 4))
-    with pytest.raises(FormatError, match=r"part-00001.h5: format version 4 is not supported \(reads version 3\)"):
+    edit_part(copy, 1, lambda f: f.attrs.__setitem__("version", 5))
+    with pytest.raises(FormatError, match=r"part-00001.h5: format version 5 is not supported \(reads versions 3 to "
+                                          r"4\)"):
         read_part(copy, 1)
 
 
@@ -159,7 +160,7 @@ def test_graph_of_version_1_asks_to_prepare_again(tmp_path):
     write(random_graph(n=20, m=40, seed=1), tmp_path / "g.h5")
     with h5py.File(tmp_path / "g.h5", "r+") as f:
         f.attrs["version"] = 1
-    with pytest.raises(FormatError, match=r"g.h5: format version 1 is not supported \(reads version 2\); written by "
+    with pytest.raises(FormatError, match=r"g.h5: format version 1 is not supported \(reads versions 2 to 3\); written by "
                                           "an older g3mpi: prepare it again with g3-prepare"):
         load_graph(tmp_path / "g.h5")
 

@@ -73,6 +73,6 @@ def test_an_older_graph_file_asks_to_prepare_again(tmp_path):
     write(random_graph(n=20, seed=1), tmp_path / "g.h5")
     with h5py.File(tmp_path / "g.h5", "r+") as f:
         f.attrs["version"] = 1
-    with pytest.raises(FormatError, match=r"format version 1 is not supported \(reads version 2\); written by an "
+    with pytest.raises(FormatError, match=r"format version 1 is not supported \(reads versions 2 to 3\); written by an "
                                           "older g3mpi: prepare it again with g3-prepare"):
         load_graph(tmp_path / "g.h5")

@@ -25,7 +25,7 @@ import numpy as np
 from g3mpi.format import FormatError, GraphWriter, index_dtype
 from g3mpi.format.errors import check_regular_file
 from g3mpi.format.limits import check_finite_features
-from g3mpi.format.graph import MASKS, check_node_data, labelled
+from g3mpi.format.graph import MASKS, check_node_data, labelled, link_counts
 from g3mpi.format.schema import labels_dtype
 from g3mpi.mpi.termination import raise_if_terminated
 
@@ -111,6 +111,12 @@ class RawGraph:
     extra_attrs: dict = field(default_factory=dict)
     edges: EdgeStream | None = None             # ... or the edges in blocks (generated, or spooled by the importer)
     feature_dtype: str = "float32"              # the input's: what graph.h5 keeps unless --feature-dtype says
+    edge_type: np.ndarray | None = None         # int [E]: relation of each edge (with src/dst); None: untyped
+    num_relations: int = 0
+    relation_names: list | None = None
+    relation_inverse: np.ndarray | None = None  # int [R]: the relation each one inverts, -1 for none
+    entity_names: list | None = None            # [N] str
+    links: dict | None = None                   # {link dataset name: int array} in this graph's row IDs
 
     def edge_stream(self) -> EdgeStream:
         return self.edges if self.edges is not None else EdgeStream.of_arrays(self.src, self.dst)
@@ -131,6 +137,8 @@ class PrepareOptions:
     quiet: bool = False
     memory_budget: int = MEMORY_BUDGET   # bytes: in-memory CSR build up to it, else out of core in blocks
     feature_dtype: str | None = None     # float32 | float16 | bfloat16 stored in graph.h5 (None: the input's)
+    link_split: tuple | None = None      # (train, val, test) fractions of a random link split; None: none
+    split_seed: int = 0                  # its seed
 
 
 # ---------------------------------------------------------------------------------------------- NumPy files
@@ -447,6 +455,10 @@ def feature_blocks_of(raw: RawGraph) -> Iterator[tuple[int, np.ndarray]]:
         yield from raw.feature_blocks()
         return
     x = raw.features
+    if x is None:                 # no features (feature width 0: learned embeddings, a knowledge graph)
+        if raw.feature_dim:
+            raise ValueError("a RawGraph with feature_dim > 0 needs features or feature_blocks")
+        return
     keep = x.dtype if x.dtype in (np.float16, np.uint16) else np.float32    # half types as given: no widening
     step = max(1, FEATURE_BLOCK_BYTES // max(1, 4 * raw.feature_dim))
     for s in range(0, raw.num_nodes, step):
@@ -475,10 +487,15 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
     masks = raw.masks if raw.masks is not None else random_split(labels, opts.train, opts.val, opts.seed)
 
     stream = raw.edge_stream()
+    if opts.link_split is not None and raw.links:
+        raise FormatError(raw.path, "the input has its own link split: --link-split is for an input without one")
+    linked = raw.edge_type is not None or bool(raw.links) or opts.link_split is not None
+    num_relations = raw.num_relations if raw.edge_type is not None else 0
     symmetrize = opts.symmetrize and not raw.symmetric
     dedup = opts.dedup or raw.simple
     stored = stream.num_edges * (2 if symmetrize else 1) + (n if opts.self_loops == "add" else 0)
-    in_memory = in_memory_bytes(n, stream.num_edges, stored, np.dtype(index_dtype(n)).itemsize) <= opts.memory_budget
+    in_memory = linked or \
+        in_memory_bytes(n, stream.num_edges, stored, np.dtype(index_dtype(n)).itemsize) <= opts.memory_budget
     block_edges = max(1, opts.memory_budget // BLOCK_BYTES_PER_EDGE)
     symmetric = bool(opts.symmetrize or raw.symmetric)
     source = raw.source
@@ -488,8 +505,13 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
                      feature_dtype=feature_dtype,
                      extra_attrs=dict(raw.extra_attrs, deduplicated=bool(opts.dedup or opts.symmetrize or raw.simple),
                                       normalized_features=bool(opts.normalize_features))) as w:
-        num_edges = _write_edges(w, raw, stream, opts, in_memory=in_memory, symmetrize=symmetrize, dedup=dedup,
-                                 block_edges=block_edges, out=out, work=work, meter=meter)
+        if linked:
+            num_edges, links = _write_linked_edges(w, raw, stream, opts, symmetrize=symmetrize, dedup=dedup,
+                                                   undirected=symmetric, meter=meter)
+        else:
+            num_edges, links = _write_edges(w, raw, stream, opts, in_memory=in_memory, symmetrize=symmetrize,
+                                            dedup=dedup, block_edges=block_edges, out=out, work=work,
+                                            meter=meter), None
         with meter.stage("features"):
             _write_features(w, raw, opts)
         nodes = meter.stage("nodes")
@@ -502,7 +524,39 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
                 train=int(masks["train_mask"].sum()), val=int(masks["val_mask"].sum()),
                 test=int(masks["test_mask"].sum()), source=source,
                 build="in-memory" if in_memory else "out-of-core", memory_budget=int(opts.memory_budget),
-                block_edges=None if in_memory else int(block_edges))
+                block_edges=None if in_memory else int(block_edges),
+                **({"num_relations": num_relations} if num_relations else {}),
+                **({"links": link_counts(links)} if links else {}))
+
+
+def _write_linked_edges(w, raw: RawGraph, stream, opts: PrepareOptions, *, symmetrize: bool, dedup: bool,
+                        undirected: bool, meter) -> tuple[int, dict | None]:
+    """The CSR (in memory) of a graph with edge types or link splits, its types, names and splits (a random one
+    with ``opts.link_split``, held out of the CSR) into the GraphWriter ``w``. Returns (stored edges, links)."""
+    from ..linksplit import build_csr, random_link_split
+    n = raw.num_nodes
+    with meter.stage("edges"):
+        src, dst = (raw.src, raw.dst) if raw.edges is None else stream.arrays()
+        stream.close()
+    typ = raw.edge_type
+    if typ is not None and raw.num_relations < 1:
+        raise FormatError(raw.path, "edge types given without the number of relations")
+    links = raw.links
+    with meter.stage("csr"):
+        if opts.link_split is not None:
+            links, (src, dst, typ) = random_link_split(n, src, dst, typ, raw.num_relations, opts.link_split,
+                                                       opts.split_seed, undirected)
+        indptr, indices, types = build_csr(n, src, dst, typ, symmetrize=symmetrize, self_loops=opts.self_loops,
+                                           dedup=dedup, quiet=opts.quiet, path=raw.path)
+        raw.src = raw.dst = raw.edge_type = src = dst = typ = None
+        w.write_csr(indptr, indices)
+        if types is not None:
+            w.write_edge_types(types, raw.num_relations, raw.relation_names, raw.relation_inverse)
+        if raw.entity_names is not None:
+            w.write_entity_names(raw.entity_names)
+        if links:
+            w.write_links(links)
+    return int(indptr[-1]), links
 
 
 def _write_edges(w, raw: RawGraph, stream, opts: PrepareOptions, *, in_memory: bool, symmetrize: bool, dedup: bool,

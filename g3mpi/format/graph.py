@@ -13,6 +13,7 @@ from .checksums import IncrementalSha256, array_sha256, dataset_sha256
 from .errors import H5_READ_ERRORS, FormatError, check_regular_file, unreadable
 from .features import check_narrowed, feature_dtype_attr, narrow, stored_dtype, widen
 from .limits import LargeFeatures, check_finite_features
+from .links import LINK_NAMES, check_edge_types, check_links, check_no_leakage, check_typed_rows
 from .schema import (FORMAT_VERSION, GRAPH_FORMAT, STREAM_BYTES, as_int64, attr_kind, h5_attr_str, index_dtype,
                      labels_dtype, row_chunks, supported_version, version_refused)
 
@@ -37,6 +38,16 @@ class Graph:
     test_mask: np.ndarray     # bool [N]
     attrs: dict
     orig_ids: np.ndarray | None = None  # int64 [N]: the input's own node ID for each row, if remapped
+    edge_type: np.ndarray | None = None   # int [E]: relation of each CSR edge (None: one edge type)
+    links: dict | None = None             # {link dataset name (links.LINK_NAMES): int array}: link splits
+    relation_names: list | None = None    # [R] str
+    relation_inverse: np.ndarray | None = None  # int64 [R]: the relation each one inverts, -1 for none
+    entity_names: list | None = None      # [N] str: the input's name of each node (triple files)
+
+    @property
+    def num_relations(self) -> int:
+        """R: the number of edge types (0 when untyped)."""
+        return int(self.attrs.get("num_relations", 0))
 
     @property
     def num_nodes(self) -> int:
@@ -50,6 +61,24 @@ class Graph:
     def feature_dtype(self) -> str:
         """float32, float16 or bfloat16 (held as uint16): the dtype ``features`` are stored in (features.py)."""
         return self.attrs.get("feature_dtype", "float32")
+
+
+#: text datasets: UTF-8, one name a line (a name holds no newline), as uint8 bytes (checksummed like any array)
+NAME_DATASETS = ("relation_names", "entity_names")
+
+
+def encode_names(names) -> np.ndarray:
+    text = "\n".join(str(x) for x in names)
+    if any("\n" in str(x) for x in names):
+        raise ValueError("a name may not contain a newline")
+    return np.frombuffer(text.encode(), dtype=np.uint8).copy()
+
+
+def decode_names(path, name: str, a: np.ndarray, count: int) -> list:
+    names = bytes(np.asarray(a, dtype=np.uint8)).decode("utf-8", errors="strict").split("\n") if count else []
+    if len(names) != count:
+        raise FormatError(path, f"{name} holds {len(names)} names, expected {count}")
+    return names
 
 
 def check_csr(path, indptr: np.ndarray, indices: np.ndarray, num_cols: int, what: str = "CSR") -> None:
@@ -173,6 +202,8 @@ class GraphWriter:
         self._large = LargeFeatures()
         self._orig_ids = None
         self._done = set()
+        self._typed = (None, None)
+        self._indptr = self._indices = None
 
     def __enter__(self):
         self._ctx = atomic_file(self.path, self.force)
@@ -225,6 +256,7 @@ class GraphWriter:
         self._put("indptr", indptr)
         self._put("indices", np.asarray(indices, dtype=index_dtype(self.n)))
         self.attrs["num_edges"] = int(indptr[-1])
+        self._indptr, self._indices = indptr, np.asarray(indices)   # (for the edge types' and links' checks)
         self._done.add("csr")
 
     def write_csr_rows(self, indptr: np.ndarray, rows) -> None:
@@ -257,6 +289,50 @@ class GraphWriter:
         ds.attrs["sha256"] = digest.hexdigest()
         self.attrs["num_edges"] = int(indptr[-1])
         self._done.add("csr")
+
+    def write_edge_types(self, edge_type: np.ndarray, num_relations: int, relation_names=None,
+                         relation_inverse=None) -> None:
+        """The relation of each CSR edge (after :meth:`write_csr`; rows sorted by source, then relation), R and
+        optionally the relations' names and inverses."""
+        if "csr" not in self._done:
+            raise ValueError("write_csr before write_edge_types")
+        edge_type = np.asarray(edge_type)
+        R = int(num_relations)
+        if R < 1:
+            raise FormatError(self.path, f"num_relations must be >= 1 with edge types, got {R}")
+        check_edge_types(self.path, edge_type, self.attrs["num_edges"], R)
+        check_typed_rows(self.path, self._indptr, self._indices, edge_type)
+        self._put("edge_type", edge_type.astype(np.int32 if R < 2**31 else np.int64))
+        self.attrs["num_relations"] = R
+        if relation_names is not None:
+            if len(relation_names) != R:
+                raise FormatError(self.path, f"{len(relation_names)} relation names for {R} relations")
+            self._put("relation_names", encode_names(relation_names))
+        if relation_inverse is not None:
+            inv = np.asarray(relation_inverse, dtype=np.int64)
+            if inv.shape != (R,) or (R and (inv.min() < -1 or inv.max() >= R)):
+                raise FormatError(self.path, f"relation_inverse must be [{R}] relation IDs or -1")
+            self._put("relation_inverse", inv)
+        self._typed = edge_type, inv if relation_inverse is not None else None
+
+    def write_entity_names(self, names) -> None:
+        if len(names) != self.n:
+            raise FormatError(self.path, f"{len(names)} entity names for {self.n} nodes")
+        self._put("entity_names", encode_names(names))
+
+    def write_links(self, links: dict) -> None:
+        """Link splits (after the CSR and any edge types): {dataset name (links.LINK_NAMES): int array}, checked
+        in range and, for val and test, absent from the message-passing graph."""
+        if "csr" not in self._done:
+            raise ValueError("write_csr before write_links")
+        links = {k: np.asarray(v) for k, v in links.items() if v is not None}
+        R = int(self.attrs.get("num_relations", 0))
+        check_links(self.path, links, self.n, R)
+        et, inv = self._typed
+        check_no_leakage(self.path, self._indptr, self._indices, et, links, bool(self.attrs["symmetric"]), inv)
+        for k in LINK_NAMES:
+            if k in links:
+                self._put(k, links[k].astype(np.int64))
 
     def write_features(self, start: int, block: np.ndarray) -> None:
         """Rows ``start ..`` of the features, of any real dtype, stored as ``feature_dtype`` (narrowed if
@@ -328,10 +404,12 @@ def check_graph_attrs(path, attrs) -> None:
 
 def check_dataset_dtypes(path, f: h5py.File) -> None:
     """FormatError unless the datasets have the dtypes of docs/FORMAT.md (checked before anything is read)."""
-    for name in ("indptr", "indices", "features", "labels", "orig_ids", *MASKS):
+    for name in ("indptr", "indices", "features", "labels", "orig_ids", *MASKS, "edge_type", "relation_inverse",
+                 *NAME_DATASETS, *LINK_NAMES):
         if name in f and not isinstance(f[name], h5py.Dataset):
             raise FormatError(path, f"{name!r} is a group, expected a dataset")
-    for name in ("indptr", "indices", "labels", "orig_ids"):
+    for name in ("indptr", "indices", "labels", "orig_ids", "edge_type", "relation_inverse", *NAME_DATASETS,
+                 *LINK_NAMES):
         if name in f and not np.issubdtype(f[name].dtype, np.integer):
             raise FormatError(path, f"dataset {name!r} must be integers, got dtype {f[name].dtype}")
     for name in MASKS:
@@ -371,6 +449,12 @@ def open_graph(path) -> h5py.File:
             if name not in f:
                 raise FormatError(path, f"dataset {name!r} is missing")
         check_dataset_dtypes(path, f)
+        if ("edge_type" in f) != ("num_relations" in f.attrs):
+            raise FormatError(path, "edge_type and the attribute num_relations must come together")
+        if "num_relations" in f.attrs and (attr_kind(f.attrs["num_relations"]) != "int"
+                                           or not 1 <= f.attrs["num_relations"] < 2**31):
+            raise FormatError(path, f"attribute 'num_relations' must be an integer in [1, 2^31), got "
+                                    f"{f.attrs['num_relations']!r:.40}")
     except BaseException as e:
         f.close()
         if isinstance(e, H5_READ_ERRORS):
@@ -434,7 +518,11 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
                       features=f["features"][:] if features else None,
                       labels=f["labels"][:], train_mask=f["train_mask"][:], val_mask=f["val_mask"][:],
                       test_mask=f["test_mask"][:], attrs=attrs,
-                      orig_ids=f["orig_ids"][:] if "orig_ids" in f else None)
+                      orig_ids=f["orig_ids"][:] if "orig_ids" in f else None,
+                      edge_type=f["edge_type"][:] if "edge_type" in f else None,
+                      links={k: f[k][()] for k in LINK_NAMES if k in f} or None,
+                      relation_inverse=f["relation_inverse"][:] if "relation_inverse" in f else None)
+            names = {k: f[k][()] for k in NAME_DATASETS if k in f}
         except H5_READ_ERRORS as e:
             raise FormatError(path, f"cannot read datasets (truncated or corrupt?): {e}") from None
     # any integer type as int64 (indices: int32 too); the checks below would wrap around in an unsigned type
@@ -457,9 +545,49 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
         raise FormatError(path, f"features have shape {feature_shape}, expected ({n}, {attrs['feature_dim']})")
     check_node_data(path, n, g.labels, int(attrs["num_classes"]),
                     {"train_mask": g.train_mask, "val_mask": g.val_mask, "test_mask": g.test_mask})
+    _check_types_and_links(path, g, names)
     if features:
         check_features(path, g.features, g.orig_ids, g.feature_dtype)
     return g
+
+
+def _check_types_and_links(path, g: Graph, names: dict) -> None:
+    """Edge types (in range, rows sorted by source then relation), relation and entity names, link splits (in
+    range, no held-out pair in the message-passing graph), as :class:`GraphWriter` checks them."""
+    R = g.num_relations
+    if g.edge_type is not None:
+        check_edge_types(path, g.edge_type, g.num_edges, R)
+        g.edge_type = as_int64(path, "edge_type", g.edge_type, keep_int32=True)
+        check_typed_rows(path, g.indptr, g.indices, g.edge_type)
+    if g.relation_inverse is not None:
+        g.relation_inverse = as_int64(path, "relation_inverse", g.relation_inverse)
+        if g.relation_inverse.shape != (R,) or (R and (g.relation_inverse.min() < -1 or g.relation_inverse.max() >= R)):
+            raise FormatError(path, f"relation_inverse must be [{R}] relation IDs or -1")
+    if "relation_names" in names:
+        g.relation_names = decode_names(path, "relation_names", names["relation_names"], R)
+    if "entity_names" in names:
+        g.entity_names = decode_names(path, "entity_names", names["entity_names"], g.num_nodes)
+    if g.links:
+        g.links = {k: as_int64(path, k, v) for k, v in g.links.items()}
+        check_links(path, g.links, g.num_nodes, R)
+        check_no_leakage(path, g.indptr, g.indices, g.edge_type, g.links, bool(g.attrs["symmetric"]),
+                         g.relation_inverse)
+
+
+def link_counts(links: dict | None) -> dict:
+    """{split: {key: count}} of a graph's or partition's link arrays: pairs, shared negatives, negatives per
+    positive (meta.json ``links``, g3-inspect)."""
+    from .links import KEYS, SPLITS, link_name
+    out = {}
+    for s in SPLITS:
+        got = {}
+        for k in KEYS:
+            a = (links or {}).get(link_name(s, k))
+            if a is not None and k != "edge_type":
+                got[k] = int(a.shape[1] if k == "target_node_neg" else len(a))
+        if got:
+            out[s] = got
+    return out
 
 
 def graph_summary(g: Graph) -> dict:
@@ -467,7 +595,9 @@ def graph_summary(g: Graph) -> dict:
     return dict(num_nodes=g.num_nodes, num_edges=g.num_edges, feature_dim=int(a["feature_dim"]),
                 num_classes=int(a["num_classes"]), symmetric=bool(a["symmetric"]), self_loops=a["self_loops"],
                 source=a["source"], train=int(g.train_mask.sum()), val=int(g.val_mask.sum()),
-                test=int(g.test_mask.sum()), labelled=int(labelled(g.labels).sum()))
+                test=int(g.test_mask.sum()), labelled=int(labelled(g.labels).sum()),
+                **({"num_relations": g.num_relations} if g.num_relations else {}),
+                **({"links": link_counts(g.links)} if g.links else {}))
 
 
 def write_graph(path, g: Graph, force: bool = False) -> None:
@@ -475,12 +605,18 @@ def write_graph(path, g: Graph, force: bool = False) -> None:
     a = g.attrs
     extra = {k: v for k, v in a.items() if k not in ("format", "version", "num_nodes", "num_edges", "feature_dim",
                                                        "num_classes", "symmetric", "self_loops", "source",
-                                                       "feature_dtype")}
+                                                       "feature_dtype", "num_relations")}
     with GraphWriter(path, num_nodes=g.num_nodes, feature_dim=g.features.shape[1], num_classes=int(a["num_classes"]),
                      source=a.get("source", "unknown"), symmetric=bool(a.get("symmetric", False)),
                      self_loops=a.get("self_loops", "keep"), force=force, extra_attrs=extra,
                      feature_dtype=g.feature_dtype) as w:
         w.write_csr(g.indptr, g.indices)
+        if g.edge_type is not None:
+            w.write_edge_types(g.edge_type, g.num_relations, g.relation_names, g.relation_inverse)
+        if g.entity_names is not None:
+            w.write_entity_names(g.entity_names)
+        if g.links:
+            w.write_links(g.links)
         w.write_features(0, g.features)
         w.write_nodes(g.labels, g.train_mask, g.val_mask, g.test_mask, g.orig_ids)
 

@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import zlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import h5py
@@ -29,6 +29,7 @@ from .limits import LargeFeatures, check_finite_features
 from .schema import (PARTITION_FORMAT, PARTITION_VERSION, PART_FORMAT, as_int64, attr_kind, h5_attr_str, is_int,
                      row_chunks, supported_version, version_refused)
 from .graph import check_csr, first_unsorted_row, labelled
+from .links import LINK_NAMES, SPLITS, check_edge_types, check_typed_rows, link_name
 from .probe import probe_structure
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,10 @@ class PartData:
     test_mask: np.ndarray     # bool [n_owned]
     orig_ids: np.ndarray      # int64 [n_owned], row in the source graph.h5
     feature_dtype: str = "float32"   # float32 | float16 | bfloat16 (held as uint16): features.py
+    num_relations: int = 0    # R; 0: one edge type, no edge_type
+    edge_type: np.ndarray | None = None   # int32/int64 [local_edges]: relation of each local CSR edge
+    #: link splits: {name: array} of PART_LINK_NAMES, pairs whose source this part owns, by new global IDs
+    links: dict = field(default_factory=dict)
 
     @property
     def num_owned(self) -> int:
@@ -142,7 +147,12 @@ def read_part_edges(dirpath, part: PartData) -> tuple[np.ndarray, np.ndarray]:
 
 SCALARS = ("part_id", "num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes", "owned_start",
            "owned_end", "partition_id", "num_boundary", "feature_dtype")
-ARRAYS = tuple(f.name for f in fields(PartData) if f.name not in SCALARS)
+#: optional (version 4): written only when the graph has them
+TYPED = ("num_relations", "edge_type", "links")
+ARRAYS = tuple(f.name for f in fields(PartData) if f.name not in SCALARS + TYPED)
+#: a part's link datasets: the graph's (pairs with an owned source, new global IDs) and, for the pairs and the shared
+#: negatives, the position of each in the graph's split (``link_val_edge_index``, ``link_val_edge_neg_index``)
+PART_LINK_NAMES = LINK_NAMES + tuple(link_name(s, k) for s in SPLITS for k in ("edge_index", "edge_neg_index"))
 #: datasets a part file written before they existed lacks: read as all zeros (no self loops)
 OPTIONAL = ("self_loops",)
 
@@ -174,6 +184,16 @@ def write_part(path, part: PartData, force: bool = False, atomic: bool = True,
                     f.create_dataset(k, shape=deferred[k][0], dtype=deferred[k][1])
                     continue
                 a = _narrowest(k, np.ascontiguousarray(getattr(part, k)))
+                ds = _h5_dataset(root, k, a)
+                try:
+                    _h5_attr(ds, "sha256", array_sha256(a))
+                finally:
+                    ds.close()
+            if part.num_relations:
+                _h5_attr(root, "num_relations", int(part.num_relations))
+            typed = {"edge_type": part.edge_type} if part.edge_type is not None else {}
+            for k, v in {**typed, **{k: part.links[k] for k in PART_LINK_NAMES if k in part.links}}.items():
+                a = np.ascontiguousarray(v)
                 ds = _h5_dataset(root, k, a)
                 try:
                     _h5_attr(ds, "sha256", array_sha256(a))
@@ -382,11 +402,15 @@ def read_meta(dirpath) -> dict:
     for k in ("num_parts", "offsets", "files", "partition_id", "num_nodes"):
         if k not in meta:
             raise FormatError(path, f"key {k!r} is missing")
-    for k in ("num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes"):
+    for k in ("num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes", "num_relations"):
         if k in meta and not is_int(meta[k]):
             raise FormatError(path, f"{k} is {meta[k]!r}, expected an integer")
     if not isinstance(meta["partition_id"], str):
         raise FormatError(path, f"partition_id is {meta['partition_id']!r}, expected a string")
+    links = meta.get("links", {})
+    if not isinstance(links, dict) or not all(isinstance(v, dict) and all(is_int(c) and c >= 0 for c in v.values())
+                                              for v in links.values()):
+        raise FormatError(path, "links must map split names to {array: count}")
     files = meta["files"]
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         raise FormatError(path, "files must map file names to SHA-256 strings")
@@ -484,6 +508,20 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
                 if not isinstance(f.get(k), h5py.Dataset):
                     raise FormatError(path, f"dataset {k!r} is missing")
                 kw[k] = np.asarray(f[k][()])   # (a scalar dataset reads as a number or bytes, not an array)
+            if "num_relations" in f.attrs:
+                v = f.attrs["num_relations"]
+                if attr_kind(v) != "int" or not 1 <= v < 2**31:
+                    raise FormatError(path, f"attribute 'num_relations' is {v!r}, expected an integer >= 1")
+                kw["num_relations"] = int(v)
+            for k in ("edge_type", *PART_LINK_NAMES):
+                if k in f:
+                    if not isinstance(f[k], h5py.Dataset):
+                        raise FormatError(path, f"{k!r} is a group, expected a dataset")
+                    a = np.asarray(f[k][()])
+                    if k == "edge_type":
+                        kw[k] = a
+                    else:
+                        kw.setdefault("links", {})[k] = a
     except H5_READ_ERRORS as e:
         raise unreadable(path, e) from None
     part = PartData(**kw)
@@ -519,6 +557,73 @@ def check_part(path, part: PartData, meta: dict) -> None:
         bad("negative degree")
     if not np.array_equal(part.in_degree[:n], np.diff(part.indptr)):
         bad("in_degree of owned rows does not match the local CSR")
+    _check_types(path, part, meta)
+    _check_links(path, part, meta)
+
+
+def _check_types(path, part: PartData, meta: dict) -> None:
+    """Edge types: with num_relations (meta.json's), one relation in range per local edge, sorted within equal
+    sources of a row."""
+    R = int(meta.get("num_relations", 0))
+    if part.num_relations != R:
+        raise FormatError(path, f"says num_relations = {part.num_relations}, meta.json says {R}")
+    if (part.edge_type is None) != (R == 0):
+        raise FormatError(path, "edge_type is missing (the partition has edge types)" if R else
+                                "has edge_type but the partition has no edge types (num_relations 0)")
+    if part.edge_type is not None:
+        check_edge_types(path, part.edge_type, len(part.indices), R, "edge_type")
+        part.edge_type = as_int64(path, "edge_type", part.edge_type, keep_int32=True)
+        check_typed_rows(path, part.indptr, part.indices, part.edge_type, "local CSR")
+
+
+def _check_links(path, part: PartData, meta: dict) -> None:
+    """Link arrays: the splits meta.json lists, shapes, sources owned, targets and negatives in range, positions in
+    the graph's split increasing and below its size."""
+    def bad(msg):
+        raise FormatError(path, msg)
+
+    counts = meta.get("links", {}) or {}
+    N, R = part.num_nodes, part.num_relations
+    for name in list(part.links):
+        part.links[name] = a = part.links[name]
+        if a.dtype.kind not in "iu":
+            bad(f"{name} has dtype {a.dtype}, expected integers")
+        part.links[name] = as_int64(path, name, a)
+    for s in SPLITS:
+        want = counts.get(s, {})
+        for key, pairs, index in (("edge", "edge", "edge_index"), ("edge_neg", "edge_neg", "edge_neg_index")):
+            p, ix = part.links.get(link_name(s, pairs)), part.links.get(link_name(s, index))
+            if key not in want:
+                if p is not None or ix is not None:
+                    bad(f"has {link_name(s, pairs)} but meta.json lists no such split")
+                continue
+            if p is None or ix is None:
+                bad(f"{link_name(s, pairs)} or {link_name(s, index)} is missing (meta.json lists the split)")
+            if p.ndim != 2 or p.shape[1] != 2 or ix.shape != (len(p),):
+                bad(f"{link_name(s, pairs)} has shape {p.shape} and {link_name(s, index)} {ix.shape}, expected "
+                    "(pairs, 2) and (pairs,)")
+            if len(p) and (p[:, 0].min() < part.owned_start or p[:, 0].max() >= part.owned_end):
+                bad(f"{link_name(s, pairs)}: a pair's source is not owned by this part [{part.owned_start}, "
+                    f"{part.owned_end})")
+            if len(p) and (p[:, 1].min() < 0 or p[:, 1].max() >= N):
+                bad(f"{link_name(s, pairs)}: a pair's target is out of range [0, {N})")
+            if len(ix) and (ix[0] < 0 or ix[-1] >= want[key] or np.any(np.diff(ix) <= 0)):
+                bad(f"{link_name(s, index)} must increase strictly within [0, {want[key]})")
+        pos = part.links.get(link_name(s, "edge"))
+        t = part.links.get(link_name(s, "edge_type"))
+        if (t is not None) != (pos is not None and R > 0):
+            bad(f"{link_name(s, 'edge_type')} must be present exactly when the split exists and the graph is typed")
+        if t is not None:
+            check_edge_types(path, t, len(pos), R, link_name(s, "edge_type"))
+        neg = part.links.get(link_name(s, "target_node_neg"))
+        if ("target_node_neg" in want) != (neg is not None):
+            bad(f"{link_name(s, 'target_node_neg')}: present here and in meta.json's links must agree")
+        if neg is not None:
+            if neg.ndim != 2 or neg.shape != (len(pos), want["target_node_neg"]):
+                bad(f"{link_name(s, 'target_node_neg')} has shape {neg.shape}, expected ({len(pos)}, "
+                    f"{want['target_node_neg']})")
+            if neg.size and (neg.min() < 0 or neg.max() >= N):
+                bad(f"{link_name(s, 'target_node_neg')}: a negative target is out of range [0, {N})")
 
 
 def _check_identity(path, part: PartData, meta: dict) -> None:

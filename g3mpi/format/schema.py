@@ -6,11 +6,16 @@ import numpy as np
 
 from .errors import FormatError, shown
 
-#: graph.h5: 2 since labels may be multi-label ([N, C] int8) and features float16/bfloat16
-FORMAT_VERSION = 2
+#: graph.h5: 2 since labels may be multi-label ([N, C] int8) and features float16/bfloat16, 3 since it may hold
+#: link splits and edge types (optional datasets: a version 2 file is still read, as a graph without them)
+FORMAT_VERSION = 3
 #: partition directories (meta.json, node_map.h5, part files): 2 since owned rows are boundary-first, 3 since labels
-#: may be multi-label and features float16/bfloat16
-PARTITION_VERSION = 3
+#: may be multi-label and features float16/bfloat16, 4 since they may hold link splits and edge types (version 3
+#: still read, as a partition without them)
+PARTITION_VERSION = 4
+#: the oldest version of each that readers still take: the later ones only added optional datasets, which an older
+#: reader would have ignored silently (a held-out edge trained on), so each was a bump
+OLDEST_READ = {FORMAT_VERSION: 2, PARTITION_VERSION: 3}
 GRAPH_FORMAT = "g3mpi-graph"
 PART_FORMAT = "g3mpi-part"
 PARTITION_FORMAT = "g3mpi-partition"
@@ -49,15 +54,17 @@ def attr_kind(value) -> str | None:
 def supported_version(v, want: int = FORMAT_VERSION) -> bool:
     """``v`` (an HDF5 attribute or a JSON value) is the integer ``want`` (not a string, a float, an array or
     ``true``, which Python compares equal to 1)."""
-    return attr_kind(v) == "int" and v == want
+    return attr_kind(v) == "int" and OLDEST_READ.get(want, want) <= v <= want
 
 
 def version_refused(v, want: int) -> str:
     """Why a file of version ``v`` is refused, for a reader of version ``want`` (a partition of version 1 has
     its owned rows in original order: the runtime's boundary-first row groups would be wrong on it; an older
     version is read no more since the labels and features it could not hold)."""
-    msg = f"format version {shown(v)} is not supported (reads version {want})"
-    if attr_kind(v) == "int" and v < want:
+    oldest = OLDEST_READ.get(want, want)
+    reads = f"version {want}" if oldest == want else f"versions {oldest} to {want}"
+    msg = f"format version {shown(v)} is not supported (reads {reads})"
+    if attr_kind(v) == "int" and v < oldest:
         if want == PARTITION_VERSION and v == 1:
             msg += "; written before owned rows were boundary-first: partition the graph again with g3-partition"
         elif want == PARTITION_VERSION:
