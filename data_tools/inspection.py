@@ -65,7 +65,29 @@ def inspect_graph(path: Path) -> dict:
     deg = np.diff(g.indptr)
     s.update(kind="graph", path=str(path), max_in_degree=int(deg.max()) if len(deg) else 0,
              self_loop_edges=int((g.indices == np.repeat(np.arange(g.num_nodes), deg)).sum()))
+    if g.edge_type is not None:
+        s["relations"] = relation_counts(g.edge_type, g.num_relations, g.relation_names)
     return s
+
+
+def relation_counts(edge_type: np.ndarray, num_relations: int, names: list | None) -> dict:
+    """{relation name (or ID): number of edges of it}."""
+    counts = np.bincount(edge_type, minlength=num_relations)
+    return {(names[r] if names else str(r)): int(c) for r, c in enumerate(counts)}
+
+
+def part_link_counts(parts: list, meta: dict, path: Path) -> dict:
+    """The pairs and shared negatives of each split summed over the parts (FormatError unless meta.json's)."""
+    from g3mpi.format.links import link_name
+    out = {}
+    for split, want in (meta.get("links") or {}).items():
+        got = {k: sum(len(p.links.get(link_name(split, k), ())) for p in parts) for k in ("edge", "edge_neg")
+               if k in want}
+        for k, v in got.items():
+            if v != want[k]:
+                raise FormatError(path / META_NAME, f"links: {split} has {want[k]} {k} pairs, the parts hold {v}")
+        out[split] = dict(want)
+    return out
 
 
 def inspect_partition(path: Path) -> dict:
@@ -91,6 +113,12 @@ def inspect_partition(path: Path) -> dict:
                   train=sum(s["train"] for s in stats), val=sum(s["val"] for s in stats),
                   test=sum(s["test"] for s in stats))
     report.update(summarize(stats, N, num_edges))
+    if meta.get("links"):
+        report["links"] = part_link_counts(parts, meta, path)
+    if meta.get("num_relations"):
+        R = int(meta["num_relations"])
+        report["relations"] = relation_counts(np.concatenate([p.edge_type for p in parts]), R,
+                                              meta.get("relation_names"))
     cost = np.array([s["est_epoch_seconds"] for s in stats])
     report.update(est_max_epoch_seconds=float(cost.max()), est_mean_epoch_seconds=float(cost.mean()),
                   total_bytes_per_layer=int(sum(s["bytes_per_layer"] for s in stats)) // 2,
@@ -199,6 +227,7 @@ def print_report(r: dict, out=sys.stdout) -> None:
         for k in ("num_nodes", "num_edges", "feature_dim", "num_classes", "symmetric", "self_loops", "source",
                   "labelled", "train", "val", "test", "max_in_degree", "self_loop_edges"):
             print(f"  {k:<16} {r[k]}", file=out)
+        _print_links(r, out)
         return
     print(f"partition {r['path']}: OK ({r['num_parts']} parts, method {r['method']}, seed {r['seed']})", file=out)
     print(f"  nodes {r['num_nodes']}  edges {r['num_edges']}  features {r['feature_dim']}  classes {r['num_classes']}"
@@ -213,6 +242,20 @@ def print_report(r: dict, out=sys.stdout) -> None:
           f"node_imbalance {r['node_imbalance']:.3f}  compute_imbalance {r['compute_imbalance']:.3f}  "
           f"comm_imbalance {r['comm_imbalance']:.3f}  max_comm_rows {r['max_comm_rows']}  "
           f"est_max_epoch_ms {1e3 * r['est_max_epoch_seconds']:.3f}", file=out)
+    _print_links(r, out)
+
+
+def _print_links(r: dict, out) -> None:
+    """The link splits (pairs, shared negatives, negatives per positive) and the edges of each relation."""
+    links = r.get("links") or {}
+    for split, c in sorted(links.items(), key=lambda kv: ("train", "val", "test").index(kv[0])):
+        extra = "".join(f"  {k} {v}" for k, v in c.items() if k != "edge")
+        print(f"  link {split:<11} {c.get('edge', 0)} pairs{extra}", file=out)
+    rel = r.get("relations")
+    if rel:
+        shown = ", ".join(f"{k} {v}" for k, v in list(rel.items())[:20])
+        more = f", ... ({len(rel) - 20} more)" if len(rel) > 20 else ""
+        print(f"  relations        {len(rel)}: {shown}{more}", file=out)
 
 
 #: the plot's widest figure (inches, at 100 dpi): 40 parts at 0.35 inch each; more parts get thinner bars

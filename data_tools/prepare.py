@@ -1,6 +1,6 @@
 """``g3-prepare KIND ... --out graph.h5``: import or generate a graph into one graph.h5 (docs/PREPARE.md).
 
-KIND is ``npz``, ``ogb``, ``edgelist`` (importers) or ``sbm``, ``rmat`` (generators). Every kind shares the
+KIND is ``npz``, ``ogb``, ``edgelist``, ``triples`` (importers) or ``sbm``, ``rmat`` (generators). Every kind shares the
 options that shape the CSR (``--symmetrize``, ``--self-loops``, ``--dedup``), ``--normalize-features``, the
 split fractions used when the input has no split, ``--seed`` and ``--force``. Errors are one line on stderr,
 ``g3-prepare: error: <path>: <what>``, with a non-zero exit and no output left behind.
@@ -117,9 +117,22 @@ class RmatSource:
                              noise=self.noise, seed=opts.seed, quiet=opts.quiet)
 
 
+@dataclass(frozen=True)
+class TriplesSource:
+    """``triples``: a knowledge graph in train.txt / valid.txt / test.txt (head, relation, tail a line)."""
+
+    input: Path
+    add_inverse: bool = False           # relation r gets an inverse r + R with the reversed training triples
+
+    def load(self, opts: PrepareOptions, work: Path | None = None) -> RawGraph:
+        from .importers.triples import load_triples
+        return load_triples(self.input, add_inverse=self.add_inverse)
+
+
 #: KIND -> its settings
-SOURCES = {"npz": NpzSource, "ogb": OgbSource, "edgelist": EdgelistSource, "sbm": SbmSource, "rmat": RmatSource}
-Source = NpzSource | OgbSource | EdgelistSource | SbmSource | RmatSource
+SOURCES = {"npz": NpzSource, "ogb": OgbSource, "edgelist": EdgelistSource, "sbm": SbmSource, "rmat": RmatSource,
+           "triples": TriplesSource}
+Source = NpzSource | OgbSource | EdgelistSource | SbmSource | RmatSource | TriplesSource
 
 
 @dataclass(frozen=True)
@@ -137,6 +150,8 @@ class PrepareConfig:
             raise ValueError(f"--train and --val must be fractions with train + val <= 1 (got {o.train}, {o.val})")
         if o.seed < 0:
             raise ValueError(f"--seed must be >= 0 (numpy's seed sequences take non-negative integers), got {o.seed}")
+        if o.split_seed < 0:
+            raise ValueError(f"--split-seed must be >= 0, got {o.split_seed}")
         if o.memory_budget < 1:
             raise ValueError(f"--memory-budget must be at least 1 byte, got {o.memory_budget}")
         c = getattr(self.source, "num_classes", None)
@@ -166,6 +181,14 @@ def record_path(out: Path) -> Path:
     return out.with_name(out.name + ".prepare.json")
 
 
+def fractions(text: str) -> tuple:
+    from .linksplit import parse_fractions
+    try:
+        return parse_fractions(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--link-split ")) from None
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("output and graph options (all kinds)")
     g.add_argument("--out", "-o", required=True, type=Path, help="graph.h5 to write")
@@ -193,6 +216,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--feature-dtype", choices=FEATURE_DTYPES,
                    help="dtype graph.h5 stores the features in, kept by g3-partition and widened to float32 by "
                         "g3-train (default: the input's: float16 stays float16, anything else float32)")
+    g.add_argument("--link-split", type=fractions, metavar="TRAIN,VAL,TEST",
+                   help="a random link split of the edges (e.g. 0.85,0.05,0.1): val and test pairs leave the graph, "
+                        "both directions of an undirected edge together (docs/LINKS.md)")
+    g.add_argument("--split-seed", type=int, help=f"seed of --link-split (default {PrepareOptions.split_seed})")
     g.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bars and no summary line on stderr (the JSON summary on stdout stays)")
 
@@ -201,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG,
                                  description="Import or generate a graph into one graph.h5 (see docs/PREPARE.md).")
     sub = ap.add_subparsers(dest="kind", required=True, metavar="KIND")
-    for add in (_add_npz, _add_ogb, _add_edgelist, _add_sbm, _add_rmat):
+    for add in (_add_npz, _add_ogb, _add_edgelist, _add_sbm, _add_rmat, _add_triples):
         _common(add(sub))
     return ap
 
@@ -214,7 +241,7 @@ def _add_npz(sub) -> argparse.ArgumentParser:
 
 
 def _add_ogb(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("ogb", help="OGB node-property dataset directory (raw/*.csv.gz, split/<scheme>/)")
+    p = sub.add_parser("ogb", help="OGB node- or link-property dataset directory (raw/*.csv.gz, split/<scheme>/)")
     p.add_argument("input", type=Path, help="the dataset directory (containing raw/ and split/)")
     p.add_argument("--split", help="split scheme under split/ (default: the only / first one)")
     p.add_argument("--num-classes", type=int, help="number of classes (default: max label + 1)")
@@ -243,6 +270,14 @@ def _add_edgelist(sub) -> argparse.ArgumentParser:
                    help="without --features: this many seeded random N(0,1) features per node "
                         f"(default {EdgelistSource.feature_dim})")
     p.add_argument("--num-classes", type=int, help="number of classes (default: max label + 1)")
+    return p
+
+
+def _add_triples(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("triples", help="knowledge graph: train.txt, valid.txt, test.txt of head<TAB>relation<TAB>tail")
+    p.add_argument("input", type=Path, help="the directory holding the three files (.gz accepted)")
+    p.add_argument("--add-inverse", action="store_true",
+                   help="add relation NAME_inverse for each relation, with the reversed training triples")
     return p
 
 
@@ -362,7 +397,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as e:
         print(f"{PROG}: error: {cfg.out}: {interruption(e)} (no output written)", file=sys.stderr)
         return getattr(e, "exit_status", 130)
-    if summary["train"] == 0:
+    if summary["train"] == 0 and not summary.get("links"):
         print(f"{PROG}: warning: {cfg.out}: no training nodes (no labels, or an empty train split): "
               f"g3-train will refuse this graph", file=sys.stderr)
     if not cfg.options.quiet:

@@ -506,8 +506,8 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
                      extra_attrs=dict(raw.extra_attrs, deduplicated=bool(opts.dedup or opts.symmetrize or raw.simple),
                                       normalized_features=bool(opts.normalize_features))) as w:
         if linked:
-            num_edges, links = _write_linked_edges(w, raw, stream, opts, symmetrize=symmetrize, dedup=dedup,
-                                                   undirected=symmetric, meter=meter)
+            num_edges, links, symmetric = _write_linked_edges(w, raw, stream, opts, symmetrize=symmetrize,
+                                                              dedup=dedup, undirected=symmetric, meter=meter)
         else:
             num_edges, links = _write_edges(w, raw, stream, opts, in_memory=in_memory, symmetrize=symmetrize,
                                             dedup=dedup, block_edges=block_edges, out=out, work=work,
@@ -530,9 +530,11 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
 
 
 def _write_linked_edges(w, raw: RawGraph, stream, opts: PrepareOptions, *, symmetrize: bool, dedup: bool,
-                        undirected: bool, meter) -> tuple[int, dict | None]:
+                        undirected: bool, meter) -> tuple[int, dict | None, bool]:
     """The CSR (in memory) of a graph with edge types or link splits, its types, names and splits (a random one
-    with ``opts.link_split``, held out of the CSR) into the GraphWriter ``w``. Returns (stored edges, links)."""
+    with ``opts.link_split``, held out of the CSR) into the GraphWriter ``w``. An input whose edges all come with
+    their reverse (of the same relation) is split as undirected, and so marked symmetric. Returns (stored edges,
+    links, symmetric)."""
     from ..linksplit import build_csr, random_link_split
     n = raw.num_nodes
     with meter.stage("edges"):
@@ -544,6 +546,8 @@ def _write_linked_edges(w, raw: RawGraph, stream, opts: PrepareOptions, *, symme
     links = raw.links
     with meter.stage("csr"):
         if opts.link_split is not None:
+            if not undirected and is_symmetric(n, src, dst, typ):
+                undirected = w.attrs["symmetric"] = True
             links, (src, dst, typ) = random_link_split(n, src, dst, typ, raw.num_relations, opts.link_split,
                                                        opts.split_seed, undirected)
         indptr, indices, types = build_csr(n, src, dst, typ, symmetrize=symmetrize, self_loops=opts.self_loops,
@@ -556,7 +560,19 @@ def _write_linked_edges(w, raw: RawGraph, stream, opts: PrepareOptions, *, symme
             w.write_entity_names(raw.entity_names)
         if links:
             w.write_links(links)
-    return int(indptr[-1]), links
+    return int(indptr[-1]), links, undirected
+
+
+def is_symmetric(n: int, src: np.ndarray, dst: np.ndarray, typ: np.ndarray | None) -> bool:
+    """Every edge u -> v (of relation t) has its reverse v -> u (of relation t) among the edges."""
+    r = int(typ.max()) + 1 if typ is not None and len(typ) else 1
+    if n and n * n > (2**62) // r:
+        return False
+    fwd = src.astype(np.int64) * n + dst
+    back = dst.astype(np.int64) * n + src
+    if typ is not None:
+        fwd, back = fwd * r + typ, back * r + typ
+    return bool(np.isin(back, fwd).all())
 
 
 def _write_edges(w, raw: RawGraph, stream, opts: PrepareOptions, *, in_memory: bool, symmetrize: bool, dedup: bool,

@@ -82,6 +82,10 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     """``spool_dir``: where the parsed edges go beyond ``spool_limit`` bytes (None: kept in memory)."""
     root = Path(path)
     raw_dir = _raw_dir(root)
+    from .ogb_link import link_scheme, load_ogb_link
+    link_dir = link_scheme(root, split)
+    if link_dir is not None:          # a link-prediction dataset: split/<scheme>/train.pt
+        return load_ogb_link(root, link_dir, quiet, spool_dir, spool_limit)
     if find(raw_dir, "edge", required=False) is None and (raw_dir / "data.npz").exists():
         from .ogb_binary import load_ogb_binary
         return load_ogb_binary(root, split=split, num_classes=num_classes, quiet=quiet)
