@@ -160,3 +160,54 @@ def macro_f1(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, present: np.ndarray
     k = present.sum(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(k > 0, (f1 * present).sum(axis=-1) / np.maximum(k, 1), np.nan)
+
+
+def hits_at_k(wd, pos_scores: np.ndarray, neg_scores: np.ndarray, k: int,
+              what: str = "evaluation (hits@k)") -> float:
+    """OGB's Hits@K against negatives shared by every positive, over all ranks: the fraction of positives scored
+    strictly above the K-th largest negative score (1.0 with fewer than K negatives; NaN without positives or
+    with a non-finite score). Each rank passes its own positives' and negatives' float32 scores; the K-th largest
+    negative is found by a bisection over the scores' order keys (``score_order``: one ``Allreduce`` of one count
+    per bit, 32 of them), so no rank holds more than its own scores."""
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"hits@k needs k >= 1, not {k}")
+    pos = score_order(np.asarray(pos_scores, dtype=np.float32).ravel())
+    neg = np.sort(score_order(np.asarray(neg_scores, dtype=np.float32).ravel()))
+    bad = int((~np.isfinite(np.asarray(pos_scores, dtype=np.float32))).sum()
+              + (~np.isfinite(np.asarray(neg_scores, dtype=np.float32))).sum())
+    tot = np.array([len(pos), len(neg), bad], dtype=np.int64)
+    wd.allreduce(tot, what=what)
+    if tot[0] == 0 or tot[2] > 0:
+        return float("nan")
+    if tot[1] < k:
+        return 1.0
+    lo, hi = 0, 1 << 32     # at or above lo: at least k negatives; at or above hi: fewer
+    c = np.zeros(1, dtype=np.int64)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        c[0] = len(neg) - np.searchsorted(neg, mid, side="left")
+        wd.allreduce(c, what=what)
+        lo, hi = (mid, hi) if c[0] >= k else (lo, mid)
+    c[0] = int((pos > lo).sum())
+    wd.allreduce(c, what=what)
+    return float(c[0]) / float(tot[0])
+
+
+def mrr(wd, pos_scores: np.ndarray, neg_scores: np.ndarray, what: str = "evaluation (mrr)") -> float:
+    """OGB's MRR over all ranks: each positive ``pos_scores[i]`` ranked against its own negatives
+    ``neg_scores[i, :]`` (both on the rank that scores them), rank = 1 + (#negatives above + #negatives at or
+    above) / 2 (OGB's tie rule: the mean of the optimistic and the pessimistic rank), MRR = the mean of 1 / rank
+    over every positive of every rank (float64; NaN without positives or with a non-finite score)."""
+    pos = np.asarray(pos_scores, dtype=np.float32).ravel()
+    neg = np.asarray(neg_scores, dtype=np.float32)
+    neg = neg.reshape(len(pos), neg.shape[-1] if neg.ndim == 2 else -1)
+    above = (neg > pos[:, None]).sum(axis=1)
+    at_or_above = (neg >= pos[:, None]).sum(axis=1)
+    rank = 0.5 * (above + at_or_above).astype(np.float64) + 1.0
+    sums = np.array([(1.0 / rank).sum(), float(len(pos)),
+                     float((~np.isfinite(pos)).sum() + (~np.isfinite(neg)).sum())], dtype=np.float64)
+    wd.allreduce(sums, what=what)
+    if sums[1] == 0 or sums[2] > 0:
+        return float("nan")
+    return float(sums[0] / sums[1])
