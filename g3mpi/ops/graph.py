@@ -131,6 +131,15 @@ class DistGraph:
         return int(self.part.num_nodes)
 
     @property
+    def owned_start(self) -> int:
+        """The first new global ID this rank owns (its owned rows are ``owned_start .. owned_end - 1``)."""
+        return int(self.part.owned_start)
+
+    @property
+    def owned_end(self) -> int:
+        return int(self.part.owned_end)
+
+    @property
     def owned_ids(self) -> torch.Tensor:
         """Original node IDs of the owned rows, int64 [n_owned] (increasing; boundary rows first in row order)."""
         return self.orig_ids

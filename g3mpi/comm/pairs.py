@@ -1,0 +1,142 @@
+"""The plan of a pair exchange: which embedding rows the pairs a rank scores need from which owner.
+
+A pair (src, dst) of new global node IDs is scored on the rank that owns src; dst's row may be owned by another
+rank. Planning (collective, once per set of pairs): each rank lists the distinct dst rows it does not own, grouped
+by owner (the contiguous new-ID ranges make the sorted list grouped already), tells each owner how many it wants
+(``Alltoall``) and which (``Alltoallv``). The result is a :class:`~g3mpi.comm.halo.HaloPlan` whose "halo" is the
+fetched rows, so the halo exchange's transfers, pieces, byte counters and autograd round (``g3mpi.ops.exchange``)
+move them: every needed row once, nothing else (the bytes are the lower bound).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from ..sorting import sorted_unique
+from .halo import HaloPlan
+
+
+@dataclass
+class PairPlan:
+    """``halo``: the :class:`HaloPlan` of the fetched rows; ``dst_rows`` int64 [m]: each pair's dst as a row of
+    ``[owned rows | fetched rows]``; ``src_rows`` int64 [m]: each pair's src as an owned row."""
+
+    halo: HaloPlan
+    src_rows: np.ndarray
+    dst_rows: np.ndarray
+
+    @property
+    def num_fetched(self) -> int:
+        return self.halo.num_halo
+
+    @property
+    def num_pairs(self) -> int:
+        return len(self.src_rows)
+
+    def groups(self) -> list:
+        """Pair indices by where their dst row lives: [owned, fetched from recv neighbour 0, 1, ...]; each
+        increasing."""
+        n = self.halo.num_owned
+        cuts = n + np.asarray(self.halo.recv_offsets, dtype=np.int64)   # fetched slice i: cuts[i] .. cuts[i+1]
+        which = np.searchsorted(cuts, self.dst_rows, side="right")     # 0: owned, i + 1: slice i
+        order = np.argsort(which, kind="stable")
+        counts = np.bincount(which, minlength=len(self.halo.recv_parts) + 1)
+        return np.split(order, np.cumsum(counts)[:-1])
+
+
+def plan_pairs(wd, owned_start: int, owned_end: int, src, dst, what: str = "pair exchange plan") -> PairPlan:
+    """The :class:`PairPlan` of the pairs (``src``, ``dst``: new global IDs, int [m], every src owned here).
+    Collective: every rank calls it (with its own pairs, maybe none). ``wd``: the watchdog whose collectives it
+    uses."""
+    size = wd.comm.size
+    src = np.asarray(src, dtype=np.int64).ravel()
+    dst = np.asarray(dst, dtype=np.int64).ravel()
+    if len(src) != len(dst):
+        raise ValueError(f"pairs: {len(src)} sources but {len(dst)} destinations")
+    bad_src = (src < owned_start) | (src >= owned_end)
+    ranges = np.array([owned_start, owned_end], dtype=np.int64)
+    allr = np.empty(2 * size, dtype=np.int64)
+    wd.allgather(ranges, allr, what=what)
+    offsets = np.r_[allr[0::2], allr[-1]]
+    num_nodes = int(allr[-1])
+    bad_dst = (dst < 0) | (dst >= num_nodes)
+    # every rank learns whether any rank's pairs are bad, so all raise together instead of some waiting
+    flags = np.array([int(bad_src.any()), int(bad_dst.any())], dtype=np.int64)
+    wd.allreduce(flags, what=what)
+    if flags.any():
+        here = ""
+        if bad_src.any():
+            here = f" (here: source {int(src[bad_src][0])} outside the owned range [{owned_start}, {owned_end}))"
+        elif bad_dst.any():
+            here = f" (here: destination {int(dst[bad_dst][0])} outside [0, {num_nodes}))"
+        raise ValueError("pairs must be scored on the rank owning their source, with destinations in the graph"
+                         + here)
+    remote = dst[(dst < owned_start) | (dst >= owned_end)]
+    need = sorted_unique(remote) if len(remote) else np.zeros(0, dtype=np.int64)
+    owner = np.searchsorted(offsets, need, side="right") - 1
+    want = np.bincount(owner, minlength=size).astype(np.int64)
+    asked = np.empty(size, dtype=np.int64)
+    wd.alltoall(want, asked, what=what)
+    got = np.empty(int(asked.sum()), dtype=np.int64)
+    sd, rd = np.r_[0, np.cumsum(want)[:-1]], np.r_[0, np.cumsum(asked)[:-1]]
+    wd.alltoallv([need, (want, sd), MPI.INT64_T], [got, (asked, rd), MPI.INT64_T], what=what)
+    rank = wd.comm.rank
+    recv_parts = [int(p) for p in np.flatnonzero(want)]
+    send_parts = [int(p) for p in np.flatnonzero(asked)]
+    recv_offsets = np.r_[0, np.cumsum(want[recv_parts])].astype(np.int64)
+    send_idx = [np.ascontiguousarray(got[rd[p]:rd[p] + asked[p]] - owned_start) for p in send_parts]
+    assert rank not in recv_parts and rank not in send_parts
+    n = owned_end - owned_start
+    halo = HaloPlan(num_owned=n, num_halo=len(need), recv_parts=recv_parts, recv_offsets=recv_offsets,
+                    send_parts=send_parts, send_idx=send_idx)
+    local = (dst >= owned_start) & (dst < owned_end)
+    dst_rows = np.where(local, dst - owned_start, n + np.searchsorted(need, dst))
+    return PairPlan(halo=halo, src_rows=src - owned_start, dst_rows=dst_rows.astype(np.int64))
+
+
+class IdDirectory:
+    """Original node ID -> new global ID over all ranks without any rank holding the whole map: rank r keeps the
+    new IDs of the original IDs ``[r * B, (r + 1) * B)`` (B = ceil(N / P)), sent there once by their owners; a
+    lookup sends each query to the rank keeping it and gets the answer back (two ``Alltoallv``). Memory O(N / P +
+    queries). Collective: every rank builds it and calls every lookup (maybe with none)."""
+
+    def __init__(self, wd, num_nodes: int, owned_start: int, orig_ids, what: str = "node ID directory"):
+        self.wd, self.num_nodes = wd, int(num_nodes)
+        size = wd.comm.size
+        self.block = max(1, -(-self.num_nodes // size))
+        orig = np.asarray(orig_ids, dtype=np.int64).ravel()
+        new = owned_start + np.arange(len(orig), dtype=np.int64)
+        got_o, _ = self._route(orig, orig // self.block, what)
+        got_n, _ = self._route(new, orig // self.block, what)
+        lo = wd.comm.rank * self.block
+        self.new_of = np.full(max(0, min(self.num_nodes, lo + self.block) - lo), -1, dtype=np.int64)
+        self.new_of[got_o - lo] = got_n
+
+    def _route(self, values: np.ndarray, dest: np.ndarray, what: str):
+        """``values`` sent to the ranks ``dest`` (stable within each rank); returns (what arrived here, in rank
+        order, and the per-rank send order used, to route answers back)."""
+        size = self.wd.comm.size
+        order = np.argsort(dest, kind="stable")
+        sc = np.bincount(dest, minlength=size).astype(np.int64)
+        rc = np.empty(size, dtype=np.int64)
+        self.wd.alltoall(sc, rc, what=what)
+        out = np.empty(int(rc.sum()), dtype=np.int64)
+        self.wd.alltoallv([np.ascontiguousarray(values[order]), (sc, np.r_[0, np.cumsum(sc)[:-1]]), MPI.INT64_T],
+                          [out, (rc, np.r_[0, np.cumsum(rc)[:-1]]), MPI.INT64_T], what=what)
+        self._last = (order, sc, rc)
+        return out, order
+
+    def to_new(self, orig, what: str = "node ID lookup") -> np.ndarray:
+        """New global IDs of the original IDs ``orig`` (int [m], each in [0, N))."""
+        orig = np.asarray(orig, dtype=np.int64).ravel()
+        q, order = self._route(orig, orig // self.block, what)
+        _, sc, rc = self._last
+        ans = self.new_of[q - self.wd.comm.rank * self.block]
+        back = np.empty(len(orig), dtype=np.int64)
+        self.wd.alltoallv([ans, (rc, np.r_[0, np.cumsum(rc)[:-1]]), MPI.INT64_T],
+                          [back, (sc, np.r_[0, np.cumsum(sc)[:-1]]), MPI.INT64_T], what=what)
+        out = np.empty(len(orig), dtype=np.int64)
+        out[order] = back
+        return out

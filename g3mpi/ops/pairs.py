@@ -1,0 +1,99 @@
+"""Scoring node pairs across ranks inside autograd: the pair exchange (``g3mpi.comm.pairs``) run as a halo round.
+
+``PairExchange(graph, src, dst)`` plans once (collective) for a fixed set of pairs (new global IDs, src owned by this
+rank). Each call ``(h, decoder)`` with the owned embeddings ``h`` [n_owned, d]: posts the receives and sends the
+rows other ranks' pairs need, scores the pairs whose dst is owned while those messages travel (pipelined), then
+each neighbour's pairs as its rows land, and returns ``decoder(h_src, h_dst)`` of every pair in pair order.
+Backward sends each fetched row's gradient (summed over its pairs) back to its owner, which adds it into ``h``'s
+gradient: the exchange's ``HaloRound`` with ``grads=True``, as GAT's attention does. ``decoder=None`` returns the
+pairs' embeddings ``(h_src, h_dst)`` instead (the same exchange, no overlap: the caller computes afterwards).
+
+Every rank calls each exchange the same number of times, in the same order (a rank without pairs still sends the
+rows others need), and runs backward of every training call.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..comm.pairs import plan_pairs
+from ..mpi.collectives import as_watchdog
+from .exchange import HaloRound
+
+
+class PairExchange:
+    """The exchange of one set of pairs (module docstring); ``free()`` releases its buffers (collective in the sense
+    that every rank frees its own, in any order)."""
+
+    def __init__(self, graph, src, dst, name: str = "pairs"):
+        self.graph, self.name = graph, name
+        if graph.stager is not None:
+            raise NotImplementedError("pair exchange: ranks computing on a device are not supported yet")
+        self.plan = plan_pairs(graph.ctx.watchdog or as_watchdog(graph.ctx.comm), graph.owned_start,
+                               graph.owned_end, src, dst, what=f"{name} plan")
+        self.groups = [torch.from_numpy(g) for g in self.plan.groups()]
+        order = torch.cat(self.groups) if self.groups else torch.zeros(0, dtype=torch.int64)
+        self.inverse = torch.empty_like(order)
+        self.inverse[order] = torch.arange(len(order))
+        src_rows = torch.from_numpy(self.plan.src_rows)
+        dst_rows = torch.from_numpy(self.plan.dst_rows)
+        n = self.plan.halo.num_owned
+        cuts = n + np.asarray(self.plan.halo.recv_offsets, dtype=np.int64)
+        self._src = [src_rows[g] for g in self.groups]
+        # dst rows: group 0 as owned rows, group i + 1 as rows of neighbour i's fetched slice
+        self._dst = [dst_rows[self.groups[0]]] + [dst_rows[g] - int(cuts[i]) for i, g in enumerate(self.groups[1:])]
+        self._ex = {}   # by row width: the halo exchange moving rows that wide
+
+    @property
+    def num_pairs(self) -> int:
+        return self.plan.num_pairs
+
+    def exchange(self, width: int):
+        if width not in self._ex:
+            sched = self.graph.schedule
+            self._ex[width] = self.graph.ctx.exchange(self.plan.halo, width, name=f"{self.name}/{width}",
+                                                      piece_rows=sched.rows_per_piece(width))
+        return self._ex[width]
+
+    def __call__(self, h: torch.Tensor, decoder=None):
+        n = self.plan.halo.num_owned
+        if h.dim() != 2 or h.shape[0] != n:
+            raise ValueError(f"pair exchange: expected [{n}, d] rows (this rank's owned nodes), got {tuple(h.shape)}")
+        h = h.float().contiguous()
+        sched = self.graph.schedule
+        rnd = HaloRound(self.exchange(int(h.shape[1])), sched)
+        token = rnd.start(h, grads=True)
+        k = len(self.groups) - 1
+        fetched = [None] * k
+
+        def take(landed):
+            for i in landed:
+                fetched[i] = rnd.recv(token, i)
+
+        if decoder is None:
+            take(rnd.rest())
+            pool = torch.cat([h] + fetched) if k else h
+            # through the join, so that the exchange's backward always runs
+            pool = rnd.join(pool, token)
+            rows = torch.from_numpy(self.plan.dst_rows)
+            return h.index_select(0, torch.from_numpy(self.plan.src_rows)), pool.index_select(0, rows)
+        parts = [None] * (k + 1)
+
+        def score(landed):
+            for i in landed:
+                take([i])
+                parts[i + 1] = decoder(h.index_select(0, self._src[i + 1]),
+                                       fetched[i].index_select(0, self._dst[i + 1]))
+
+        if sched.waits_first:
+            score(rnd.rest())
+        parts[0] = decoder(h.index_select(0, self._src[0]), h.index_select(0, self._dst[0]))
+        score(rnd.landed())
+        score(rnd.rest())
+        out = torch.cat(parts) if len(parts) > 1 else parts[0]
+        return rnd.join(out.index_select(0, self.inverse), token)
+
+    def free(self) -> None:
+        for ex in self._ex.values():
+            self.graph.ctx.release(ex)
+        self._ex = {}

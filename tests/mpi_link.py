@@ -1,0 +1,124 @@
+"""MPI helper for tests/test_link_exact.py: one training forward + backward of a GCN encoder and a link decoder on
+pairs scored through ``g3mpi.nn.Pairs``, then the same pairs again without gradients.
+
+mpiexec -n P python -m mpi4py -m tests.mpi_link PARTS PAIRS.npz OUT.npz --decoder dot|hadamard [--embed]
+PAIRS.npz: ``pos`` and ``neg`` int64 [2, m] (original node IDs: fixed negatives), ``seed``, ``epoch``: one sampled
+negative per positive is added (``g3mpi.ops.negatives``, keyed by the positive's index). ``--embed``: the decoder runs
+on ``Pairs``' embeddings (no pipelining) instead of inside it. Rank 0 writes OUT.npz: ``init/<name>``, the loss,
+``grad/<name>`` summed over ranks, the scores of every pair by index (``score/pos``, ``score/neg``,
+``score/sampled``), the evaluation scores, the pair exchanges' bytes sent and their lower bound (each rank's distinct
+destination rows it does not own, times the row bytes), summed over ranks.
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from mpi4py import MPI
+from torch import nn
+
+from g3mpi import nn as gnn
+from g3mpi.comm import CommContext
+from g3mpi.format import read_meta, read_part
+from g3mpi.ops.negatives import negative_destinations
+from g3mpi.sched import Schedule
+
+HID, OUT = 8, 6
+
+
+class LinkNet(nn.Module):
+    def __init__(self, graph, in_dim, decoder):
+        super().__init__()
+        self.encoder = gnn.GNN(graph, "gcn", in_dim, HID, OUT, layers=2)
+        self.decoder = gnn.DECODERS[decoder](OUT, HID, 2)
+
+
+def gather_by_index(comm, idx, vals, m):
+    got = comm.gather((idx, vals), root=0)
+    if comm.rank:
+        return None
+    out = np.full(m, np.nan, dtype=np.float32)
+    for i, v in got:
+        out[i] = v
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("parts")
+    ap.add_argument("pairs")
+    ap.add_argument("out")
+    ap.add_argument("--decoder", default="dot")
+    ap.add_argument("--embed", action="store_true")
+    ap.add_argument("--schedule", default="pipelined")
+    a = ap.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    torch.set_num_threads(1)
+    meta = read_meta(a.parts)
+    part = read_part(a.parts, comm.rank, meta)
+    ctx = CommContext(comm)
+    graph = gnn.Graph(part, ctx, Schedule(a.schedule))
+    pr = np.load(a.pairs)
+    owned = np.asarray(part.orig_ids, dtype=np.int64)
+    ids = gnn.NodeIds(graph)
+    sets = {}
+    for name in ("pos", "neg"):
+        e = pr[name]
+        mine = np.flatnonzero(np.isin(e[0], owned))
+        sets[name] = (mine, e[0, mine], e[1, mine])
+    mine = sets["pos"][0]
+    neg_dst = negative_destinations(int(pr["seed"]), int(pr["epoch"]), mine, 1, graph.num_nodes)[:, 0]
+    sets["sampled"] = (mine, sets["pos"][1], neg_dst)
+    pairs, bound = {}, 0
+    for name, (idx, s, d) in sets.items():
+        pairs[name] = gnn.Pairs(graph, ids.to_new(s), ids.to_new(d), name=f"pairs-{name}")
+        bound += len(np.setdiff1d(d, owned)) * OUT * 4
+    torch.manual_seed(0)
+    net = LinkNet(graph, part.feature_dim, a.decoder)
+    init = {k: v.detach().clone().numpy() for k, v in net.state_dict().items()}
+    x = torch.from_numpy(part.features)
+
+    def scores(h):
+        out = {}
+        for name, p in pairs.items():
+            if a.embed:
+                out[name] = net.decoder(*p(h))
+            else:
+                out[name] = p(h, net.decoder)
+        return out
+
+    net.train()
+    sc = scores(net.encoder(x))
+    total = comm.allreduce(sum(len(v) for v in sc.values()))
+    loss = (F.binary_cross_entropy_with_logits(sc["pos"], torch.ones_like(sc["pos"]), reduction="sum")
+            + sum(F.binary_cross_entropy_with_logits(sc[k], torch.zeros_like(sc[k]), reduction="sum")
+                  for k in ("neg", "sampled"))) / total
+    loss.backward()
+    res = {f"init/{k}": v for k, v in init.items()}
+    for k, p in net.named_parameters():
+        g = p.grad.numpy().copy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32)
+        comm.Allreduce(MPI.IN_PLACE, g)
+        res[f"grad/{k}"] = g
+    res["loss"] = np.array(comm.allreduce(float(loss.detach())))
+    sent = sum(v.get("bytes_sent", 0) for k, v in ctx.stats.per_exchange.items()
+               if k.startswith("pairs-") and k.endswith(".fwd"))
+    res["bytes_sent"] = np.array(comm.allreduce(sent))
+    res["bytes_bound"] = np.array(comm.allreduce(bound))
+    net.eval()
+    with torch.no_grad():
+        ev = scores(net.encoder(x))
+    for name, (idx, _, _) in sets.items():
+        m = pr["pos"].shape[1] if name != "neg" else pr["neg"].shape[1]
+        res[f"score/{name}"] = gather_by_index(comm, idx, sc[name].detach().numpy(), m)
+        res[f"eval/{name}"] = gather_by_index(comm, idx, ev[name].numpy(), m)
+    for p in pairs.values():
+        p.free()
+    ctx.free()
+    if comm.rank == 0:
+        np.savez(a.out, **res)
+
+
+if __name__ == "__main__":
+    main()
