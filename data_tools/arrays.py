@@ -65,7 +65,8 @@ def write_graph(path, edge_index, x, y=None, masks: dict | None = None, *, num_n
                 dedup: bool = False, normalize_features: bool = False, train: float = 0.6, val: float = 0.2,
                 seed: int = 0, force: bool = False, memory_budget: int = MEMORY_BUDGET, source: str = "arrays",
                 feature_dtype: str | None = None, quiet: bool = True, edge_type=None, num_relations: int | None = None,
-                relation_names=None, links: dict | None = None, link_split=None, split_seed: int = 0) -> dict:
+                relation_names=None, links: dict | None = None, link_split=None, split_seed: int = 0,
+                node_type=None, node_type_names=None, node_type_feature_dim=None) -> dict:
     """Write the graph given as arrays to the graph.h5 ``path``, as ``g3-prepare npz`` writes an archive of them.
 
     ``edge_index``: int [2, E], row 0 the source and row 1 the target of each edge (PyG's ``data.edge_index``);
@@ -80,7 +81,9 @@ def write_graph(path, edge_index, x, y=None, masks: dict | None = None, *, num_n
     ``num_relations``) (default: max + 1), with optional ``relation_names``; ``links``: the splits, ``{"train" |
     "val" | "test": {"edge": [M, 2] (source, target), "edge_type": [M], "edge_neg": [K, 2], "target_node_neg":
     [M, K]}}`` (val and test pairs must not be edges of ``edge_index``); or ``link_split=(train, val, test)``
-    fractions for a random split with ``split_seed`` (``g3-prepare --link-split``).
+    fractions for a random split with ``split_seed`` (``g3-prepare --link-split``). ``node_type`` int [N]: the type
+    of each node, with optional ``node_type_names`` and ``node_type_feature_dim`` (the leading columns of ``x`` each
+    type uses).
 
     Checked as every importer checks its input, with the same messages naming ``path``: FormatError for an edge
     endpoint outside [0, N), features that are not [N, F] or not finite, labels or masks of another length, labels
@@ -129,5 +132,14 @@ def write_graph(path, edge_index, x, y=None, masks: dict | None = None, *, num_n
         raw.relation_names = list(relation_names) if relation_names is not None else None
     if links is not None:
         raw.links = links_from_dict(path, links)
+    if node_type is not None:
+        nt = as_numpy(node_type, "node_type")
+        raw.node_type = nt
+        raw.num_node_types = int(nt.max()) + 1 if nt.size else 1
+        if node_type_names is not None:
+            raw.num_node_types = len(node_type_names)
+            raw.node_type_names = list(node_type_names)
+        if node_type_feature_dim is not None:
+            raw.node_type_feature_dim = np.asarray(as_numpy(node_type_feature_dim, "node_type_feature_dim"))
     with work_dir(path) as work:
         return write_raw_graph(path, raw, opts, work)

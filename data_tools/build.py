@@ -259,7 +259,8 @@ def build_parts(g: Graph, assignment: np.ndarray, num_parts: int, partition_id: 
             train_mask=g.train_mask[orig], val_mask=g.val_mask[orig], test_mask=g.test_mask[orig], orig_ids=orig,
             feature_dtype=g.feature_dtype, num_relations=g.num_relations,
             edge_type=None if types is None else types.astype(np.int32 if g.num_relations < 2**31 else np.int64),
-            links=links[p],
+            links=links[p], num_node_types=g.num_node_types,
+            node_type=None if g.node_type is None else g.node_type[orig_all].astype(np.int32),
         ), new_to_orig, offsets
 
 
@@ -457,6 +458,12 @@ def _write_partition(g, assignment, num_parts, out_dir, method, seed, force, ext
                 meta["relation_names"] = g.relation_names
         if g.links:
             meta["links"] = link_counts(g.links)
+        if g.num_node_types:
+            meta["num_node_types"] = g.num_node_types
+            if g.node_type_names is not None:
+                meta["node_type_names"] = g.node_type_names
+            if g.node_type_feature_dim is not None:
+                meta["node_type_feature_dim"] = [int(x) for x in g.node_type_feature_dim]
         meta.update(extra_meta or {})
         write_meta(tmp, meta)
         raise_if_terminated()   # a SIGTERM whose exception was lost in a callback: do not commit the directory

@@ -103,9 +103,10 @@ def _read(path, f, bounds, rank, verify, keep_features=True) -> GraphSlice:
     n, e, width = int(attrs["num_nodes"]), int(attrs["num_edges"]), int(attrs["feature_dim"])
     if bounds[-1] != n:
         raise FormatError(path, f"the ranks' rows end at {int(bounds[-1])}, the graph has {n} nodes")
-    typed = [k for k in ("edge_type", *LINK_NAMES) if k in f]
+    typed = [k for k in ("edge_type", "node_type", *LINK_NAMES) if k in f]
     if typed:   # (the parallel writer does not carry them: a partition without them would lose them silently)
-        raise FormatError(path, f"has {'edge types' if 'edge_type' in typed else 'link splits'}, which g3-partition "
+        what = {"edge_type": "edge types", "node_type": "node types"}.get(typed[0], "link splits")
+        raise FormatError(path, f"has {what}, which g3-partition "
                                 "--method stream does not partition: choose another --method")
     labels_shape = (n, int(attrs["num_classes"])) if f["labels"].ndim == 2 else (n,)
     shapes = dict(indptr=(n + 1,), indices=(e,), features=(n, width), labels=labels_shape,

@@ -233,3 +233,47 @@ def test_relation_id_out_of_range(tmp_path):
         data_tools.write_graph(tmp_path / "g.h5", np.array([[0, 1], [1, 2]]), None, num_nodes=3,
                                edge_type=np.array([0, 3]), num_relations=2)
     assert not any(tmp_path.iterdir())
+
+
+def make_ogb_mag(root):
+    """A tiny heterogeneous OGB dataset in ogbn-mag's raw layout: papers (features, labels, split) and authors."""
+    files = {"raw/num-node-dict.csv.gz": "author,paper\n2,3\n",
+             "raw/relations/author___writes___paper/edge.csv.gz": "0,0\n0,1\n1,2\n",
+             "raw/relations/paper___cites___paper/edge.csv.gz": "0,1\n1,2\n2,0\n",
+             "raw/node-feat/paper/node-feat.csv.gz": "1,2,3\n4,5,6\n7,8,9\n",
+             "raw/node-label/paper/node-label.csv.gz": "0\n1\n2\n",
+             "split/time/paper/train.csv.gz": "0\n", "split/time/paper/valid.csv.gz": "1\n",
+             "split/time/paper/test.csv.gz": "2\n"}
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(root / name, "wt") as f:
+            f.write(text)
+    return root
+
+
+def test_ogb_heterogeneous_layout(tmp_path, capsys):
+    root = make_ogb_mag(tmp_path / "ogbn_mag")
+    rc, err = prepare(capsys, "ogb", root, "--out", tmp_path / "g.h5")
+    assert rc == 0, err
+    g = load_graph(tmp_path / "g.h5")
+    assert g.node_type.tolist() == [0, 0, 1, 1, 1] and g.node_type_names == ["author", "paper"]
+    assert g.node_type_feature_dim.tolist() == [0, 3] and g.features.shape == (5, 3)
+    assert g.features[:2].tolist() == [[0, 0, 0]] * 2 and g.features[2:].tolist() == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert g.relation_names == ["author___writes___paper", "paper___cites___paper"]
+    assert csr_edges(g) == {(0, 2, 0), (0, 3, 0), (1, 4, 0), (2, 3, 1), (3, 4, 1), (4, 2, 1)}
+    assert g.labels.tolist() == [-1, -1, 0, 1, 2] and np.flatnonzero(g.test_mask).tolist() == [4]
+    from data_tools.build import write_partition
+    from g3mpi.format import read_part
+    write_partition(g, np.array([0, 1, 0, 1, 0]), 2, tmp_path / "p", method="random", seed=0)
+    types = {}
+    for p in range(2):
+        part = read_part(tmp_path / "p", p)
+        gid = np.concatenate([np.arange(part.owned_start, part.owned_end), part.halo_ids])
+        types.update(zip(gid.tolist(), part.node_type.tolist()))
+    new_to_orig = np.concatenate([read_part(tmp_path / "p", p).orig_ids for p in range(2)])
+    assert all(t == g.node_type[new_to_orig[k]] for k, t in types.items())
+    with gzip.open(root / "raw/relations/paper___cites___paper/edge.csv.gz", "wt") as f:
+        f.write("0,1\n1,3\n")
+    (tmp_path / "bad").mkdir()
+    refused(capsys, tmp_path / "bad", "ogb", root, where=root / "raw/relations/paper___cites___paper/edge.csv.gz",
+            words=["line 2: paper ID 3 out of range [0, 3)"])

@@ -117,6 +117,10 @@ class RawGraph:
     relation_inverse: np.ndarray | None = None  # int [R]: the relation each one inverts, -1 for none
     entity_names: list | None = None            # [N] str
     links: dict | None = None                   # {link dataset name: int array} in this graph's row IDs
+    node_type: np.ndarray | None = None         # int [N]: type of each node; None: one node type
+    num_node_types: int = 0
+    node_type_names: list | None = None
+    node_type_feature_dim: np.ndarray | None = None   # int [T]: leading feature columns each type uses
 
     def edge_stream(self) -> EdgeStream:
         return self.edges if self.edges is not None else EdgeStream.of_arrays(self.src, self.dst)
@@ -512,6 +516,8 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
             num_edges, links = _write_edges(w, raw, stream, opts, in_memory=in_memory, symmetrize=symmetrize,
                                             dedup=dedup, block_edges=block_edges, out=out, work=work,
                                             meter=meter), None
+        if raw.node_type is not None:
+            w.write_node_types(raw.node_type, raw.num_node_types, raw.node_type_names, raw.node_type_feature_dim)
         with meter.stage("features"):
             _write_features(w, raw, opts)
         nodes = meter.stage("nodes")
@@ -526,6 +532,7 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
                 build="in-memory" if in_memory else "out-of-core", memory_budget=int(opts.memory_budget),
                 block_edges=None if in_memory else int(block_edges),
                 **({"num_relations": num_relations} if num_relations else {}),
+                **({"num_node_types": raw.num_node_types} if raw.node_type is not None else {}),
                 **({"links": link_counts(links)} if links else {}))
 
 

@@ -13,8 +13,9 @@ Files may also be uncompressed (``edge.csv``). ``--split`` picks the scheme (def
 first in sorted order); without a ``split/`` directory a seeded random split is drawn. OGB lists each edge
 of an undirected dataset once (its loader adds the reverse when ``add_inverse_edge`` is set in master.csv,
 e.g. ogbn-products) and ogbn-arxiv is directed: pass ``--symmetrize`` to get the undirected graph most
-GNN papers train on. Multi-label datasets (ogbn-proteins) and heterogeneous ones (ogbn-mag: raw/relations/)
-are refused with a message saying so. A ``raw/`` without ``edge.csv.gz`` but with ``data.npz`` is OGB's binary
+GNN papers train on. Multi-label datasets (ogbn-proteins) are refused with a message saying so. Heterogeneous
+ones (ogbn-mag: raw/relations/) are read by ``ogb_hetero``, link-prediction ones (split/<scheme>/*.pt) by
+``ogb_link``. A ``raw/`` without ``edge.csv.gz`` but with ``data.npz`` is OGB's binary
 layout (ogbn-papers100M), read by ``ogb_binary``.
 """
 from __future__ import annotations
@@ -86,6 +87,9 @@ def load_ogb(path, split: str | None = None, num_classes: int | None = None, qui
     link_dir = link_scheme(root, split)
     if link_dir is not None:          # a link-prediction dataset: split/<scheme>/train.pt
         return load_ogb_link(root, link_dir, quiet, spool_dir, spool_limit)
+    if (raw_dir / "relations").is_dir():   # heterogeneous: node and edge types (ogbn-mag)
+        from .ogb_hetero import load_ogb_hetero
+        return load_ogb_hetero(root, split, quiet)
     if find(raw_dir, "edge", required=False) is None and (raw_dir / "data.npz").exists():
         from .ogb_binary import load_ogb_binary
         return load_ogb_binary(root, split=split, num_classes=num_classes, quiet=quiet)

@@ -43,6 +43,14 @@ class Graph:
     relation_names: list | None = None    # [R] str
     relation_inverse: np.ndarray | None = None  # int64 [R]: the relation each one inverts, -1 for none
     entity_names: list | None = None      # [N] str: the input's name of each node (triple files)
+    node_type: np.ndarray | None = None   # int [N]: type of each node (None: one node type)
+    node_type_names: list | None = None   # [T] str
+    node_type_feature_dim: np.ndarray | None = None  # int64 [T]: leading feature columns each type uses
+
+    @property
+    def num_node_types(self) -> int:
+        """T: the number of node types (0 when untyped)."""
+        return int(self.attrs.get("num_node_types", 0))
 
     @property
     def num_relations(self) -> int:
@@ -64,7 +72,9 @@ class Graph:
 
 
 #: text datasets: UTF-8, one name a line (a name holds no newline), as uint8 bytes (checksummed like any array)
-NAME_DATASETS = ("relation_names", "entity_names")
+NAME_DATASETS = ("relation_names", "entity_names", "node_type_names")
+#: node types (optional): type of each node, and the feature columns each type uses
+NODE_TYPE_DATASETS = ("node_type", "node_type_feature_dim")
 
 
 def encode_names(names) -> np.ndarray:
@@ -294,8 +304,8 @@ class GraphWriter:
                          relation_inverse=None) -> None:
         """The relation of each CSR edge (after :meth:`write_csr`; rows sorted by source, then relation), R and
         optionally the relations' names and inverses."""
-        if "csr" not in self._done:
-            raise ValueError("write_csr before write_edge_types")
+        if self._indptr is None:   # (the out-of-core write_csr_rows keeps no CSR to check them against)
+            raise ValueError("write_edge_types needs the CSR written by write_csr first")
         edge_type = np.asarray(edge_type)
         R = int(num_relations)
         if R < 1:
@@ -315,6 +325,18 @@ class GraphWriter:
             self._put("relation_inverse", inv)
         self._typed = edge_type, inv if relation_inverse is not None else None
 
+    def write_node_types(self, node_type, num_node_types: int, names=None, feature_dim=None) -> None:
+        """The type of each node in [0, T), optionally the types' names and their feature widths (the leading
+        columns of ``features`` a node of that type uses; the others are zero)."""
+        node_type, T = np.asarray(node_type), int(num_node_types)
+        check_node_types(self.path, node_type, self.n, T, names, feature_dim, self.f)
+        self._put("node_type", node_type.astype(np.int32))
+        self.attrs["num_node_types"] = T
+        if names is not None:
+            self._put("node_type_names", encode_names(names))
+        if feature_dim is not None:
+            self._put("node_type_feature_dim", np.asarray(feature_dim, dtype=np.int64))
+
     def write_entity_names(self, names) -> None:
         if len(names) != self.n:
             raise FormatError(self.path, f"{len(names)} entity names for {self.n} nodes")
@@ -323,8 +345,8 @@ class GraphWriter:
     def write_links(self, links: dict) -> None:
         """Link splits (after the CSR and any edge types): {dataset name (links.LINK_NAMES): int array}, checked
         in range and, for val and test, absent from the message-passing graph."""
-        if "csr" not in self._done:
-            raise ValueError("write_csr before write_links")
+        if self._indptr is None:   # (the out-of-core write_csr_rows keeps no CSR to check them against)
+            raise ValueError("write_links needs the CSR written by write_csr first")
         links = {k: np.asarray(v) for k, v in links.items() if v is not None}
         R = int(self.attrs.get("num_relations", 0))
         check_links(self.path, links, self.n, R)
@@ -380,6 +402,23 @@ class GraphWriter:
             self._done.add("features")
 
 
+def check_node_types(path, node_type: np.ndarray, n: int, T: int, names, feature_dim, f: int) -> None:
+    """FormatError unless ``node_type`` is [n] of types in [0, T), with T names and T widths in [0, f] if given."""
+    if T < 1:
+        raise FormatError(path, f"num_node_types must be >= 1 with node types, got {T}")
+    if node_type.shape != (n,) or node_type.dtype.kind not in "iu":
+        raise FormatError(path, f"node_type must be integers [{n}], got {node_type.dtype} {list(node_type.shape)}")
+    if n and (node_type.min() < 0 or node_type.max() >= T):
+        bad = int(np.argmax((node_type < 0) | (node_type >= T)))
+        raise FormatError(path, f"node_type: type {int(node_type[bad])} of node {bad} out of range [0, {T})")
+    if names is not None and len(names) != T:
+        raise FormatError(path, f"{len(names)} node type names for {T} node types")
+    if feature_dim is not None:
+        d = np.asarray(feature_dim)
+        if d.shape != (T,) or (T and (d.min() < 0 or d.max() > f)):
+            raise FormatError(path, f"node_type_feature_dim must be [{T}] widths in [0, {f}], got {d.tolist()[:8]}")
+
+
 def check_graph_attrs(path, attrs) -> None:
     """FormatError naming the file unless every required attribute is present with its declared kind.
 
@@ -405,11 +444,11 @@ def check_graph_attrs(path, attrs) -> None:
 def check_dataset_dtypes(path, f: h5py.File) -> None:
     """FormatError unless the datasets have the dtypes of docs/FORMAT.md (checked before anything is read)."""
     for name in ("indptr", "indices", "features", "labels", "orig_ids", *MASKS, "edge_type", "relation_inverse",
-                 *NAME_DATASETS, *LINK_NAMES):
+                 *NAME_DATASETS, *LINK_NAMES, *NODE_TYPE_DATASETS):
         if name in f and not isinstance(f[name], h5py.Dataset):
             raise FormatError(path, f"{name!r} is a group, expected a dataset")
     for name in ("indptr", "indices", "labels", "orig_ids", "edge_type", "relation_inverse", *NAME_DATASETS,
-                 *LINK_NAMES):
+                 *LINK_NAMES, *NODE_TYPE_DATASETS):
         if name in f and not np.issubdtype(f[name].dtype, np.integer):
             raise FormatError(path, f"dataset {name!r} must be integers, got dtype {f[name].dtype}")
     for name in MASKS:
@@ -455,6 +494,12 @@ def open_graph(path) -> h5py.File:
                                            or not 1 <= f.attrs["num_relations"] < 2**31):
             raise FormatError(path, f"attribute 'num_relations' must be an integer in [1, 2^31), got "
                                     f"{f.attrs['num_relations']!r:.40}")
+        if ("node_type" in f) != ("num_node_types" in f.attrs):
+            raise FormatError(path, "node_type and the attribute num_node_types must come together")
+        if "num_node_types" in f.attrs and (attr_kind(f.attrs["num_node_types"]) != "int"
+                                            or not 1 <= f.attrs["num_node_types"] < 2**31):
+            raise FormatError(path, f"attribute 'num_node_types' must be an integer in [1, 2^31), got "
+                                    f"{f.attrs['num_node_types']!r:.40}")
     except BaseException as e:
         f.close()
         if isinstance(e, H5_READ_ERRORS):
@@ -521,7 +566,9 @@ def load_graph(path, verify: bool = True, features: bool = True) -> Graph:
                       orig_ids=f["orig_ids"][:] if "orig_ids" in f else None,
                       edge_type=f["edge_type"][:] if "edge_type" in f else None,
                       links={k: f[k][()] for k in LINK_NAMES if k in f} or None,
-                      relation_inverse=f["relation_inverse"][:] if "relation_inverse" in f else None)
+                      relation_inverse=f["relation_inverse"][:] if "relation_inverse" in f else None,
+                      node_type=f["node_type"][:] if "node_type" in f else None,
+                      node_type_feature_dim=f["node_type_feature_dim"][:] if "node_type_feature_dim" in f else None)
             names = {k: f[k][()] for k in NAME_DATASETS if k in f}
         except H5_READ_ERRORS as e:
             raise FormatError(path, f"cannot read datasets (truncated or corrupt?): {e}") from None
@@ -567,6 +614,17 @@ def _check_types_and_links(path, g: Graph, names: dict) -> None:
         g.relation_names = decode_names(path, "relation_names", names["relation_names"], R)
     if "entity_names" in names:
         g.entity_names = decode_names(path, "entity_names", names["entity_names"], g.num_nodes)
+    if g.node_type is not None:
+        T = g.num_node_types
+        if "node_type_names" in names:
+            g.node_type_names = decode_names(path, "node_type_names", names["node_type_names"], T)
+        check_node_types(path, g.node_type, g.num_nodes, T, g.node_type_names, g.node_type_feature_dim,
+                         int(g.attrs["feature_dim"]))
+        g.node_type = as_int64(path, "node_type", g.node_type)
+        if g.node_type_feature_dim is not None:
+            g.node_type_feature_dim = as_int64(path, "node_type_feature_dim", g.node_type_feature_dim)
+    elif any(k in names for k in ("node_type_names",)) or g.node_type_feature_dim is not None:
+        raise FormatError(path, "node type names or widths without node_type")
     if g.links:
         g.links = {k: as_int64(path, k, v) for k, v in g.links.items()}
         check_links(path, g.links, g.num_nodes, R)
@@ -597,6 +655,7 @@ def graph_summary(g: Graph) -> dict:
                 source=a["source"], train=int(g.train_mask.sum()), val=int(g.val_mask.sum()),
                 test=int(g.test_mask.sum()), labelled=int(labelled(g.labels).sum()),
                 **({"num_relations": g.num_relations} if g.num_relations else {}),
+                **({"num_node_types": g.num_node_types} if g.num_node_types else {}),
                 **({"links": link_counts(g.links)} if g.links else {}))
 
 
@@ -605,7 +664,7 @@ def write_graph(path, g: Graph, force: bool = False) -> None:
     a = g.attrs
     extra = {k: v for k, v in a.items() if k not in ("format", "version", "num_nodes", "num_edges", "feature_dim",
                                                        "num_classes", "symmetric", "self_loops", "source",
-                                                       "feature_dtype", "num_relations")}
+                                                       "feature_dtype", "num_relations", "num_node_types")}
     with GraphWriter(path, num_nodes=g.num_nodes, feature_dim=g.features.shape[1], num_classes=int(a["num_classes"]),
                      source=a.get("source", "unknown"), symmetric=bool(a.get("symmetric", False)),
                      self_loops=a.get("self_loops", "keep"), force=force, extra_attrs=extra,
@@ -615,6 +674,8 @@ def write_graph(path, g: Graph, force: bool = False) -> None:
             w.write_edge_types(g.edge_type, g.num_relations, g.relation_names, g.relation_inverse)
         if g.entity_names is not None:
             w.write_entity_names(g.entity_names)
+        if g.node_type is not None:
+            w.write_node_types(g.node_type, g.num_node_types, g.node_type_names, g.node_type_feature_dim)
         if g.links:
             w.write_links(g.links)
         w.write_features(0, g.features)

@@ -79,6 +79,8 @@ class PartData:
     edge_type: np.ndarray | None = None   # int32/int64 [local_edges]: relation of each local CSR edge
     #: link splits: {name: array} of PART_LINK_NAMES, pairs whose source this part owns, by new global IDs
     links: dict = field(default_factory=dict)
+    num_node_types: int = 0   # T; 0: one node type, no node_type
+    node_type: np.ndarray | None = None   # int32/int64 [n_owned+n_halo]: type of each local row
 
     @property
     def num_owned(self) -> int:
@@ -148,7 +150,7 @@ def read_part_edges(dirpath, part: PartData) -> tuple[np.ndarray, np.ndarray]:
 SCALARS = ("part_id", "num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes", "owned_start",
            "owned_end", "partition_id", "num_boundary", "feature_dtype")
 #: optional (version 4): written only when the graph has them
-TYPED = ("num_relations", "edge_type", "links")
+TYPED = ("num_relations", "edge_type", "links", "num_node_types", "node_type")
 ARRAYS = tuple(f.name for f in fields(PartData) if f.name not in SCALARS + TYPED)
 #: a part's link datasets: the graph's (pairs with an owned source, new global IDs) and, for the pairs and the shared
 #: negatives, the position of each in the graph's split (``link_val_edge_index``, ``link_val_edge_neg_index``)
@@ -191,7 +193,9 @@ def write_part(path, part: PartData, force: bool = False, atomic: bool = True,
                     ds.close()
             if part.num_relations:
                 _h5_attr(root, "num_relations", int(part.num_relations))
-            typed = {"edge_type": part.edge_type} if part.edge_type is not None else {}
+            if part.num_node_types:
+                _h5_attr(root, "num_node_types", int(part.num_node_types))
+            typed = {k: getattr(part, k) for k in ("edge_type", "node_type") if getattr(part, k) is not None}
             for k, v in {**typed, **{k: part.links[k] for k in PART_LINK_NAMES if k in part.links}}.items():
                 a = np.ascontiguousarray(v)
                 ds = _h5_dataset(root, k, a)
@@ -402,7 +406,7 @@ def read_meta(dirpath) -> dict:
     for k in ("num_parts", "offsets", "files", "partition_id", "num_nodes"):
         if k not in meta:
             raise FormatError(path, f"key {k!r} is missing")
-    for k in ("num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes", "num_relations"):
+    for k in ("num_parts", "num_nodes", "num_edges", "feature_dim", "num_classes", "num_relations", "num_node_types"):
         if k in meta and not is_int(meta[k]):
             raise FormatError(path, f"{k} is {meta[k]!r}, expected an integer")
     if not isinstance(meta["partition_id"], str):
@@ -508,17 +512,18 @@ def read_part(dirpath, part_id: int, meta: dict | None = None, verify: bool = Tr
                 if not isinstance(f.get(k), h5py.Dataset):
                     raise FormatError(path, f"dataset {k!r} is missing")
                 kw[k] = np.asarray(f[k][()])   # (a scalar dataset reads as a number or bytes, not an array)
-            if "num_relations" in f.attrs:
-                v = f.attrs["num_relations"]
-                if attr_kind(v) != "int" or not 1 <= v < 2**31:
-                    raise FormatError(path, f"attribute 'num_relations' is {v!r}, expected an integer >= 1")
-                kw["num_relations"] = int(v)
-            for k in ("edge_type", *PART_LINK_NAMES):
+            for k in ("num_relations", "num_node_types"):
+                if k in f.attrs:
+                    v = f.attrs[k]
+                    if attr_kind(v) != "int" or not 1 <= v < 2**31:
+                        raise FormatError(path, f"attribute {k!r} is {v!r}, expected an integer >= 1")
+                    kw[k] = int(v)
+            for k in ("edge_type", "node_type", *PART_LINK_NAMES):
                 if k in f:
                     if not isinstance(f[k], h5py.Dataset):
                         raise FormatError(path, f"{k!r} is a group, expected a dataset")
                     a = np.asarray(f[k][()])
-                    if k == "edge_type":
+                    if k in ("edge_type", "node_type"):
                         kw[k] = a
                     else:
                         kw.setdefault("links", {})[k] = a
@@ -558,7 +563,25 @@ def check_part(path, part: PartData, meta: dict) -> None:
     if not np.array_equal(part.in_degree[:n], np.diff(part.indptr)):
         bad("in_degree of owned rows does not match the local CSR")
     _check_types(path, part, meta)
+    _check_node_types(path, part, meta)
     _check_links(path, part, meta)
+
+
+def _check_node_types(path, part: PartData, meta: dict) -> None:
+    """Node types: with num_node_types (meta.json's), one type in range per local row."""
+    T = int(meta.get("num_node_types", 0))
+    if part.num_node_types != T:
+        raise FormatError(path, f"says num_node_types = {part.num_node_types}, meta.json says {T}")
+    if (part.node_type is None) != (T == 0):
+        raise FormatError(path, "node_type is missing (the partition has node types)" if T else
+                                "has node_type but the partition has no node types (num_node_types 0)")
+    if part.node_type is not None:
+        t, rows = part.node_type, part.num_owned + part.num_halo
+        if t.shape != (rows,) or t.dtype.kind not in "iu":
+            raise FormatError(path, f"node_type has {t.dtype} {list(t.shape)}, expected integers [{rows}]")
+        if rows and (t.min() < 0 or t.max() >= T):
+            raise FormatError(path, f"node_type: a type out of range [0, {T})")
+        part.node_type = as_int64(path, "node_type", t)
 
 
 def _check_types(path, part: PartData, meta: dict) -> None:
@@ -585,7 +608,7 @@ def _check_links(path, part: PartData, meta: dict) -> None:
     counts = meta.get("links", {}) or {}
     N, R = part.num_nodes, part.num_relations
     for name in list(part.links):
-        part.links[name] = a = part.links[name]
+        a = part.links[name]
         if a.dtype.kind not in "iu":
             bad(f"{name} has dtype {a.dtype}, expected integers")
         part.links[name] = as_int64(path, name, a)
