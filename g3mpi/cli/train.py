@@ -91,13 +91,20 @@ def _recipe_options(g) -> None:
 
 
 def _optimisation_options(g) -> None:
-    from g3mpi.train.config import METRICS, OPTIMIZERS, TASKS
+    from g3mpi.train.config import DECODERS, METRICS, OPTIMIZERS, TASKS
     g.add_argument("--task", choices=TASKS,
-                   help="multiclass (softmax cross-entropy), binary (labels 0/1, one logit, BCE) or multilabel "
-                        "(labels [N, C] of 0/1, BCE per column)")
+                   help="multiclass (softmax cross-entropy), binary (labels 0/1, one logit, BCE), multilabel "
+                        "(labels [N, C] of 0/1, BCE per column) or link (node pairs of the graph's link splits: "
+                        "the model's output embeds nodes, --decoder scores pairs, BCE over positives and negatives)")
     g.add_argument("--metric", choices=METRICS,
                    help="what the summary reports first and the best epoch and --patience go by (roc_auc and ap: "
-                        "binary and multilabel tasks)")
+                        "binary and multilabel tasks; mrr and hits@K: the link task)")
+    g.add_argument("--decoder", choices=DECODERS,
+                   help="link: how a pair is scored from its two embeddings: dot (inner product) or hadamard (an "
+                        "MLP of --hidden width on their product)")
+    g.add_argument("--embed-dim", type=int, help="link: the width of the node embeddings (the model's output)")
+    g.add_argument("--negatives", type=int,
+                   help="link: negatives sampled per training pair and epoch (when the split has no fixed ones)")
     g.add_argument("--optimizer", choices=OPTIMIZERS)
     g.add_argument("--lr", type=float)
     g.add_argument("--weight-decay", type=float)

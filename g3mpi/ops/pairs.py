@@ -93,6 +93,23 @@ class PairExchange:
         out = torch.cat(parts) if len(parts) > 1 else parts[0]
         return rnd.join(out.index_select(0, self.inverse), token)
 
+    def dst_values(self, values: np.ndarray) -> np.ndarray:
+        """Each pair's destination entry of a per-node array (``values`` [n_owned, ...]: this rank's owned rows,
+        any fixed-size dtype), the rows other ranks own fetched once, bit for bit: [m, ...]. Collective (every rank
+        calls it for this exchange, in the same order as the other calls)."""
+        values = np.ascontiguousarray(values)
+        n, tail = self.plan.halo.num_owned, values.shape[1:]
+        width = int(np.prod(tail, dtype=np.int64)) * values.dtype.itemsize
+        ctx = self.graph.ctx
+        ex = ctx.exchange(self.plan.halo, width, dtype=np.uint8, name=f"{self.name}/values")
+        try:
+            ex.start_forward(values[:n].view(np.uint8).reshape(n, width))
+            ex.forward.wait_all()
+            fetched = ex.halo.copy().view(values.dtype).reshape((self.plan.num_fetched, *tail))
+        finally:
+            ctx.release(ex)
+        return np.concatenate([values[:n], fetched])[self.plan.dst_rows]
+
     def free(self) -> None:
         for ex in self._ex.values():
             self.graph.ctx.release(ex)

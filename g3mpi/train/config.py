@@ -13,7 +13,7 @@ from g3mpi.mpi.deadline import ADAPTIVE, AUTO, DEFAULT_FACTOR, DEFAULT_FLOOR_S, 
 from g3mpi.options import did_you_mean
 from g3mpi.sched import MODES, PIPELINED, Schedule
 
-from .choices import METRICS, TASKS, metric_misfit
+from .choices import DECODERS, METRICS, TASKS, metric_misfit
 
 #: the names of g3mpi.nn's models (g3mpi.nn.recipe.MODELS), activations, norms and jumping knowledge modes, here
 #: without torch, so that the settings and g3-train --help import none (tests/test_train_config.py checks that
@@ -72,8 +72,12 @@ class TrainConfig:
     k: int = 10                     # appnp: propagation steps
     alpha: float = 0.1              # appnp: teleport probability; gcn2: initial residual
     theta: float = 0.5              # gcn2: identity mapping strength, beta_l = log(theta / l + 1)
-    task: str = "multiclass"        # multiclass | binary | multilabel (g3mpi.train.tasks)
-    metric: str = "accuracy"        # accuracy | roc_auc | ap | f1_macro: reported first, selects the best epoch
+    task: str = "multiclass"        # multiclass | binary | multilabel | link (g3mpi.train.tasks, .link)
+    metric: str = "accuracy"        # accuracy | roc_auc | ap | f1_macro | mrr | hits@K: reported first, selects
+                                    # the best epoch
+    decoder: str = "dot"            # link: dot | hadamard (an MLP of hidden width on the product), g3mpi.nn.link
+    embed_dim: int = 64             # link: the width of the node embeddings the encoder outputs
+    negatives: int = 1              # link: negatives sampled per training pair and epoch (without fixed ones)
     optimizer: str = "adam"
     lr: float = 0.01
     weight_decay: float = 5e-4
@@ -115,12 +119,13 @@ class TrainConfig:
         for k, allowed in (("model", MODELS), ("activation", ACTIVATIONS), ("optimizer", OPTIMIZERS),
                            ("schedule", MODES), ("log_level", LOG_LEVELS), ("device", DEVICES),
                            ("cuda_aware", CUDA_AWARE), ("remat", REMATS), ("norm", NORMS), ("jk", JKS), ("task", TASKS),
-                           ("metric", METRICS)):
+                           ("metric", METRICS), ("decoder", DECODERS)):
             if (getattr(self, k).upper() if k == "log_level" else getattr(self, k)) not in allowed:
                 bad(k, f"{k} {getattr(self, k)!r}: expected one of {', '.join(allowed)}")
         if metric_misfit(self.task, self.metric):
             bad("metric", metric_misfit(self.task, self.metric))
-        for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads", "k"):
+        for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads", "k", "embed_dim",
+                  "negatives"):
             if getattr(self, k) < 1 and not (k == "epochs" and self.epochs == 0 and self.init_from):
                 only = "; 0 only with init_from (--init-from), to evaluate a trained model" if k == "epochs" else ""
                 bad(k, f"{k} must be at least 1 (got {getattr(self, k)}){only}")
@@ -133,7 +138,8 @@ class TrainConfig:
             bad("alpha", f"alpha must be in [0, 1] (got {self.alpha})")
         if not (math.isfinite(self.theta) and self.theta > 0):
             bad("theta", f"theta must be a finite positive number (got {self.theta})")
-        for k, most in (("hidden", MAX_HIDDEN), ("heads", MAX_HEADS), ("out_heads", MAX_HEADS)):
+        for k, most in (("hidden", MAX_HIDDEN), ("embed_dim", MAX_HIDDEN), ("negatives", MAX_HEADS), ("heads", MAX_HEADS),
+                        ("out_heads", MAX_HEADS)):
             if getattr(self, k) > most:
                 bad(k, f"{k} must be at most {most} (got {getattr(self, k)})")
         # TOML and argparse: any int

@@ -272,11 +272,6 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
     its own, and everyone for at most P before the file is in place); without one they block. ``on_turn``: called
     when this rank's turn comes, before it writes (the tests' fault injection).
     """
-    path = Path(path)
-    wd = watchdog or Watchdog(comm, 0)
-    what = f"ranks' turns writing {path.name}"
-    tmp = path.parent / f".{path.name}.tmp"
-    rank, size = comm.rank, comm.size
     order = np.argsort(orig_ids, kind="stable")
     ids = np.asarray(orig_ids, np.int64)[order]
     lg = np.ascontiguousarray(logits[order], dtype=np.float32)
@@ -284,6 +279,50 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
         pred = lg.argmax(axis=1).astype(np.int64) if lg.shape[1] else np.zeros(len(ids), np.int64)
     else:
         pred = np.ascontiguousarray(pred[order])
+
+    def create(f):
+        f.attrs["num_nodes"] = int(num_nodes)
+        f.attrs["num_classes"] = int(lg.shape[1])
+        f.create_dataset("logits", shape=(num_nodes, lg.shape[1]), dtype=np.float32, fillvalue=np.nan)
+        f.create_dataset("pred", shape=(num_nodes, *pred.shape[1:]), dtype=pred.dtype, fillvalue=-1)
+
+    def write(f):
+        write_rows(f["logits"], ids, lg)
+        write_rows(f["pred"], ids, pred)
+
+    write_in_turns(comm, path, create, write, attrs, watchdog, on_turn)
+
+
+def write_link_predictions(comm, path, rows: dict, attrs: dict | None = None, watchdog: Watchdog | None = None,
+                           on_turn=None) -> None:
+    """Collectively write ``path`` (HDF5) of a link task: per dataset name, ``rows[name] = (index [m], values [m,
+    ...], total)``: this rank's rows of a dataset of ``total`` rows (each pair's position in its split), written in
+    the ranks' turns and put in place atomically as :func:`write_predictions` does."""
+    rows = {k: (np.asarray(i, np.int64), np.asarray(v), int(t)) for k, (i, v, t) in rows.items()}
+
+    def create(f):
+        for k, (_, v, t) in rows.items():
+            fill = np.nan if v.dtype.kind == "f" else -1
+            f.create_dataset(k, shape=(t, *v.shape[1:]), dtype=v.dtype, fillvalue=fill)
+
+    def write(f):
+        for k, (i, v, _) in rows.items():
+            order = np.argsort(i, kind="stable")
+            write_rows(f[k], i[order], np.ascontiguousarray(v[order]))
+
+    write_in_turns(comm, path, create, write, attrs, watchdog, on_turn)
+
+
+def write_in_turns(comm, path, create, write, attrs: dict | None = None, watchdog: Watchdog | None = None,
+                   on_turn=None) -> None:
+    """Write ``path`` (HDF5) rank by rank: rank 0 makes a temporary file with the predictions' format attributes,
+    ``attrs`` and ``create(f)``; every rank then runs ``write(f)`` in its turn; rank 0 puts the file in place
+    once every rank has written, else every rank raises :class:`OutputError` (:func:`write_predictions`)."""
+    path = Path(path)
+    wd = watchdog or Watchdog(comm, 0)
+    what = f"ranks' turns writing {path.name}"
+    tmp = path.parent / f".{path.name}.tmp"
+    rank, size = comm.rank, comm.size
     err = None
     if rank > 0:
         err = wd.recv_text(rank - 1, _TOKEN_TAG, f"{what} (rank {rank - 1} writes before rank {rank})", turns=rank)
@@ -295,16 +334,10 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
                 if rank == 0:
                     f.attrs["format"] = PREDICTIONS_FORMAT
                     f.attrs["version"] = 1
-                    f.attrs["num_nodes"] = int(num_nodes)
-                    f.attrs["num_classes"] = int(lg.shape[1])
+                    create(f)
                     for k, v in (attrs or {}).items():
                         f.attrs[k] = v
-                    f.create_dataset("logits", shape=(num_nodes, lg.shape[1]), dtype=np.float32,
-                                     fillvalue=np.nan)
-                    f.create_dataset("pred", shape=(num_nodes, *pred.shape[1:]), dtype=pred.dtype, fillvalue=-1)
-                dl, dp = f["logits"], f["pred"]
-                write_rows(dl, ids, lg)
-                write_rows(dp, ids, pred)
+                write(f)
         except Exception as e:  # noqa: BLE001 - reported on every rank below
             err = f"{failure_reason(e)} (on rank {rank})"
     if size > 1:

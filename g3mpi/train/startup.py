@@ -50,6 +50,7 @@ from .faults import TestHooks
 from .memory import largest_part_bytes
 from .phases import Phases
 from .rundir import SPLITS, check_run_dir
+from .link import link_misfit
 from .tasks import label_misfit
 from .trainer import Trainer
 from .userfile import ModelFileError
@@ -275,7 +276,9 @@ def _load_part(proto: Protocol, cfg: TrainConfig):
     try:
         hooks = TestHooks.from_env(proto.comm.rank)
         meta, part = read_rank_part(cfg.parts, proto.comm, cfg.verify)
-        why = label_misfit(cfg.task, part.labels, part.num_classes)   # (the same on every rank)
+        # (the same on every rank)
+        why = link_misfit(meta, cfg.metric) if cfg.task == "link" else label_misfit(cfg.task, part.labels,
+                                                                                     part.num_classes)
         err = why and f"{cfg.parts}: {why}"
     except FormatError as e:
         err = str(e)

@@ -40,9 +40,10 @@ from .gradsync import GradSync, param_buckets
 from .choices import SUFFIX
 from .plots import plot_run
 from .rundir import SPLITS, TIMELINE, MetricsLog, OutputError, read_metrics, run_timings, save_state_dict, \
-    write_json_atomic, write_predictions
+    write_json_atomic, write_link_predictions, write_predictions
 from g3mpi.mpi.stop import STOP_SLOTS
 from .sysmem import current_rss_bytes, peak_rss_bytes
+from .link import LinkModel, LinkTask, build_decoder
 from .tasks import evaluate, loss_sum, loss_terms, output_dim, predict
 from .userfile import build_user_model, check_output
 
@@ -93,9 +94,14 @@ class Trainer:
                                reload_edges=partial(_reload_edges, cfg.parts, part) if release_edges else None)
         self._edges_kept = True
         torch.manual_seed(cfg.seed)
-        self.out_dim = output_dim(cfg.task, part.num_classes)
+        # link prediction: the model embeds nodes (cfg.embed_dim wide), a decoder scores pairs (.link)
+        self.out_dim = cfg.embed_dim if cfg.task == "link" else output_dim(cfg.task, part.num_classes)
+        self.link = None
         try:
             self.model = self._build_model(part.feature_dim, self.out_dim)
+            if cfg.task == "link":
+                self.model = LinkModel(self.model, build_decoder(cfg))
+                self.link = LinkTask(self.graph, part, cfg, self.watchdog)
         except Exception:
             self.ctx.free()     # (the exchanges the model's layers planned so far)
             raise
@@ -116,13 +122,14 @@ class Trainer:
             part.features = None        # the stored copy: only the float32 one is used from here on
         self.y = torch.from_numpy(part.labels)
         self.masks = {s: torch.from_numpy(getattr(part, f"{s}_mask")) for s in SPLITS}
-        self.split_sizes = dict(split_sizes)
+        # (link: the pairs of each split)
+        self.split_sizes = dict(split_sizes) if self.link is None else dict(self.link.split_sizes)
         if self.split_sizes["train"] == 0:
-            raise ValueError(f"{cfg.parts}: the graph has no training nodes")
+            raise ValueError(f"{cfg.parts}: the graph has no training {'pairs' if self.link else 'nodes'}")
         #: the validation metric that selects the best epoch (metrics.jsonl's and the summary's key)
         self.score_key = f"val_{SUFFIX[cfg.metric]}"
         if self.split_sizes["val"] == 0 and comm.rank == 0:
-            log.warning("%s: no validation nodes: the model of the last evaluated epoch is kept%s", cfg.parts,
+            log.warning("%s: no validation nodes or pairs: the model of the last evaluated epoch is kept%s", cfg.parts,
                         ", and --patience is ignored" if cfg.patience else "")
         # gradients summed over ranks layer by layer during backward (last layer first), overlapped with it; the
         # parameters outside the layers (recipe linears and norms, a user module's own) in a last bucket
@@ -135,7 +142,7 @@ class Trainer:
         self.given = False    # started from given parameters (start_from)
         # the loss's denominator: the training nodes of the whole graph, or (multilabel) their known entries, a
         # sum over the ranks (last in the constructor: a rank that failed above never reaches it, and aborts)
-        self.loss_terms = self.split_sizes["train"]
+        self.loss_terms = self.split_sizes["train"] if self.link is None else self.link.loss_terms
         if cfg.task == "multilabel":
             n = np.array([loss_terms(cfg.task, part.labels, part.train_mask)], dtype=np.int64)
             self.watchdog.allreduce(n, what="the loss's denominator")
@@ -213,7 +220,10 @@ class Trainer:
         if self._edges_kept:    # (4 bytes an edge from here on, backward's peak included)
             self._edges_kept = not self.graph.release_edges()
         mark("loss")
-        loss = loss_sum(self.cfg.task, logits, self.y, self.masks["train"]) / max(self.loss_terms, 1)
+        if self.link is not None:   # (logits: the node embeddings; the pairs' exchange is planned per epoch)
+            loss = self.link.loss_sum(logits, self.model.decoder, epoch) / max(self.loss_terms, 1)
+        else:
+            loss = loss_sum(self.cfg.task, logits, self.y, self.masks["train"]) / max(self.loss_terms, 1)
         loss = self.hooks.corrupt_loss(epoch, loss)
         sync = self.gradsync
         sync.begin()
@@ -344,7 +354,10 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """Global accuracies per split, and the values of ``cfg.metric`` (:func:`.tasks.evaluate`)."""
+        """Global accuracies per split, and the values of ``cfg.metric`` (:func:`.tasks.evaluate`; link: the
+        metric of the val and test pairs, :class:`.link.LinkTask`)."""
+        if self.link is not None:
+            return self.link.evaluate(self.link.scores(self.logits(), self.model.decoder), self.cfg.metric)
         return evaluate(self.cfg.task, self.cfg.metric, self.logits().numpy(), self.part.labels,
                         {s: self.masks[s].numpy() for s in SPLITS}, self.watchdog)
 
@@ -494,11 +507,14 @@ class Trainer:
             self.model.load_state_dict(best["state"])
         logits = self.logits().numpy()
         self.watchdog.context = f"after epoch {epoch}"
-        write_predictions(comm, run_dir / "predictions.h5", self.part.orig_ids, logits, self.part.num_nodes,
-                          pred=predict(cfg.task, logits),
-                          attrs=dict(model=cfg.model_label, best_epoch=best["epoch"],
-                                     partition_id=self.part.partition_id, task=cfg.task),
-                          watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
+        if self.link is not None:
+            self._write_link_predictions(run_dir, best)
+        else:
+            write_predictions(comm, run_dir / "predictions.h5", self.part.orig_ids, logits, self.part.num_nodes,
+                              pred=predict(cfg.task, logits),
+                              attrs=dict(model=cfg.model_label, best_epoch=best["epoch"],
+                                         partition_id=self.part.partition_id, task=cfg.task),
+                              watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
         shutdown.mark("predictions")
         startup = self.startup.seconds if self.startup is not None else {}
         mine = np.array([peak_rss_bytes(), self.input_halo_bytes, *(round(v * 1e6) for v in startup.values())],
@@ -523,6 +539,17 @@ class Trainer:
         summary["shutdown"] = shutdown.rounded()
         write_json_atomic(run_dir / "summary.json", summary)
         return summary
+
+    def _write_link_predictions(self, run_dir: Path, best: dict) -> None:
+        """predictions.h5 of a link run: the scores of the val and test pairs by original node IDs
+        (:meth:`.link.LinkTask.prediction_rows`), every rank its pairs."""
+        cfg, link = self.cfg, self.link
+        with torch.no_grad():
+            scores = link.scores(self.logits(), self.model.decoder)
+        write_link_predictions(self.comm, run_dir / "predictions.h5", link.prediction_rows(scores, self.part.orig_ids),
+                               attrs=dict(model=cfg.model_label, best_epoch=best["epoch"], decoder=cfg.decoder,
+                                          partition_id=self.part.partition_id, task=cfg.task),
+                               watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
 
     def _plot(self, run_dir: Path, best_epoch: int) -> None:
         """The plots, drawn side by side: rank r draws plot r, r + P, ... (:func:`plot_run`'s share), so that the
@@ -572,6 +599,8 @@ class Trainer:
     def close(self) -> None:
         """Free the halo exchanges and remove the gradient hooks from the model's parameters."""
         self.gradsync.close()
+        if self.link is not None:
+            self.link.free()
         self.ctx.free()
 
 
