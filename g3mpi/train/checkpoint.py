@@ -46,7 +46,8 @@ CHECKPOINT_VERSION = 1
 #: may those of these that have no effect on the run, e.g. heads for GCN or momentum with Adam, with a warning)
 RESUME_KEYS = ("model", "model_file", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout",
                "activation", "residual", "norm", "input_linear", "output_linear", "ffn", "jk", "k", "alpha", "theta",
-               "optimizer", "lr", "weight_decay", "momentum", "seed", "task", "metric")
+               "optimizer", "lr", "weight_decay", "momentum", "seed", "task", "metric", "decoder", "embed_dim",
+               "negatives")
 
 
 class CheckpointError(Exception):

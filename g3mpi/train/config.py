@@ -325,6 +325,8 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
             "floor and factor shape the adaptive one (comm_timeout auto)")
     elif not Schedule(cfg.schedule).communicates:
         why["sim_net"] = "the nocomm schedule sends no messages"
+    if cfg.task != "link":
+        why["decoder"] = why["embed_dim"] = why["negatives"] = f"the task is {cfg.task}, and node pairs are link's"
     if cfg.device == "cpu":
         why["cuda_aware"] = why["oversubscribe_gpus"] = "the device is cpu (--device cuda or auto uses GPUs)"
     if not input_cache_applies and cfg.model_file:
