@@ -110,7 +110,7 @@ def test_imbalance_options_need_balance_both(balance, rmat_h5, tmp_path, capsys)
 def test_stream_within_1_15_of_metis_both(R, P, rmat_h5, tmp_path):
     """Issue 31's quality target on a small skewed graph: the parallel partition's edge cut and max communication
     rows within 1.15x of METIS's under the same two caps, and both its imbalances <= 1.10 (R-MAT 11 here:
-    0.97-0.99x the cut, 0.97-1.03x the rows; R-MAT 20 in docs/bench/2026-12-04/stream_vs_metis_both.json)."""
+    0.97-0.99x the cut, 0.97-1.03x the rows; R-MAT 20 in bench/records/2026-12-04/stream_vs_metis_both.json)."""
     run_mpi(R, "data_tools.partition", rmat_h5, "--parts", P, "--method", "stream", "--out", tmp_path / "s",
             "--no-progress", timeout=120)
     assert partition_main([str(rmat_h5), "--parts", str(P), "--method", "metis", "--balance", "both", "--out",
