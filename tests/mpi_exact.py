@@ -12,7 +12,8 @@ model's input cache off, ``pieceN`` for messages in pieces of about N bytes (``S
 by epoch 1, 2, ...), ``halo`` for the model keeping its input's halo rows (``GNN.keep_input_halo``, fetched once
 as the part stores them; what the trainer does), ``rematN`` for the row-wise blocks between aggregations
 recomputed in backward, N rows at a time, and GAT's per-edge terms, by chunks of about N edges (``remat``: the
-default chunks).
+default chunks), ``haloD`` for halo messages travelling as D (bfloat16, float16: ``--halo-dtype``) and ``bf16``
+for the forward under bf16-mixed precision (``g3mpi.ops.precision``).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from g3mpi.format.features import widen
 from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.ops import gat as g3gat
 from g3mpi.ops import remat as g3remat
+from g3mpi.ops.precision import autocast
 from g3mpi.ops.staging import Stager
 from g3mpi.sched import Schedule
 from g3mpi.sched.schedule import PIECE_BYTES
@@ -69,7 +71,8 @@ def main(argv=None):
     for variant in a.variants.split(","):
         schedule, chunk, jitter, *flags = variant.split(":")
         simnet = SimNet.from_spec(a.sim_net, jitter=float(jitter), seed=comm.rank + 17)
-        ctx = CommContext(comm, simnet)
+        halo_dtype = [f[len("halo"):] for f in flags if f.startswith("halo") and f != "halo"]
+        ctx = CommContext(comm, simnet, halo_dtype=halo_dtype[0] if halo_dtype else "float32")
         ctxs.append(ctx)
         pieces = [int(f[len("piece"):]) for f in flags if f.startswith("piece")]
         stager = Stager.for_device("cpu") if "staged" in flags else None
@@ -87,7 +90,8 @@ def main(argv=None):
             init = {k: v.detach().clone() for k, v in net.state_dict().items()}
             for epoch in range(1, a.repeat + 1):
                 net.zero_grad()
-                logits = net(x, DropoutKey(5, epoch) if drop else None)
+                with autocast("bf16-mixed" if "bf16" in flags else "fp32"):
+                    logits = net(x, DropoutKey(5, epoch) if drop else None).float()
                 loss = F.cross_entropy(logits[train], y[train], reduction="sum") / n_train
                 loss.backward()
             pre = f"{variant}/{model}"

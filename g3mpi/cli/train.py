@@ -116,7 +116,7 @@ def _optimisation_options(g) -> None:
 
 
 def _runtime_options(g) -> None:
-    from g3mpi.train.config import CUDA_AWARE, DEVICES, LOG_LEVELS, MODES, REMATS
+    from g3mpi.train.config import CUDA_AWARE, DEVICES, HALO_DTYPES, LOG_LEVELS, MODES, PRECISIONS, REMATS
     g.add_argument("--threads", type=int, help="torch threads per rank")
     g.add_argument("--device", choices=DEVICES,
                    help="where each rank computes: cpu, cuda (a rank takes the GPU of its index among the ranks "
@@ -127,6 +127,12 @@ def _runtime_options(g) -> None:
     g.add_argument("--schedule", choices=MODES)
     g.add_argument("--chunk-rows", type=int, help="rows per aggregation chunk (0: automatic, <0: no chunks)")
     g.add_argument("--sim-net", help="simulated network BANDWIDTH,LATENCY, e.g. 10Gbit,20us")
+    g.add_argument("--precision", choices=PRECISIONS,
+                   help="default fp32 (exact); bf16-mixed: dense products and stored activations in bfloat16, "
+                        "weights, optimiser, reductions and the gradient allreduce in float32 (docs/RUNTIME.md)")
+    g.add_argument("--halo-dtype", choices=HALO_DTYPES,
+                   help="what halo rows and their gradients travel as: default float32; bfloat16, or float16 "
+                        "with a per-message scale (half the bytes)")
     # on/off settings: both forms, so that the command line can undo a --config file's choice either way
     onoff = argparse.BooleanOptionalAction
     g.add_argument("--release-memory", action=onoff,

@@ -22,6 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..sorting import sorted_unique
+from .codec import codec_for
 from .simnet import DirectNet, SimNet
 
 #: sleep between polls while blocked on messages
@@ -140,12 +141,16 @@ class Transfer:
     ``net`` (``g3mpi.comm.simnet``: ``DirectNet`` or ``SimNet``) decides when a delivered message becomes visible;
     ``watchdog`` (``g3mpi.comm.watchdog``, or None) puts a deadline on every blocking wait; ``recorder``
     (``g3mpi.comm.timeline``, or None) records posts, sends, landings and blocked spans while it is active.
-    ``queue``: the :class:`SendQueue` of ``send_after`` (None: every send leaves at once).
+    ``queue``: the :class:`SendQueue` of ``send_after`` (None: every send leaves at once). ``codec``
+    (``g3mpi.comm.codec``, or None: the buffers travel as they are): each message travels in its own 16-bit wire
+    buffer, encoded as it is sent and decoded into its receive buffer as it lands.
     """
 
     def __init__(self, comm, send_peers, send_bufs, recv_peers, recv_bufs, tag: int, stats: CommStats, *,
-                 net=None, watchdog=None, name: str = "", recorder=None, queue: SendQueue | None = None):
+                 net=None, watchdog=None, name: str = "", recorder=None, queue: SendQueue | None = None,
+                 codec=None):
         self.comm, self.stats, self.name = comm, stats, name
+        self.codec = codec
         self.queue = queue
         self.net = net if net is not None else DirectNet()
         self.watchdog = watchdog if watchdog is not None and watchdog.active else None
@@ -168,9 +173,12 @@ class Transfer:
         # arrival stamps travel beside the data on the next tag (none without a simulated network)
         self._stamp_out = self.net.stamps(len(self.send_peers))
         self._stamp_in = self.net.stamps(len(self.recv_peers))
-        self._data_sends = [comm.Send_init(b, p, tag) for b, p in zip(send_bufs, self.send_peers)]
+        # what travels: the buffers, or their 16-bit encodings
+        self._wire_out = [codec.wire(b) for b in send_bufs] if codec else list(send_bufs)
+        self._wire_in = [codec.wire(b) for b in recv_bufs] if codec else list(recv_bufs)
+        self._data_sends = [comm.Send_init(b, p, tag) for b, p in zip(self._wire_out, self.send_peers)]
         self._stamp_sends = [comm.Send_init(s, p, tag + 1) for s, p in zip(self._stamp_out, self.send_peers)]
-        self._recv_reqs = [comm.Recv_init(b, p, tag) for b, p in zip(recv_bufs, self.recv_peers)]
+        self._recv_reqs = [comm.Recv_init(b, p, tag) for b, p in zip(self._wire_in, self.recv_peers)]
         self._recv_reqs += [comm.Recv_init(s, p, tag + 1) for s, p in zip(self._stamp_in, self.recv_peers)]
         self._req_peers = self.recv_peers * (len(self._recv_reqs) // max(1, self.num_recvs))
         self._mpi_done = np.zeros(len(self._recv_reqs), dtype=bool)
@@ -180,8 +188,8 @@ class Transfer:
         self._queued = np.zeros(len(self.send_peers), dtype=bool)   # in the queue (send_after), not yet sent
         self._t0 = 0.0
         self._t_last = 0.0
-        self.send_bytes = [int(b.nbytes) for b in send_bufs]
-        self.recv_bytes = [int(b.nbytes) for b in recv_bufs]
+        self.send_bytes = [int(b.nbytes) for b in self._wire_out]
+        self.recv_bytes = [int(b.nbytes) for b in self._wire_in]
 
     @property
     def num_recvs(self) -> int:
@@ -212,13 +220,17 @@ class Transfer:
     def send(self, j: int, view: np.ndarray | None = None) -> None:
         """Start sending buffer j (its content must be final and stay untouched until the next round), or
         ``view`` in its place: rows of the caller's own array, shaped like buffer j, sent without a copy (kept
-        referenced, and untouched by the caller, until the sends complete)."""
+        referenced, and untouched by the caller, until the sends complete; with a codec, encoded at once, and it may
+        be a torch tensor of any float dtype)."""
         if self._sent[j]:
             raise RuntimeError(f"exchange {self.name}: message {j} sent twice in one round")
         if self._before[j] >= 0 and not self._sent[self._before[j]]:
             raise RuntimeError(f"exchange {self.name}: message {j} sent before the one ahead of it to its peer")
         peer = self.send_peers[j]
         t = time.perf_counter()
+        if self.codec is not None:
+            self.codec.encode(self.send_bufs[j] if view is None else view, self._wire_out[j])
+            view = None
         if view is not None:
             self._active.append((self.comm.Isend(view, peer, self._tag), peer, view))
         else:
@@ -278,6 +290,8 @@ class Transfer:
             if now < t_land:
                 continue
             self._landed[i] = True
+            if self.codec is not None:
+                self.codec.decode(self._wire_in[i], self.recv_bufs[i])
             rec = self.recorder
             if rec is not None and rec.active:
                 rec.add("land", self.name, t_land, peer=self.recv_peers[i])
@@ -427,8 +441,9 @@ class HaloExchange:
 
     def __init__(self, comm, plan: HaloPlan, width: int, tag: int, stats: CommStats, net=None, watchdog=None,
                  dtype=np.float32, name: str = "", recorder=None, piece_rows: int = 0, alloc=None,
-                 queue: SendQueue | None = None):
+                 queue: SendQueue | None = None, codec=None):
         self.plan, self.width, self.name = plan, int(width), name or f"x{tag}"
+        self.codec = codec
         self._comm, self._tag, self._stats, self._dtype = comm, tag, stats, dtype
         self._net, self._watchdog, self._recorder = net, watchdog, recorder
         self._alloc = alloc or _zeros
@@ -457,7 +472,7 @@ class HaloExchange:
                     [buf[a:z] for buf, b in zip(bufs, pieces) for a, z in zip(b[:-1], b[1:])])
         sends, recvs = flat(send_peers, send_bufs, send_pieces), flat(recv_peers, recv_bufs, recv_pieces)
         return Transfer(self._comm, *sends, *recvs, tag, self._stats, net=self._net, watchdog=self._watchdog,
-                        name=self.name + suffix, recorder=self._recorder, queue=self._queue)
+                        name=self.name + suffix, recorder=self._recorder, queue=self._queue, codec=self.codec)
 
     # Each direction is planned on first use: no gradient flows back through an exchange of raw input features
     # (layer 0), and a model that keeps its input's halo (``GNN``'s input cache) never sends that layer's input,
@@ -530,20 +545,27 @@ class HaloExchange:
             out.append((self._halo_grad, self._grad_bufs))
         return out
 
-    def start_forward(self, h: np.ndarray) -> None:
+    def start_forward(self, h) -> None:
         """Open a forward round and send every neighbour its rows of ``h`` (row i = owned row i; rows past the
         last send row may be missing), piece by piece: a contiguous range as views of ``h``, other lists
-        gathered into their send buffer."""
+        gathered into their send buffer. ``h``: numpy float32, or (bf16-mixed) a contiguous torch tensor, whose
+        rows are views only for a codec to encode, else converted into the send buffers."""
         self.forward.begin()
+        torch_rows = not isinstance(h, np.ndarray)
         for q, r in enumerate(self.send_ranges):
             bounds, msgs = self.send_pieces[q], self.send_msgs[q]
-            if r is not None and h.flags.c_contiguous:
+            if r is not None and (self.codec is not None if torch_rows else h.flags.c_contiguous):
                 for j, a, b in zip(msgs, bounds[:-1], bounds[1:]):
                     self.forward.send(j, h[r[0] + a:r[0] + b])
+                continue
+            if torch_rows:
+                import torch
+                rows = h[r[0]:r[1]] if r is not None else h[torch.from_numpy(self.plan.send_idx[q])]
+                torch.from_numpy(self.send_bufs[q]).copy_(rows)
             else:
                 np.take(h, self.plan.send_idx[q], axis=0, out=self.send_bufs[q])
-                for j in msgs:
-                    self.forward.send(j)
+            for j in msgs:
+                self.forward.send(j)
 
     @property
     def send_ranges(self) -> list:
@@ -580,9 +602,10 @@ class CommContext:
     a ``SimNet``, or None for the real one), watchdog, and the allocator of exchange tags (every rank builds its
     exchanges in the same order). Construction duplicates ``comm`` (collective); ``free`` releases everything
     (collective). ``recorder``: a :class:`~g3mpi.comm.timeline.Recorder` that every exchange's transfers report
-    to (None: nothing recorded)."""
+    to (None: nothing recorded). ``halo_dtype``: what every exchange's messages travel as (``g3mpi.comm.codec``)."""
 
-    def __init__(self, comm, net: SimNet | None = None, watchdog=None, recorder=None):
+    def __init__(self, comm, net: SimNet | None = None, watchdog=None, recorder=None, halo_dtype: str = "float32"):
+        self.codec = codec_for(halo_dtype)   # (before the Dup: a bad name leaves nothing to free)
         # a private communicator: no tag of ours can meet a message of another context or library
         self.comm = comm.Dup()
         self.net = net if net is not None else DirectNet()
@@ -602,7 +625,8 @@ class CommContext:
         if 4 * tag + 3 > self.comm.Get_attr(MPI.TAG_UB):
             raise RuntimeError("too many halo exchanges for this MPI's tag range")
         ex = HaloExchange(self.comm, plan, width, tag, self.stats, self.net, self.watchdog, dtype, name,
-                          self.recorder, piece_rows, alloc, self.sends)
+                          self.recorder, piece_rows, alloc, self.sends,
+                          self.codec if np.dtype(dtype) == np.float32 else None)   # (raw bytes travel as they are)
         self._exchanges.append(ex)
         return ex
 

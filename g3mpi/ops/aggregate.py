@@ -47,7 +47,8 @@ class _Local(torch.autograd.Function):
 class Aggregation:
     """One layer's distributed aggregation: blocks of an edge weighting, its own exchange (width, tags).
 
-    ``__call__(h)`` with ``h`` [n_owned, width] float32 returns [n_owned, width]:
+    ``__call__(h)`` with ``h`` [n_owned, width] float32 (or bfloat16: bf16-mixed) returns [n_owned, width] of its
+    dtype:
     ``out_i = sum_{j -> i} w_ij h_j (+ w_ii h_i with self loops)``, j ranging over owned and halo rows.
     """
 
@@ -68,8 +69,8 @@ class Aggregation:
         return self.graph.row_groups(self.kind)
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        if h.shape != (self.graph.num_owned, self.width) or h.dtype != torch.float32:
-            raise ValueError(f"aggregation expects float32 [{self.graph.num_owned}, {self.width}], got "
+        if h.shape != (self.graph.num_owned, self.width) or h.dtype not in (torch.float32, torch.bfloat16):
+            raise ValueError(f"aggregation expects float32 or bfloat16 [{self.graph.num_owned}, {self.width}], got "
                              f"{h.dtype} {tuple(h.shape)}")
         h = h.contiguous()
         sched, nbs, bounds = self.schedule, self.blocks.neighbours, self.ex.recv_pieces

@@ -27,7 +27,7 @@ from itertools import chain
 
 import torch
 
-from .blocks import spmm
+from .blocks import spmm, spmm_add
 from .staging import DONE
 
 
@@ -44,12 +44,14 @@ class HaloRound:
         self._have = set()          # forward receives landed (piece indices)
         self._next = [0] * k        # per neighbour, its pieces handed out so far (in order)
         self._bwd_open = False
+        self.dtype = torch.float32  # the payload's (bf16-mixed: bfloat16): what the halo is handed out as
 
     # -- forward ------------------------------------------------------------------------------------------------
     def start(self, payload: torch.Tensor, grads: bool = False) -> torch.Tensor:
         """Post the receives and send ``payload``'s rows; the token returned joins the autograd graph. With
         ``grads`` the received gradients become ``payload``'s gradient; without, ``add_received`` hands them to
         the caller's own backward."""
+        self.dtype = payload.dtype
         return _Start.apply(payload, self, grads)
 
     def _in_order(self, msgs: list) -> list:
@@ -105,12 +107,12 @@ class HaloRound:
     def halo(self, i: int, k: int | None = None) -> torch.Tensor:
         """Neighbour i's halo slice (or its piece k), outside autograd (for a product computed when it lands)."""
         if self.ex.staging is not None:
-            return self.ex.staging.halo_rows(i, k)
+            return self.ex.staging.halo_rows(i, k).to(self.dtype)
         h = self.ex.halo_slice(i)
         if k is not None:
             b = self.ex.recv_pieces[i]
             h = h[b[k]:b[k + 1]]
-        return torch.from_numpy(h)
+        return torch.from_numpy(h).to(self.dtype)
 
     def recv(self, token: torch.Tensor, i: int) -> torch.Tensor:
         self.expected[i] += 1
@@ -199,17 +201,18 @@ class HaloRound:
             grad[r[0] + a:r[0] + b].add_(got)
         else:
             idx = torch.from_numpy(ex.plan.send_idx[q][a:b]) if st is None else st.send_index(q)[a:b]
-            grad.index_add_(0, idx, got)
+            grad.index_add_(0, idx, got.to(grad.dtype))
 
 
 class _Start(torch.autograd.Function):
     @staticmethod
     def forward(ctx, payload, rnd, grads):
         ctx.rnd, ctx.grads = rnd, grads
-        ctx.shape, ctx.device = payload.shape, payload.device
+        ctx.shape, ctx.device, ctx.dtype = payload.shape, payload.device, payload.dtype
         if rnd.schedule.communicates:
             if rnd.ex.staging is None:
-                rnd.ex.start_forward(payload.detach().contiguous().numpy())
+                p = payload.detach().contiguous()
+                rnd.ex.start_forward(p.numpy() if p.dtype == torch.float32 else p)
             else:
                 rnd.ex.staging.start_forward(payload.detach())
         return payload.new_zeros(0)
@@ -219,7 +222,7 @@ class _Start(torch.autograd.Function):
         rnd = ctx.rnd
         if not ctx.grads:
             return None, None, None
-        return rnd.add_received(torch.zeros(ctx.shape, dtype=torch.float32, device=ctx.device)), None, None
+        return rnd.add_received(torch.zeros(ctx.shape, dtype=ctx.dtype, device=ctx.device)), None, None
 
 
 class _Recv(torch.autograd.Function):
@@ -248,7 +251,7 @@ class _Add(torch.autograd.Function):
     def backward(ctx, g):
         g = g.contiguous()
         mat_t = ctx.mat_t
-        ctx.rnd._share(ctx.i, lambda k, buf, first: spmm(mat_t[k], g, buf) if first else buf.addmm_(mat_t[k], g))
+        ctx.rnd._share(ctx.i, lambda k, buf, first: spmm(mat_t[k], g, buf) if first else spmm_add(mat_t[k], g, buf))
         return g, g.new_zeros(0), None, None, None, None, None
 
 

@@ -121,7 +121,12 @@ class GATAggregation:
     def __call__(self, x: torch.Tensor, a_src: torch.Tensor, a_dst: torch.Tensor, *, attn_dropout: float = 0.0,
                  key: DropoutKey | None = None, layer: int = 0, training: bool = False,
                  remat: bool = False) -> torch.Tensor:
-        """out [n, H, C] (module docstring); ``remat``: keep no per-edge term for backward, compute them again."""
+        """out [n, H, C] (module docstring); ``remat``: keep no per-edge term for backward, compute them again.
+        bf16-mixed (bfloat16 inputs): the attention (scores, softmax, weighted sums) runs in float32, the result
+        is handed back in bfloat16."""
+        if x.dtype == torch.bfloat16:
+            return self(x.float(), a_src.float(), a_dst.float(), attn_dropout=attn_dropout, key=key, layer=layer,
+                        training=training, remat=remat).to(torch.bfloat16)
         g, sched, ex, blk = self.graph, self.graph.schedule, self.ex, self.blocks
         n, H, C = g.num_owned, self.H, self.C
         # the attention dropout, None: none (see ``_keep``)

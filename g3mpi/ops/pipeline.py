@@ -30,7 +30,7 @@ import torch
 
 from g3mpi.sched.layers import Between, RowwiseLayer
 
-from .blocks import piece_product, spmm
+from .blocks import piece_product, spmm, spmm_add
 from .exchange import HaloRound
 
 
@@ -38,7 +38,7 @@ def _product(out, m_b, m_i, xb, xi):
     """out = m_b @ xb + m_i @ xi, written into ``out`` (uninitialised; a row range of a larger tensor is fine):
     no zero-filled result, no temporary, no copy (``spmm``, then an accumulating ``addmm_``)."""
     spmm(m_b, xb, out)
-    return out.addmm_(m_i, xi)
+    return spmm_add(m_i, xi, out)
 
 
 class _LocalProduct:

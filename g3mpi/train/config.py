@@ -39,6 +39,10 @@ CUDA_AWARE = ("auto", "on", "off")
 #: aggregate: g3mpi.ops.remat; GAT's per-edge attention terms: g3mpi.ops.gat) | none (autograd keeps what each op
 #: saves). Stacks that cannot recompute (appnp, gcn2, the recipe stack) keep what they save whatever it says.
 REMATS = ("none", "cheap")
+#: --precision (g3mpi.ops.precision): fp32, exact (the default) | bf16-mixed; --halo-dtype: what halo rows and
+#: their gradients travel as (g3mpi.comm.codec), independently of --precision
+PRECISIONS = ("fp32", "bf16-mixed")
+HALO_DTYPES = ("float32", "bfloat16", "float16")
 
 
 class ConfigError(ValueError):
@@ -93,6 +97,8 @@ class TrainConfig:
     schedule: str = PIPELINED       # one of sched.MODES (nocomm: timing only, results invalid on P > 1)
     chunk_rows: int = 0             # rows per aggregation chunk (0: from the feature width; <0: no chunking)
     sim_net: str = ""               # simulated network BANDWIDTH,LATENCY, e.g. "10Gbit,20us" ("" = off)
+    precision: str = "fp32"         # fp32 (exact) | bf16-mixed: bf16 products and activations, fp32 weights/reductions
+    halo_dtype: str = "float32"     # float32 | bfloat16 | float16 (scaled per message): halo messages on the wire
     input_cache: bool = True        # compute the first layer's aggregation of the constant input once (GNN)
     remat: str = "cheap"            # cheap | none: recompute the row-wise blocks (GAT: per-edge terms) in backward
     release_memory: bool = False    # freed memory back to the system at once: lower peak RSS, slower epochs
@@ -118,10 +124,13 @@ class TrainConfig:
             raise ConfigError(msg, key)
         for k, allowed in (("model", MODELS), ("activation", ACTIVATIONS), ("optimizer", OPTIMIZERS),
                            ("schedule", MODES), ("log_level", LOG_LEVELS), ("device", DEVICES),
-                           ("cuda_aware", CUDA_AWARE), ("remat", REMATS), ("norm", NORMS), ("jk", JKS), ("task", TASKS),
+                           ("cuda_aware", CUDA_AWARE), ("remat", REMATS), ("precision", PRECISIONS),
+                           ("halo_dtype", HALO_DTYPES), ("norm", NORMS), ("jk", JKS), ("task", TASKS),
                            ("metric", METRICS), ("decoder", DECODERS)):
             if (getattr(self, k).upper() if k == "log_level" else getattr(self, k)) not in allowed:
                 bad(k, f"{k} {getattr(self, k)!r}: expected one of {', '.join(allowed)}")
+        if self.precision != "fp32" and self.device != "cpu":
+            bad("precision", f"precision {self.precision} runs on CPU ranks only (device cpu; got {self.device})")
         if metric_misfit(self.task, self.metric):
             bad("metric", metric_misfit(self.task, self.metric))
         for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads", "k", "embed_dim",
@@ -319,6 +328,7 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
         why["schedule"] = "one rank has no halo to exchange: every schedule computes the same way"
         why["sim_net"] = "one rank sends no messages"
         why["comm_timeout"] = why["comm_timeout_floor"] = why["comm_timeout_factor"] = "one rank waits for no other"
+        why["halo_dtype"] = "one rank sends no halo messages"
     elif cfg.comm_timeout >= 0:
         why["comm_timeout_floor"] = why["comm_timeout_factor"] = (
             f"comm_timeout {cfg.comm_timeout:g} is a fixed deadline{' (off)' if not cfg.comm_timeout else ''}: the "

@@ -29,6 +29,7 @@ from g3mpi.format.limits import FLOAT32_SQUARE_LIMIT
 from g3mpi.format.partition import part_name, read_part_edges
 from g3mpi.nn import build_model
 from g3mpi.ops import DistGraph, DropoutKey
+from g3mpi.ops.precision import autocast, warn_if_slow
 from g3mpi.sched import Schedule
 
 from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
@@ -89,7 +90,8 @@ class Trainer:
         self.timeline_epoch = min(cfg.timeline_epoch, cfg.epochs)
         self.recorder = Recorder(comm.rank, *clock_offset(self.watchdog)) if self.timeline_epoch > 0 else None
         self.ctx = CommContext(comm, simnet, watchdog=self.watchdog if self.watchdog.active else None,
-                               recorder=self.recorder)
+                               recorder=self.recorder, halo_dtype=cfg.halo_dtype)
+        warn_if_slow(cfg.precision, comm.rank)
         self.graph = DistGraph(part, self.ctx, Schedule(cfg.schedule, cfg.chunk_rows),
                                reload_edges=partial(_reload_edges, cfg.parts, part) if release_edges else None)
         self._edges_kept = True
@@ -216,7 +218,8 @@ class Trainer:
         mark("forward")
         self.model.train()
         self.opt.zero_grad(set_to_none=False)
-        logits = self.model(self.x, DropoutKey(self.cfg.seed, epoch))
+        with autocast(self.cfg.precision):
+            logits = self.model(self.x, DropoutKey(self.cfg.seed, epoch)).float()
         if self._edges_kept:    # (4 bytes an edge from here on, backward's peak included)
             self._edges_kept = not self.graph.release_edges()
         mark("loss")
@@ -310,7 +313,8 @@ class Trainer:
     @torch.no_grad()
     def logits(self) -> torch.Tensor:
         self.model.eval()
-        return self.model(self.x)
+        with autocast(self.cfg.precision):
+            return self.model(self.x).float()
 
     def _if_better(self, accs: dict, best: dict, epoch: int) -> dict | None:
         """The model of ``epoch`` as a best-model candidate (metrics and a copy of its parameters) when its
