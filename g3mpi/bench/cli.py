@@ -14,6 +14,7 @@ Suites (each writes DIR/<suite>.json and DIR/<suite>*.png):
              and local edge measured against the memory model (GCN, SAGE, GAT and a user's model)
   partitions measured epoch time on the g3 partition vs each METIS partition of one graph, under --sim-net
   user-model a GCN written from the public primitives (docs/examples/user_gcn.py) vs the built-in GCN, pipelined
+  precision  fp32 vs --precision bf16-mixed vs 16-bit --halo-dtype: epoch time, bytes, peak RSS, final accuracy
   all        every suite in turn
 
 Multi-rank suites start ``mpiexec -n P python -m mpi4py -m g3mpi.bench.worker`` themselves (the mpiexec beside
@@ -35,7 +36,7 @@ from g3mpi.options import from_options
 from .common import SYSTEMS, Sizes
 
 PROG = "g3-bench"
-SUITES = ("vs-pyg", "kernels", "bytes", "schedules", "scaling", "memory", "partitions", "user-model")
+SUITES = ("vs-pyg", "kernels", "bytes", "schedules", "scaling", "memory", "partitions", "user-model", "precision")
 
 #: defaults per suite: (nodes, edges, dims, epochs, graph generator); the acceptance sizes of the issue
 DEFAULTS = {
@@ -47,6 +48,7 @@ DEFAULTS = {
     "memory": (200_000, 4_000_000, "128,256,40", 3, "sbm"),
     "partitions": (65_536, 2_097_152, "64,128,128,16", 5, "rmat"),
     "user-model": (65_536, 1_048_576, "64,128,128,16", 5, "rmat"),
+    "precision": (200_000, 4_000_000, "128,256,40", 5, "sbm"),
 }
 SMOKE = {
     "vs-pyg": (1500, 12_000, "16,32,4", 2, "random"),
@@ -57,10 +59,12 @@ SMOKE = {
     "memory": (1500, 12_000, "16,32,4", 1, "sbm"),
     "partitions": (1024, 12_000, "16,32,32,4", 1, "rmat"),
     "user-model": (1024, 12_000, "16,32,32,4", 1, "rmat"),
+    "precision": (1500, 12_000, "16,32,4", 2, "sbm"),
 }
 MODELS = {"vs-pyg": "gcn,sage,gat", "kernels": "gcn,sage", "bytes": "gcn,sage", "schedules": "gcn,gat",
-          "scaling": "gcn", "memory": "gcn,sage,gat,user", "partitions": "gcn", "user-model": "gcn"}
-RANKS = {"bytes": 4, "schedules": 4, "memory": 2, "partitions": 4, "user-model": 2}
+          "scaling": "gcn", "memory": "gcn,sage,gat,user", "partitions": "gcn", "user-model": "gcn",
+          "precision": "gcn,sage,gat"}
+RANKS = {"bytes": 4, "schedules": 4, "memory": 2, "partitions": 4, "user-model": 2, "precision": 1}
 
 
 @dataclass(frozen=True)
@@ -233,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="GAT heads of hidden layers (hidden width = heads x channels: they must divide it)")
     ap.add_argument("--graph", choices=("sbm", "rmat"), help="generator of the multi-rank suites")
     ap.add_argument("--sim-net", type=_sim_net, action="append",
-                    help="schedules, partitions: simulated network BANDWIDTH,LATENCY, or none (default "
+                    help="schedules, partitions, precision: simulated network BANDWIDTH,LATENCY, or none (default "
                          "10Gbit,20us); schedules: repeat it to measure several networks in one run")
     ap.add_argument("--bind-to", choices=("none", "core"),
                     help="schedules: mpiexec -bind-to (core: each rank on its own core while ranks <= cores; "
@@ -294,6 +298,11 @@ def run_suite(suite: str, cfg: BenchConfig, argv) -> dict:
         from .partitions import run
         res = run(sz, work, ranks=ranks, sim_net=cfg.sim_net[0], model=models[0],
                   repeats=1 if cfg.smoke else cfg.repeats)
+    elif suite == "precision":
+        from .precision import run
+        res = common.on_root(lambda: run(sz, work, ranks=ranks, models=models,
+                                         sim_net=cfg.sim_net[0] if cfg.sim_net else "",
+                                         repeats=1 if cfg.smoke else cfg.repeats))
     elif suite == "user-model":
         from .usermodel import run
         res = run(sz, work, ranks=ranks, sim_net=cfg.sim_net[0] if cfg.sim_net else "")
@@ -305,8 +314,8 @@ def run_suite(suite: str, cfg: BenchConfig, argv) -> dict:
                result=res, plots=[])
 
     def output():
-        if cfg.plots:
-            from .plots import PLOTS
+        from .plots import PLOTS
+        if cfg.plots and suite in PLOTS:   # (precision: a table, no plot)
             doc["plots"] = [Path(f).name for f in PLOTS[suite](res, cfg.out)]
         common.write_json(cfg.out / f"{suite}.json", doc)
         common.progress(f"{suite}: wrote {cfg.out / (suite + '.json')}" +

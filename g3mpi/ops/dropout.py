@@ -71,9 +71,12 @@ def _keep(rk: np.ndarray, width: int, p: float, first: int = 0) -> torch.Tensor:
     return torch.from_numpy(u >= thr)
 
 
-def _scaled(keep: torch.Tensor, p: float) -> torch.Tensor:
-    """Bool mask -> float mask: 1/(1-p) where kept, 0 where dropped."""
-    return torch.zeros(keep.shape, dtype=torch.float32).masked_fill_(keep, 1.0 / (1.0 - p))
+def _scaled(keep: torch.Tensor, p: float, dtype=torch.float32) -> torch.Tensor:
+    """Bool mask -> float mask: 1/(1-p) where kept, 0 where dropped (bf16-mixed: in bfloat16, whose product
+    with bfloat16 rows runs at bfloat16's speed; a float32 mask would make it a slow mixed-type product)."""
+    if dtype != torch.float32:   # (bfloat16's masked_fill_ is slow: 2x a conversion and a product here)
+        return keep.to(dtype).mul_(1.0 / (1.0 - p))
+    return torch.zeros(keep.shape, dtype=dtype).masked_fill_(keep, 1.0 / (1.0 - p))
 
 
 def _mask(rk: np.ndarray, width: int, p: float) -> torch.Tensor:
@@ -89,7 +92,9 @@ def _times_mask(x: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:
     """``x * _scaled(keep, p)``, the float mask made :data:`MASK_ROWS` rows at a time (the same products)."""
     out = torch.empty(x.shape, dtype=torch.result_type(x, torch.ones((), dtype=torch.float32)))
     for a in range(0, x.shape[0], MASK_ROWS):
-        torch.mul(x[a:a + MASK_ROWS], _scaled(keep[a:a + MASK_ROWS], p), out=out[a:a + MASK_ROWS])
+        torch.mul(x[a:a + MASK_ROWS], _scaled(keep[a:a + MASK_ROWS], p,
+                                               torch.bfloat16 if x.dtype == torch.bfloat16 else torch.float32),
+                  out=out[a:a + MASK_ROWS])
     return out
 
 

@@ -47,6 +47,8 @@ class _Segment(torch.autograd.Function):
         ctx.save_for_backward(*(x for x in inputs if x is not None))
         ctx.present = [x is not None for x in inputs]
         ctx.f, ctx.rows, ctx.n, ctx.params = f, rows, n, args[n_in:]
+        # bf16-mixed: backward recomputes under the forward's autocast (the same products, the same values)
+        ctx.autocast = torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
         ctx.real = [o is not None for o in outs]
         # a None output travels as an empty 1-D placeholder (segment() maps it back)
         return tuple(o if o is not None else torch.empty(0) for o in outs)
@@ -62,7 +64,7 @@ class _Segment(torch.autograd.Function):
         g_p = [None] * len(params)
         for a in range(0, ctx.n, CHUNK_ROWS):
             b = min(ctx.n, a + CHUNK_ROWS)
-            with torch.enable_grad():
+            with torch.enable_grad(), torch.autocast("cpu", dtype=ctx.autocast[1], enabled=ctx.autocast[0]):
                 xs = [None if x is None else x[a:b].detach().requires_grad_(nd) for x, nd in zip(inputs, need)]
                 got = _as_tuple(ctx.f(_sub(ctx.rows, a, b), *xs))
             pairs = [(y, g[a:b]) for y, g, real in zip(got, grads, ctx.real)
