@@ -129,7 +129,7 @@ class TrainConfig:
                            ("metric", METRICS), ("decoder", DECODERS)):
             if (getattr(self, k).upper() if k == "log_level" else getattr(self, k)) not in allowed:
                 bad(k, f"{k} {getattr(self, k)!r}: expected one of {', '.join(allowed)}")
-        if self.precision != "fp32" and self.device != "cpu":
+        if self.precision != "fp32" and self.device == "cuda":   # (auto on GPUs: the forward runs in fp32)
             bad("precision", f"precision {self.precision} runs on CPU ranks only (device cpu; got {self.device})")
         if metric_misfit(self.task, self.metric):
             bad("metric", metric_misfit(self.task, self.metric))
