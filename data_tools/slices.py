@@ -49,7 +49,7 @@ def row_of(indptr: np.ndarray, pos: int, lo: int) -> int:
 
 
 def read_slice(path, bounds: np.ndarray, rank: int, verify: bool = True, features: bool = True) -> GraphSlice:
-    """Rank ``rank``'s rows of the graph at ``path`` (``bounds``: :func:`~data_tools.mpi_util.rank_bounds`), checked;
+    """Rank ``rank``'s rows of the graph at ``path`` (``bounds``: :func:`~g3mpi.mpi.collectives.rank_bounds`), checked;
     FormatError naming the file (and the row) on any problem. ``verify``: check the checksums of the datasets
     this rank is dealt (``rank``, ``rank + R``, ... of their sorted names). ``features=False``: the features are
     checked but not kept (``features`` None), to be read when needed with :class:`SliceFeatures`."""

@@ -15,7 +15,7 @@ import numpy as np
 from mpi4py import MPI
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.train.metrics import hits_at_k, mrr, ranking_metrics
 from tests.link_reference import ogb_hits, ogb_mrr
 

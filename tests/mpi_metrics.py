@@ -14,7 +14,7 @@ import numpy as np
 from mpi4py import MPI
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.train.metrics import ranking_metrics
 
 

@@ -13,7 +13,7 @@ import sys
 from mpi4py import MPI
 
 from g3mpi.cli import train
-from g3mpi.train import stop
+from g3mpi.mpi import stop
 
 if MPI.COMM_WORLD.rank == MPI.COMM_WORLD.size - 1:
     _stop_after = stop.StopSignals.stop_after

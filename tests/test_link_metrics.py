@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.train.metrics import hits_at_k, mrr
 from tests.conftest import run_mpi
 from tests.link_reference import ogb_hits, ogb_mrr

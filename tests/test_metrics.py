@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from mpi4py import MPI
 from sklearn.metrics import accuracy_score, average_precision_score, f1_score, roc_auc_score
 
-from g3mpi.comm.watchdog import Watchdog
+from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.train.config import ConfigError, TrainConfig
 from g3mpi.train.metrics import ranking_metrics, score_order
 from g3mpi.train.choices import metric_misfit

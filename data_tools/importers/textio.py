@@ -214,22 +214,3 @@ def data_line_number(path: Path, row: int, *, comments=COMMENTS, skip: int = 0) 
             if k == row:
                 return i
     return -1
-
-
-def stack_rows(path: Path, chunks: Iterator[np.ndarray], ncols: int, dtype, expected_rows: int | None = None):
-    """Concatenate row chunks; with ``expected_rows``, into one preallocated array (no second copy).
-
-    Returns the rows read; FormatError if there are more than ``expected_rows``.
-    """
-    if expected_rows is None:
-        chunks = list(chunks)
-        return np.concatenate(chunks) if chunks else np.zeros((0, ncols), dtype=dtype)
-    out, w = None, 0
-    for a in chunks:
-        if out is None:
-            out = np.empty((expected_rows, a.shape[1]), dtype=dtype)
-        if w + len(a) > expected_rows:
-            raise FormatError(path, f"more than {expected_rows} rows: the graph has {expected_rows} nodes")
-        out[w:w + len(a)] = a
-        w += len(a)
-    return out[:w] if out is not None else np.zeros((0, ncols), dtype=dtype)

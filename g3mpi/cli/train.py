@@ -9,7 +9,7 @@ Settings come from the defaults, then ``--config`` (TOML, keys as the long optio
 the command line. The resolved configuration is saved as RUN/config.toml. Errors are reported once for the job,
 by rank 0, one line per distinct error naming the ranks that had it (``g3-train: error: [ranks 0-3] ...``), and
 every rank exits non-zero. SIGTERM or SIGUSR1 stops every rank after the
-current epoch with RUN/checkpoint.pt written and exit status 75 (:mod:`g3mpi.train.stop`).
+current epoch with RUN/checkpoint.pt written and exit status 75 (:mod:`g3mpi.mpi.stop`).
 """
 from __future__ import annotations
 

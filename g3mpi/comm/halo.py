@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from ..sorting import sorted_unique
 from .codec import codec_for
 from .simnet import DirectNet, SimNet
 
@@ -80,13 +79,6 @@ class HaloPlan:
         return slice(int(self.recv_offsets[i]), int(self.recv_offsets[i + 1]))
 
     @property
-    def boundary_rows(self) -> np.ndarray:
-        """Owned rows that some neighbour needs (in any send list), sorted."""
-        if not self.send_idx:
-            return np.zeros(0, dtype=np.int64)
-        return sorted_unique(np.concatenate(self.send_idx))
-
-    @property
     def send_ranges(self) -> list:
         """Per send neighbour, (lo, hi) when its rows are the owned rows lo .. hi-1 (increasing: the part
         format's boundary-first order makes most lists so), else None."""
@@ -139,7 +131,7 @@ class Transfer:
     been sent and every receive has landed; ``begin`` refuses to open the next one before.
 
     ``net`` (``g3mpi.comm.simnet``: ``DirectNet`` or ``SimNet``) decides when a delivered message becomes visible;
-    ``watchdog`` (``g3mpi.comm.watchdog``, or None) puts a deadline on every blocking wait; ``recorder``
+    ``watchdog`` (``g3mpi.mpi.watchdog``, or None) puts a deadline on every blocking wait; ``recorder``
     (``g3mpi.comm.timeline``, or None) records posts, sends, landings and blocked spans while it is active.
     ``queue``: the :class:`SendQueue` of ``send_after`` (None: every send leaves at once). ``codec``
     (``g3mpi.comm.codec``, or None: the buffers travel as they are): each message travels in its own 16-bit wire

@@ -33,7 +33,7 @@ def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: 
         prog: str = PROG, phases: Phases | None = None) -> int:
     """g3-train on ``comm`` after the configuration check: returns the exit status. ``given``: where the user gave
     each setting (``config.config_and_origins``); ``resume``: the run directory to continue, or None; ``stop``:
-    the active :class:`~g3mpi.train.stop.StopSignals`; ``lock``: the run directory's lock, which the caller
+    the active :class:`~g3mpi.mpi.stop.StopSignals`; ``lock``: the run directory's lock, which the caller
     releases when its block ends (here, before an abort ends the job); ``own_world``: ``comm`` is the program's
     COMM_WORLD (then MPI is finalized before a stopped run exits 75); ``phases``: the start-up's so far (the
     command line's), which this one goes on marking for summary.json."""

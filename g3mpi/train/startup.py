@@ -191,7 +191,7 @@ class Started:
 
 def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None, phases: Phases) -> Started:
     """Steps 2 to 8 (the module's list) for g3-train: :class:`StartupFailed` on every rank when one fails.
-    ``stop``: the run's :class:`~g3mpi.train.stop.StopSignals`; ``resume``: the run directory to continue;
+    ``stop``: the run's :class:`~g3mpi.mpi.stop.StopSignals`; ``resume``: the run directory to continue;
     ``phases``: marked as each step ends."""
     select_rank_device(proto, cfg)
     phases.mark("device")

@@ -72,7 +72,7 @@ class Trainer:
                  watchdog: Watchdog | None = None, hooks: TestHooks | None = None, release_edges: bool = True):
         """``split_sizes``: the training, validation and test nodes of the whole graph
         (:func:`g3mpi.train.startup.start_up_sums`, which every caller runs before building a model). ``stop``: a
-        :class:`~g3mpi.train.stop.StopSignals` (or anything with a ``received`` attribute): when set on any rank,
+        :class:`~g3mpi.mpi.stop.StopSignals` (or anything with a ``received`` attribute): when set on any rank,
         :meth:`fit` stops after the current epoch with a checkpoint. ``watchdog`` (on ``comm``, with
         ``cfg.comm_timeout``) and ``hooks`` are the caller's when it has them (g3-train's start-up uses them too),
         else made here. ``release_edges``: drop the part's local CSR after the first training forward (the forms
