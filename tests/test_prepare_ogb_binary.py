@@ -123,3 +123,43 @@ def test_binary_errors(tmp_path, out_dir):
     root = make_binary(tmp_path / "g", e, x, y, split, compressed=True)
     np.savez(root / "raw" / "data.npz", edge_index=e, node_feat=x, num_nodes_list=np.array([40, 2]))
     fails(out_dir, "ogb", root, path=root / "raw" / "data.npz", words=["one graph's node count"])
+
+
+def flip_in_member(archive, member: str, at: int) -> None:
+    """Flip one bit of byte ``at`` of the data of stored ``member`` (past its .npy header), in place."""
+    import zipfile
+    with zipfile.ZipFile(archive) as zf:
+        info = zf.getinfo(member + ".npy")
+        with zf.open(info) as f:
+            np.lib.format.read_magic(f)
+            np.lib.format.read_array_header_1_0(f)
+            header = f.tell()
+    raw = bytearray(archive.read_bytes())
+    name_len, extra_len = np.frombuffer(bytes(raw[info.header_offset + 26:info.header_offset + 30]), "<u2")
+    raw[info.header_offset + 30 + int(name_len) + int(extra_len) + header + at] ^= 1
+    archive.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("member", ["edge_index", "node_feat", "num_nodes_list"])
+def test_binary_flipped_byte_refused(tmp_path, monkeypatch, member):
+    """One flipped bit in any array of a stored archive (read in blocks, in two ranges for edge_index) is a
+    FormatError naming the archive and the member (zipfile checks a member it reads to its end: a small one
+    within its first 4 KiB read-ahead, a deflated one at its last block)."""
+    from data_tools.importers import ogb_binary
+    from data_tools.importers.common import PrepareOptions, write_raw_graph
+    from data_tools.importers.ogb import load_ogb
+    from g3mpi.format import FormatError
+    monkeypatch.setattr(ogb_binary, "EDGE_CHUNK", 7)
+    e, x, y, split = arrays(n=2000, m=3000)
+    root = make_binary(tmp_path / "s", e, x, y, split, compressed=False)
+    flip_in_member(root / "raw" / "data.npz", member, at=0)   # v ^ 1: still a valid ID
+    with pytest.raises(FormatError, match=rf"data\.npz: array '{member}'.*CRC-32"):
+        write_raw_graph(tmp_path / "g.h5", load_ogb(root, quiet=True), PrepareOptions(quiet=True), work=tmp_path)
+    assert not (tmp_path / "g.h5").exists()
+
+
+def test_crc32_combine():
+    import zlib
+    from data_tools.importers.npzmember import crc32_combine
+    a, b = b"abc" * 1000, bytes(range(256)) * 5000
+    assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
