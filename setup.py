@@ -17,6 +17,8 @@ setup(
         "numpy>=1.24",
         "scipy>=1.10",
         "pymetis>=2023.1",
+        # g3-partition's default (--method auto) partitioner
+        "kaminpar>=3.7",
         "h5py>=3.8",
         "mpi4py>=4.0",
         # the MPICH wheel: no system MPI needed (see README for using a cluster's own MPI)
@@ -25,7 +27,7 @@ setup(
         "matplotlib>=3.7",
     ],
     extras_require={
-        "test": ["pytest>=7", "mpi-pytest>=2025.0", "torch-geometric>=2.5", "kaminpar>=3.7", "scikit-learn>=1.3"],
+        "test": ["pytest>=7", "mpi-pytest>=2025.0", "torch-geometric>=2.5", "scikit-learn>=1.3"],
     },
     entry_points={
         "console_scripts": [

@@ -58,9 +58,15 @@ METHOD_OPTIONS = dict(balance="metis", objective="metis", node_imbalance="g3 str
                       kaminpar_context="kaminpar auto", threads="kaminpar auto", refine="metis kaminpar auto")
 #: options of the g3 refinement, which also apply to any method run with --refine g3
 REFINE_OPTIONS = ("max_iters", "cost_slack")
-#: KaMinPar's context under --method auto: on R-MAT 20 and 22 its start, once refined, left as few communication
-#: rows as the default context's in about 60 % of KaMinPar's time (docs/PARTITION_METHODS.md)
-AUTO_KAMINPAR_CONTEXT = "fast"
+#: KaMinPar's context under --method auto: on the quickstart's SBM graph (60k nodes, 8 parts) the fast context's
+#: start, refined, cut 1.15-1.25x METIS's max communication rows at 3 seeds of 5, the default context's at none
+#: (docs/PARTITION_METHODS.md)
+AUTO_KAMINPAR_CONTEXT = "default"
+#: KaMinPar's threads under --method auto: its partition on more than one thread differs from run to run
+AUTO_KAMINPAR_THREADS = 1
+#: at most this many stored edges, auto also runs METIS (node-balanced) and keeps its partition when it is within
+#: both caps with fewer max communication rows: METIS costs under a second there (docs/PARTITION_METHODS.md)
+AUTO_METIS_CHECK_EDGES = 1 << 21
 #: the refinement's evaluations at most under --method auto (--max-iters overrides): on R-MAT 20 and 22 into 8
 #: parts, 4 left 0.1-0.3 % more max communication rows than 100 in a third of the time (docs/PARTITION_METHODS.md)
 AUTO_MAX_ITERS = 4
@@ -99,6 +105,7 @@ class PartitionConfig:
     progress: bool = True
     comm_timeout: float = -1.0          # --method stream: seconds a rank may wait for another (0: off; < 0: auto)
     comm_timeout_floor: float = DEFAULT_FLOOR_S   # the adaptive deadline's floor
+    auto: bool = False   # resolved from --method auto (choose_method): reproducible KaMinPar, METIS check
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,10 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "random (stream only; default degree)")
     ap.add_argument("--kaminpar-context", choices=CONTEXTS,
                     help="KaMinPar's configuration: fast, default, strong (fewer cut edges, slower) or terapart "
-                         "(compressed graph, nodes balanced; kaminpar and auto only; default: default, auto: fast)")
+                         "(compressed graph, nodes balanced; kaminpar and auto only; default default)")
     ap.add_argument("--threads", type=int,
                     help="threads of KaMinPar and of the writer's part builds, >= 1 (kaminpar and auto; default, and "
-                         "the other serial methods' writer: the CPUs of this process's affinity)")
+                         "the other serial methods' writer: the CPUs of this process's affinity; auto runs KaMinPar "
+                         "on one, for a reproducible partition)")
     ap.add_argument("--refine", choices=REFINES,
                     help="g3: G3's refinement of the method's assignment under the node and edge caps (metis, "
                          "kaminpar; default none; auto: g3)")
@@ -260,8 +268,9 @@ def assign(g, cfg: PartitionConfig, model: CostModel, degrees: tuple) -> tuple[n
         tolerance = min(cfg.node_imbalance, cfg.edge_imbalance) - 1
         if cfg.refine == "g3":
             tolerance *= KAMINPAR_REFINE_TOLERANCE
+        threads = AUTO_KAMINPAR_THREADS if cfg.auto else cfg.threads
         start, info = kaminpar_partition(g.indptr, g.indices, P, symmetric=bool(g.attrs["symmetric"]),
-                                         in_degree=in_deg, context=cfg.kaminpar_context, threads=cfg.threads,
+                                         in_degree=in_deg, context=cfg.kaminpar_context, threads=threads,
                                          seed=cfg.seed, imbalance=1 + tolerance, workdir=cfg.out.resolve().parent,
                                          self_loops=loops)
         if cfg.refine == "none":
@@ -301,7 +310,34 @@ def _assign_on(g, cfg: PartitionConfig, model: CostModel, indptr, indices, start
                               recursive=None if cfg.start == "auto" else cfg.start == "recursive",
                               start_objective={"auto": "auto", "volume": "volume"}.get(cfg.start, "cut"),
                               symmetric=bool(g.attrs.get("symmetric", False)))
-    return a, dict(info, **refined) if start is not None else refined
+    info = dict(info, **refined) if start is not None else refined
+    if cfg.auto and cfg.method == "kaminpar" and len(indices) <= AUTO_METIS_CHECK_EDGES:
+        return _metis_check(g, cfg, indptr, indices, a, info)
+    return a, info
+
+
+def _metis_check(g, cfg: PartitionConfig, indptr, indices, a, info) -> tuple[np.ndarray, dict]:
+    """auto on a small graph: node-balanced METIS's partition instead of ``a`` where it holds both caps with
+    fewer max communication rows (both are deterministic, so the choice is too); meta.json's ``auto_check``
+    records both counts and which was kept."""
+    from .partitioners.cost import imbalance, out_edges, partition_stats
+    src, dst = out_edges(indptr, indices)
+    in_deg = np.diff(indptr)
+
+    def rows(x):
+        st = partition_stats(src, dst, x, cfg.parts, in_degree=in_deg)
+        within = imbalance(st["owned"]) <= cfg.node_imbalance and imbalance(st["local_edges"]) <= cfg.edge_imbalance
+        return int((st["halo"] + st["send"]).max()), within
+    m, m_info = metis_partition(indptr, indices, cfg.parts, balance="nodes", in_degree=in_deg, seed=cfg.seed)
+    (ours, _), (theirs, within) = rows(a), rows(m)
+    keep = within and theirs < ours
+    check = dict(max_comm_rows=ours, metis_max_comm_rows=theirs, metis_within_caps=within,
+                 kept="metis" if keep else method_label(cfg))
+    if keep:
+        log(f"--method auto: kept node-balanced METIS's partition ({theirs} max communication rows, "
+            f"{method_label(cfg)}'s {ours})")
+        return m, dict(m_info, balance="nodes", auto_check=check)
+    return a, dict(info, auto_check=check)
 
 
 def check_out_path(graph: Path, out: Path) -> None:
@@ -322,6 +358,11 @@ def check_out_path(graph: Path, out: Path) -> None:
 def method_label(cfg: PartitionConfig) -> str:
     """meta.json's ``method``: the method, ``+g3`` when refined (``kaminpar+g3``)."""
     return cfg.method + ("+g3" if cfg.refine == "g3" else "")
+
+
+def kept_label(cfg: PartitionConfig, info: dict) -> str:
+    """meta.json's ``method`` of the assignment ``info`` came with (auto's check may keep METIS's)."""
+    return info.get("auto_check", {}).get("kept", method_label(cfg))
 
 
 def partition_graph(cfg: PartitionConfig):
@@ -364,7 +405,7 @@ def run(cfg: PartitionConfig) -> dict:
     check_output(cfg.out, cfg.force, META_NAME)  # fail before the expensive work
     t0 = time.time()
     g, assignment, extra, degs = partition_graph(cfg)
-    t_part, label = extra["partition_seconds"], method_label(cfg)
+    t_part, label = extra["partition_seconds"], kept_label(cfg, extra)
     if cfg.progress:
         from tqdm import tqdm
 
@@ -440,11 +481,12 @@ def choose_method(cfg: PartitionConfig, comm) -> PartitionConfig:
     # KaMinPar's start is within the in-edge cap already; g3's METIS start needs the whole refinement
     max_iters = cfg.max_iters if cfg.max_iters is not None else \
         AUTO_MAX_ITERS if method == "kaminpar" else PartitionConfig.__dataclass_fields__["max_iters"].default
-    return dataclasses.replace(cfg, method=method, refine=refine, max_iters=max_iters)
+    return dataclasses.replace(cfg, method=method, refine=refine, max_iters=max_iters, auto=True)
 
 
 #: why auto chose a method (docs/PARTITION_METHODS.md)
-AUTO_REASON = dict(kaminpar="the graph fits this machine's memory", g3="the kaminpar package is not installed",
+AUTO_REASON = dict(kaminpar="the graph fits this machine's memory",
+                   g3="the kaminpar package is not installed: pip install kaminpar for the faster default",
                    stream="the graph does not fit this machine's memory: each rank reads a slice")
 
 

@@ -11,7 +11,7 @@ import pytest
 from data_tools import partition as partition_tool
 from data_tools.inspection import inspect_path
 from data_tools.partitioners.kaminpar import write_parhip
-from g3mpi.format import read_meta
+from g3mpi.format import read_meta, read_node_map
 from tests.conftest import mpiexec, run_module, tool_env
 from tests.partition_graphs import assert_as_serial_writer, assert_fails, expected_edges, partition, reassemble
 
@@ -20,7 +20,7 @@ pytest.importorskip("kaminpar", reason="the kaminpar package (setup.py's test ex
 # more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
 SLOW_TESTS = ("test_kaminpar_reassembly_exact", "test_serial_methods_under_mpiexec_one_writer",
               "test_serial_failure_under_mpiexec_one_line", "test_missing_kaminpar_one_line",
-              "test_refine_any_start_holds_caps")
+              "test_refine_any_start_holds_caps", "test_auto_metis_check_keeps_the_fewer_rows")
 PS = (1, 2, 3, 4, 7)
 
 
@@ -124,18 +124,54 @@ def test_refine_any_start_holds_caps(method, cora_h5, tmp_path):
 
 
 def test_auto_default_and_its_choice(cora_h5, tmp_path, monkeypatch):
-    """No --method: kaminpar (its fast context, unless told) + g3 refinement on a graph that fits; stream where the
-    estimate exceeds memory."""
+    """No --method: kaminpar (its default context, unless told) + g3 refinement on a graph that fits; stream where
+    the estimate exceeds memory."""
     _, path = cora_h5
     partition_tool.main([str(path), "--parts", "4", "--out", str(tmp_path / "p"), "--no-progress"])
     meta = read_meta(tmp_path / "p")
-    assert meta["method"] == "kaminpar+g3" and meta["violation_after"] == 0 and meta["kaminpar_context"] == "fast"
+    assert meta["method"] == "kaminpar+g3" and meta["violation_after"] == 0 and meta["kaminpar_context"] == "default"
     partition_tool.main([str(path), "--parts", "4", "--out", str(tmp_path / "q"), "--no-progress",
                          "--kaminpar-context", "strong"])
     assert read_meta(tmp_path / "q")["kaminpar_context"] == "strong"
     assert partition_tool.auto_method(path) == "kaminpar"
     monkeypatch.setattr(partition_tool, "available_memory", lambda: 10**6)
     assert partition_tool.auto_method(path) == "stream"
+
+
+def test_auto_reproducible(cora_h5, tmp_path, monkeypatch):
+    """auto at the default threads gives the same assignment twice: KaMinPar runs on one thread (on two its
+    partition differs from run to run), the refinement is deterministic; the METIS check is left out here so that
+    KaMinPar's own partition is compared."""
+    _, path = cora_h5
+    monkeypatch.setattr(partition_tool, "AUTO_METIS_CHECK_EDGES", 0)
+    maps = []
+    for name in ("a", "b"):
+        partition_tool.main([str(path), "--parts", "4", "--out", str(tmp_path / name), "--no-progress"])
+        meta = read_meta(tmp_path / name)
+        assert meta["method"] == "kaminpar+g3" and meta["kaminpar_threads"] == 1 and "auto_check" not in meta
+        maps.append(read_node_map(tmp_path / name, meta))
+    np.testing.assert_array_equal(*maps)
+
+
+def test_auto_metis_check_keeps_the_fewer_rows(cora_h5, tmp_path):
+    """On a small graph auto also runs node-balanced METIS and keeps whichever partition has fewer max
+    communication rows within both caps; meta.json names the one kept."""
+    _, path = cora_h5
+    partition_tool.main([str(path), "--parts", "8", "--out", str(tmp_path / "p"), "--no-progress"])
+    meta = read_meta(tmp_path / "p")
+    check, rows = meta["auto_check"], meta["quality"]["max_comm_rows"]
+    assert meta["method"] == check["kept"] and rows == min(check["max_comm_rows"], check["metis_max_comm_rows"]
+                                                           if check["metis_within_caps"] else rows)
+    assert meta["quality"]["node_imbalance"] <= 1.10 and meta["quality"]["compute_imbalance"] <= 1.10
+
+
+def test_auto_without_kaminpar_says_how_to_install(cora_h5, monkeypatch, capsys):
+    """The package missing (its import fails): auto falls back to g3 and its line says pip install kaminpar."""
+    _, path = cora_h5
+    monkeypatch.setitem(sys.modules, "kaminpar", None)   # import kaminpar now raises ImportError
+    cfg = partition_tool.choose_method(partition_tool.parse_args([str(path), "-p", "2", "-o", "x"]), None)
+    assert cfg.method == "g3" and cfg.refine == "none"
+    assert "--method auto: g3 (the kaminpar package is not installed: pip install kaminpar" in capsys.readouterr().err
 
 
 def test_auto_counts_a_directed_graph_twice(rand_h5, monkeypatch):
