@@ -210,7 +210,7 @@ def test_no_validation_nodes(parts, tmp_path):
     for p in (0, 1):
         rewrite_part(d, p, val_mask=np.zeros_like(read_ds(d, p, "val_mask")))
     p = train(2, d, tmp_path / "run", "--epochs", "4", "--eval-every", "2", "--patience", "1")
-    assert "no validation nodes: the model of the last evaluated epoch is kept, and --patience is ignored" \
+    assert "no validation nodes or pairs: the model of the last evaluated epoch is kept, and --patience is ignored" \
         in p.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text(), parse_constant=pytest.fail)
     assert summary["best_epoch"] == summary["epochs"] == 4 and summary["val_acc"] is None
