@@ -29,6 +29,7 @@ from g3mpi.format.graph import check_features
 from g3mpi.format.schema import is_int
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME
 from g3mpi.log import setup_tool_logging
+from g3mpi.options import Parser
 from g3mpi.plotting import figure, index_axis, legend_above, mean_max, stacked
 
 from .build import summarize
@@ -325,7 +326,7 @@ def plot_report(r: dict, out_png: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=PROG, description="Validate and summarise a graph.h5 or a partition directory.")
+    ap = Parser(prog=PROG, description="Validate and summarise a graph.h5 or a partition directory.")
     ap.add_argument("path", type=Path, help="graph.h5 or partition directory")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--plot", type=Path, metavar="FILE.png", help="draw per-part compute and communication bars")

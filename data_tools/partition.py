@@ -32,6 +32,7 @@ from g3mpi.log import setup_tool_logging
 from g3mpi.mpi.termination import exit_after_failed_write, interruption, terminate_as_interrupt
 from g3mpi.mpi.deadline import DEFAULT_FLOOR_S, add_timeout_options
 
+from g3mpi.options import Parser
 from g3mpi.units import parse_bandwidth
 
 from .build import OutputWriteError, write_partition
@@ -110,7 +111,7 @@ class PartitionConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     """g3-partition's options (their values are checked by :func:`parse_args`)."""
-    ap = argparse.ArgumentParser(prog=PROG, description="Partition a graph.h5 into P parts (see docs/PARTITION.md).")
+    ap = Parser(prog=PROG, description="Partition a graph.h5 into P parts (see docs/PARTITION.md).")
     ap.add_argument("graph", type=Path, help="input graph.h5 (from g3-prepare)")
     ap.add_argument("--parts", "-p", type=int, required=True, help=f"number of parts, 1..min(N, {MAX_PARTS})")
     ap.add_argument("--method", choices=METHODS, default="auto",

@@ -19,7 +19,7 @@ from g3mpi.format import FormatError, check_output, json_text
 from g3mpi.format.features import FEATURE_DTYPES
 from g3mpi.log import setup_tool_logging
 from g3mpi.mpi.termination import exit_after_failed_write, interruption, terminate_as_interrupt
-from g3mpi.options import from_options
+from g3mpi.options import Parser, from_options
 
 from .importers.common import BLOCK_BYTES_PER_EDGE, PrepareOptions, RawGraph, write_raw_graph
 from .importers.external import work_dir
@@ -225,7 +225,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG,
+    ap = Parser(prog=PROG,
                                  description="Import or generate a graph into one graph.h5 (see docs/PREPARE.md).")
     sub = ap.add_subparsers(dest="kind", required=True, metavar="KIND")
     for add in (_add_npz, _add_ogb, _add_edgelist, _add_sbm, _add_rmat, _add_triples):

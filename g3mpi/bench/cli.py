@@ -31,7 +31,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from g3mpi.options import from_options
+from g3mpi.options import Parser, from_options
 
 from .common import SYSTEMS, Sizes
 
@@ -145,10 +145,8 @@ class BenchConfig:
                      heads=self.heads, graph=gen if gen == "random" else (self.graph or gen))
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        """One line, the same on every rank (each parses the same options before any communication)."""
-        self.exit(2, f"{self.prog}: error: {message} (g3-bench --help lists the options)\n")
+class _Parser(Parser):
+    """One error line, the same on every rank (each parses the same options before any communication)."""
 
 
 def _int(lo: int):

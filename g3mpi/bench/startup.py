@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from g3mpi.options import Parser
+
 from .common import mpiexec
 
 
@@ -80,7 +82,7 @@ def bench(parts: str, ranks: int, launches: int, epochs: int, codes: list[str | 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="g3-bench startup", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="g3-bench startup", description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", required=True, help="partition directory with --ranks parts")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--launches", type=int, default=5)

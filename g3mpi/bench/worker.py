@@ -29,7 +29,7 @@ import torch
 from mpi4py import MPI
 
 from g3mpi.mpi.abort import abort_job
-from g3mpi.options import from_options
+from g3mpi.options import Parser, from_options
 from g3mpi.sched import BLOCKING, PIPELINED
 from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.train import TrainConfig, Trainer
@@ -296,7 +296,7 @@ class WorkerConfig:
 
 
 def build_parser():
-    ap = argparse.ArgumentParser(prog="g3mpi.bench.worker", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="g3mpi.bench.worker", description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", required=True)
     ap.add_argument("--json", required=True)
     ap.add_argument("--model", choices=("gcn", "sage", "gat"))

@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from g3mpi.options import Parser
+
 PROG = "python -m g3mpi.cli.plots"
 
 
@@ -14,7 +16,7 @@ def main(argv=None) -> int:
     from g3mpi.format.errors import failure_reason
     from g3mpi.train.plots import plot_run
     from g3mpi.train.rundir import OutputError
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="run directory of g3-train (with metrics.jsonl)")
     a = ap.parse_args(argv)
     metrics = a.run / "metrics.jsonl"

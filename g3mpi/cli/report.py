@@ -14,13 +14,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+from g3mpi.options import Parser
+
 PROG = "g3-report"
 
 
 def main(argv=None) -> int:
     from g3mpi.train.report import METRICS, ReportError, format_table, plot_vs, read_runs, table
     from g3mpi.train.rundir import OutputError
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+    ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paths", nargs="+", metavar="PATH", help="a run directory, or a directory of runs")
     ap.add_argument("--plot", metavar="SETTING", help="plot the accuracy against this setting (e.g. lr, seed)")

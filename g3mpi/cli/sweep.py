@@ -12,12 +12,14 @@ import argparse
 import shlex
 import sys
 
+from g3mpi.options import Parser
+
 PROG = "g3-sweep"
 
 
 def main(argv=None) -> int:
     from g3mpi.train.sweep import GridError, read_grid
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+    ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     for name, what in (("size", "print the number of combinations"), ("list", "list the combinations"),

@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from g3mpi.options import Parser
+
 PROG = "g3-train"
 #: how long a rank whose command line or configuration is bad waits for the others at the configuration check
 #: (they may be slow to start on a busy node) before it ends the job alone, with its line
@@ -26,14 +28,13 @@ class BadCommandLine(Exception):
     """A command line argparse refused; the text is its one line, without the program and rank."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad command line is one line naming the rank, as every other error of g3-train
-    (``g3-train: error: [rank r] argument --epochs: invalid int value: 'ten' ...``), not the usage on every rank:
-    :class:`BadCommandLine`, which :func:`main` reports after the ranks' configuration check."""
+class _Parser(Parser):
+    """The g3 commands' parser, but a bad command line is one line naming the rank, as every other error of
+    g3-train (``g3-train: error: [rank r] argument --epochs: invalid int value: 'ten' ...``), not the usage on
+    every rank: :class:`BadCommandLine`, which :func:`main` reports after the ranks' configuration check."""
 
     def error(self, message: str):
-        from g3mpi.options import unknown_options_hint
-        raise BadCommandLine(f"{unknown_options_hint(message, self)} ({self.prog} --help lists the options)")
+        raise BadCommandLine(self.error_line(message))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,7 +148,8 @@ def _runtime_options(g) -> None:
                         "and GAT stacks, user models that ask), GAT's per-edge attention terms likewise (about "
                         "half the memory); none: keep what autograd saves")
     g.add_argument("--verify", action=onoff, help="check part-file checksums on load (default on)")
-    g.add_argument("--progress", action=onoff, help="a progress bar on rank 0 (default on)")
+    g.add_argument("--progress", action=onoff, help="a progress bar on rank 0 (default auto: when stderr is a terminal, not "
+                        "into a batch job's log; --progress forces it)")
     g.add_argument("--plots", action=onoff,
                    help="RUN/training.png and RUN/ranks.png at the end (default on; python -m g3mpi.cli.plots RUN "
                         "draws them)")

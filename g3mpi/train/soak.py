@@ -18,6 +18,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from g3mpi.options import Parser
+
 from .rundir import read_metrics
 
 PROG = "g3-soak"
@@ -45,7 +47,7 @@ def rss_growth(records: list, warmup: int, window: int = 50) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="run directory (metrics.jsonl)")
     ap.add_argument("--warmup", type=int, default=50, help="epochs of warm-up (default 50)")
     ap.add_argument("--window", type=int, default=50, help="epochs per median window (default 50)")
