@@ -124,15 +124,28 @@ def rank_breakdown(ax, comp, blocked, idle, title: str) -> None:
     legend_above(ax, handles, ncol=3, title=title)
 
 
+#: the epoch's phases outside the layers' rounds (timeline.json's labels): their colours, apart from the rounds'
+#: blues and oranges and the red of blocked time, and the legend's words for them
+PHASE_STYLE = {"forward": ("C4", "forward, before its first round"), "loss": ("C5", "loss"),
+               "backward": ("C6", "backward, before its first round"),
+               "allreduce (idle)": ("C7", "gradient allreduce and NaN / stop checks"),
+               "optimizer step": ("C8", "optimizer step")}
+
+
 def _timeline_color(label: str, forward: list, backward: list):
-    """Forward rounds in blues, backward rounds in oranges (darker: later in the model), phases in greys."""
+    """Forward rounds in blues, backward rounds in oranges (darker: later in the model), each phase its own
+    colour (:data:`PHASE_STYLE`)."""
     from matplotlib import colormaps
     if label in forward:
         return colormaps["Blues"](0.35 + 0.55 * forward.index(label) / max(1, len(forward) - 1))
     if label in backward:
         return colormaps["Oranges"](0.35 + 0.55 * backward.index(label) / max(1, len(backward) - 1))
-    return {"forward": "0.75", "loss": "0.55", "backward": "0.65", "allreduce (idle)": "0.88",
-            "optimizer step": "0.45"}.get(label, "0.3")
+    return PHASE_STYLE.get(label, ("C9", label))[0]
+
+
+def _timeline_label(label: str) -> str:
+    """The legend's entry of a compute part: a layer's round as ``compute: gcn1 fwd``, a phase in words."""
+    return PHASE_STYLE[label][1] if label in PHASE_STYLE else f"compute: {label}"
 
 
 def timeline(ax, doc: dict, title: str, xmax: float | None = None) -> None:
@@ -184,7 +197,7 @@ def timeline(ax, doc: dict, title: str, xmax: float | None = None) -> None:
     if xmax is not None:
         ax.set_xlim(0, xmax * ms)
     seen = list(dict.fromkeys(lb for r in ranks for lb, _, _ in r["segments"]))
-    handles = [Patch(color=_timeline_color(lb, fwd, bwd), label=f"compute: {lb}") for lb in seen]
+    handles = [Patch(color=_timeline_color(lb, fwd, bwd), label=_timeline_label(lb)) for lb in seen]
     handles += [Patch(color="#dde6f2", label="receives open"), Patch(color="C3", label="blocked"),
                 ax.plot([], [], "|", color="k", markersize=7, label="send")[0],
                 ax.plot([], [], "|", color="C2", markersize=7, label="landed")[0]]

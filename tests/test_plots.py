@@ -186,3 +186,36 @@ def test_legends_and_ticks_clear_of_the_data(P, E):
                            for k in ("rank_compute_s", "rank_blocked_s", "rank_allreduce_s"))
     worst = int(np.argmax(comp + blocked + idle))
     assert any(t.get_text().endswith(f"(rank {worst})") for t in legends[0].get_texts()), worst
+
+
+def test_chosen_metric_drawn_with_the_marker_that_follows_it():
+    """--metric roc_auc: training.png draws the ROC-AUC that chose the best epoch, and the accuracies beside it
+    (before, only the accuracies, under a marker that followed ROC-AUC)."""
+    recs = [dict(record(e, 2), train_acc=0.5, val_acc=0.4, test_acc=0.45, train_roc_auc=0.7, val_roc_auc=0.6,
+                 test_roc_auc=0.65) for e in range(1, 5)]
+    ax = draw_training(recs, best_epoch=3, metric="roc_auc").axes[1]
+    names = [ln.get_label() for ln in ax.lines if not ln.get_label().startswith("_")]
+    assert names == ["train roc_auc", "val roc_auc", "test roc_auc", "train accuracy", "val accuracy",
+                     "test accuracy", "best validation roc_auc (epoch 3)"]
+    assert list(ax.lines[1].get_ydata()) == [0.6] * 4
+
+
+def test_warm_up_epoch_does_not_squash_the_epoch_panel():
+    recs = [record(e, 2) for e in range(1, 6)]
+    recs[0]["epoch_time_s"] = 30.0   # the first epoch: allocations, first touches
+    ax_e = draw_ranks(recs).axes[1]
+    assert list(ax_e.lines[0].get_xdata()) == [2, 3, 4, 5] and max(ax_e.lines[0].get_ydata()) < 1
+    assert "warm-up" in ax_e.get_title()
+
+
+def test_timeline_phases_have_their_own_colours_and_words():
+    from matplotlib.colors import to_hex
+
+    from g3mpi.comm.timeline import PHASE_LABELS
+    from g3mpi.plotting import _timeline_color, _timeline_label
+    labels = list(PHASE_LABELS.values())
+    colours = {to_hex(_timeline_color(lb, ["gcn1 fwd"], ["gcn1 bwd"])) for lb in labels + ["gcn1 fwd", "gcn1 bwd"]}
+    assert len(colours) == len(labels) + 2
+    words = [_timeline_label(lb) for lb in labels]
+    assert not any("idle" in w or w.startswith("compute:") for w in words), words
+    assert _timeline_label("gcn1 fwd") == "compute: gcn1 fwd"

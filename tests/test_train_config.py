@@ -270,3 +270,25 @@ def test_the_settings_name_the_models_and_activations_of_g3mpi_nn():
     from g3mpi.train import config
     assert config.MODELS == recipe.MODELS and config.ACTIVATIONS == tuple(nn.ACTIVATIONS)
     assert config.NORMS == norm.NORMS and config.JKS == recipe.JKS
+
+
+def test_saved_config_keeps_auto_and_progress_follows_the_terminal():
+    """config.toml writes the adaptive deadline as "auto" (it wrote -1.0) and reads it back; the progress bar is on
+    only where stderr is a terminal unless forced (--progress, progress = true), off with --no-progress."""
+    import io
+    import tomllib
+
+    from g3mpi.train.config import to_toml
+    from g3mpi.train.trainer import show_progress
+    cfg = TrainConfig()
+    saved = tomllib.loads(to_toml(cfg))
+    assert saved["comm_timeout"] == "auto" and saved["progress"] == "auto"
+    assert config_from(overrides=dict(comm_timeout=saved["comm_timeout"])).comm_timeout == cfg.comm_timeout
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    assert [show_progress(TrainConfig(progress=p).progress, io.StringIO()) for p in ("auto", True, False)] == \
+        [False, True, False]
+    assert show_progress("auto", Tty()) and not show_progress("off", Tty())
+    assert config_from(overrides=dict(progress=True)).progress == "on"

@@ -126,3 +126,19 @@ def test_a_task_or_metric_that_does_not_fit_is_one_line_on_every_rank(case, cora
     assert p.returncode != 0 and sorted(lines) == [0, 1], p.stderr
     assert all(len(v) == 1 and want in v[0] for v in lines.values()), p.stderr
     assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_binary_run_outputs_say_what_a_user_expects(tmp_path):
+    """A binary run with the defaults, stderr a pipe (as in a batch job): predictions.h5 names the graph's 2 classes
+    and the model's 1 output, config.toml keeps comm_timeout and progress as "auto", no progress bar is drawn into
+    the log (it was unless --no-progress), and training.png is drawn for the chosen metric."""
+    g = random_graph(n=120, c=2, seed=5)
+    partition(g, 2, tmp_path / "p2", seed=1)
+    p = run_mpi(2, MOD, "--parts", tmp_path / "p2", "--out", tmp_path / "run", "--task", "binary", "--metric",
+                "roc_auc", "--epochs", "3", "--hidden", "8")
+    assert "epoch/s" not in p.stderr and "\r" not in p.stderr and "it/s" not in p.stderr, p.stderr
+    with h5py.File(tmp_path / "run" / "predictions.h5") as f:
+        assert f.attrs["num_classes"] == 2 and f.attrs["num_outputs"] == 1 and f["logits"].shape == (120, 1)
+    saved = (tmp_path / "run" / "config.toml").read_text()
+    assert 'comm_timeout = "auto"' in saved and 'progress = "auto"' in saved, saved
+    assert (tmp_path / "run" / "training.png").is_file()

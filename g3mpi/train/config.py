@@ -35,6 +35,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: --device (g3mpi.train.device: which GPU a rank takes) and --cuda-aware (device buffers straight to MPI)
 DEVICES = ("cpu", "cuda", "auto")
 CUDA_AWARE = ("auto", "on", "off")
+PROGRESS = ("auto", "on", "off")
 #: --remat: cheap, the default (the row-wise blocks between two aggregations are recomputed in backward from the
 #: aggregate: g3mpi.ops.remat; GAT's per-edge attention terms: g3mpi.ops.gat) | none (autograd keeps what each op
 #: saves). Stacks that cannot recompute (appnp, gcn2, the recipe stack) keep what they save whatever it says.
@@ -103,7 +104,7 @@ class TrainConfig:
     remat: str = "cheap"            # cheap | none: recompute the row-wise blocks (GAT: per-edge terms) in backward
     release_memory: bool = False    # freed memory back to the system at once: lower peak RSS, slower epochs
     verify: bool = True             # check part-file checksums on load
-    progress: bool = True           # tqdm line on rank 0
+    progress: str = "auto"          # rank 0's tqdm line: auto (when stderr is a terminal) | on | off
     plots: bool = True              # RUN/training.png and RUN/ranks.png at the end (python -m g3mpi.cli.plots redraws)
     timeline_epoch: int = 2         # record this epoch's per-rank timeline: RUN/timeline.json (+ .png with plots);
                                     # the last epoch if the run has fewer, 0: off
@@ -122,9 +123,12 @@ class TrainConfig:
     def __post_init__(self):
         def bad(key, msg):
             raise ConfigError(msg, key)
+        if isinstance(self.progress, bool):   # --progress / --no-progress, progress = true in TOML: forced
+            object.__setattr__(self, "progress", "on" if self.progress else "off")
         for k, allowed in (("model", MODELS), ("activation", ACTIVATIONS), ("optimizer", OPTIMIZERS),
                            ("schedule", MODES), ("log_level", LOG_LEVELS), ("device", DEVICES),
-                           ("cuda_aware", CUDA_AWARE), ("remat", REMATS), ("precision", PRECISIONS),
+                           ("cuda_aware", CUDA_AWARE), ("progress", PROGRESS), ("remat", REMATS),
+                           ("precision", PRECISIONS),
                            ("halo_dtype", HALO_DTYPES), ("norm", NORMS), ("jk", JKS), ("task", TASKS),
                            ("metric", METRICS), ("decoder", DECODERS)):
             if (getattr(self, k).upper() if k == "log_level" else getattr(self, k)) not in allowed:
@@ -203,6 +207,8 @@ def _coerce(name: str, typ, value, source: str):
             return parse_timeout(value)
         except ValueError as e:
             raise ConfigError(f"{source}: comm_timeout: {e}", name) from None
+    if name == "progress" and isinstance(value, bool):   # forced on or off (a TOML bool, --[no-]progress)
+        return "on" if value else "off"
     t = {"str": str, "int": int, "float": float, "bool": bool}[typ if isinstance(typ, str) else typ.__name__]
     if t is bool:
         if isinstance(value, bool):
@@ -401,7 +407,12 @@ def _toml_value(v) -> str:
     return f'"{s}"'
 
 
+def _saved(name: str, value):
+    """A setting as RUN/config.toml writes it: the adaptive deadline as "auto", as the user spells it."""
+    return AUTO if name == "comm_timeout" and value == ADAPTIVE else value
+
+
 def to_toml(cfg: TrainConfig) -> str:
     lines = ["# g3-train resolved configuration (rerun with --config this-file)"]
-    lines += [f"{f.name} = {_toml_value(getattr(cfg, f.name))}" for f in fields(cfg)]
+    lines += [f"{f.name} = {_toml_value(_saved(f.name, getattr(cfg, f.name)))}" for f in fields(cfg)]
     return "\n".join(lines) + "\n"

@@ -27,7 +27,8 @@ from g3mpi.plotting import (LEGEND_FONTSIZE, figure, index_axis, legend_above, m
 
 # PLOTS: the files plot_run writes; TIMELINE: the recorded epoch (--timeline-epoch), TIMELINE_PLOT its plot, drawn
 # where the run has one (the run directory's file names live with the other ones)
-from .rundir import ACCURACY_KEYS, PLOTS, TIMELINE, TIMELINE_PLOT, read_metrics, writing
+from .choices import SUFFIX
+from .rundir import ACCURACY_KEYS, PLOTS, SPLITS, TIMELINE, TIMELINE_PLOT, read_metrics, writing
 
 DPI = 110
 
@@ -54,9 +55,10 @@ def _marker(n: int) -> str | None:
     return "." if n < 50 else None
 
 
-def draw_training(records: list[dict], best_epoch: int | None):
-    """The loss per epoch and the accuracies at each evaluation, the best-validation epoch marked; each
-    panel's legend above it, whole epochs on the x axes."""
+def draw_training(records: list[dict], best_epoch: int | None, metric: str = "accuracy"):
+    """The loss per epoch and the scores at each evaluation, the best-validation epoch marked; each panel's
+    legend above it, whole epochs on the x axes. ``metric`` (``--metric``): the score that chose the best epoch,
+    drawn in solid lines, with the accuracies dashed beside it where it is not accuracy."""
     fig = figure(10, 3.8)
     ax_loss, ax_acc = fig.subplots(1, 2)
     ep = [r["epoch"] for r in records if r.get("loss") is not None]
@@ -65,22 +67,29 @@ def draw_training(records: list[dict], best_epoch: int | None):
     if loss and min(loss) > 0 and max(loss) > 10 * min(loss):   # a loss that falls by decades
         ax_loss.set_yscale("log")
     ax_loss.set_ylabel("training loss")
+    own = metric != "accuracy"
+    curves = [(f"{s}_{SUFFIX[metric]}", f"{s} {metric}", "-") for s in SPLITS] if own else []
+    curves += [(key, f"{key.split('_')[0]} accuracy" if own else key.split("_")[0], "--" if own else "-")
+               for key in ACCURACY_KEYS]
     acc_h = []
-    for i, key in enumerate(ACCURACY_KEYS):
+    for i, (key, label, style) in enumerate(curves):
         pts = [(r["epoch"], r[key]) for r in records if r.get(key) is not None]
         if pts:
             e, a = zip(*pts)
-            acc_h += ax_acc.plot(e, a, marker=_marker(len(pts)), color=f"C{i}", label=key.split("_")[0])
+            acc_h += ax_acc.plot(e, a, marker=_marker(len(pts)), color=f"C{i % len(SPLITS)}", linestyle=style,
+                                 label=label)
     if best_epoch:
+        mark = f"best validation {metric} (epoch {best_epoch})" if own else f"best validation (epoch {best_epoch})"
         for ax, handles in ((ax_loss, loss_h), (ax_acc, acc_h)):
-            handles.append(ax.axvline(best_epoch, color="grey", linestyle="--", linewidth=1,
-                                      label=f"best validation (epoch {best_epoch})"))
+            handles.append(ax.axvline(best_epoch, color="grey", linestyle=":", linewidth=1, label=mark))
     ax_acc.set_ylim(0, 1)
-    ax_acc.set_ylabel("accuracy")
-    for ax, handles, title in ((ax_loss, loss_h, "loss"), (ax_acc, acc_h, "accuracy at each evaluation")):
+    ax_acc.set_ylabel(f"{metric} and accuracy" if own else "accuracy")
+    for ax, handles, title in ((ax_loss, loss_h, "loss"),
+                               (ax_acc, acc_h, f"{metric} and accuracy at each evaluation" if own
+                                else "accuracy at each evaluation")):
         ax.set_xlabel("epoch")
         whole_ticks(ax)
-        legend_above(ax, handles, ncol=len(handles), title=title)
+        legend_above(ax, handles, ncol=min(len(handles), 4), title=title)
     return fig
 
 
@@ -97,13 +106,17 @@ def draw_ranks(records: list[dict]):
     (ax_t, ax_e), (ax_b, ax_n) = fig.subplots(2, 2)
     E = len(_latest_ranks(records, "rank_compute_s"))
     rank_breakdown(ax_t, comp, blocked, idle, f"median per rank over {E} epoch{'' if E == 1 else 's'}")
-    ep = [r["epoch"] for r in records if r.get("epoch_time_s") is not None]
-    ax_e.plot(ep, [r["epoch_time_s"] for r in records if r.get("epoch_time_s") is not None],
-              marker=_marker(len(ep)), color="C0")
+    timed = [(r["epoch"], r["epoch_time_s"]) for r in records if r.get("epoch_time_s") is not None]
+    title = "epoch time (slowest rank)"
+    if len(timed) >= 3:   # the first epoch warms up (allocations, first touches): drawn, it squashed the others
+        (e0, t0), timed = timed[0], timed[1:]
+        title = f"epoch time (slowest rank; epoch {e0}, warm-up: {t0:.3g} s, not drawn)"
+    ep = [e for e, _ in timed]
+    ax_e.plot(ep, [t for _, t in timed], marker=_marker(len(ep)), color="C0")
     ax_e.set_xlabel("epoch")
     whole_ticks(ax_e)
     ax_e.set_ylabel("seconds")
-    ax_e.set_title("epoch time (slowest rank)", fontsize=LEGEND_FONTSIZE + 1)
+    ax_e.set_title(title, fontsize=LEGEND_FONTSIZE + 1)
     mib = sent / 2**20 if len(sent) == P else np.zeros(P)
     handles = stacked(ax_b, [mib], ["sent"], colors=["C4"]) + mean_max(ax_b, mib, "MiB", "rank")
     index_axis(ax_b, P, "rank")
@@ -133,10 +146,12 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plot_run(run_dir, best_epoch: int | None = None, share: tuple[int, int] = (0, 1)) -> list[Path]:
+def plot_run(run_dir, best_epoch: int | None = None, share: tuple[int, int] = (0, 1),
+             metric: str | None = None) -> list[Path]:
     """Draw :data:`PLOTS` into ``run_dir`` from its metrics.jsonl (and ``timeline.png`` from its timeline.json,
-    where there is one); ``best_epoch`` defaults to summary.json's. ``share`` (r, n): draw only the plots i with
-    i % n == r, so that n processes draw them side by side (g3-train's ranks at the end of a run).
+    where there is one); ``best_epoch`` and ``metric`` (the score that chose it) default to summary.json's.
+    ``share`` (r, n): draw only the plots i with i % n == r, so that n processes draw them side by side
+    (g3-train's ranks at the end of a run).
     A plot that cannot be written raises :class:`~g3mpi.train.rundir.OutputError` naming it. Nothing is drawn
     (an empty list) for a run without a trained epoch (``--init-from --epochs 0``: one evaluation)."""
     mine = [i for i in range(len(PLOTS) + 1) if i % share[1] == share[0]]
@@ -146,14 +161,19 @@ def plot_run(run_dir, best_epoch: int | None = None, share: tuple[int, int] = (0
     records = read_metrics(run_dir / "metrics.jsonl")
     if not any(r.get("loss") is not None for r in records):
         return []
-    if best_epoch is None and (run_dir / "summary.json").is_file():
+    if (best_epoch is None or metric is None) and (run_dir / "summary.json").is_file():
         try:
-            best_epoch = json.loads((run_dir / "summary.json").read_text()).get("best_epoch")
+            summary = json.loads((run_dir / "summary.json").read_text())
         except (OSError, ValueError):
-            best_epoch = None
+            summary = {}
+        summary = summary if isinstance(summary, dict) else {}
+        best_epoch = summary.get("best_epoch") if best_epoch is None else best_epoch
+        metric = summary.get("metric") if metric is None else metric
+    if metric not in SUFFIX:
+        metric = "accuracy"
     out = []
     if 0 in mine:
-        out.append(_save(draw_training(records, best_epoch), run_dir / PLOTS[0]))
+        out.append(_save(draw_training(records, best_epoch, metric), run_dir / PLOTS[0]))
     if 1 in mine:
         out.append(_save(draw_ranks(records), run_dir / PLOTS[1]))
     if 2 in mine and (run_dir / TIMELINE).is_file():

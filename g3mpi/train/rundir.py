@@ -282,7 +282,9 @@ def write_predictions(comm, path, orig_ids: np.ndarray, logits: np.ndarray, num_
 
     def create(f):
         f.attrs["num_nodes"] = int(num_nodes)
-        f.attrs["num_classes"] = int(lg.shape[1])
+        # the logits' columns; the graph's classes may differ (binary: 1 output, 2 classes), which the caller
+        # gives in attrs
+        f.attrs["num_classes"] = f.attrs["num_outputs"] = int(lg.shape[1])
         f.create_dataset("logits", shape=(num_nodes, lg.shape[1]), dtype=np.float32, fillvalue=np.nan)
         f.create_dataset("pred", shape=(num_nodes, *pred.shape[1:]), dtype=pred.dtype, fillvalue=-1)
 

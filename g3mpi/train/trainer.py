@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -415,8 +416,9 @@ class Trainer:
         return self._write_outputs(run_dir, epoch, sel)
 
     def _progress_bar(self):
-        """Rank 0's progress bar (with ``cfg.progress``), at the resumed epoch; None elsewhere."""
-        if self.comm.rank != 0 or not self.cfg.progress:
+        """Rank 0's progress bar, at the resumed epoch; None elsewhere, and where ``cfg.progress`` is off or auto
+        with stderr not a terminal (a batch job's log would fill with bar redraws)."""
+        if self.comm.rank != 0 or not show_progress(self.cfg.progress, sys.stderr):
             return None
         from tqdm import tqdm
         bar = tqdm(total=self.cfg.epochs, desc=f"g3-train {self.cfg.model_label} P={self.comm.size}", unit="epoch",
@@ -517,7 +519,8 @@ class Trainer:
             write_predictions(comm, run_dir / "predictions.h5", self.part.orig_ids, logits, self.part.num_nodes,
                               pred=predict(cfg.task, logits),
                               attrs=dict(model=cfg.model_label, best_epoch=best["epoch"],
-                                         partition_id=self.part.partition_id, task=cfg.task),
+                                         num_classes=self.part.num_classes, partition_id=self.part.partition_id,
+                                         task=cfg.task),
                               watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
         shutdown.mark("predictions")
         startup = self.startup.seconds if self.startup is not None else {}
@@ -562,7 +565,8 @@ class Trainer:
         err = None
         self.watchdog.barrier("plots (rank 0 has written timeline.json)")
         try:
-            plot_run(run_dir, best_epoch=best_epoch, share=(self.comm.rank, self.comm.size))
+            plot_run(run_dir, best_epoch=best_epoch, share=(self.comm.rank, self.comm.size),
+                     metric=self.cfg.metric)
         except OutputError as e:
             err = str(e)
         errs = self.watchdog.allgather_text(err, "plots")
@@ -606,6 +610,12 @@ class Trainer:
         if self.link is not None:
             self.link.free()
         self.ctx.free()
+
+
+def show_progress(setting: str, stream) -> bool:
+    """Whether the progress bar is drawn on ``stream``: ``setting`` (``cfg.progress``) on, or auto with ``stream``
+    a terminal (a batch job's log filled with the bar's redraws)."""
+    return setting == "on" or setting == "auto" and bool(getattr(stream, "isatty", lambda: False)())
 
 
 class _Selection:
