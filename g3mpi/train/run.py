@@ -8,6 +8,7 @@ on with a stalled rank: the last checkpoint stays valid.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from mpi4py import MPI
@@ -29,9 +30,26 @@ from .sysmem import return_freed_memory
 log = logging.getLogger("g3mpi")
 
 
+@dataclass(frozen=True)
+class Finished:
+    """What a finished run leaves besides its files: the summary (rank 0's; {} on the others), this rank's
+    trained module (the best parameters) and the run directory."""
+    summary: dict
+    model: object
+    run_dir: Path
+
+
 def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: RunLock, own_world: bool,
         prog: str = PROG, phases: Phases | None = None) -> int:
-    """g3-train on ``comm`` after the configuration check: returns the exit status. ``given``: where the user gave
+    """g3-train on ``comm`` after the configuration check: the exit status (:func:`execute`'s)."""
+    return execute(comm, cfg, given, resume, stop=stop, lock=lock, own_world=own_world, prog=prog,
+                   phases=phases)[0]
+
+
+def execute(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: RunLock, own_world: bool,
+            prog: str = PROG, phases: Phases | None = None) -> tuple[int, Finished | None]:
+    """g3-train on ``comm`` after the configuration check: the exit status, and the :class:`Finished` run where
+    it finished or stopped (None after an error). ``given``: where the user gave
     each setting (``config.config_and_origins``); ``resume``: the run directory to continue, or None; ``stop``:
     the active :class:`~g3mpi.mpi.stop.StopSignals`; ``lock``: the run directory's lock, which the caller
     releases when its block ends (here, before an abort ends the job); ``own_world``: ``comm`` is the program's
@@ -49,7 +67,7 @@ def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: 
     try:
         started = start(proto, cfg, stop, resume, phases)
     except StartupFailed as e:
-        return e.code
+        return e.code, None
     ckpt = started.ckpt
     if comm.rank == 0:   # settings the user gave that change nothing here: one line each, and the run goes on
         for line in ineffective_settings(cfg, given, world_size=comm.size, resuming=bool(resume),
@@ -67,15 +85,16 @@ def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: 
         try:
             proto.agree(err if comm.rank == 0 else None, "run directory")
         except StartupFailed as e:
-            return e.code
+            return e.code, None
     summary = _train(proto, cfg, started, run_dir, lock)
     if summary is None:
-        return 1
+        return 1, None
+    done = Finished(summary, started.trainer.model, run_dir)
     if summary.get("stopped"):
-        return _stopped(proto, cfg, summary, run_dir, stop, started, own_world)
+        return _stopped(proto, cfg, summary, run_dir, stop, started, own_world), done
     if comm.rank == 0:
         _say_done(cfg, summary, run_dir)
-    return 0
+    return 0, done
 
 
 def _train(proto: Protocol, cfg: TrainConfig, started: Started, run_dir: Path, lock: RunLock) -> dict | None:
