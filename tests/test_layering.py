@@ -5,7 +5,9 @@
   (``g3mpi.comm``), the bench or the command lines;
 - the MPI base imports nothing of g3mpi but itself, and no torch: both sides of the pipeline stand on it;
 - the data tools make no MPI call of their own but ``Abort``: every collective and point-to-point message goes
-  through the base's wrappers, which carry the deadlines."""
+  through the base's wrappers, which carry the deadlines;
+- a model is known by its name in one place, the model registry ``g3mpi/nn/specs.py``: nothing else compares a
+  model with a name (``model == "gat"``, ``cfg.model in ("appnp", "gcn2")``); it asks the registry's entry."""
 from __future__ import annotations
 
 import ast
@@ -17,6 +19,10 @@ DATA_TOOLS_MAY_IMPORT = ("g3mpi.format", "g3mpi.mpi", "g3mpi.log", "g3mpi.option
                          "g3mpi.units")
 #: a method call on a communicator spelled as MPI's (Allreduce, Isend, Barrier...): the base's business
 RAW_MPI_CALL = re.compile(r"\bcomm\.(?!Abort\b)[A-Z][A-Za-z]*\(")
+
+
+#: the model registry, the one file that may compare a model with its name
+REGISTRY = REPO / "g3mpi" / "nn" / "specs.py"
 
 
 def g3mpi_imports(path, root: str = "g3mpi") -> list[tuple[int, str]]:
@@ -62,3 +68,42 @@ def test_the_checks_see_an_upward_import_and_a_raw_call(tmp_path):
     bad.write_text("import g3mpi.units\n\n\ndef f():\n    from g3mpi.cli.train import main\n    return main\n")
     assert [m for _, m in g3mpi_imports(bad) if not allowed(m)] == ["g3mpi.cli.train"]
     assert RAW_MPI_CALL.search("    comm.Allreduce(a, b)") and not RAW_MPI_CALL.search("comm.Abort(1)")
+
+
+def _is_model(node) -> bool:
+    """A name or attribute that holds a model (``model``, ``cfg.model``, ``self.model_name``)."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return "model" in name.lower()
+
+
+def _is_names(node) -> bool:
+    """A string, or a tuple / list / set of strings."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and bool(node.elts) and all(_is_names(e) for e in node.elts)
+
+
+def model_name_comparisons(path) -> list[tuple[int, str]]:
+    """(line, source) of every comparison of a model with a name or names in the file."""
+    text = path.read_text(encoding="utf-8")
+    found = []
+    for node in ast.walk(ast.parse(text, filename=str(path))):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_is_model(a) for a in sides) and any(_is_names(b) for b in sides):
+                found.append((node.lineno, ast.get_source_segment(text, node)))
+    return found
+
+
+def test_no_model_name_is_compared_outside_the_registry():
+    files = [p for p in sorted((REPO / "g3mpi").rglob("*.py")) if p != REGISTRY]
+    assert len(files) > 50
+    bad = [f"{p.relative_to(REPO)}:{line}: {src}" for p in files for line, src in model_name_comparisons(p)]
+    assert not bad, "a model compared with its name outside g3mpi/nn/specs.py (ask its entry):\n" + "\n".join(bad)
+
+
+def test_the_registry_rule_sees_a_comparison(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('def f(cfg, model, kind):\n    if cfg.model in ("appnp", "gcn2"):\n        return 1\n'
+                   '    if kind == "gcn":\n        return 2\n    return model != "gat"\n')
+    assert [line for line, _ in model_name_comparisons(bad)] == [2, 6]

@@ -31,9 +31,10 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from g3mpi.nn import specs
 from g3mpi.options import Parser, from_options
 
-from .common import SYSTEMS, Sizes
+from .common import SYSTEMS, USER, USER_REFERENCE, Sizes
 
 PROG = "g3-bench"
 SUITES = ("vs-pyg", "kernels", "bytes", "schedules", "scaling", "memory", "partitions", "user-model", "precision")
@@ -102,19 +103,20 @@ class BenchConfig:
     def __post_init__(self):
         for suite in self.suites():
             models = self.models_for(suite)
-            if suite == "kernels" and "gat" in models:
+            built_in = [specs.MODELS[m] for m in models if m in specs.MODELS]
+            if suite == "kernels" and any(sp.aggregation not in ("gcn", "mean") or sp.attention for sp in built_in):
                 raise ValueError(f"kernels: --models {','.join(models)}: the kernels suite times GCN and SAGE only")
             dims = self.sizes_for(suite).dims
-            if "gat" in models and len(dims) > 2 and dims[1] % self.heads:
+            if any(sp.attention for sp in built_in) and len(dims) > 2 and dims[1] % self.heads:
                 raise ValueError(f"{suite}: --heads {self.heads} must divide the hidden width {dims[1]} of GAT "
                                  f"(hidden width = heads x channels)")
             if suite != "schedules" and len(self.ranks or ()) > 1:
                 raise ValueError(f"{suite}: --ranks {','.join(map(str, self.ranks))}: several rank counts are for "
                                  f"the schedules suite only")
-            if "user" in models and suite != "memory":
+            if USER in models and suite != "memory":
                 raise ValueError(f"{suite}: --models {','.join(models)}: model user is the memory suite's (the "
                                  f"user-model suite measures it against gcn)")
-            if suite == "user-model" and models != ("gcn",):
+            if suite == "user-model" and models != (USER_REFERENCE,):
                 raise ValueError(f"user-model: --models {','.join(models)}: it measures the user GCN against gcn")
             if suite in ("partitions", "user-model") and len(self.sim_net) > 1:
                 raise ValueError(f"{suite}: --sim-net given {len(self.sim_net)} times: it takes one network")
@@ -177,9 +179,9 @@ def parse_dims(text: str) -> tuple:
 
 
 def _models(text: str) -> tuple:
-    from g3mpi.nn import MODELS as KNOWN   # the models' one home (imports torch: only when --models is given)
+    KNOWN = specs.names()     # the models' one home
     models = tuple(m for m in text.split(",") if m)
-    bad = [m for m in models if m not in KNOWN + ("user",)]
+    bad = [m for m in models if m not in KNOWN + (USER,)]
     if not models or bad:
         raise argparse.ArgumentTypeError(f"{text!r}: comma-separated {', '.join(KNOWN)} (memory: also user)")
     return models

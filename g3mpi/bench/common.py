@@ -20,10 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
+from g3mpi.nn import specs
+
 # the results' own module, which the worker imports too (this one launches the worker); re-exported for the suites
 from .results import BenchError, gather_json, to_json, write_json  # noqa: F401
 
 
+#: the memory suite's model ``user``: a GCN of the public primitives (``g3mpi.bench.memory.USER_MODEL``); the
+#: built-in model that the user-model suite measures it against
+USER, USER_REFERENCE = "user", "gcn"
 #: the systems of the vs-pyg suite (g3mpi and pyg-csr always run)
 SYSTEMS = ("g3mpi", "g3mpi-nocache", "pyg-csr", "pyg-edge_index")
 
@@ -254,6 +259,6 @@ def variant_summary(v: dict) -> dict:
 def worker_model_args(model: str, sz: Sizes) -> list:
     """--model/--hidden/--layers/--heads of the worker for sizes ``sz`` (GAT: hidden width = heads x channels)."""
     hidden = sz.dims[1] if len(sz.dims) > 2 else sz.dims[-1]
-    if model == "gat":
+    if specs.spec(model).attention:
         hidden = max(1, hidden // sz.heads)
     return ["--model", model, "--hidden", hidden, "--layers", sz.layers, "--heads", sz.heads]

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from g3mpi.format.features import widen
+from g3mpi.nn import specs
 from g3mpi.ops.blocks import spmm
 
 from .common import Sizes, median, progress, ratio
@@ -31,7 +32,7 @@ def _timed(fn) -> float:
 
 def kernel_list(net, graph, model: str, dims, x, y, train, opt):
     """[(name, callable)] of the isolated kernels of one training epoch of ``net`` (GCN or SAGE)."""
-    kind = "gcn" if model == "gcn" else "mean"
+    kind = specs.spec(model).aggregation    # (gcn or mean: the kernels suite's models)
     blk = graph.blocks(kind)
     A, At = blk.local, blk.local_t
     n = x.shape[0]
@@ -40,7 +41,7 @@ def kernel_list(net, graph, model: str, dims, x, y, train, opt):
     # the input cache computes the first layer's aggregation of the constant input once (no input dropout here),
     # so epochs do not run it: it is not one of the epoch's kernels
     cached = bool(getattr(net, "input_cache", False)) and net.dropout == 0
-    layer_kernels = _gcn_kernels if model == "gcn" else _sage_kernels
+    layer_kernels = _sage_kernels if specs.spec(model).root_weight else _gcn_kernels
     for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
         first, last = i == 0, i == L - 1
         xin = x if first else torch.randn(n, a)

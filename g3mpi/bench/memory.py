@@ -29,7 +29,8 @@ from pathlib import Path
 from g3mpi.train.memory import UNITS, by_category, per_unit
 
 from .attribution import MEASURED, TERMS
-from .common import Sizes, prepare_graph, prepare_parts, progress, ratio, run_worker, worker_model_args
+from .common import USER, USER_REFERENCE, Sizes, prepare_graph, prepare_parts, progress, ratio, run_worker, \
+    worker_model_args
 from .usermodel import USER_GCN
 
 #: dropout of the measured training (on, as the memory model assumes)
@@ -38,15 +39,15 @@ DROPOUT = 0.5
 #: (explicit, whatever the worker's and g3-train's defaults: g3-train's is cheap, the worker's none)
 MODES = {"none": ["--remat", "none"], "remat": ["--remat", "cheap"],
          "release-memory": ["--remat", "none", "--release-memory"]}
-#: model ``user``: a GCN written from the public primitives of ``g3mpi.nn`` (docs/examples/user_gcn.py)
+#: model ``user`` (USER): a GCN written from the public primitives of ``g3mpi.nn`` (docs/examples/user_gcn.py)
 USER_MODEL = f"{USER_GCN}:build"
 #: the category whose bytes each unit of ``g3mpi.train.memory.UNITS`` divides
 UNIT_CATEGORY = {"owned_row": "owned", "halo_row": "halo", "send_row": "send", "edge": "edge"}
 
 
 def _model_args(model: str, sz: Sizes) -> list:
-    if model == "user":     # (the user GCN takes the run's hidden width and layers, as g3-train passes them)
-        return ["--designs", "user", "--model-file", USER_MODEL, *worker_model_args("gcn", sz)]
+    if model == USER:     # (the user GCN takes the run's hidden width and layers, as g3-train passes them)
+        return ["--designs", "user", "--model-file", USER_MODEL, *worker_model_args(USER_REFERENCE, sz)]
     return worker_model_args(model, sz)
 
 
@@ -133,9 +134,9 @@ def run(sz: Sizes, work: Path, ranks: int = 2, models=("gcn", "sage")) -> dict:
     ``remat_vs_none``: the largest rank's bytes per owned row, cheap over none."""
     graph = prepare_graph(sz, work)
     parts = prepare_parts(graph, ranks, work)
-    res = dict(graph=graph.name, ranks=ranks, models={}, user_model=USER_MODEL if "user" in models else None)
+    res = dict(graph=graph.name, ranks=ranks, models={}, user_model=USER_MODEL if USER in models else None)
     for model in models:
-        progress(f"memory: {model} on {ranks} ranks" + (f" ({USER_MODEL})" if model == "user" else ""))
+        progress(f"memory: {model} on {ranks} ranks" + (f" ({USER_MODEL})" if model == USER else ""))
         d = _measure(sz, work, parts, ranks, model)
         d["remat"] = _measure(sz, work, parts, ranks, model, "remat")
         d["release_memory"] = _measure(sz, work, parts, ranks, model, "release-memory")

@@ -24,6 +24,7 @@ from mpi4py import MPI
 from torch import nn
 
 from g3mpi.format.features import widen
+from g3mpi.nn import specs
 from g3mpi.ops import Aggregation, SpMM
 
 
@@ -32,7 +33,7 @@ def as_g3_original(model) -> None:
     graph = model.graph
     for i, conv in enumerate(model.convs):
         if getattr(conv, "transform_first", False):
-            kind = "gcn" if model.model == "gcn" else "mean"
+            kind = specs.spec(model.model).aggregation     # (gcn or mean)
             conv.transform_first = False
             conv.agg = Aggregation(graph, kind, conv.in_dim, name=f"{model.model}{i}.orig")
 
@@ -93,8 +94,9 @@ class ReplicateAll(nn.Module):
 
     def __init__(self, part, comm, model: str, dims):
         super().__init__()
-        if model not in ("gcn", "sage"):
-            raise ValueError("replicate-all is implemented for gcn and sage")
+        sp = specs.MODELS.get(model)
+        if sp is None or sp.aggregation not in ("gcn", "mean") or not sp.recipe:
+            raise ValueError("replicate-all is implemented for the GCN and SAGE stacks")
         self.model, self.comm = model, comm
         self.counters = Counters()
         n, self.N = part.num_owned, part.num_nodes
@@ -107,7 +109,8 @@ class ReplicateAll(nn.Module):
         glob = loc + part.owned_start
         remote = loc >= n   # halo columns (none on a 1-part partition, whose halo list is empty)
         glob[remote] = np.asarray(part.halo_ids, np.int64)[loc[remote] - n]
-        if model == "gcn":
+        self.weighted = specs.spec(model).aggregation == "gcn"     # GCN's normalisation, else SAGE's mean
+        if self.weighted:
             dinv = (np.asarray(part.in_degree, np.float64) + 1.0) ** -0.5
             vals = dinv[rows] * dinv[loc]
             rows = np.concatenate([rows, np.arange(n)])
@@ -125,7 +128,7 @@ class ReplicateAll(nn.Module):
         convs = []
         for a, b in zip(dims[:-1], dims[1:]):
             m = nn.Module()
-            if model == "gcn":
+            if self.weighted:
                 m.lin = nn.Linear(a, b, bias=False)
                 m.bias = nn.Parameter(torch.zeros(b))
             else:
@@ -140,7 +143,7 @@ class ReplicateAll(nn.Module):
     def forward(self, x):
         for i, conv in enumerate(self.convs):
             a = self.aggregate(x)
-            if self.model == "gcn":
+            if self.weighted:
                 x = F.linear(a, conv.lin.weight, conv.bias)
             else:
                 x = conv.lin_l(a) + conv.lin_r(x)

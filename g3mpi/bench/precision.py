@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from g3mpi.nn import specs
+
 from .common import BenchError, Sizes, child_env, median, mpiexec, prepare_graph, prepare_parts, progress, ratio
 
 #: name -> (--precision, --halo-dtype)
@@ -24,7 +26,7 @@ VARIANTS = {"fp32": ("fp32", "float32"), "bf16-mixed": ("bf16-mixed", "float32")
 def train_args(model: str, sz: Sizes) -> list:
     """g3-train's model options for sizes ``sz`` (GAT: hidden width = heads x channels)."""
     hidden = sz.dims[1] if len(sz.dims) > 2 else sz.dims[-1]
-    if model == "gat":
+    if specs.spec(model).attention:
         hidden = max(1, hidden // sz.heads)
     return ["--model", model, "--hidden", hidden, "--layers", sz.layers, "--heads", sz.heads]
 

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from g3mpi.format.features import widen
+from g3mpi.nn import specs
 
 from .common import SYSTEMS, Sizes, check_systems, median, progress, ratio
 
@@ -63,20 +64,20 @@ class PyGNet(torch.nn.Module):
 
     def __init__(self, model, dims, heads):
         super().__init__()
-        from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+        import torch_geometric.nn as pyg_nn
+        sp = specs.spec(model)
+        Conv = getattr(pyg_nn, sp.pyg)     # (the registry's counterpart: GCNConv, SAGEConv, GATConv)
         convs = []
         d = dims[0]
         for i, o in enumerate(dims[1:]):
             last = i == len(dims) - 2
-            if model == "gcn":
-                convs.append(GCNConv(d, o, cached=True))
-            elif model == "sage":
-                convs.append(SAGEConv(d, o))
-            else:
+            if sp.attention:
                 h = 1 if last else heads
                 ch = o if last else o // heads
-                convs.append(GATConv(d, ch, heads=h, concat=not last))
+                convs.append(Conv(d, ch, heads=h, concat=not last))
                 o = ch * h if not last else ch
+            else:   # (GCNConv caches its normalisation, as g3mpi's blocks are built once)
+                convs.append(Conv(d, o, **({"cached": True} if sp.aggregation == "gcn" else {})))
             d = o
         self.convs = torch.nn.ModuleList(convs)
 
@@ -102,7 +103,7 @@ def g3_net(g, model, dims, heads, input_cache=True):
     try:
         graph = DistGraph(part, ctx)
         torch.manual_seed(0)
-        hidden = dims[1] // heads if model == "gat" else dims[1]
+        hidden = dims[1] // heads if specs.spec(model).attention else dims[1]
         net = GNN(graph, model, dims[0], hidden, dims[-1], layers=len(dims) - 1, heads=heads,
                   input_cache=input_cache)
     except BaseException:
@@ -123,8 +124,9 @@ def run(sz: Sizes, models=("gcn", "sage", "gat"), seed: int = 0, gat_epochs: int
     res = dict(graph=dict(nodes=g.num_nodes, edges=g.num_edges, generator="uniform random (pyg.random_graph)"),
                models={})
     for model in models:
-        these = tuple(s for s in systems if not (model == "gat" and s == "g3mpi-nocache"))
-        n_ep = sz.epochs if model != "gat" or gat_epochs is None else gat_epochs
+        att = specs.spec(model).attention      # (no input cache to turn off; slower epochs)
+        these = tuple(s for s in systems if not (att and s == "g3mpi-nocache"))
+        n_ep = sz.epochs if not att or gat_epochs is None else gat_epochs
         progress(f"vs-pyg: {model}, {n_ep} epochs per system")
         res["models"][model] = r = _compare(g, data, model, dims, sz.heads, these, n_ep)
         progress(f"vs-pyg: {model}: " + ", ".join(f"{s} {r['median_epoch_s'][s]:.3f}s" for s in these) +

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from g3mpi.sched import PIPELINED
 
-from .common import Sizes, prepare_graph, prepare_parts, progress, ratio, run_worker, variant_summary, \
-    worker_model_args
+from .common import USER_REFERENCE, Sizes, prepare_graph, prepare_parts, progress, ratio, run_worker, \
+    variant_summary, worker_model_args
 
 #: the user model measured unless another is given (the repository's example)
 USER_GCN = Path(__file__).resolve().parents[2] / "docs" / "examples" / "user_gcn.py"
@@ -27,7 +27,7 @@ def run(sz: Sizes, work: Path, ranks: int = 2, sim_net: str = "", model_file: st
     progress(f"user-model: {spec} vs the built-in gcn on {ranks} ranks" + (f", sim-net {sim_net}" if sim_net else ""))
     out = run_worker(ranks, ["--parts", parts, "--designs", "g3,user", "--model-file", spec, "--schedules",
                              PIPELINED, "--no-input-cache", "--check", "--epochs", sz.epochs,
-                             *(["--sim-net", sim_net] if sim_net else []), *worker_model_args("gcn", sz)],
+                             *(["--sim-net", sim_net] if sim_net else []), *worker_model_args(USER_REFERENCE, sz)],
                      work / f"user-model-{ranks}.json", threads=sz.threads)
     d = {v["design"]: variant_summary(v) for v in out["variants"].values()}
     t = dict(builtin=d["g3"]["epoch_time_median_s"], user=d["user"]["epoch_time_median_s"])

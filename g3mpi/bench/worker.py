@@ -29,6 +29,7 @@ import torch
 from mpi4py import MPI
 
 from g3mpi.mpi.abort import abort_job
+from g3mpi.nn import specs
 from g3mpi.options import Parser, from_options
 from g3mpi.sched import BLOCKING, PIPELINED
 from g3mpi.mpi.watchdog import Watchdog
@@ -186,7 +187,7 @@ def modelled_split(trainer, counts, cfg) -> dict:
     mats = trainer.graph.matrices()
     symmetric = bool(mats) and all(bm.symmetric for bm in mats)
     fb = np.dtype(stored_dtype(part.feature_dtype)).itemsize
-    if not trainer.cfg.model_file:
+    if not trainer.cfg.model_file and specs.spec(cfg.model).aggregation:   # (the models the memory model has)
         return rank_memory_split(cfg.model, owned=c.owned, halo=c.halo, send=c.send, edges=c.edges,
                                  feature_dim=part.feature_dim, hidden=cfg.hidden, num_classes=trainer.out_dim,
                                  layers=cfg.layers, heads=cfg.heads, feature_bytes=fb, input_cache=cfg.input_cache,
@@ -267,7 +268,7 @@ class WorkerConfig:
     parts: str                          # partition directory
     json: str                           # written by rank 0
     # the model
-    model: str = "gcn"                  # gcn | sage | gat
+    model: str = "gcn"                  # a built-in model (g3mpi.nn.specs)
     hidden: int = 256                   # hidden width (GAT: per head)
     layers: int = 2
     heads: int = 8
@@ -299,7 +300,7 @@ def build_parser():
     ap = Parser(prog="g3mpi.bench.worker", description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", required=True)
     ap.add_argument("--json", required=True)
-    ap.add_argument("--model", choices=("gcn", "sage", "gat"))
+    ap.add_argument("--model", choices=specs.names())
     ap.add_argument("--hidden", type=int, help="hidden width (GAT: per head)")
     ap.add_argument("--layers", type=int)
     ap.add_argument("--heads", type=int)

@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="continue the run in RUN from RUN/checkpoint.pt, with RUN/config.toml as the settings "
                          "(with --parts OTHER: on another partition of the same graph, any number of ranks)")
     _model_options(ap.add_argument_group("model"))
-    _recipe_options(ap.add_argument_group("recipe blocks (gcn, sage, gat) and appnp / gcn2 (docs/RECIPES.md)"))
+    _model_settings(ap.add_argument_group("the models' own settings"))
+    _recipe_options(ap.add_argument_group("recipe blocks (gcn, sage, gat; docs/RECIPES.md)"))
     _optimisation_options(ap.add_argument_group("optimisation"))
     _runtime_options(ap.add_argument_group("runtime"))
     _reliability_options(ap.add_argument_group("reliability"))
@@ -58,22 +59,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _model_options(g) -> None:
     from g3mpi.train.config import ACTIVATIONS, MODELS
-    g.add_argument("--model", choices=MODELS)
+    g.add_argument("--model", choices=MODELS, help="a built-in model (its settings: the models' own settings)")
     g.add_argument("--model-file", metavar="PATH.py:FUNCTION",
                    help="a model of your own instead of --model: FUNCTION(graph, in_dim, out_dim, cfg) in PATH.py "
                         "returns a torch.nn.Module whose forward(x, key) gives [owned nodes, out_dim] "
                         "(docs/MODELS.md)")
     g.add_argument("--layers", type=int)
     g.add_argument("--hidden", type=int, help="hidden channels (per head for GAT)")
-    g.add_argument("--heads", type=int, help="GAT heads in hidden layers")
-    g.add_argument("--out-heads", type=int, help="GAT heads in the last layer (averaged)")
     g.add_argument("--dropout", type=float, help="dropout on every layer's input")
-    g.add_argument("--attn-dropout", type=float, help="GAT attention dropout")
     g.add_argument("--activation", help=f"one of {', '.join(ACTIVATIONS)}")
     g.add_argument("--init-from", metavar="MODEL_PT",
                    help="start from these parameters (a run's model.pt; same model, features and classes) instead "
                         "of the seeded initialisation; with --epochs 0 only evaluate them (accuracies, "
                         "predictions.h5), on any partition of any graph")
+
+
+def _model_settings(g) -> None:
+    """An option per setting of the model registry (``g3mpi.nn.specs.SETTINGS``), its help naming the models."""
+    from g3mpi.nn import specs
+    for s in specs.SETTINGS.values():
+        g.add_argument(f"--{s.name.replace('_', '-')}", type=s.type,
+                       help=f"{', '.join(specs.readers(s.name))}: {s.help}")
 
 
 def _recipe_options(g) -> None:
@@ -86,9 +92,6 @@ def _recipe_options(g) -> None:
     g.add_argument("--ffn", action=onoff, help="a feed-forward block after each hidden layer's propagation")
     g.add_argument("--jk", choices=JKS, help="jumping knowledge: concatenate or take the maximum of the hidden "
                                              "layers' outputs (with an output linear layer)")
-    g.add_argument("--k", type=int, help="appnp: propagation steps")
-    g.add_argument("--alpha", type=float, help="appnp: teleport probability; gcn2: initial residual strength")
-    g.add_argument("--theta", type=float, help="gcn2: identity mapping strength (beta_l = log(theta / l + 1))")
 
 
 def _optimisation_options(g) -> None:

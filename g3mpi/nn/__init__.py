@@ -1,27 +1,44 @@
-"""Distributed GNN layers (one per file), the model stack, and the public API of user models.
+"""Distributed GNN layers (one per file), the model stack, the model registry, and the public API of user models.
 
 User models (``from g3mpi import nn as gnn``; docs/MODELS.md): ``Graph`` (the rank's graph handle), ``Propagate``,
 ``Attention``, ``Dropout``, ``global_sum``/``global_mean``/``global_max``, ``DropoutKey``, and the layer contract
-``Layer`` with ``run_stack`` (which the built-in GCN, SAGE and GAT use too), ``relu_``; for link prediction
-``Pairs`` (scores of global node pairs through the pair exchange), ``NodeIds``, ``DotDecoder``, ``HadamardDecoder``. Layers never call MPI:
-they use ``g3mpi.ops``.
+``Layer`` with ``run_stack`` (which every built-in stack uses too), ``relu_``; for link prediction
+``Pairs`` (scores of global node pairs through the pair exchange), ``NodeIds``, ``DotDecoder``, ``HadamardDecoder``.
+Layers never call MPI: they use ``g3mpi.ops``. The built-in models are the registry's (``g3mpi.nn.specs``, which
+imports no torch: so this package imports its members on first use).
 """
-from g3mpi.ops import DistGraph as Graph
-from g3mpi.ops import DropoutKey
-from g3mpi.ops.activation import relu_
-from g3mpi.ops.reduce import global_max, global_mean, global_sum
+from __future__ import annotations
 
-from .base import Layer, run_stack
-from .gat import GATLayer
-from .gcn import GCNLayer
-from .link import DECODERS, DotDecoder, HadamardDecoder, NodeIds, Pairs
-from .model import ACTIVATIONS, GNN, MODELS
-from .norm import DistBatchNorm
-from .primitives import Attention, Dropout, Propagate
-from .recipe import APPNP, GCN2, RecipeGNN, build_model
-from .sage import SAGELayer
+import importlib
+import importlib.util
+
+#: public name -> the module (of this package, or absolute) that defines it
+_HOME = {"Graph": "g3mpi.ops", "DropoutKey": "g3mpi.ops", "relu_": "g3mpi.ops.activation",
+         "global_max": "g3mpi.ops.reduce", "global_mean": "g3mpi.ops.reduce", "global_sum": "g3mpi.ops.reduce",
+         "Layer": ".base", "run_stack": ".base", "GATLayer": ".gat", "GCNLayer": ".gcn", "SAGELayer": ".sage",
+         "DECODERS": ".link", "DotDecoder": ".link", "HadamardDecoder": ".link", "NodeIds": ".link", "Pairs": ".link",
+         "ACTIVATIONS": ".model", "GNN": ".model", "DistBatchNorm": ".norm", "Attention": ".primitives",
+         "Dropout": ".primitives", "Propagate": ".primitives", "APPNP": ".appnp", "GCN2": ".gcn2",
+         "RecipeGNN": ".recipe", "build_model": ".recipe", "MODELS": ".specs"}
+_ALIAS = {"Graph": "DistGraph", "MODELS": "names"}
 
 __all__ = ["Graph", "Propagate", "Attention", "Dropout", "DropoutKey", "global_sum", "global_mean", "global_max",
            "Layer", "run_stack", "relu_",
            "GATLayer", "GCNLayer", "SAGELayer", "GNN", "MODELS", "ACTIVATIONS", "APPNP", "GCN2", "RecipeGNN",
            "DistBatchNorm", "build_model", "Pairs", "NodeIds", "DotDecoder", "HadamardDecoder", "DECODERS"]
+
+
+def __getattr__(name: str):
+    if name not in _HOME:    # a submodule (``gnn.primitives``), as an eager package would have it
+        if importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return importlib.import_module(f"{__name__}.{name}")
+    value = getattr(importlib.import_module(_HOME[name], __name__), _ALIAS.get(name, name))
+    if name == "MODELS":
+        value = value()
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

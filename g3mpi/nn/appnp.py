@@ -33,11 +33,6 @@ class APPNP(nn.Module):
     """``layers`` Linear layers in -> hidden -> ... -> out (dropout on each one's input, ``act`` between), then
     ``k`` propagation steps with teleport ``alpha`` (``convs``: the steps, one entry each)."""
 
-    #: what the configuration checks ask of a built-in model (``g3mpi.nn.recipe.MODEL_CLASSES``): no attention
-    #: heads, and its products are chunked row-wise (the GCN aggregation)
-    attention = False
-    rowwise = True
-
     def __init__(self, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, layers: int = 2, k: int = 10,
                  alpha: float = 0.1, dropout: float = 0.0, act=torch.relu):
         super().__init__()
@@ -57,3 +52,10 @@ class APPNP(nn.Module):
         for step in self.convs:
             x = step(x, h0)
         return x
+
+
+def build(graph: DistGraph, cfg, in_dim: int, out_dim: int) -> APPNP:
+    """The registry's builder (``g3mpi.nn.specs``): APPNP of the configuration ``cfg``."""
+    from .model import ACTIVATIONS
+    return APPNP(graph, in_dim, cfg.hidden, out_dim, layers=cfg.layers, k=cfg.k, alpha=cfg.alpha,
+                 dropout=cfg.dropout, act=ACTIVATIONS[cfg.activation])

@@ -39,10 +39,6 @@ class GCN2(nn.Module):
     """Input linear -> ``layers`` GCNII layers of ``hidden`` channels -> output linear (see the module docstring);
     ``convs``: the GCNII layers."""
 
-    #: as ``APPNP``: no attention heads, row-chunked products
-    attention = False
-    rowwise = True
-
     def __init__(self, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  alpha: float = 0.1, theta: float = 0.5, dropout: float = 0.0, act=torch.relu):
         super().__init__()
@@ -62,3 +58,10 @@ class GCN2(nn.Module):
         for l, conv in enumerate(self.convs):
             x = self.act(conv(drop(x, l), x0))
         return self.lins[1](drop(x, L + 1))
+
+
+def build(graph: DistGraph, cfg, in_dim: int, out_dim: int) -> GCN2:
+    """The registry's builder (``g3mpi.nn.specs``): GCNII of the configuration ``cfg``."""
+    from .model import ACTIVATIONS
+    return GCN2(graph, in_dim, cfg.hidden, out_dim, layers=cfg.layers, alpha=cfg.alpha, theta=cfg.theta,
+                dropout=cfg.dropout, act=ACTIVATIONS[cfg.activation])

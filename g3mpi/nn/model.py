@@ -27,15 +27,9 @@ from g3mpi.ops import DistGraph, DropoutKey, node_dropout
 from g3mpi.ops.activation import relu_
 from g3mpi.ops.pipeline import input_product_groups, input_product_local
 
+from . import specs
 from .base import pipelines, run_stack
-from .gat import GATLayer
-from .gcn import GCNLayer
-from .sage import SAGELayer
 
-#: model name -> layer class; each implements the layer contract ``g3mpi.nn.base.Layer`` (``build``,
-#: ``forward(x, key, layer)``, and for GCN and SAGE the row-wise split that the inter-layer pipeline drives)
-LAYERS = {"gcn": GCNLayer, "sage": SAGELayer, "gat": GATLayer}
-MODELS = tuple(LAYERS)
 ACTIVATIONS = {"relu": F.relu, "elu": F.elu, "gelu": F.gelu, "leaky_relu": F.leaky_relu, "tanh": torch.tanh}
 
 
@@ -48,21 +42,23 @@ class GNN(nn.Module):
 
     def __init__(self, graph: DistGraph, model: str, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  heads: int = 8, out_heads: int = 1, dropout: float = 0.0, attn_dropout: float = 0.0,
-                 activation: str = "relu", input_cache: bool = True, remat: bool = False):
+                 activation: str = "relu", input_cache: bool = True, remat: bool = False, **settings):
         super().__init__()
-        if model not in LAYERS:
-            raise ValueError(f"model {model!r}: expected one of {', '.join(MODELS)}")
+        stacks = [m for m, sp in specs.MODELS.items() if sp.layer]
+        if model not in stacks:
+            raise ValueError(f"model {model!r}: expected one of {', '.join(stacks)}")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation {activation!r}: expected one of {', '.join(ACTIVATIONS)}")
         if layers < 1:
             raise ValueError("a model needs at least one layer")
         self.graph = graph
         self.model, self.dropout, self.act = model, float(dropout), ACTIVATIONS[activation]
+        make_layer = specs.spec(model).load_layer()    # (its ``Layer``: g3mpi.nn.base)
         convs = []
         d = in_dim
         for i in range(layers):
-            conv, d = LAYERS[model].build(graph, d, hidden, out_dim, i == layers - 1, f"{model}{i}", heads=heads,
-                                          out_heads=out_heads, attn_dropout=attn_dropout)
+            conv, d = make_layer.build(graph, d, hidden, out_dim, i == layers - 1, f"{model}{i}", heads=heads,
+                                       out_heads=out_heads, attn_dropout=attn_dropout, **settings)
             convs.append(conv)
         self.convs = nn.ModuleList(convs)
         self.rowwise = all(c.rowwise for c in convs)

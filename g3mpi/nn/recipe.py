@@ -19,8 +19,8 @@ blocks between two layers are its ``between``, on the boundary rows first). Batc
 any can go on and JK every layer's, so such a stack (and GAT) runs layer by layer, each layer's aggregation still
 pipelined inside it (chunks, per neighbour as messages land).
 
-``build_model(graph, cfg, in_dim, out_dim)`` returns the plain ``GNN`` when no recipe option is set (today's
-models, bit for bit), ``APPNP`` / ``GCN2`` for those models, else a ``RecipeGNN``. Every model has ``convs`` (one
+``build_model(graph, cfg, in_dim, out_dim)`` builds the model as its registry entry says (``g3mpi.nn.specs``): for the
+stacks of one layer (``build_stack``) the plain ``GNN`` when no recipe option is set, else a ``RecipeGNN``. Every model has ``convs`` (one
 entry per propagation layer); parameters outside them (linears, norms) are the model's own.
 """
 from __future__ import annotations
@@ -31,23 +31,15 @@ from torch import nn
 from g3mpi.ops import DistGraph, DropoutKey, node_dropout
 from g3mpi.ops.pipeline import forward_pipelined
 
-from .appnp import APPNP
-from .gcn2 import GCN2
-from .model import ACTIVATIONS, GNN, LAYERS
+from . import specs
+from .model import ACTIVATIONS, GNN
 from .norm import NORMS, make_norm
+from .specs import uses_recipe
 
-#: every built-in model, and its class (the layer class for the plain stacks): what the configuration checks ask
-#: of it (``attention``: heads and attention dropout apply; ``rowwise``: its products are chunked by rows)
-MODEL_CLASSES = {**LAYERS, "appnp": APPNP, "gcn2": GCN2}
-MODELS = tuple(MODEL_CLASSES)
+#: every built-in model (the registry's names, ``g3mpi.nn.specs``)
+MODELS = specs.names()
 #: --jk: none, concatenation or entry-wise maximum of the hidden layers' outputs
 JKS = ("none", "cat", "max")
-
-
-def uses_recipe(cfg) -> bool:
-    """Whether the configuration asks for a recipe block (else gcn, sage and gat are the plain ``GNN``)."""
-    return bool(cfg.residual or cfg.norm != "none" or cfg.input_linear or cfg.output_linear or cfg.ffn
-                or cfg.jk != "none")
 
 
 class FFN(nn.Module):
@@ -68,10 +60,12 @@ class RecipeGNN(nn.Module):
     def __init__(self, graph: DistGraph, model: str, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  heads: int = 8, out_heads: int = 1, dropout: float = 0.0, attn_dropout: float = 0.0,
                  activation: str = "relu", residual: bool = False, norm: str = "none", input_linear: bool = False,
-                 output_linear: bool = False, ffn: bool = False, jk: str = "none"):
+                 output_linear: bool = False, ffn: bool = False, jk: str = "none", **settings):
         super().__init__()
-        if model not in LAYERS:
-            raise ValueError(f"model {model!r}: recipe blocks apply to {', '.join(LAYERS)}")
+        stacks = [m for m, sp in specs.MODELS.items() if sp.recipe]
+        if model not in stacks:
+            raise ValueError(f"model {model!r}: recipe blocks apply to {', '.join(stacks)}")
+        make_layer = specs.spec(model).load_layer()
         if norm not in NORMS:
             raise ValueError(f"norm {norm!r}: expected one of {', '.join(NORMS)}")
         if jk not in JKS:
@@ -85,8 +79,8 @@ class RecipeGNN(nn.Module):
         convs, norms, ffns, widths = [], [], [], []
         for i in range(layers):
             last = i == layers - 1 and not output_linear
-            conv, d = LAYERS[model].build(graph, d, hidden, out_dim, last, f"{model}{i}", heads=heads,
-                                          out_heads=out_heads, attn_dropout=attn_dropout)
+            conv, d = make_layer.build(graph, d, hidden, out_dim, last, f"{model}{i}", heads=heads,
+                                       out_heads=out_heads, attn_dropout=attn_dropout, **settings)
             convs.append(conv)
             if not last:
                 widths.append(d)
@@ -161,16 +155,18 @@ class RecipeGNN(nn.Module):
 
 def build_model(graph: DistGraph, cfg, in_dim: int, out_dim: int) -> nn.Module:
     """The built-in model of the configuration ``cfg`` (a ``TrainConfig``, or anything with its model fields) for
-    ``in_dim`` features and ``out_dim`` outputs; parameters drawn from torch's current random state."""
-    act = ACTIVATIONS[cfg.activation]
-    if cfg.model == "appnp":
-        return APPNP(graph, in_dim, cfg.hidden, out_dim, layers=cfg.layers, k=cfg.k, alpha=cfg.alpha,
-                     dropout=cfg.dropout, act=act)
-    if cfg.model == "gcn2":
-        return GCN2(graph, in_dim, cfg.hidden, out_dim, layers=cfg.layers, alpha=cfg.alpha, theta=cfg.theta,
-                    dropout=cfg.dropout, act=act)
+    ``in_dim`` features and ``out_dim`` outputs, as its registry entry builds it (``g3mpi.nn.specs``); parameters
+    drawn from torch's current random state."""
+    return specs.spec(cfg.model).load_builder()(graph, cfg, in_dim, out_dim)
+
+
+def build_stack(graph: DistGraph, cfg, in_dim: int, out_dim: int) -> nn.Module:
+    """The builder of a stack of the entry's ``layer``: the plain ``GNN`` when no recipe option is set, else a
+    ``RecipeGNN``; the entry's own settings (``ModelSpec.settings``) go to its layers' ``build``."""
+    sp = specs.spec(cfg.model)
+    own = {k: getattr(cfg, k) for k in sp.settings if k not in ("heads", "out_heads", "attn_dropout")}
     common = dict(layers=cfg.layers, heads=cfg.heads, out_heads=cfg.out_heads, dropout=cfg.dropout,
-                  attn_dropout=cfg.attn_dropout, activation=cfg.activation)
+                  attn_dropout=cfg.attn_dropout, activation=cfg.activation, **own)
     if not uses_recipe(cfg):
         return GNN(graph, cfg.model, in_dim, cfg.hidden, out_dim, input_cache=cfg.input_cache,
                    remat=cfg.remat == "cheap", **common)

@@ -10,15 +10,16 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from g3mpi.mpi.deadline import ADAPTIVE, AUTO, DEFAULT_FACTOR, DEFAULT_FLOOR_S, parse_timeout
+from g3mpi.nn import specs
 from g3mpi.options import did_you_mean
 from g3mpi.sched import MODES, PIPELINED, Schedule
 
 from .choices import DECODERS, METRICS, TASKS, metric_misfit
 
-#: the names of g3mpi.nn's models (g3mpi.nn.recipe.MODELS), activations, norms and jumping knowledge modes, here
-#: without torch, so that the settings and g3-train --help import none (tests/test_train_config.py checks that
-#: they are g3mpi.nn's)
-MODELS = ("gcn", "sage", "gat", "appnp", "gcn2")
+#: the built-in models (the registry's, g3mpi.nn.specs, torch-free); the names of g3mpi.nn's activations, norms and
+#: jumping knowledge modes, here without torch, so that the settings and g3-train --help import none
+#: (tests/test_train_config.py checks that they are g3mpi.nn's)
+MODELS = specs.names()
 ACTIVATIONS = ("relu", "elu", "gelu", "leaky_relu", "tanh")
 NORMS = ("none", "layer", "batch")
 JKS = ("none", "cat", "max")
@@ -54,29 +55,30 @@ class ConfigError(ValueError):
         self.key = key
 
 
+#: the built-in models' own settings (heads, k, alpha, theta, ...): fields of the registry's (``specs.SETTINGS``),
+#: so that a model's entry brings its settings; TrainConfig's first fields
+ModelSettings = dataclasses.make_dataclass(
+    "ModelSettings", [(s.name, s.type, dataclasses.field(default=s.default)) for s in specs.SETTINGS.values()],
+    frozen=True)
+
+
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(ModelSettings):
     parts: str = ""                 # partition directory (meta.json + part files)
     out: str = ""                   # run directory to create
-    model: str = "gcn"              # gcn | sage | gat | appnp | gcn2
+    model: str = "gcn"              # a built-in model of the registry (g3mpi.nn.specs: gcn, sage, gat, ...)
     model_file: str = ""            # PATH.py:FUNCTION: a user's model instead of the built-in one (docs/MODELS.md)
     layers: int = 2
     hidden: int = 16                # hidden channels (per head for GAT)
-    heads: int = 8                  # GAT heads in hidden layers (concatenated)
-    out_heads: int = 1              # GAT heads in the last layer (averaged)
     dropout: float = 0.5            # on every layer's input
-    attn_dropout: float = 0.0       # GAT attention coefficients
     activation: str = "relu"
-    # recipe blocks (gcn, sage, gat; docs/RECIPES.md) and the appnp / gcn2 models' settings
+    # recipe blocks (gcn, sage, gat; docs/RECIPES.md)
     residual: bool = False          # add each hidden layer's input to its output (where the widths agree)
     norm: str = "none"              # none | layer | batch, after each hidden layer (batch: over every node)
     input_linear: bool = False      # a Linear in -> hidden before the first layer
     output_linear: bool = False     # a Linear hidden -> out after the last layer (always with jk)
     ffn: bool = False               # a feed-forward block (Linear, activation, Linear) after each hidden layer
     jk: str = "none"                # jumping knowledge over the hidden layers: none | cat | max
-    k: int = 10                     # appnp: propagation steps
-    alpha: float = 0.1              # appnp: teleport probability; gcn2: initial residual
-    theta: float = 0.5              # gcn2: identity mapping strength, beta_l = log(theta / l + 1)
     task: str = "multiclass"        # multiclass | binary | multilabel | link (g3mpi.train.tasks, .link)
     metric: str = "accuracy"        # accuracy | roc_auc | ap | f1_macro | mrr | hits@K: reported first, selects
                                     # the best epoch
@@ -309,25 +311,27 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
     """Why each setting that has no effect with these others, on ``world_size`` ranks, has none (by key): the
     warnings of :func:`ineffective_settings`, and the settings a resumed run may change (``checkpoint.RESUME_KEYS``
     that are idle here). ``input_cache_applies`` decides only ``input_cache``'s entry."""
-    from g3mpi.nn.recipe import MODEL_CLASSES, uses_recipe   # (torch: the runs that ask import it, not the settings)
     why = {}
-    layer = MODEL_CLASSES[cfg.model]   # what the model's layers have: attention heads, row chunks
+    model = specs.spec(cfg.model)   # what the model has: attention heads, row chunks, an input cache
+    recipe = specs.uses_recipe(cfg)
     if cfg.optimizer != "sgd":
         why["momentum"] = f"the optimizer is {cfg.optimizer}, and momentum is SGD's (optimizer sgd)"
     if cfg.model_file:
         # the user's function gets the whole configuration: only the choice of a built-in is known to be idle
         why["model"] = f"the model comes from model_file {cfg.model_file}"
-    elif not layer.attention:
-        why["heads"] = why["out_heads"] = f"the model is {cfg.model}, and attention heads are GAT's"
-        why["attn_dropout"] = f"the model is {cfg.model}, and attention dropout is GAT's"
+    elif not model.attention:
+        attending = "/".join(specs.MODELS[m].title for m in specs.readers("heads"))
+        why["heads"] = why["out_heads"] = f"the model is {cfg.model}, and attention heads are {attending}'s"
+        why["attn_dropout"] = f"the model is {cfg.model}, and attention dropout is {attending}'s"
     elif cfg.layers == 1 and not (cfg.output_linear or cfg.jk != "none"):
         why["heads"] = "with one layer there is no hidden layer (the last layer has out_heads heads)"
-    if cfg.layers == 1 and not cfg.model_file and not uses_recipe(cfg) and cfg.model != "gcn2":
+    if cfg.layers == 1 and not cfg.model_file and not recipe and not model.activation_with_one_layer:
         why["activation"] = "with one layer there is no hidden layer (the last layer has no activation)"
     if not cfg.model_file:
         why.update(_recipe_without_effect(cfg))
-    if layer.attention and not cfg.model_file:   # (GCN, SAGE, appnp and gcn2 chunk their products)
-        why["chunk_rows"] = "GAT computes its attention without row chunks (GCN and SAGE chunk their products)"
+    if model.attention and not cfg.model_file:   # (the row-wise models chunk their products)
+        why["chunk_rows"] = (f"{model.title} computes its attention without row chunks (GCN and SAGE chunk their "
+                             "products)")
     elif Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size):
         why["chunk_rows"] = Schedule.chunk_rows_idle(cfg.chunk_rows, cfg.schedule, world_size)
     if world_size == 1:
@@ -349,14 +353,14 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
         why["input_cache"] = "it is the built-in models' cache (a model file's module keeps what it wants)"
     elif not input_cache_applies:
         why["input_cache"] = "there is no parameter-free product of the input to keep: " + (
-            f"the {cfg.model} model does not keep one" if cfg.model in ("appnp", "gcn2") else
-            "the recipe stack (docs/RECIPES.md) does not keep one" if uses_recipe(cfg) else
-            "GAT's first layer weighs its input before it aggregates" if layer.attention else
+            f"the {cfg.model} model does not keep one" if not model.recipe else
+            "the recipe stack (docs/RECIPES.md) does not keep one" if recipe else
+            f"{model.title}'s first layer weighs its input before it aggregates" if not model.input_cache else
             "the first layer has more input features than outputs, so it multiplies by its weight before it aggregates")
-    if cfg.remat != "none" and not cfg.model_file and (cfg.model not in ("gcn", "sage", "gat") or uses_recipe(cfg)):
-        why["remat"] = "only the plain GCN, SAGE and GAT stacks recompute what they keep for backward: " + (
-            "the recipe stack (docs/RECIPES.md) keeps it" if cfg.model in ("gcn", "sage", "gat") else
-            f"the {cfg.model} model keeps it")
+    if cfg.remat != "none" and not cfg.model_file and (not model.remat or recipe):
+        plain = ", ".join(s.title for s in specs.MODELS.values() if s.remat)
+        why["remat"] = f"only the plain {_and(plain)} stacks recompute what they keep for backward: " + (
+            "the recipe stack (docs/RECIPES.md) keeps it" if model.remat else f"the {cfg.model} model keeps it")
     # (an evaluation-only run, epochs 0, saves them for a --resume that trains)
     if cfg.epochs and cfg.checkpoint_every >= cfg.epochs:
         why["checkpoint_every"] = f"the run ends at epoch {cfg.epochs}, where the checkpoint is written anyway"
@@ -369,7 +373,7 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
                            f"{cfg.patience} evaluation{'' if cfg.patience == 1 else 's'} every {cfg.eval_every} "
                            f"epoch{'' if cfg.eval_every == 1 else 's'}), not before its last epoch {cfg.epochs}")
     if (cfg.init_from or resuming) and not cfg.model_file and \
-            not (cfg.dropout > 0 or layer.attention and cfg.attn_dropout > 0):
+            not (cfg.dropout > 0 or model.uses("attn_dropout") and cfg.attn_dropout > 0):
         why["seed"] = (f"the parameters come from {'the checkpoint' if resuming else 'init_from'} and no dropout "
                        "is drawn")
     if resuming:
@@ -378,20 +382,30 @@ def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool
 
 
 def _recipe_without_effect(cfg: TrainConfig) -> dict[str, str]:
-    """Why each recipe block or appnp / gcn2 setting has no effect with this model (by key)."""
+    """Why each recipe block or model setting (``specs.SETTINGS``) has no effect with this model (by key)."""
     why = {}
-    if cfg.model in ("appnp", "gcn2"):
+    model = specs.spec(cfg.model)
+    if not model.recipe:
+        stacks = _and(", ".join(m for m, s in specs.MODELS.items() if s.recipe), "'s")
         for k in ("residual", "norm", "input_linear", "output_linear", "ffn", "jk"):
-            why[k] = f"the {cfg.model} model has its own stack (recipe blocks are gcn's, sage's and gat's)"
-    if cfg.model != "appnp":
-        why["k"] = f"the model is {cfg.model}, and k (propagation steps) is appnp's"
-    if cfg.model != "gcn2":
-        why["theta"] = f"the model is {cfg.model}, and theta (identity mapping) is gcn2's"
-    if cfg.model not in ("appnp", "gcn2"):
-        why["alpha"] = f"the model is {cfg.model}, and alpha is appnp's and gcn2's"
+            why[k] = f"the {cfg.model} model has its own stack (recipe blocks are {stacks})"
+    for k in ("k", "theta", "alpha"):     # (the attention settings: settings_without_effect)
+        if not model.uses(k):
+            why[k] = f"the model is {cfg.model}, and {k}{_SETTING_GLOSS.get(k, '')} is " \
+                f"{_and(', '.join(specs.readers(k)), chr(39) + 's')}"
     if cfg.jk != "none" and "output_linear" not in why:
         why["output_linear"] = f"jk {cfg.jk} always ends with an output linear layer"
     return why
+
+
+#: how the messages of :func:`_recipe_without_effect` name a setting
+_SETTING_GLOSS = {"k": " (propagation steps)", "theta": " (identity mapping)"}
+
+
+def _and(names: str, suffix: str = "") -> str:
+    """"a, b, c" -> "a's, b's and c's" (``suffix`` "'s"): a list in a message."""
+    parts = [p + suffix for p in names.split(", ") if p]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _toml_value(v) -> str:

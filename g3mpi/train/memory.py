@@ -17,21 +17,17 @@ halo rows, send rows, local edges, or none of them), which ``g3-bench memory`` m
 """
 from __future__ import annotations
 
+from g3mpi.nn import specs
+
 #: resident memory of a g3-train rank before any graph data (measured: 2 ranks on a 200-node graph, 356 MiB)
 BASELINE_BYTES = 356 << 20
 
 
 def layer_widths(model: str, feature_dim: int, hidden: int, num_classes: int, layers: int = 2, heads: int = 8,
                  out_heads: int = 1) -> list[tuple[int, int, int]]:
-    """(input width, output width, heads) of each layer, as ``g3mpi.nn.GNN`` builds them."""
-    out, d = [], feature_dim
-    for i in range(layers):
-        last = i == layers - 1
-        ch = num_classes if last else hidden
-        h = (out_heads if last else heads) if model == "gat" else 1
-        out.append((d, ch * h if model == "gat" and not last else ch, h))
-        d = out[-1][1]
-    return out
+    """(input width, output width, heads) of each layer, as the model's registry entry has them
+    (``g3mpi.nn.specs.ModelSpec.layer_widths``; for the stacks as ``g3mpi.nn.GNN`` builds them)."""
+    return specs.spec(model).layer_widths(feature_dim, hidden, num_classes, layers, heads, out_heads)
 
 
 #: what sizes a byte of a rank's data: its owned rows, its halo rows, its send rows (one per row of a send list),
@@ -117,47 +113,51 @@ def rank_memory_split(model: str, *, owned: int, halo: int, send: int, edges: in
     entries of the matrices and of GAT's per-edge attention terms are per owned row; activations are all per owned
     row but GAT's per-edge terms; parameters (with gradients and Adam's moments) are ``const``."""
     n, h, s, e, F, C = owned, halo, send, edges, feature_dim, num_classes
+    sp = specs.spec(model)
+    if not sp.aggregation:
+        raise ValueError(f"the memory model models the plain stacks of one aggregation, not model {model!r}")
+    att, root = sp.aggregation == "gat", sp.root_weight      # attention (GAT); a root weight beside the mean (SAGE)
     widths = layer_widths(model, F, hidden, C, layers, heads, out_heads)
     part = part_split(owned=n, halo=h, send=s, edges=e, feature_dim=F)
     # (SAGE's mean and GAT's pattern share one array of ones; SAGE adds no self loops)
     matrices = matrices_split(owned=n, halo=h, edges=e, cut_edges=cut_edges, symmetric=symmetric,
-                              self_loops=model != "sage", weighted=model == "gcn")
-    if model == "sage":     # the mean's row scaling, 1 / in-degree
+                              self_loops=sp.aggregation != "mean", weighted=sp.aggregation == "gcn")
+    if sp.aggregation == "mean":     # the mean's row scaling, 1 / in-degree
         matrices["owned"] += 4 * n
-    if model == "gat":
+    if att:
         for k in sorted({k for _, _, k in widths}):
             pattern = head_pattern_split(owned=n, halo=h, edges=e, heads=k)
             matrices = {c: matrices[c] + pattern[c] for c in CATEGORIES}
     exchanged = 0
     for i, (a, b, k) in enumerate(widths):
-        if model == "gat":   # transformed features and the source attention term, one message
+        if att:   # transformed features and the source attention term, one message
             exchanged += 2 * (b * (k if i == len(widths) - 1 else 1) + k)
         elif i == 0 and a <= b and input_cache:     # the input's halo rows kept, nothing exchanged
             continue
         else:   # the narrower side travels; the raw input of an aggregate-first first layer has no gradient
             exchanged += min(a, b) * (1 if i == 0 and a <= b else 2)
-    kept = F if model != "gat" and widths[0][0] <= widths[0][1] and input_cache else 0
+    kept = F if not att and widths[0][0] <= widths[0][1] and input_cache else 0
     exchange = exchange_split(halo=h, send=s, exchanged=exchanged, kept_halo_width=kept, feature_bytes=feature_bytes)
     hidden_in = sum(a for a, _, _ in widths[1:])
     per_edge = saved_halo = 0
-    if model == "gat" and remat:    # no per-edge term: the inputs, transformed rows, ELU, 4 [n, heads] terms a layer
+    if att and remat:    # no per-edge term: the inputs, transformed rows, ELU, 4 [n, heads] terms a layer
         rows = 4 * n * (1.25 * F + 3.25 * hidden_in + (widths[-1][2] + 3) * C + 4 * sum(k for _, _, k in widths))
-    elif model == "gat":    # per entry of the blocks: e edges and n self loops; each layer's received halo x'
+    elif att:    # per entry of the blocks: e edges and n self loops; each layer's received halo x'
         per_edge = 16 * sum(k for _, _, k in widths) + 16
         rows = 4 * n * (F + 3.75 * hidden_in + 4 * C) + n * per_edge
         saved_halo = 4 * h * sum(b * (k if i == len(widths) - 1 else 1) for i, (_, b, k) in enumerate(widths))
     elif remat:   # each layer's aggregate (the narrower side) and SAGE's own term, below the last layer; the loss
-        rows = 4 * n * (sum(min(a, b) + (b if model == "sage" else 0) for a, b, _ in widths[:-1]) + 3 * C)
+        rows = 4 * n * (sum(min(a, b) + (b if root else 0) for a, b, _ in widths[:-1]) + 3 * C)
     else:
         rows = 4 * n * (F + 2.25 * hidden_in + 3 * C)
     activations = split_bytes(owned=rows, halo=saved_halo, edge=e * per_edge)     # (each a whole number of bytes)
     params = 0
     for i, (a, b, k) in enumerate(widths):
-        if model == "gat":   # weight, source and target attention, bias; the last layer's heads are averaged
+        if att:   # weight, source and target attention, bias; the last layer's heads are averaged
             lin = k * b if i == len(widths) - 1 else b
             params += a * lin + 2 * lin + b
         else:   # SAGE: a root weight beside the neighbours' one
-            params += (2 if model == "sage" else 1) * a * b + b
+            params += (2 if root else 1) * a * b + b
     return dict(part=part, matrices=matrices, exchange=exchange, activations=activations,
                 params=split_bytes(const=16 * params))
 

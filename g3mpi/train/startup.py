@@ -40,7 +40,7 @@ from g3mpi.log import node_name
 from g3mpi.mpi.abort import abort_job
 from g3mpi.mpi.report import report
 from g3mpi.mpi.watchdog import Watchdog
-from g3mpi.nn.recipe import MODEL_CLASSES
+from g3mpi.nn import specs
 
 from .checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, check_restorable, load_checkpoint,
                          load_model_state, state_mismatch)
@@ -153,14 +153,14 @@ def model_args(cfg: TrainConfig) -> str:
     """The settings that shape the model's parameters, as options (for messages)."""
     if cfg.model_file:
         return f"--model-file {cfg.model_file}"
-    heads = f" --heads {cfg.heads} --out-heads {cfg.out_heads}" if MODEL_CLASSES[cfg.model].attention else ""
+    heads = f" --heads {cfg.heads} --out-heads {cfg.out_heads}" if specs.spec(cfg.model).attention else ""
     return f"--model {cfg.model} --layers {cfg.layers} --hidden {cfg.hidden}{heads}{recipe_args(cfg)}"
 
 
 def recipe_args(cfg: TrainConfig) -> str:
     """The recipe blocks (docs/RECIPES.md) the model has, as options (" --residual --norm batch"; "" for none:
     appnp and gcn2 have their own stacks, whose parameters k, alpha and theta do not shape)."""
-    if cfg.model in ("appnp", "gcn2"):
+    if not specs.spec(cfg.model).recipe:
         return ""
     on = [f" --{k.replace('_', '-')}" for k in ("residual", "input_linear", "output_linear", "ffn") if getattr(cfg, k)]
     return "".join(on) + "".join(f" --{k} {getattr(cfg, k)}" for k in ("norm", "jk") if getattr(cfg, k) != "none")

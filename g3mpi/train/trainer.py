@@ -28,7 +28,7 @@ from g3mpi.format.errors import failure_reason
 from g3mpi.format.features import widen
 from g3mpi.format.limits import FLOAT32_SQUARE_LIMIT
 from g3mpi.format.partition import part_name, read_part_edges
-from g3mpi.nn import build_model
+from g3mpi.nn import build_model, specs
 from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.ops.precision import autocast, warn_if_slow
 from g3mpi.sched import Schedule
@@ -155,8 +155,8 @@ class Trainer:
     def keeps_input_halo(self) -> bool:
         """The model keeps its input's halo rows (``GNN.keep_input_halo``): a built-in stack whose first layer
         aggregates the raw input, with the input cache on, on host tensors. The same on every rank."""
-        return bool(self.cfg.input_cache and getattr(self.model, "input_cache_applies", False)
-                    and hasattr(self.model, "keep_input_halo") and self.graph.stager is None)
+        built_in = not self.cfg.model_file and specs.spec(self.cfg.model).input_cache   # (a user's model keeps none)
+        return bool(self.cfg.input_cache and built_in and self.model.input_cache_applies and self.graph.stager is None)
 
     def _build_model(self, in_dim: int, out_dim: int) -> torch.nn.Module:
         """The built-in stack of ``cfg.model``, or the user's module of ``cfg.model_file``
