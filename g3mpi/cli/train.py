@@ -64,6 +64,9 @@ def _model_options(g) -> None:
                    help="a model of your own instead of --model: FUNCTION(graph, in_dim, out_dim, cfg) in PATH.py "
                         "returns a torch.nn.Module whose forward(x, key) gives [owned nodes, out_dim] "
                         "(docs/MODELS.md)")
+    g.add_argument("--node-embedding", type=int, metavar="DIM",
+                   help="learn a DIM-wide input row per node (held by the rank that owns it), for graphs without "
+                        "features; with features the model's input is [embedding | features] (0: none)")
     g.add_argument("--layers", type=int)
     g.add_argument("--hidden", type=int, help="hidden channels (per head for GAT)")
     g.add_argument("--dropout", type=float, help="dropout on every layer's input")

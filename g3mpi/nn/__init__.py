@@ -3,8 +3,8 @@
 User models (``from g3mpi import nn as gnn``; docs/MODELS.md): ``Graph`` (the rank's graph handle), ``Propagate``,
 ``Attention``, ``Dropout``, ``global_sum``/``global_mean``/``global_max``, ``DropoutKey``, and the layer contract
 ``Layer`` with ``run_stack`` (which every built-in stack uses too), ``relu_``; for link prediction
-``Pairs`` (scores of global node pairs through the pair exchange), ``NodeIds``, ``DotDecoder``, ``HadamardDecoder``.
-Layers never call MPI: they use ``g3mpi.ops``. The built-in models are the registry's (``g3mpi.nn.specs``, which
+``Pairs`` (scores of global node pairs through the pair exchange), ``NodeIds``, ``DotDecoder``, ``HadamardDecoder``;
+``NodeEmbedding`` (a learned row per node, held by its owner). Layers never call MPI: they use ``g3mpi.ops``. The built-in models are the registry's (``g3mpi.nn.specs``, which
 imports no torch: so this package imports its members on first use).
 """
 from __future__ import annotations
@@ -19,13 +19,16 @@ _HOME = {"Graph": "g3mpi.ops", "DropoutKey": "g3mpi.ops", "relu_": "g3mpi.ops.ac
          "DECODERS": ".link", "DotDecoder": ".link", "HadamardDecoder": ".link", "NodeIds": ".link", "Pairs": ".link",
          "ACTIVATIONS": ".model", "GNN": ".model", "DistBatchNorm": ".norm", "Attention": ".primitives",
          "Dropout": ".primitives", "Propagate": ".primitives", "APPNP": ".appnp", "GCN2": ".gcn2",
-         "RecipeGNN": ".recipe", "build_model": ".recipe", "MODELS": ".specs"}
+         "RecipeGNN": ".recipe", "build_model": ".recipe", "MODELS": ".specs",
+         "NodeEmbedding": ".embedding", "EmbeddingInput": ".embedding", "sharded_parameters": ".embedding",
+         "replicated_state": ".embedding"}
 _ALIAS = {"Graph": "DistGraph", "MODELS": "names"}
 
 __all__ = ["Graph", "Propagate", "Attention", "Dropout", "DropoutKey", "global_sum", "global_mean", "global_max",
            "Layer", "run_stack", "relu_",
            "GATLayer", "GCNLayer", "SAGELayer", "GNN", "MODELS", "ACTIVATIONS", "APPNP", "GCN2", "RecipeGNN",
-           "DistBatchNorm", "build_model", "Pairs", "NodeIds", "DotDecoder", "HadamardDecoder", "DECODERS"]
+           "DistBatchNorm", "build_model", "Pairs", "NodeIds", "DotDecoder", "HadamardDecoder", "DECODERS",
+           "NodeEmbedding", "EmbeddingInput", "sharded_parameters", "replicated_state"]
 
 
 def __getattr__(name: str):

@@ -44,7 +44,7 @@ CHECKPOINT_FORMAT = "g3mpi-checkpoint"
 CHECKPOINT_VERSION = 1
 #: settings a resumed run must share with its checkpoint (the rest, e.g. epochs, threads, schedule, may change; so
 #: may those of these that have no effect on the run, e.g. heads for GCN or momentum with Adam, with a warning)
-RESUME_KEYS = ("model", "model_file", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout",
+RESUME_KEYS = ("model", "model_file", "node_embedding", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout",
                "activation", "residual", "norm", "input_linear", "output_linear", "ffn", "jk", "k", "alpha", "theta",
                "optimizer", "lr", "weight_decay", "momentum", "seed", "task", "metric", "decoder", "embed_dim",
                "negatives")

@@ -70,6 +70,8 @@ class TrainConfig(ModelSettings):
     model_file: str = ""            # PATH.py:FUNCTION: a user's model instead of the built-in one (docs/MODELS.md)
     layers: int = 2
     hidden: int = 16                # hidden channels (per head for GAT)
+    node_embedding: int = 0         # a learned input row of this width per node, held by its owner, before the
+                                    # features if the graph has any (0: none; g3mpi.nn.embedding)
     dropout: float = 0.5            # on every layer's input
     activation: str = "relu"
     # recipe blocks (gcn, sage, gat; docs/RECIPES.md)
@@ -153,8 +155,10 @@ class TrainConfig(ModelSettings):
             bad("alpha", f"alpha must be in [0, 1] (got {self.alpha})")
         if not (math.isfinite(self.theta) and self.theta > 0):
             bad("theta", f"theta must be a finite positive number (got {self.theta})")
-        for k, most in (("hidden", MAX_HIDDEN), ("embed_dim", MAX_HIDDEN), ("negatives", MAX_HEADS), ("heads", MAX_HEADS),
-                        ("out_heads", MAX_HEADS)):
+        if self.node_embedding < 0:
+            bad("node_embedding", f"node_embedding must not be negative (got {self.node_embedding}; 0: none)")
+        for k, most in (("hidden", MAX_HIDDEN), ("embed_dim", MAX_HIDDEN), ("node_embedding", MAX_HIDDEN),
+                        ("negatives", MAX_HEADS), ("heads", MAX_HEADS), ("out_heads", MAX_HEADS)):
             if getattr(self, k) > most:
                 bad(k, f"{k} must be at most {most} (got {getattr(self, k)})")
         # TOML and argparse: any int

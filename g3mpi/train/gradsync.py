@@ -1,6 +1,8 @@
 """Parameter-gradient allreduce, bucket by bucket, overlapped with the rest of backward.
 
-Parameters are replicated, so after backward every rank needs the sum over ranks of every parameter gradient.
+Parameters are replicated, so after backward every rank needs the sum over ranks of every parameter gradient; the
+node-embedding tables (``g3mpi.nn.sharded_parameters``) are not: each rank holds its owned rows, whose gradient
+backward's halo exchange has already completed, so they are in no bucket.
 Backward produces them last layer first; each layer's parameters form one bucket (a contiguous slice of one
 flat float32 buffer). When autograd has accumulated every gradient of a bucket (``post_accumulate_grad``
 hooks), the bucket is packed and a non-blocking ``Iallreduce`` starts at once, while backward continues with the
@@ -22,13 +24,16 @@ from __future__ import annotations
 import torch
 from mpi4py import MPI
 
+from g3mpi.nn.embedding import sharded_parameters
+
 
 def param_buckets(model) -> list[list]:
     """A model's parameters in buckets, in about the order backward completes them: one per layer of a stack
     (``model.convs``), last first, else one per child module in reverse order of definition; the model's own
-    parameters and any left last. A parameter shared by two modules is in the first bucket that holds it."""
+    parameters and any left last. A parameter shared by two modules is in the first bucket that holds it; the
+    sharded ones (node embeddings) in none."""
     mods = list(model.convs) if hasattr(model, "convs") else list(model.children())
-    seen, buckets = set(), []
+    seen, buckets = {id(p) for p in sharded_parameters(model).values()}, []
     for m in [*reversed(mods), model]:
         b = [p for p in m.parameters() if p.requires_grad and id(p) not in seen]
         seen.update(id(p) for p in b)

@@ -280,6 +280,9 @@ def _load_part(proto: Protocol, cfg: TrainConfig):
         why = link_misfit(meta, cfg.metric) if cfg.task == "link" else label_misfit(cfg.task, part.labels,
                                                                                      part.num_classes)
         err = why and f"{cfg.parts}: {why}"
+        if not err and part.feature_dim == 0 and not cfg.node_embedding:
+            err = (f"{cfg.parts}: the graph has no node features (feature_dim 0): give the model learned ones with "
+                   "--node-embedding DIM")
     except FormatError as e:
         err = str(e)
     except Exception as e:  # noqa: BLE001 - any load failure must reach every rank
@@ -306,7 +309,8 @@ def _split_sizes(proto: Protocol, cfg: TrainConfig, part) -> dict:
     rank has the same sums, so every rank says the same line and none waits for another)."""
     split_sizes, ids_once = start_up_sums(part, proto.watchdog)
     err = None if ids_once else f"{cfg.parts}: {IDS_NOT_ONCE}"
-    if not split_sizes["train"]:  # before the run directory is made: nothing to train on
+    if not split_sizes["train"] and cfg.task != "link":  # before the run directory is made: nothing to train on
+        # (link trains on pairs, which LinkTask counts: a knowledge graph has no node labels)
         err = err or (f"{cfg.parts}: the graph has no training nodes (no labels, or an empty train mask; "
                       "g3-prepare edgelist takes them with --labels and --masks)")
     if err:
@@ -317,6 +321,9 @@ def _split_sizes(proto: Protocol, cfg: TrainConfig, part) -> dict:
 def _read_checkpoint(proto: Protocol, cfg: TrainConfig, meta: dict, resume: str) -> dict:
     """Step 6 of ``--resume``: RUN/checkpoint.pt, compatible with the settings and the partition."""
     err, ckpt = None, None
+    if cfg.node_embedding:
+        proto.same(f"{resume}: --resume of a run with node embeddings (--node-embedding) is not supported yet: its "
+                   "checkpoint does not hold every rank's rows", "checkpoint")
     try:
         ckpt = load_checkpoint(f"{resume}/{CHECKPOINT_NAME}")
         check_compatible(f"{resume}/{CHECKPOINT_NAME}", ckpt, cfg, meta,
@@ -331,6 +338,9 @@ def _read_checkpoint(proto: Protocol, cfg: TrainConfig, meta: dict, resume: str)
 def _read_initial(proto: Protocol, cfg: TrainConfig) -> dict:
     """Step 6 of ``--init-from``: the initial parameters."""
     err, init = None, None
+    if cfg.node_embedding:
+        proto.same(f"{cfg.init_from}: --init-from with --node-embedding is not supported: a run's model.pt holds "
+                   "the replicated parameters, not the node embeddings (embeddings.h5)", "initial model")
     try:
         init = load_model_state(cfg.init_from)
     except CheckpointError as e:

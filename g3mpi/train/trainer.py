@@ -28,7 +28,7 @@ from g3mpi.format.errors import failure_reason
 from g3mpi.format.features import widen
 from g3mpi.format.limits import FLOAT32_SQUARE_LIMIT
 from g3mpi.format.partition import part_name, read_part_edges
-from g3mpi.nn import build_model, specs
+from g3mpi.nn import EmbeddingInput, NodeEmbedding, build_model, replicated_state, specs
 from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.ops.precision import autocast, warn_if_slow
 from g3mpi.sched import Schedule
@@ -160,11 +160,19 @@ class Trainer:
 
     def _build_model(self, in_dim: int, out_dim: int) -> torch.nn.Module:
         """The built-in stack of ``cfg.model``, or the user's module of ``cfg.model_file``
-        (:class:`~.userfile.ModelFileError` when that fails)."""
+        (:class:`~.userfile.ModelFileError` when that fails); with ``cfg.node_embedding``, on the learned node
+        embeddings and the features (``g3mpi.nn.EmbeddingInput``)."""
         cfg = self.cfg
+        dim = cfg.node_embedding
+        if dim:   # (the inner model takes [embedding | features])
+            in_dim += dim
         if cfg.model_file:
-            return build_user_model(cfg.model_file, self.graph, in_dim, out_dim, cfg)
-        return build_model(self.graph, cfg, in_dim, out_dim)
+            model = build_user_model(cfg.model_file, self.graph, in_dim, out_dim, cfg)
+        else:
+            model = build_model(self.graph, cfg, in_dim, out_dim)
+        if dim:
+            model = EmbeddingInput(NodeEmbedding(self.graph, dim, cfg.seed), model, concat=in_dim > dim)
+        return model
 
     def check_model_output(self) -> None:
         """A user's model: one evaluation pass, whose output must be [owned nodes, out_dim]
@@ -536,7 +544,8 @@ class Trainer:
             shutdown.mark("plots")
         if comm.rank != 0:
             return {}
-        save_state_dict(run_dir / "model.pt", self.model.state_dict())
+        # (the replicated parameters: the node embeddings are every rank's own rows)
+        save_state_dict(run_dir / "model.pt", replicated_state(self.model))
         shutdown.mark("model")
         summary = self._summary(run_dir, epoch, best, sel.last_loss, got[:, 0])
         summary["input_halo_bytes"] = int(got[:, 1].sum())
