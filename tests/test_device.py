@@ -140,3 +140,26 @@ def test_g3_train_refuses_cuda_on_every_rank(tmp_path):
     assert all(f"] --device cuda: {why}" in x for x in lines), p.stderr
     assert lines[0].startswith("g3-train: error: [ranks 0-1] ") if len(lines) == 1 else len(lines) == 2, p.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_link_task_refused_on_a_gpu_at_start_up(capfd, monkeypatch):
+    """Where the runtime computes on a GPU (faked: the CUDA path of issue 28 lets it), --task link still stops at
+    the start-up check 'device', one line: the pair exchange moves host rows only. The node tasks go on."""
+    from g3mpi.train import startup
+    monkeypatch.setattr(startup, "RUNTIME_DEVICES", ("cpu", "cuda"))
+    cfg = TrainConfig(device="cuda", task="link", metric="roc_auc")
+    with pytest.raises(StartupFailed):
+        select_rank_device(_protocol(), cfg, cuda_count=1)
+    assert capfd.readouterr().err == (
+        "g3-train: error: [rank 0] --device cuda with --task link: this rank would compute on cuda:0, but the pair "
+        "exchange that scores node pairs runs on the cpu only so far; use --device cpu\n")
+    assert select_rank_device(_protocol(), TrainConfig(device="cuda"), cuda_count=1)[0] == torch.device("cuda:0")
+
+
+def test_pair_exchange_refuses_device_embeddings():
+    """The library check under the start-up one: a graph with a device stager, or embeddings off the host."""
+    from types import SimpleNamespace
+
+    from g3mpi.ops.pairs import PairExchange
+    with pytest.raises(NotImplementedError, match="ranks computing on a device are not supported yet"):
+        PairExchange(SimpleNamespace(stager=object()), [0], [0])

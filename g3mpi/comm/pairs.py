@@ -17,6 +17,9 @@ from mpi4py import MPI
 from ..sorting import sorted_unique
 from .halo import HaloPlan
 
+#: edges of the local CSR keyed at once when held-out pairs are looked up in it
+CHUNK = 1 << 22
+
 
 @dataclass
 class PairPlan:
@@ -140,3 +143,87 @@ class IdDirectory:
         out = np.empty(len(orig), dtype=np.int64)
         out[order] = back
         return out
+
+
+def route_rows(wd, rows: np.ndarray, dest: np.ndarray, what: str) -> np.ndarray:
+    """int64 rows [m, c] sent to the ranks ``dest`` [m]: the rows that arrived here [k, c], in rank order (one
+    ``Alltoall`` of counts, one ``Alltoallv``). Collective."""
+    size = wd.comm.size
+    rows = np.asarray(rows, dtype=np.int64)
+    c = rows.shape[1]
+    order = np.argsort(dest, kind="stable")
+    sc = c * np.bincount(dest, minlength=size).astype(np.int64)
+    rc = np.empty(size, dtype=np.int64)
+    wd.alltoall(sc, rc, what=what)
+    out = np.empty(int(rc.sum()), dtype=np.int64)
+    wd.alltoallv([np.ascontiguousarray(rows[order]).ravel(), (sc, np.r_[0, np.cumsum(sc)[:-1]]), MPI.INT64_T],
+                 [out, (rc, np.r_[0, np.cumsum(rc)[:-1]]), MPI.INT64_T], what=what)
+    return out.reshape(-1, c)
+
+
+def owner_of(wd, owned_start: int, owned_end: int, what: str):
+    """(offsets [P + 1] of the ranks' owned ranges, a function new global IDs -> owning rank). Collective."""
+    allr = np.empty(2 * wd.comm.size, dtype=np.int64)
+    wd.allgather(np.array([owned_start, owned_end], dtype=np.int64), allr, what=what)
+    offsets = np.r_[allr[0::2], allr[-1]]
+    return offsets, lambda ids: np.searchsorted(offsets, ids, side="right") - 1
+
+
+def first_edge_of_graph(wd, owned_start: int, indptr, indices, halo_ids, edge_type, orig_ids, pairs: np.ndarray,
+                        what: str = "held-out pairs against the graph"):
+    """The first of the pairs of all ranks that is an edge of the message-passing graph, the same on every rank:
+    ``pairs`` int64 [m, 5] (order key >= 0, source, target, relation or -1, a column carried along), sources and
+    targets new global IDs; a pair is looked up in its target's row, on the target's owner (the local in-edge CSR
+    ``indptr``, ``indices``: local columns, owned rows then ``halo_ids``; ``edge_type`` or None; ``orig_ids``: the
+    original IDs of the owned rows). Returns (the pair's 5 values and its target's original ID, the rank that owns
+    the source, the rank that owns the target) of the edge with the smallest order key, or None. Collective."""
+    n = len(indptr) - 1
+    _, owner = owner_of(wd, owned_start, owned_start + n, what)
+    got = route_rows(wd, pairs, owner(pairs[:, 2]), what)
+    hit = np.zeros(len(got), dtype=bool)
+    if len(got) and len(indices):
+        gid = np.r_[owned_start + np.arange(n, dtype=np.int64), np.asarray(halo_ids, dtype=np.int64)]
+        indptr = np.asarray(indptr, dtype=np.int64)
+        N = int(max(gid.max(initial=0), got[:, 1].max()) + 1)
+        R = int(max(np.max(edge_type, initial=0), got[:, 3].max()) + 1) if edge_type is not None else 1
+        rows = got[:, 2] - owned_start
+        by_row = np.argsort(rows, kind="stable")
+        # rows in runs of about CHUNK edges: keys (row, source's global ID, relation) of a run, sorted, searched
+        cuts = np.searchsorted(indptr, np.arange(0, int(indptr[-1]) + CHUNK, CHUNK), side="right") - 1
+        cuts = np.unique(np.r_[np.clip(cuts, 0, n), n])
+        for r0, r1 in zip(cuts[:-1], cuts[1:]):
+            lo, hi = np.searchsorted(rows[by_row], [r0, r1])
+            if lo == hi:
+                continue
+            e0, e1 = int(indptr[r0]), int(indptr[r1])
+            key = np.repeat(np.arange(r1 - r0, dtype=np.int64), np.diff(indptr[r0:r1 + 1])) * N + gid[indices[e0:e1]]
+            typed = edge_type is not None
+            if typed:
+                key = key * R + np.asarray(edge_type[e0:e1], dtype=np.int64)
+            key.sort()
+            q = by_row[lo:hi]
+            want = (rows[q] - r0) * N + got[q, 1]
+            if typed:      # (an untyped pair of a typed graph: any relation)
+                t = got[q, 3]
+                want = want * R + np.maximum(t, 0)
+                at = np.searchsorted(key, want)
+                found = at < len(key)
+                found[found] = (key[at[found]] == want[found]) | ((t[found] < 0) & (key[at[found]] // R ==
+                                                                                     want[found] // R))
+            else:
+                at = np.minimum(np.searchsorted(key, want), len(key) - 1)
+                found = key[at] == want
+            hit[q] = found
+    mine = np.full(6, -1, dtype=np.int64)
+    if hit.any():
+        first = got[hit][np.argmin(got[hit, 0])]
+        mine[:5] = first
+        mine[5] = np.asarray(orig_ids)[first[2] - owned_start]
+    every = np.empty(6 * wd.comm.size, dtype=np.int64)
+    wd.allgather(mine, every, what=what)
+    every = every.reshape(-1, 6)
+    found = np.flatnonzero(every[:, 0] >= 0)
+    if not len(found):
+        return None
+    r = int(found[np.argmin(every[found, 0])])
+    return every[r], int(owner(every[r, 1:2])[0]), r

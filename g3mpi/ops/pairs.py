@@ -28,7 +28,8 @@ class PairExchange:
     def __init__(self, graph, src, dst, name: str = "pairs"):
         self.graph, self.name = graph, name
         if graph.stager is not None:
-            raise NotImplementedError("pair exchange: ranks computing on a device are not supported yet")
+            raise NotImplementedError("pair exchange: ranks computing on a device are not supported yet (it moves "
+                                      "host rows only; g3-train refuses --task link on a GPU at start-up)")
         self.plan = plan_pairs(graph.ctx.watchdog or as_watchdog(graph.ctx.comm), graph.owned_start,
                                graph.owned_end, src, dst, what=f"{name} plan")
         self.groups = [torch.from_numpy(g) for g in self.plan.groups()]
@@ -57,6 +58,9 @@ class PairExchange:
 
     def __call__(self, h: torch.Tensor, decoder=None):
         n = self.plan.halo.num_owned
+        if h.device.type != "cpu":
+            raise NotImplementedError(f"pair exchange: embeddings on {h.device} are not supported yet (host rows "
+                                      "only)")
         if h.dim() != 2 or h.shape[0] != n:
             raise ValueError(f"pair exchange: expected [{n}, d] rows (this rank's owned nodes), got {tuple(h.shape)}")
         h = h.float().contiguous()

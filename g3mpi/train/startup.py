@@ -13,7 +13,9 @@ the job says it once: rank 0 writes one line per distinct error, naming the rank
    part is read (it is made after step 8, so that a model that does not fit leaves no run directory);
 4. ``part files``: meta.json and the rank's own part (:func:`read_rank_part`, which the bench's worker uses too),
    whose labels fit ``--task``;
-5. ``halo lists``: each neighbour sends the rows this rank expects (:mod:`g3mpi.comm.consistency`);
+5. ``halo lists``: each neighbour sends the rows this rank expects (:mod:`g3mpi.comm.consistency`); with
+   ``--task link``, ``held-out pairs``: no val or test pair is an edge of its target's part (a part edited since
+   g3-partition), each looked up on the target's owner;
 6. ``split sizes``: the graph's training, validation and test counts, and that the parts own every node ID
    exactly once (:func:`start_up_sums`, which the bench's worker uses too);
 7. ``checkpoint`` (``--resume``) or ``initial model`` (``--init-from``): read and checked against the settings;
@@ -34,7 +36,9 @@ import numpy as np
 import torch
 
 from g3mpi.comm.consistency import check_neighbours
+from g3mpi.comm.pairs import first_edge_of_graph
 from g3mpi.format import FormatError, open_graph, part_name, read_meta, read_part
+from g3mpi.format.links import HELD_OUT, link_name
 from g3mpi.format.partition import id_checksum, range_checksum
 from g3mpi.log import node_name
 from g3mpi.mpi.abort import abort_job
@@ -62,6 +66,8 @@ IDS_NOT_ONCE = ("the parts do not own every original node ID exactly once (two p
                 "g3-inspect names the part whose IDs disagree with node_map.h5)")
 #: the devices the training runtime computes on so far (the CUDA path of issue 28 is not in yet)
 RUNTIME_DEVICES = ("cpu",)
+#: the devices the pair exchange of ``--task link`` computes on (``g3mpi.ops.pairs``: host buffers only so far)
+PAIR_DEVICES = ("cpu",)
 
 
 class StartupFailed(Exception):
@@ -203,6 +209,9 @@ def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None, phases: P
     hooks.stall_at("startup")
     _check_halo(proto, cfg, part)
     phases.mark("halo lists")
+    if cfg.task == "link":
+        _check_held_out(proto, cfg, part)
+        phases.mark("held-out pairs")
     split_sizes = _split_sizes(proto, cfg, part)
     phases.mark("split sizes")
     ckpt = _read_checkpoint(proto, cfg, meta, resume) if resume else None
@@ -249,6 +258,10 @@ def select_rank_device(proto: Protocol, cfg: TrainConfig, cuda_count: int | None
         if device.type not in RUNTIME_DEVICES:
             err = (f"--device {cfg.device}: this rank would compute on {device}, but the training runtime computes "
                    f"on the {' or '.join(RUNTIME_DEVICES)} only so far (its CUDA path is not in yet); use "
+                   "--device cpu")
+        elif cfg.task == "link" and device.type not in PAIR_DEVICES:
+            err = (f"--device {cfg.device} with --task link: this rank would compute on {device}, but the pair "
+                   f"exchange that scores node pairs runs on the {' or '.join(PAIR_DEVICES)} only so far; use "
                    "--device cpu")
     except ConfigError as e:
         err = str(e)
@@ -302,6 +315,44 @@ def _check_halo(proto: Protocol, cfg: TrainConfig, part) -> None:
     except Exception:  # noqa: BLE001 - failed inside its collectives: the others may wait there, so no agree
         proto.abort("checking the halo against the neighbours failed:\n" + traceback.format_exc())
     proto.agree(err, "halo lists")
+
+
+def _check_held_out(proto: Protocol, cfg: TrainConfig, part) -> None:
+    """Step 5 of ``--task link``: no held-out (val, test) pair is an edge of any part's message-passing graph (the
+    graph file guarantees it; a part edited since could break it): each pair is looked up on its target's owner."""
+    err = None
+    try:
+        found = first_held_out_edge(proto.watchdog, part)
+    except Exception:  # noqa: BLE001 - failed inside its collectives: the others may wait there, so no agree
+        proto.abort("checking the held-out pairs against the graph failed:\n" + traceback.format_exc())
+    if found is not None:
+        (key, _, _, rel, src_orig, dst_orig), src_rank, dst_rank = found
+        split, index = HELD_OUT[key >> 40], key & ((1 << 40) - 1)
+        err = (f"{cfg.parts.rstrip('/')}/{part_name(src_rank)}: {link_name(split, 'edge')}: pair {index} (node "
+               f"{src_orig} -> node {dst_orig}" + (f", relation {rel}" if rel >= 0 else "") + ") is also an edge "
+               f"of the message-passing graph (in {part_name(dst_rank)}'s CSR): a held-out edge must not be "
+               "trained on (leakage; the part files were changed after g3-partition?)")
+    if err:
+        proto.same(err, "held-out pairs")
+
+
+def first_held_out_edge(wd, part):
+    """((split number << 40 | position, source, target, relation, original source, original target), the ranks
+    owning the source and the target) of the first held-out pair of all ranks that is an edge of the graph, or
+    None (:func:`~g3mpi.comm.pairs.first_edge_of_graph`)."""
+    rows = []
+    for i, s in enumerate(HELD_OUT):
+        e = part.links.get(link_name(s, "edge"))
+        if e is None or not len(e):
+            continue
+        t = part.links.get(link_name(s, "edge_type"))
+        idx = part.links[link_name(s, "edge_index")]
+        rows.append(np.stack([(np.int64(i) << 40) | idx, e[:, 0], e[:, 1],
+                              np.full(len(e), -1, np.int64) if t is None else t,
+                              np.asarray(part.orig_ids, np.int64)[e[:, 0] - part.owned_start]], axis=1))
+    pairs = np.concatenate(rows) if rows else np.zeros((0, 5), dtype=np.int64)
+    return first_edge_of_graph(wd, part.owned_start, part.indptr, part.indices, part.halo_ids, part.edge_type,
+                               part.orig_ids, pairs)
 
 
 def _split_sizes(proto: Protocol, cfg: TrainConfig, part) -> dict:
