@@ -107,3 +107,18 @@ def test_the_registry_rule_sees_a_comparison(tmp_path):
     bad.write_text('def f(cfg, model, kind):\n    if cfg.model in ("appnp", "gcn2"):\n        return 1\n'
                    '    if kind == "gcn":\n        return 2\n    return model != "gat"\n')
     assert [line for line, _ in model_name_comparisons(bad)] == [2, 6]
+
+
+def test_the_pipeline_reads_of_a_layer_only_the_row_wise_protocol():
+    """``g3mpi.ops.pipeline`` drives layers through ``g3mpi.sched.layers.RowwiseLayer`` alone: every attribute it
+    reads of a layer (``layer.x``, ``layers[i].x``, ``c.x`` of ``for c in layers``) is one of the protocol's."""
+    from g3mpi.sched.layers import RowwiseLayer
+    members = set(RowwiseLayer.__annotations__) | {k for k in vars(RowwiseLayer) if not k.startswith("_")}
+    tree = ast.parse((REPO / "g3mpi" / "ops" / "pipeline.py").read_text(encoding="utf-8"))
+
+    def is_layer(v):
+        return isinstance(v, ast.Name) and v.id in ("layer", "c") or \
+            isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name) and v.value.id == "layers"
+    read = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and is_layer(n.value)}
+    assert {"pre", "root", "post", "exchange", "scale_out", "from_input_product"} <= read
+    assert read <= members, f"the pipeline reads {sorted(read - members)} of a layer outside RowwiseLayer"

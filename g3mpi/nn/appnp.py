@@ -6,8 +6,10 @@ numerically PyG's ``APPNP`` after an MLP (its ``citation/appnp.py`` model).
     out = h^K
 
 x [n_owned, in] -> [n_owned, out]. Parameters ``lins.<i>.weight`` / ``lins.<i>.bias`` (the MLP); the K steps have
-none. Each step is one exact distributed GCN aggregation (``g3mpi.ops.Aggregation``: its exchange of the step's
-rows, pipelined by chunks and per neighbour as messages land) of width ``out``; the steps run one after another.
+none. Each step is a row-wise ``Layer`` (``g3mpi.nn.base``) around one exact distributed GCN aggregation of width
+``out``: its input rows are (h^(k-1), h^0), what travels h^(k-1), its own term alpha h^0; ``run_stack`` drives the K
+steps, with the inter-layer pipeline (boundary rows first, the next step's messages leaving while the interior
+rows are computed).
 """
 from __future__ import annotations
 
@@ -16,17 +18,35 @@ from torch import nn
 
 from g3mpi.ops import Aggregation, DistGraph, DropoutKey, node_dropout
 
+from .base import Layer, run_stack
 
-class APPNPStep(nn.Module):
-    """One propagation step: ``(1 - alpha) A_hat h + alpha h0``, [n_owned, width] -> [n_owned, width]."""
+
+class APPNPStep(Layer):
+    """One propagation step: ``(1 - alpha) A_hat h + alpha h0``; input rows (h, h0), [r, width] each ->
+    [r, width]."""
+    #: its backward does not need its output
+    output_free = True
+
+    #: summed as the layer-by-layer aggregation, bit for bit (``Layer.whole_aggregation``)
+    whole_aggregation = True
 
     def __init__(self, graph: DistGraph, width: int, alpha: float, name: str = "appnp"):
         super().__init__()
         self.alpha = float(alpha)
         self.agg = Aggregation(graph, "gcn", width, name=name)
 
-    def forward(self, h: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
-        return self.agg(h) * (1 - self.alpha) + self.alpha * h0
+    @property
+    def aggregation(self):
+        return self.agg
+
+    def pre(self, x):
+        return x[0]
+
+    def root(self, x):
+        return self.alpha * x[1]
+
+    def post(self, agg: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
+        return agg * (1 - self.alpha) + aux
 
 
 class APPNP(nn.Module):
@@ -48,10 +68,17 @@ class APPNP(nn.Module):
             x = lin(node_dropout(x, key, i, ids, self.dropout, self.training))
             if i < len(self.lins) - 1:
                 x = self.act(x)
-        h0 = x
-        for step in self.convs:
-            x = step(x, h0)
-        return x
+        return run_stack(self.graph, self.convs, x, with_rows(x), key)
+
+
+def with_rows(h0: torch.Tensor):
+    """``run_stack``'s ``between`` of a stack whose layers take (h, h0) rows: layer l's input rows ``y`` as they
+    are, with the same rows of h0 (a view; h0 itself when they are all rows)."""
+    n = h0.shape[0]
+
+    def between(l, y, rows):
+        return y, (h0 if rows == slice(0, n) else h0[rows])
+    return between
 
 
 def build(graph: DistGraph, cfg, in_dim: int, out_dim: int) -> APPNP:

@@ -1,5 +1,5 @@
-"""``Layer``: the one contract of a graph layer, which the built-in GCN, SAGE and GAT implement and user layers
-write against (as PyG's ``MessagePassing``).
+"""``Layer``: the one contract of a graph layer, which the built-in GCN, SAGE and GAT layers and APPNP's and GCNII's
+steps implement and user layers write against (as PyG's ``MessagePassing``).
 
     forward(x, key=None, layer=0) -> y          x [n_owned, in] -> y [n_owned, out]
 
@@ -12,8 +12,11 @@ says so by returning that aggregation from ``aggregation`` (a ``Propagate(...).a
 built-ins' ``g3mpi.ops.Aggregation``) and defining ``pre`` (what travels), ``root`` (the row's own term, which
 needs no message; None if none) and ``post``; ``forward`` then follows from them, and ``run_stack`` (as the
 built-in stacks) drives a stack of such layers with the inter-layer pipeline (``g3mpi.ops.pipeline``: boundary rows
-first, the next layer's messages leaving while the interior rows are computed). Any other layer (attention, several
-propagations) overrides ``forward`` and runs layer by layer, each primitive pipelined within itself.
+first, the next layer's messages leaving while the interior rows are computed; what the pipeline reads of a layer
+is ``g3mpi.sched.layers.RowwiseLayer``). ``x`` may be a tuple of row tensors where ``pre`` and ``root`` take one
+(APPNP's and GCNII's steps: their input and the stack's initial term h0, which ``between`` hands with each row
+range). Any other layer (attention, several propagations) overrides ``forward`` and runs layer by layer, each
+primitive pipelined within itself.
 
 Two properties let a stack save memory and work, both off by default (always safe): ``output_free`` (its backward
 does not need its output: the stack may apply ReLU in place) and ``input_product_free`` (its aggregation of the
@@ -37,6 +40,9 @@ class Layer(nn.Module):
     input_product_free = False
     #: that cached product is the aggregate alone (GCN), so the model may make it a few feature columns at a time
     input_product_is_aggregate = False
+    #: the inter-layer pipeline runs its aggregation whole (``Aggregation.finish``: each row summed as layer by
+    #: layer, bit for bit) and splits only ``post`` and what follows into the row groups (APPNP's, GCNII's steps)
+    whole_aggregation = False
 
     @classmethod
     def build(cls, graph: DistGraph, in_dim: int, hidden: int, out_dim: int, last: bool, name: str, **_):
@@ -66,6 +72,10 @@ class Layer(nn.Module):
         """(boundary, interior) row groups of the aggregation's blocks (the inter-layer pipeline's)."""
         return self.aggregation.groups
 
+    def scale_out(self, y: torch.Tensor, rows: slice = slice(None)) -> torch.Tensor:
+        """The aggregation's row scaling (SAGE's mean) of its rows ``rows``, ``y`` their unscaled aggregate."""
+        return self.aggregation.blocks.scale_out(y, rows)
+
     def pre(self, x: torch.Tensor) -> torch.Tensor:
         """Rows of x -> the rows that are aggregated (and travel): [r, width]."""
         return x
@@ -77,6 +87,14 @@ class Layer(nn.Module):
     def post(self, agg: torch.Tensor, aux) -> torch.Tensor:
         """The rows' aggregate and own term -> their output rows."""
         return agg if aux is None else agg + aux
+
+    def input_product_rows(self, agg_rows: torch.Tensor, x_rows: torch.Tensor) -> torch.Tensor:
+        """``input_product_free`` layers: the cached product of some rows, from their aggregate and input rows."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no product of its input (input_product_free)")
+
+    def from_input_product(self, c: torch.Tensor) -> torch.Tensor:
+        """``input_product_free`` layers: the output rows from the cached product of their input rows."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no product of its input (input_product_free)")
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None, layer: int = 0) -> torch.Tensor:
         if self.aggregation is None:

@@ -7,8 +7,10 @@ One layer l = 1..L, with x^0 the output of the input linear layer and beta_l = l
     out = (1 - beta_l) s + beta_l s W                         W [C, C] (``weight1``, as PyG; no bias)
 
 The model: x^0 = act(Linear(dropout(x))) [n, C]; L layers x <- act(GCN2(dropout(x), x^0)); out =
-Linear(dropout(x)) [n, out]. Parameters ``lins.0``, ``lins.1`` (Linear) and ``convs.<i>.weight1``. Each layer's
-propagation is one exact distributed GCN aggregation (``g3mpi.ops.Aggregation``) of width C.
+Linear(dropout(x)) [n, out]. Parameters ``lins.0``, ``lins.1`` (Linear) and ``convs.<i>.weight1``. Each layer is a
+row-wise ``Layer`` (``g3mpi.nn.base``) around one exact distributed GCN aggregation of width C: its input rows are
+(dropout(x), x^0), what travels the first, its own term alpha x^0; ``run_stack`` drives the L layers with the
+inter-layer pipeline, the activation and dropout between them.
 """
 from __future__ import annotations
 
@@ -19,9 +21,14 @@ from torch import nn
 
 from g3mpi.ops import Aggregation, DistGraph, DropoutKey, node_dropout
 
+from .base import Layer, run_stack
 
-class GCN2Layer(nn.Module):
-    """[n_owned, C] x, x^0 -> [n_owned, C]; ``layer`` is l (from 1), which sets beta_l."""
+
+class GCN2Layer(Layer):
+    """Input rows (x, x^0), [r, C] each -> [r, C]; ``layer`` is l (from 1), which sets beta_l."""
+
+    #: summed as the layer-by-layer aggregation, bit for bit (``Layer.whole_aggregation``)
+    whole_aggregation = True
 
     def __init__(self, graph: DistGraph, channels: int, alpha: float, theta: float, layer: int, name: str = "gcn2"):
         super().__init__()
@@ -30,8 +37,18 @@ class GCN2Layer(nn.Module):
         nn.init.xavier_uniform_(self.weight1)
         self.agg = Aggregation(graph, "gcn", channels, name=name)
 
-    def forward(self, x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
-        s = self.agg(x) * (1 - self.alpha) + self.alpha * x0
+    @property
+    def aggregation(self):
+        return self.agg
+
+    def pre(self, x):
+        return x[0]
+
+    def root(self, x):
+        return self.alpha * x[1]
+
+    def post(self, agg: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
+        s = agg * (1 - self.alpha) + aux
         return torch.addmm(s, s, self.weight1, beta=1.0 - self.beta, alpha=self.beta)
 
 
@@ -50,13 +67,16 @@ class GCN2(nn.Module):
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
         ids = self.graph.orig_ids
-        L = len(self.convs)
+        L, n = len(self.convs), self.graph.num_owned
 
-        def drop(h, site):
-            return node_dropout(h, key, site, ids, self.dropout, self.training)
-        x = x0 = self.act(self.lins[0](drop(x, L)))
-        for l, conv in enumerate(self.convs):
-            x = self.act(conv(drop(x, l), x0))
+        def drop(h, site, rows=slice(None)):
+            return node_dropout(h, key, site, ids[rows], self.dropout, self.training)
+        x0 = self.act(self.lins[0](drop(x, L)))
+
+        def between(l, y, rows):    # layer l's input rows: dropout(act(previous output)), and x^0's
+            h = drop(y if l == 0 else self.act(y), l, rows)
+            return h, (x0 if rows == slice(0, n) else x0[rows])
+        x = self.act(run_stack(self.graph, self.convs, x0, between, key))
         return self.lins[1](drop(x, L + 1))
 
 

@@ -14,14 +14,15 @@ The recipe stack (``RecipeGNN``), with d(h) node dropout keyed by original node 
 
 A hidden layer's width w is ``hidden`` (GAT: heads x hidden); with an output linear every layer is hidden.
 Pipelining: every block but BatchNorm and JK is row-wise (a row of h_(l+1) needs only that row of h_l and of u), so a
-GCN or SAGE stack without them runs the inter-layer pipeline as the plain stack does (``forward_pipelined``: the
+GCN or SAGE stack without them runs through ``run_stack``, with the inter-layer pipeline, as the plain stack does (the
 blocks between two layers are its ``between``, on the boundary rows first). BatchNorm needs every node's row before
 any can go on and JK every layer's, so such a stack (and GAT) runs layer by layer, each layer's aggregation still
 pipelined inside it (chunks, per neighbour as messages land).
 
-``build_model(graph, cfg, in_dim, out_dim)`` builds the model as its registry entry says (``g3mpi.nn.specs``): for the
-stacks of one layer (``build_stack``) the plain ``GNN`` when no recipe option is set, else a ``RecipeGNN``. Every model has ``convs`` (one
-entry per propagation layer); parameters outside them (linears, norms) are the model's own.
+``build_model(graph, cfg, in_dim, out_dim)`` builds the model as its registry entry says (``g3mpi.nn.specs``): for
+the stacks of one layer (``build_stack``) the plain ``GNN`` when no recipe option is set, else a ``RecipeGNN``.
+Every model has ``convs`` (one entry per propagation layer); parameters outside them (linears, norms) are the
+model's own.
 """
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ import torch
 from torch import nn
 
 from g3mpi.ops import DistGraph, DropoutKey, node_dropout
-from g3mpi.ops.pipeline import forward_pipelined
 
 from . import specs
+from .base import pipelines, run_stack
 from .model import ACTIVATIONS, GNN
 from .norm import NORMS, make_norm
 from .specs import uses_recipe
@@ -97,9 +98,8 @@ class RecipeGNN(nn.Module):
 
     @property
     def pipelines(self) -> bool:
-        """Whether forward runs the inter-layer pipeline (a row-wise stack, a pipelining schedule, a halo)."""
-        g = self.graph
-        return self.rowwise and g.schedule.pipelines and bool(g.plan.send_parts or g.plan.recv_parts)
+        """Whether forward runs the inter-layer pipeline (a row-wise stack that ``run_stack`` pipelines)."""
+        return self.rowwise and pipelines(self.graph, self.convs)
 
     def _block(self, l: int, u: torch.Tensor, h: torch.Tensor, drop) -> torch.Tensor:
         """h_(l+1) from layer l's output u and its input h (rows of both): feed-forward, norm, activation,
@@ -115,8 +115,8 @@ class RecipeGNN(nn.Module):
 
         def drop(h, site, rows=slice(None)):
             return node_dropout(h, key, site, ids[rows], self.dropout, self.training)
-        if self.pipelines:
-            return self._forward_pipelined(x, drop)
+        if self.rowwise:
+            return self._forward_stack(x, key, drop)
         h = x if self.lin_in is None else self.act(self.lin_in(drop(x, 2 * L)))
         hs = []
         for l, conv in enumerate(self.convs):
@@ -131,10 +131,11 @@ class RecipeGNN(nn.Module):
             h = torch.stack(hs, dim=-1).max(dim=-1)[0]     # as PyG's JumpingKnowledge("max")
         return self.lin_out(drop(h, 2 * L + 1))
 
-    def _forward_pipelined(self, x: torch.Tensor, drop) -> torch.Tensor:
-        """forward through ``forward_pipelined``: the input linear and the blocks after each layer run as its
-        ``between`` on each row group (boundary rows first); ``inputs[(l, rows)]`` keeps layer l's input rows
-        h_l (before dropout) for the residual of the blocks after it."""
+    def _forward_stack(self, x: torch.Tensor, key: DropoutKey | None, drop) -> torch.Tensor:
+        """forward of a row-wise stack through ``run_stack`` (with the inter-layer pipeline where it pipelines): the
+        input linear and the blocks after each layer run as its ``between`` on each row group (boundary rows
+        first); ``inputs[(l, rows)]`` keeps layer l's input rows h_l (before dropout) for the residual of the
+        blocks after it."""
         L = len(self.convs)
         inputs = {}
 
@@ -146,10 +147,10 @@ class RecipeGNN(nn.Module):
                 h = self._block(l - 1, y, h_in, lambda t, site: drop(t, site, rows))
             inputs[(l, rows.start, rows.stop)] = h
             return drop(h, l, rows)
-        u = forward_pipelined(list(self.convs), between, x, self.graph.schedule, self.graph.ctx.progress)
+        u = run_stack(self.graph, self.convs, x, between, key)
         if self.lin_out is None:
             return u
-        h = torch.cat([inputs[k] for k in sorted(inputs)])     # (boundary rows first)
+        h = torch.cat([inputs[k] for k in sorted(inputs)]) if len(inputs) > 1 else next(iter(inputs.values()))
         return self.lin_out(drop(self._block(L - 1, u, h, drop), 2 * L + 1))
 
 
@@ -164,7 +165,7 @@ def build_stack(graph: DistGraph, cfg, in_dim: int, out_dim: int) -> nn.Module:
     """The builder of a stack of the entry's ``layer``: the plain ``GNN`` when no recipe option is set, else a
     ``RecipeGNN``; the entry's own settings (``ModelSpec.settings``) go to its layers' ``build``."""
     sp = specs.spec(cfg.model)
-    own = {k: getattr(cfg, k) for k in sp.settings if k not in ("heads", "out_heads", "attn_dropout")}
+    own = {k: getattr(cfg, k) for k in sp.settings if k not in specs.ATTENTION_SETTINGS}
     common = dict(layers=cfg.layers, heads=cfg.heads, out_heads=cfg.out_heads, dropout=cfg.dropout,
                   attn_dropout=cfg.attn_dropout, activation=cfg.activation, **own)
     if not uses_recipe(cfg):

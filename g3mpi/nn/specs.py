@@ -34,6 +34,10 @@ SETTINGS = {s.name: s for s in (
     Setting("theta", float, 0.5, "identity mapping strength, beta_l = log(theta / l + 1)"),
 )}
 
+#: the attention layers' settings, which the stacks (``GNN``, ``RecipeGNN``) take by name; a stack hands the others
+#: of its entry to its layers' ``build`` as keywords
+ATTENTION_SETTINGS = ("heads", "out_heads", "attn_dropout")
+
 
 def stack_widths(spec: "ModelSpec", in_dim: int, hidden: int, out_dim: int, layers: int, heads: int = 8,
                  out_heads: int = 1) -> list[tuple[int, int, int]]:

@@ -73,9 +73,14 @@ class Aggregation:
             raise ValueError(f"aggregation expects float32 or bfloat16 [{self.graph.num_owned}, {self.width}], got "
                              f"{h.dtype} {tuple(h.shape)}")
         h = h.contiguous()
+        rnd = HaloRound(self.ex, self.schedule)
+        return self.finish(h, rnd, rnd.start(h))
+
+    def finish(self, h: torch.Tensor, rnd: HaloRound, token: torch.Tensor) -> torch.Tensor:
+        """The aggregation of ``h`` (contiguous [n_owned, width]) whose exchange ``rnd`` has started already
+        (``token = rnd.start(payload)``, the payload's send rows those of ``h``: the inter-layer pipeline starts it
+        from the boundary rows before the interior rows exist)."""
         sched, nbs, bounds = self.schedule, self.blocks.neighbours, self.ex.recv_pieces
-        rnd = HaloRound(self.ex, sched)
-        token = rnd.start(h)
         parts = [None] * len(nbs)
 
         def compute(landed):

@@ -150,7 +150,6 @@ def input_product_groups(layer, x, schedule, halo=None):
     neighbour i's halo rows of ``x`` where the caller has them (a kept input halo: nothing is sent); None: the
     layer's exchange fetches them."""
     B, I = layer.groups
-    bm = layer.aggregation.blocks
     xb, xi = x[:B.stop], x[B.stop:]
     if halo is None:
         rnd = HaloRound(layer.exchange, schedule)
@@ -167,7 +166,7 @@ def input_product_groups(layer, x, schedule, halo=None):
             if grp.nb[i] is not None:
                 o.index_add_(0, grp.nb[i][0], spmm(grp.nb[i][1], h))
         del h
-    ob, oi = bm.scale_out(ob, slice(0, B.stop)), bm.scale_out(oi, slice(B.stop, I.stop))
+    ob, oi = layer.scale_out(ob, slice(0, B.stop)), layer.scale_out(oi, slice(B.stop, I.stop))
     return layer.input_product_rows(ob, xb), layer.input_product_rows(oi, xi)
 
 
@@ -182,7 +181,7 @@ def input_product_local(layer, x, halo):
         spmm(mat, x, out[a:b])
     for i, nb in enumerate(blocks.neighbours):
         out.index_add_(0, nb.rows, spmm(nb.mat, halo(i)))
-    return layer.input_product_rows(blocks.scale_out(out), x)
+    return layer.input_product_rows(layer.scale_out(out), x)
 
 
 def layer_inputs(layer, rows: slice, make_x, *inputs, remat: bool = False):
@@ -202,6 +201,38 @@ def layer_inputs(layer, rows: slice, make_x, *inputs, remat: bool = False):
     return layer.pre(x), (lambda: layer.root(x))
 
 
+def _split_aggregation(layer, B, I, pb, pi, rnd, token, root_b, schedule, progress, rows_b, rows_i):
+    """Layer ``layer``'s aggregate of the boundary rows, their own term, and a thunk that finishes the interior
+    rows' aggregate, with the row groups' own blocks: the boundary rows' local block first, each neighbour's
+    block as its pieces land (the interior rows' local chunks filling the waits), the interior rows' remaining
+    chunks when the thunk is called (after the next layer's messages left)."""
+    k = len(B.nb)
+    op = _LocalProduct(B, I, schedule.rows_per_chunk(pb.shape[1], k), progress, rnd)
+    ob, tok = _LocalB.apply(pb, pi, op)
+    pb = pi = None   # dead from here on: references to dead tensors are dropped as soon as possible
+    # the boundary rows' own term while the messages travel; created after _LocalB, so that in backward
+    # autograd runs it after the halo gradients left and before _LocalB's wait for the returned ones
+    ab = root_b()
+    parts_b, parts_i = _neighbour_products(rnd, op, B, I)
+    bounds = rnd.ex.recv_pieces
+    for i in range(k):
+        if parts_b[i] is not None:
+            ob = rnd.add(ob, token, i, parts_b[i], B.nb[i][0], B.nb_pieces(i, bounds[i])[1])
+            parts_b[i] = None
+    ob = layer.scale_out(rnd.join(ob, token), rows_b)
+
+    def finish_i():
+        nonlocal tok, op
+        oi = _LocalI.apply(tok, op)
+        tok = op = None
+        for i in range(k):
+            if parts_i[i] is not None:
+                oi = rnd.add(oi, token, i, parts_i[i], I.nb[i][0], I.nb_pieces(i, bounds[i])[1])
+                parts_i[i] = None
+        return layer.scale_out(oi, rows_i)
+    return ob, ab, finish_i
+
+
 def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule, progress, c0=None,
                       remat: bool = False):
     """The model stack of ``layers`` with inter-layer pipelining; the same result as layer by layer.
@@ -210,10 +241,12 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
     as (boundary rows, interior rows), or None; with it the pipeline starts at the second layer. ``remat``: the
     row-wise segments between two aggregations are recomputed in backward (:func:`layer_inputs`); ``between``
     must then keep no state between calls."""
-    B, I = layers[0].groups
-    nb, n = B.stop, I.stop
+    blocks = layers[0].aggregation.blocks
+    nb, n = blocks.num_boundary, blocks.num_owned
     rows_b, rows_i = slice(0, nb), slice(nb, n)
     last = len(layers) - 1
+    # the row groups' own blocks, built only for layers whose local product is split by row group
+    B, I = next((c.groups for c in layers if not c.whole_aggregation), (None, None))
 
     def entry(r, xr):                   # layer 0's input
         return between(0, xr, r)
@@ -223,6 +256,9 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
 
     def transition(l):                  # layer l+1's input, from layer l's aggregate and own term
         return lambda r, o, a: between(l + 1, layers[l].post(o, a), r)
+
+    def between_(l):                    # layer l+1's input, from layer l's output (a whole_aggregation layer)
+        return lambda r, y: between(l + 1, y, r)
 
     if c0 is not None:
         if last == 0:
@@ -237,20 +273,25 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
     in_b = in_i = None
     for l in range(first, last + 1):
         layer = layers[l]
-        k = len(B.nb)
-        op = _LocalProduct(B, I, schedule.rows_per_chunk(pb.shape[1], k), progress, rnd)
-        ob, tok = _LocalB.apply(pb, pi, op)
-        pb = pi = None   # dead from here on: references to dead tensors are dropped as soon as possible
-        # the boundary rows' own term while the messages travel; created after _LocalB, so that in backward
-        # autograd runs it after the halo gradients left and before _LocalB's wait for the returned ones
-        ab = root_b()
-        parts_b, parts_i = _neighbour_products(rnd, op, B, I)
-        bounds = rnd.ex.recv_pieces
-        for i in range(k):
-            if parts_b[i] is not None:
-                ob = rnd.add(ob, token, i, parts_b[i], B.nb[i][0], B.nb_pieces(i, bounds[i])[1])
-                parts_b[i] = None
-        ob = layer.aggregation.blocks.scale_out(rnd.join(ob, token), rows_b)
+        if layer.whole_aggregation:
+            # the layer-by-layer aggregation and post of both groups' rows at once (each row's sums, and each
+            # dense product, as layer by layer), the exchange started above from the boundary rows; only what
+            # follows is split by row group
+            o = layer.aggregation.finish(torch.cat([pb, pi]), rnd, token)
+            pb = pi = None
+            y = layer.post(o, torch.cat([root_b(), root_i()]))
+            o = None
+            if l == last:
+                return y
+            pb, root_b = layer_inputs(layers[l + 1], rows_b, between_(l), y[rows_b], remat=remat)
+            rnd = HaloRound(layers[l + 1].exchange, schedule)
+            token = rnd.start(pb)
+            pi, root_i = layer_inputs(layers[l + 1], rows_i, between_(l), y[rows_i], remat=remat)
+            y = None
+            continue
+        ob, ab, finish_i = _split_aggregation(layer, B, I, pb, pi, rnd, token, root_b, schedule, progress,
+                                              rows_b, rows_i)
+        pb = pi = None
         if l < last:
             pb, root_b = layer_inputs(layers[l + 1], rows_b, transition(l), ob, ab, remat=remat)
             rnd_next = HaloRound(layers[l + 1].exchange, schedule)
@@ -259,12 +300,8 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
             yb = layer.post(ob, ab)
         ob = ab = None
         ai = root_i()     # (while the next layer's messages travel)
-        oi = _LocalI.apply(tok, op)
-        tok = op = None
-        for i in range(k):
-            if parts_i[i] is not None:
-                oi = rnd.add(oi, token, i, parts_i[i], I.nb[i][0], I.nb_pieces(i, bounds[i])[1])
-        oi = layer.aggregation.blocks.scale_out(oi, rows_i)
+        oi = finish_i()
+        finish_i = None
         if l == last:
             return torch.cat([yb, layer.post(oi, ai)])
         pi, root_i = layer_inputs(layers[l + 1], rows_i, transition(l), oi, ai, remat=remat)

@@ -393,8 +393,8 @@ def _recipe_without_effect(cfg: TrainConfig) -> dict[str, str]:
         stacks = _and(", ".join(m for m, s in specs.MODELS.items() if s.recipe), "'s")
         for k in ("residual", "norm", "input_linear", "output_linear", "ffn", "jk"):
             why[k] = f"the {cfg.model} model has its own stack (recipe blocks are {stacks})"
-    for k in ("k", "theta", "alpha"):     # (the attention settings: settings_without_effect)
-        if not model.uses(k):
+    for k in specs.SETTINGS:
+        if not model.uses(k) and k not in specs.ATTENTION_SETTINGS:   # (those: below)
             why[k] = f"the model is {cfg.model}, and {k}{_SETTING_GLOSS.get(k, '')} is " \
                 f"{_and(', '.join(specs.readers(k)), chr(39) + 's')}"
     if cfg.jk != "none" and "output_linear" not in why:
