@@ -470,7 +470,8 @@ RUN_SETTINGS = dict(epochs=30, eval_every=3, patience=5, threads=2, schedule="bl
                     sim_net="10Gbit,20us", input_cache=False, remat="cheap", release_memory=True, verify=False,
                     progress=False, plots=False, log_level="WARNING", checkpoint_every=2, comm_timeout=5.0,
                     time_limit=60.0, timeline_epoch=0, device="auto", cuda_aware="off", oversubscribe_gpus=True,
-                    comm_timeout_floor=5.0, comm_timeout_factor=3.0, precision="bf16-mixed", halo_dtype="float16")
+                    comm_timeout_floor=5.0, comm_timeout_factor=3.0, precision="bf16-mixed", halo_dtype="float16",
+                    debug=True, model_file_sha256="f" * 64, allow_changed_model=True)
 
 
 def test_check_compatible_refuses_each_model_setting_and_changed_part_files():

@@ -185,6 +185,10 @@ def _reliability_options(g) -> None:
                    help="the adaptive deadline's floor, seconds")
     g.add_argument("--comm-timeout-factor", type=float, metavar="K",
                    help="the adaptive deadline's multiple of the slowest epoch")
+    g.add_argument("--debug", action=argparse.BooleanOptionalAction,
+                   help="follow an error's line with its traceback (default off)")
+    g.add_argument("--allow-changed-model", action=argparse.BooleanOptionalAction,
+                   help="--resume even if the model file changed since the run started (default off: refused)")
 
 
 def _name_defaults(ap: argparse.ArgumentParser) -> None:
@@ -266,7 +270,27 @@ def settings(args: dict):
         raise ConfigError("no partition directory given (--parts)")
     if not cfg.out:
         raise ConfigError("no run directory given (--out)")
+    if cfg.model_file:
+        _check_model_file(cfg, resume)
     return cfg, given, resume
+
+
+def _check_model_file(cfg, resume: str | None) -> None:
+    """The model file exists (said before any part is read), and on ``--resume`` it is the file the run started
+    with (the SHA-256 that RUN/config.toml records), unless ``allow_changed_model``."""
+    from pathlib import Path
+
+    from g3mpi.format.checksums import file_sha256
+    from g3mpi.train.config import ConfigError
+    path = Path(cfg.model_file.rpartition(":")[0])
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "no such file"
+        raise ConfigError(f"{path}: {what} (--model-file takes PATH.py:FUNCTION)", "model_file")
+    if resume and cfg.model_file_sha256 and not cfg.allow_changed_model \
+            and file_sha256(path) != cfg.model_file_sha256:
+        raise ConfigError(f"{path}: the model file changed since the run in {resume} started (its SHA-256 differs "
+                          f"from model_file_sha256 in {resume}/config.toml); restore it, or resume with "
+                          "--allow-changed-model", "model_file")
 
 
 def main(argv=None, comm=None) -> int:

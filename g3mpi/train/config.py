@@ -123,6 +123,9 @@ class TrainConfig(ModelSettings):
                                     # start (as on a stop signal; 0: none); saved as 0 in RUN/config.toml
     init_from: str = ""             # start from these parameters (a run's model.pt) instead of the seeded
                                     # initialisation ("" = none); with epochs = 0 the run only evaluates them
+    debug: bool = False             # an error's line is followed by its traceback
+    model_file_sha256: str = ""     # recorded in RUN/config.toml: the model file's SHA-256 when the run started
+    allow_changed_model: bool = False   # --resume with a model file changed since (saved as off)
 
     def __post_init__(self):
         def bad(key, msg):

@@ -14,6 +14,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 from g3mpi.mpi.abort import abort_job, write_line
+from g3mpi.mpi.fail import fail_job
 from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.log import setup_logging
 
@@ -26,6 +27,7 @@ from .rundir import OutputError, RunLock, prepare_run_dir
 from .startup import PROG, Protocol, Started, StartupFailed, failure, start
 from g3mpi.mpi.stop import EXIT_STOPPED
 from .sysmem import return_freed_memory
+from .userfile import exits_guarded
 
 log = logging.getLogger("g3mpi")
 
@@ -48,6 +50,15 @@ def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: 
 
 def execute(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: RunLock, own_world: bool,
             prog: str = PROG, phases: Phases | None = None) -> tuple[int, Finished | None]:
+    """:func:`_execute`, with ``os._exit`` from the model file's code raising :class:`~.userfile.UserExit` (a
+    rank leaving early fails the job, with its line, instead of ending it as if it had finished)."""
+    with exits_guarded():
+        return _execute(comm, cfg, given, resume, stop=stop, lock=lock, own_world=own_world, prog=prog,
+                        phases=phases)
+
+
+def _execute(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: RunLock, own_world: bool,
+             prog: str = PROG, phases: Phases | None = None) -> tuple[int, Finished | None]:
     """g3-train on ``comm`` after the configuration check: the exit status, and the :class:`Finished` run where
     it finished or stopped (None after an error). ``given``: where the user gave
     each setting (``config.config_and_origins``); ``resume``: the run directory to continue, or None; ``stop``:
@@ -123,9 +134,11 @@ def _train(proto: Protocol, cfg: TrainConfig, started: Started, run_dir: Path, l
         lock.release()   # (MPI_Abort ends the process before the caller could)
         abort_job(comm, proto.line(str(e)))
         return None
-    except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
+    except BaseException as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
+        # (a model file's error on some ranks, sys.exit and os._exit included: the others wait for this one in
+        # an exchange; the failing ranks' lines come once, from the lowest of them, and the job ends)
         lock.release()
-        abort_job(comm, proto.line(failure("training", e, cfg, started.part)))
+        fail_job(comm, proto.prog, failure("training", e, cfg, started.part, trainer.watchdog.context))
         return None
     return summary
 

@@ -457,6 +457,11 @@ def _saved_config(cfg: TrainConfig) -> str:
     that ``--resume RUN`` (and ``--config RUN/config.toml``) work from any working directory, e.g. a batch job's.
     ``force`` is saved off: it was this command's permission to replace a directory, and a rerun with ``--config
     RUN/config.toml --out OTHER`` must not replace OTHER unless it says so. ``time_limit`` is saved off too: it
-    was this job's allocation (a resumed run gets its own from its launcher, G3_TIMEOUT, or ``--time-limit``)."""
+    was this job's allocation (a resumed run gets its own from its launcher, G3_TIMEOUT, or ``--time-limit``).
+    ``model_file_sha256`` records the model file as it is now (``--resume`` refuses a changed one, unless
+    ``allow_changed_model``, which is saved off)."""
+    from g3mpi.format.checksums import file_sha256
     return to_toml(cfg.replace(parts=str(Path(cfg.parts).resolve()), force=False, time_limit=0.0,
-                               init_from=str(Path(cfg.init_from).resolve()) if cfg.init_from else ""))
+                               init_from=str(Path(cfg.init_from).resolve()) if cfg.init_from else "",
+                               model_file_sha256=file_sha256(cfg.model_file.rpartition(":")[0]) if cfg.model_file else "",
+                               allow_changed_model=False))

@@ -27,6 +27,7 @@ largest part's size once meta.json is read): a rank that never arrives ends the 
 """
 from __future__ import annotations
 
+import json
 import logging
 import traceback
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from g3mpi.format.links import HELD_OUT, link_name
 from g3mpi.format.partition import id_checksum, range_checksum
 from g3mpi.log import node_name
 from g3mpi.mpi.abort import abort_job
+from g3mpi.mpi.fail import fail_job
 from g3mpi.mpi.report import report
 from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.nn import specs
@@ -57,7 +59,7 @@ from .rundir import SPLITS, check_run_dir
 from .link import link_misfit
 from .tasks import label_misfit
 from .trainer import Trainer
-from .userfile import ModelFileError
+from .userfile import ModelFileError, UserExit, code_frame, reason, user_frame
 
 PROG = "g3-train"
 log = logging.getLogger("g3mpi")
@@ -113,6 +115,13 @@ class Protocol:
     def abort(self, msg: str) -> None:
         """End the job from this rank alone (a failure where the other ranks may wait in a collective)."""
         abort_job(self.comm, self.line(msg))
+        raise StartupFailed(1)
+
+    def fail(self, msg: str) -> None:
+        """End the job after a failure on some ranks where the others may wait for them (in an exchange of the
+        model's forward), with one line per distinct message for the failing ranks
+        (:func:`g3mpi.mpi.fail.fail_job`)."""
+        fail_job(self.comm, self.prog, msg)
         raise StartupFailed(1)
 
 
@@ -172,15 +181,26 @@ def recipe_args(cfg: TrainConfig) -> str:
     return "".join(on) + "".join(f" --{k} {getattr(cfg, k)}" for k in ("norm", "jk") if getattr(cfg, k) != "none")
 
 
-def failure(what: str, e: BaseException, cfg: TrainConfig, part) -> str:
-    """The line for an unexpected failure while ``what`` ran: for memory that could not be allocated (torch says
-    so in a RuntimeError) what was asked for and of which model, else the traceback."""
+def failure(what: str, e: BaseException, cfg: TrainConfig, part, where: str = "") -> str:
+    """The line for an unexpected failure while ``what`` ran (``where``: e.g. ``epoch 3``): for memory that
+    could not be allocated (torch says so in a RuntimeError) what was asked for and of which model; else the
+    exception and the line that raised it, of the model file when it was there. The traceback follows only with
+    ``--debug``."""
     text = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+    at = f" ({where})" if where else ""
     if isinstance(e, MemoryError) or "can't allocate memory" in text:
-        return (f"{what} ran out of memory ({model_args(cfg)}, {part.num_classes} classes, {part.num_owned} "
+        return (f"{what} ran out of memory{at} ({model_args(cfg)}, {part.num_classes} classes, {part.num_owned} "
                 f"owned and {part.num_halo} halo nodes of {part.feature_dim} features on this rank): "
                 f"{type(e).__name__}: {text}")
-    return f"{what} failed:\n{traceback.format_exc()}"
+    mine = user_frame(cfg.model_file, e) if cfg.model_file else None
+    if mine:
+        verb = "called" if isinstance(e, (SystemExit, UserExit)) else "raised"
+        line = f"{mine}: the model {verb} {reason(e)} in {what}{at}"
+    else:
+        line = f"{what} failed{at}: {reason(e)} (at {code_frame(e)}; --debug shows the traceback)"
+    if cfg.debug:
+        line += "\n" + "".join(traceback.format_exception(e)).rstrip()
+    return line
 
 
 @dataclass
@@ -225,16 +245,17 @@ def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None, phases: P
         trainer = Trainer(cfg, proto.comm, part, meta, split_sizes, stop=stop, watchdog=proto.watchdog, hooks=hooks)
     except ModelFileError as e:     # (a user's model file: every rank says why, as at the other checks)
         err = str(e)
-    except Exception as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
-        proto.abort(failure("setting up training", e, cfg, part))
+    except BaseException as e:  # noqa: BLE001 - one failing rank must not leave the others waiting
+        proto.fail(failure("setting up training", e, cfg, part))
     try:
         if cfg.model_file:
             proto.agree(err, "model file")
+        _check_same_parameters(proto, cfg, trainer)
+        if cfg.model_file:
             try:
                 trainer.check_model_output()
-            except ModelFileError as e:
-                err = str(e)
-            proto.agree(err, "model output")
+            except ModelFileError as e:   # (the others may wait for this rank in the forward's exchanges)
+                proto.fail(str(e))
         _check_fit(proto, cfg, part, trainer, ckpt, init, resume)
     except StartupFailed:
         if trainer is not None:
@@ -242,6 +263,41 @@ def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None, phases: P
         raise
     phases.mark("trainer")
     return Started(trainer, part, meta, hooks, ckpt, init)
+
+
+def parameter_mismatch(lists: list) -> str | None:
+    """Why the ranks' models differ, from every rank's ``[[name, shape], ...]`` (rank order), or None: the first
+    parameter whose name or shape differs from rank 0's, and the ranks where it does."""
+    ref = lists[0]
+    bad = [r for r, ps in enumerate(lists) if ps != ref]
+    if not bad:
+        return None
+    r = bad[0]
+    names, theirs = {n for n, _ in ref}, lists[r]
+    for i, (n, s) in enumerate(theirs):
+        if i >= len(ref) or n != ref[i][0]:
+            what = (f"{n} is a parameter on rank {r} but not on rank 0" if n not in names else
+                    f"the parameters come in another order on rank {r} than on rank 0 ({n})")
+            break
+        if list(s) != list(ref[i][1]):
+            what = f"{n} is {list(ref[i][1])} on rank 0 but {list(s)} on rank {r}"
+            break
+    else:
+        n = ref[len(theirs)][0]
+        what = f"{n} is a parameter on rank 0 but not on rank {r}"
+    return (f"the model's parameters differ between ranks ({'rank' if len(bad) == 1 else 'ranks'} "
+            f"{', '.join(map(str, bad))} against rank 0): {what}; every rank must build the same parameters")
+
+
+def _check_same_parameters(proto: Protocol, cfg: TrainConfig, trainer: Trainer) -> None:
+    """The ranks' models have the same parameter names and shapes (one text allgather), before any exchange of
+    theirs: a model that differs (a user's build that reads its rank) is refused naming the parameter, instead of
+    mismatched messages or a gradient allreduce of other sizes."""
+    mine = json.dumps([[n, list(p.shape)] for n, p in trainer.model.named_parameters()])
+    lists = [json.loads(t) for t in proto.watchdog.allgather_text(mine, "start-up check 'model parameters'")]
+    why = parameter_mismatch(lists)
+    if why:
+        proto.same(f"{cfg.model_file.rpartition(':')[0]}: {why}" if cfg.model_file else why, "model parameters")
 
 
 def select_rank_device(proto: Protocol, cfg: TrainConfig, cuda_count: int | None = None):

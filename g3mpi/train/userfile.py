@@ -3,8 +3,11 @@ cfg)`` builds the module, and one evaluation pass checks its output. Every failu
 whose one line names the file, and the line of it that raised when there is one."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -17,6 +20,40 @@ MODULE_NAME = "g3mpi_user_model"
 
 class ModelFileError(Exception):
     """The model file, its function, the module built or its output is unusable (the message names the file)."""
+
+
+class UserExit(BaseException):
+    """``os._exit(code)`` called by code outside g3mpi on the main thread (the model file's) while
+    :func:`exits_guarded` is active: raised instead, so that the rank's leaving is reported and fails the job. A
+    rank that skips its exit handlers this way otherwise looks to MPICH's launcher like one that crashed: it
+    kills the other ranks and the job exits 0, as if it had finished."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+#: the package whose own os._exit calls (an orphaned rank, a failed write) are left alone
+_G3MPI = str(Path(__file__).resolve().parents[1])
+
+
+@contextlib.contextmanager
+def exits_guarded():
+    """Within the block, ``os._exit`` from this process's main thread and outside g3mpi raises
+    :class:`UserExit` (a forked child's, another thread's and g3mpi's own exit as always)."""
+    real, pid = os._exit, os.getpid()
+
+    def guarded(code):
+        caller = sys._getframe(1).f_code.co_filename
+        if (os.getpid() != pid or threading.current_thread() is not threading.main_thread()
+                or str(Path(caller).resolve()).startswith(_G3MPI)):
+            real(code)
+        raise UserExit(code)
+    os._exit = guarded
+    try:
+        yield
+    finally:
+        os._exit = real
 
 
 def split_spec(spec: str) -> tuple[Path, str]:
@@ -35,8 +72,30 @@ def _where(path: Path, e: BaseException) -> str:
 
 
 def _reason(e: BaseException) -> str:
+    if isinstance(e, UserExit):
+        return f"os._exit({e.code!r}) (a rank may not leave before the others)"
+    if isinstance(e, SystemExit):
+        return f"SystemExit: sys.exit({'' if e.code is None else repr(e.code)}) (a rank may not leave before the others)"
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[-1]}" if text else type(e).__name__
+
+
+def reason(e: BaseException) -> str:
+    """``e`` in a few words: ``ValueError: its last line``, ``os._exit(0)``, ``SystemExit: sys.exit(3)``."""
+    return _reason(e)
+
+
+def user_frame(spec: str, e: BaseException) -> str | None:
+    """``PATH:LINE`` of the deepest frame of ``e``'s traceback in the model file ``spec``, None if none is."""
+    path, _ = split_spec(spec)
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == path.resolve()]
+    return f"{path}:{frames[-1].lineno}" if frames else None
+
+
+def code_frame(e: BaseException) -> str:
+    """``FILE:LINE`` of the deepest frame of ``e``'s traceback ("" without one)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def load_builder(spec: str):
@@ -56,7 +115,7 @@ def load_builder(spec: str):
         except SyntaxError as e:
             raise ModelFileError(f"{path}:{e.lineno}: importing the model file failed: SyntaxError: {e.msg}") \
                 from None
-        except Exception as e:  # noqa: BLE001 - whatever the user's file raises, one line naming it
+        except BaseException as e:  # noqa: BLE001 - whatever the user's file raises, one line naming it
             raise ModelFileError(f"{_where(path, e)}: importing the model file failed: {_reason(e)}") from None
         sys.modules[MODULE_NAME] = mod
     fn = getattr(mod, func, None)
@@ -72,8 +131,9 @@ def build_user_model(spec: str, graph, in_dim: int, out_dim: int, cfg) -> nn.Mod
     fn = load_builder(spec)
     try:
         model = fn(graph, in_dim, out_dim, cfg)
-    except Exception as e:  # noqa: BLE001
-        raise ModelFileError(f"{_where(path, e)}: {func}(graph, in_dim, out_dim, cfg) raised {_reason(e)}") \
+    except BaseException as e:  # noqa: BLE001 - sys.exit and KeyboardInterrupt included
+        verb = "called" if isinstance(e, (SystemExit, UserExit)) else "raised"
+        raise ModelFileError(f"{_where(path, e)}: {func}(graph, in_dim, out_dim, cfg) {verb} {_reason(e)}") \
             from None
     if not isinstance(model, nn.Module):
         raise ModelFileError(f"{path}: {func} returned {type(model).__name__}, not a torch.nn.Module")
@@ -90,7 +150,7 @@ def check_output(spec: str, model: nn.Module, x: torch.Tensor, out_dim: int) -> 
     try:
         with torch.no_grad():
             out = model(x)
-    except Exception as e:  # noqa: BLE001
+    except BaseException as e:  # noqa: BLE001 - sys.exit and KeyboardInterrupt included
         raise ModelFileError(f"{_where(path, e)}: the model's forward raised {_reason(e)}") from None
     want = (x.shape[0], out_dim)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want or not out.is_floating_point():

@@ -1,0 +1,123 @@
+"""A user's model file that fails on some ranks only (docs/RELIABILITY.md, "User code that fails"): one stderr
+line naming the ranks, the file and its line (besides MPI's own abort line), non-zero exit on every rank within
+seconds of the failure, nothing of a finished run written."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.graphs import partition, random_graph
+from tests.train_runs import train
+
+SLOW_TESTS = ("test_user_failure_ends_the_job", "test_missing_model_file_said_before_the_partition_is_read",
+              "test_resume_refuses_a_changed_model_file")
+EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
+#: the model file: docs/examples/user_gcn.py's GCN, which fails as G3_UF (CASE:RANK, RANK * for all) asks
+MODEL = '''import os, sys, time
+from mpi4py import MPI
+sys.path.insert(0, {examples!r})
+from user_gcn import GCN
+
+CASE, _, WHO = os.environ.get("G3_UF", ":").partition(":")
+MINE = WHO == "*" or WHO == str(MPI.COMM_WORLD.rank)
+
+
+def mark():
+    with open({stamp!r}, "a") as f:
+        f.write(f"{{time.time()}}\\n")
+
+
+class M(GCN):
+    def forward(self, x, key=None):
+        if MINE and self.training and key.epoch == 3:
+            mark()
+            if CASE == "raise":
+                raise ValueError("no such layer")
+            if CASE == "os_exit":
+                os._exit(0)
+            if CASE == "sys_exit":
+                sys.exit(3)
+        return super().forward(x, key)
+
+
+def build(graph, in_dim, out_dim, cfg):
+    hidden = cfg.hidden
+    if MINE and CASE == "shape":
+        mark()
+        hidden += 1
+    if MINE and CASE == "build_exit":
+        mark()
+        sys.exit(0)
+    return M(graph, in_dim, hidden, out_dim, layers=2, dropout=0.0)
+'''
+#: case -> (G3_UF, the ranks the line names, what it says)
+CASES = {
+    "raise_rank1": ("raise:1", "rank 1", "m.py:20: the model raised ValueError: no such layer in training (epoch 3)"),
+    "raise_all": ("raise:*", "ranks 0-1", "m.py:20: the model raised ValueError: no such layer in training"),
+    "os_exit_rank1": ("os_exit:1", "rank 1", "m.py:22: the model called os._exit(0) (a rank may not leave"),
+    "sys_exit_rank0": ("sys_exit:0", "rank 0", "m.py:24: the model called SystemExit: sys.exit(3)"),
+    "build_exit_rank1": ("build_exit:1", "rank 1", "m.py:35: build(graph, in_dim, out_dim, cfg) called SystemExit"),
+    "shape_rank1": ("shape:1", "ranks 0-1", "the model's parameters differ between ranks (rank 1 against rank 0): "
+                                            "convs.0.bias is [8] on rank 0 but [9] on rank 1"),
+}
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("uf")
+    partition(random_graph(n=120, f=8, c=3, seed=4), 2, root / "p2", seed=1)
+    return root / "p2"
+
+
+def model_file(tmp_path) -> Path:
+    path = tmp_path / "m.py"
+    path.write_text(MODEL.format(examples=str(EXAMPLES), stamp=str(tmp_path / "stamp")))
+    return path
+
+
+def own_lines(stderr: str) -> list[str]:
+    """stderr without MPI's own abort line."""
+    return [x for x in stderr.splitlines() if x.strip() and not x.startswith("Abort(")]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_user_failure_ends_the_job(case, parts, tmp_path):
+    env, ranks, said = CASES[case]
+    p = train(2, parts, tmp_path / "run", "--model-file", f"{model_file(tmp_path)}:build", "--epochs", "5",
+              "--no-plots", "--comm-timeout-floor", "120", check=False, timeout=120, env={"G3_UF": env})
+    end = time.time()
+    lines = own_lines(p.stderr)
+    assert p.returncode != 0, p.stderr
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"g3-train: error: [{ranks}] ") and said in lines[0], p.stderr
+    assert "Traceback" not in p.stderr
+    first = min(float(t) for t in (tmp_path / "stamp").read_text().split())
+    assert end - first < 10, f"{end - first:.1f} s from the failure to the job's end"
+    run = tmp_path / "run"
+    assert not any((run / f).exists() for f in ("model.pt", "summary.json", "predictions.h5"))
+
+
+def test_missing_model_file_said_before_the_partition_is_read(tmp_path):
+    """Checked with the configuration: the partition (here none at all) is never opened."""
+    p = train(2, tmp_path / "no-parts", tmp_path / "run", "--model-file", f"{tmp_path / 'nope.py'}:build",
+              check=False, timeout=120)
+    assert p.returncode == 2 and own_lines(p.stderr) == [
+        f"g3-train: error: [ranks 0-1] {tmp_path / 'nope.py'}: no such file (--model-file takes PATH.py:FUNCTION)"]
+
+
+def test_resume_refuses_a_changed_model_file(parts, tmp_path):
+    """config.toml records the model file's SHA-256; --resume after an edit names the file (same shapes, so
+    nothing else would notice), and --allow-changed-model resumes anyway."""
+    path = model_file(tmp_path)
+    run = tmp_path / "run"
+    train(2, parts, run, "--model-file", f"{path}:build", "--epochs", "2", "--no-plots", timeout=120)
+    assert "model_file_sha256 = " in (run / "config.toml").read_text()
+    path.write_text(path.read_text() + "# edited\n")
+    p = train(2, None, None, "--resume", run, "--epochs", "3", check=False, timeout=120)
+    assert p.returncode == 2 and own_lines(p.stderr) == [
+        f"g3-train: error: [ranks 0-1] {path}: the model file changed since the run in {run} started (its SHA-256 "
+        f"differs from model_file_sha256 in {run}/config.toml); restore it, or resume with --allow-changed-model"]
+    train(2, None, None, "--resume", run, "--epochs", "3", "--allow-changed-model", "--no-plots", timeout=120)
+    assert (run / "summary.json").exists()
