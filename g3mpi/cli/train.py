@@ -187,6 +187,9 @@ def _reliability_options(g) -> None:
                    help="the adaptive deadline's multiple of the slowest epoch")
     g.add_argument("--debug", action=argparse.BooleanOptionalAction,
                    help="follow an error's line with its traceback (default off)")
+    g.add_argument("--model-file-sha256", metavar="HEX",
+                   help="refuse a --model-file whose SHA-256 is not this (RUN/config.toml records the file's, so "
+                        "that --resume refuses an edited one; default off)")
     g.add_argument("--allow-changed-model", action=argparse.BooleanOptionalAction,
                    help="--resume even if the model file changed since the run started (default off: refused)")
 
@@ -276,8 +279,9 @@ def settings(args: dict):
 
 
 def _check_model_file(cfg, resume: str | None) -> None:
-    """The model file exists (said before any part is read), and on ``--resume`` it is the file the run started
-    with (the SHA-256 that RUN/config.toml records), unless ``allow_changed_model``."""
+    """The model file exists (said before any part is read), and has the SHA-256 ``model_file_sha256`` if that
+    is set (on ``--resume``: the file the run started with, whose SHA-256 RUN/config.toml records), unless
+    ``allow_changed_model``."""
     from pathlib import Path
 
     from g3mpi.format.checksums import file_sha256
@@ -286,11 +290,13 @@ def _check_model_file(cfg, resume: str | None) -> None:
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "no such file"
         raise ConfigError(f"{path}: {what} (--model-file takes PATH.py:FUNCTION)", "model_file")
-    if resume and cfg.model_file_sha256 and not cfg.allow_changed_model \
-            and file_sha256(path) != cfg.model_file_sha256:
-        raise ConfigError(f"{path}: the model file changed since the run in {resume} started (its SHA-256 differs "
-                          f"from model_file_sha256 in {resume}/config.toml); restore it, or resume with "
-                          "--allow-changed-model", "model_file")
+    if cfg.model_file_sha256 and not cfg.allow_changed_model and file_sha256(path) != cfg.model_file_sha256:
+        if resume:
+            raise ConfigError(f"{path}: the model file changed since the run in {resume} started (its SHA-256 "
+                              f"differs from model_file_sha256 in {resume}/config.toml); restore it, or resume "
+                              "with --allow-changed-model", "model_file")
+        raise ConfigError(f"{path}: its SHA-256 is not model_file_sha256 {cfg.model_file_sha256} (or give "
+                          "--allow-changed-model)", "model_file")
 
 
 def main(argv=None, comm=None) -> int:

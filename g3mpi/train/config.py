@@ -124,7 +124,8 @@ class TrainConfig(ModelSettings):
     init_from: str = ""             # start from these parameters (a run's model.pt) instead of the seeded
                                     # initialisation ("" = none); with epochs = 0 the run only evaluates them
     debug: bool = False             # an error's line is followed by its traceback
-    model_file_sha256: str = ""     # recorded in RUN/config.toml: the model file's SHA-256 when the run started
+    model_file_sha256: str = ""     # the model file must have this SHA-256 ("" = any); RUN/config.toml records
+                                    # the file's, so --resume refuses an edited one
     allow_changed_model: bool = False   # --resume with a model file changed since (saved as off)
 
     def __post_init__(self):
