@@ -16,7 +16,7 @@ import importlib.util
 _HOME = {"Graph": "g3mpi.ops", "DropoutKey": "g3mpi.ops", "relu_": "g3mpi.ops.activation",
          "global_max": "g3mpi.ops.reduce", "global_mean": "g3mpi.ops.reduce", "global_sum": "g3mpi.ops.reduce",
          "Layer": ".base", "run_stack": ".base", "GATLayer": ".gat", "GCNLayer": ".gcn", "SAGELayer": ".sage",
-         "DECODERS": ".link", "DotDecoder": ".link", "HadamardDecoder": ".link", "NodeIds": ".link", "Pairs": ".link",
+         "DECODERS": ".link", "DotDecoder": ".link", "HadamardDecoder": ".link", "DistMultDecoder": ".link", "NodeIds": ".link", "Pairs": ".link",
          "ACTIVATIONS": ".model", "GNN": ".model", "DistBatchNorm": ".norm", "Attention": ".primitives",
          "Dropout": ".primitives", "Propagate": ".primitives", "APPNP": ".appnp", "GCN2": ".gcn2",
          "RecipeGNN": ".recipe", "build_model": ".recipe", "MODELS": ".specs",
@@ -27,7 +27,7 @@ _ALIAS = {"Graph": "DistGraph", "MODELS": "names"}
 __all__ = ["Graph", "Propagate", "Attention", "Dropout", "DropoutKey", "global_sum", "global_mean", "global_max",
            "Layer", "run_stack", "relu_",
            "GATLayer", "GCNLayer", "SAGELayer", "GNN", "MODELS", "ACTIVATIONS", "APPNP", "GCN2", "RecipeGNN",
-           "DistBatchNorm", "build_model", "Pairs", "NodeIds", "DotDecoder", "HadamardDecoder", "DECODERS",
+           "DistBatchNorm", "build_model", "Pairs", "NodeIds", "DotDecoder", "HadamardDecoder", "DistMultDecoder", "DECODERS",
            "NodeEmbedding", "EmbeddingInput", "sharded_parameters", "replicated_state"]
 
 

@@ -11,7 +11,9 @@ in the same order, and call each on every rank. With a decoder, the pairs whose 
 the messages travel, each neighbour's as its rows land (``g3mpi.ops.pairs``).
 
 Decoders map (h_src [m, d], h_dst [m, d]) to logits [m]: ``DotDecoder`` (the inner product) and
-``HadamardDecoder`` (an MLP on the elementwise product); ``DECODERS`` by name.
+``HadamardDecoder`` (an MLP on the elementwise product); ``DistMultDecoder`` takes each pair's relation too
+(``Pairs(graph, src, dst, rel=rel)``: decoder(h_src, h_dst, rel)) and scores ``<h_src * w_rel, h_dst>`` (Yang et al.'s
+DistMult, a diagonal per relation). ``DECODERS`` by name. All three are symmetric in the pair.
 """
 from __future__ import annotations
 
@@ -65,4 +67,25 @@ class HadamardDecoder(nn.Module):
         return x.squeeze(-1)
 
 
-DECODERS = {"dot": DotDecoder, "hadamard": HadamardDecoder}
+class DistMultDecoder(nn.Module):
+    """logit = <h_src * w_rel, h_dst>: one learned diagonal ``rel`` [num_relations, dim] (state_dict key ``rel``,
+    Xavier-uniform as PyG's ``DistMult``). ``query(h, rel)`` is the vector q with logit = <q, h_other> for either
+    side (the filtered ranking scores every entity against it)."""
+
+    def __init__(self, dim: int, hidden: int = 0, layers: int = 0, num_relations: int = 1):
+        super().__init__()
+        if num_relations < 1:
+            raise ValueError("a distmult decoder needs relations (a graph with edge types)")
+        self.rel = nn.Parameter(torch.empty(num_relations, dim))
+        nn.init.xavier_uniform_(self.rel)
+
+    def query(self, h: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
+        return h * self.rel[rel]
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
+        return (self.query(a, rel) * b).sum(-1)
+
+
+DECODERS = {"dot": DotDecoder, "hadamard": HadamardDecoder, "distmult": DistMultDecoder}
+#: the decoders that take each pair's relation
+RELATIONAL = ("distmult",)

@@ -1,9 +1,10 @@
 """Scoring node pairs across ranks inside autograd: the pair exchange (``g3mpi.comm.pairs``) run as a halo round.
 
-``PairExchange(graph, src, dst)`` plans once (collective) for a fixed set of pairs (new global IDs, src owned by this
+``PairExchange(graph, src, dst, rel=None)`` plans once (collective) for a fixed set of pairs (new global IDs, src owned by this
 rank). Each call ``(h, decoder)`` with the owned embeddings ``h`` [n_owned, d]: posts the receives and sends the
 rows other ranks' pairs need, scores the pairs whose dst is owned while those messages travel (pipelined), then
-each neighbour's pairs as its rows land, and returns ``decoder(h_src, h_dst)`` of every pair in pair order.
+each neighbour's pairs as its rows land, and returns ``decoder(h_src, h_dst)`` of every pair in pair order
+(``decoder(h_src, h_dst, rel)`` with each pair's relation ``rel``, if given).
 Backward sends each fetched row's gradient (summed over its pairs) back to its owner, which adds it into ``h``'s
 gradient: the exchange's ``HaloRound`` with ``grads=True``, as GAT's attention does. ``decoder=None`` returns the
 pairs' embeddings ``(h_src, h_dst)`` instead (the same exchange, no overlap: the caller computes afterwards).
@@ -25,7 +26,7 @@ class PairExchange:
     """The exchange of one set of pairs (module docstring); ``free()`` releases its buffers (collective in the sense
     that every rank frees its own, in any order)."""
 
-    def __init__(self, graph, src, dst, name: str = "pairs"):
+    def __init__(self, graph, src, dst, name: str = "pairs", rel=None):
         self.graph, self.name = graph, name
         if graph.stager is not None:
             raise NotImplementedError("pair exchange: ranks computing on a device are not supported yet (it moves "
@@ -44,6 +45,9 @@ class PairExchange:
         # dst rows: group 0 as owned rows, group i + 1 as rows of neighbour i's fetched slice
         self._dst = [dst_rows[self.groups[0]]] + [dst_rows[g] - int(cuts[i]) for i, g in enumerate(self.groups[1:])]
         self._ex = {}   # by row width: the halo exchange moving rows that wide
+        # each pair's relation (a relational decoder's third argument), by group
+        self._rel = None if rel is None else [torch.as_tensor(np.asarray(rel, dtype=np.int64))[g] for g in
+                                              self.groups]
 
     @property
     def num_pairs(self) -> int:
@@ -83,15 +87,18 @@ class PairExchange:
             return h.index_select(0, torch.from_numpy(self.plan.src_rows)), pool.index_select(0, rows)
         parts = [None] * (k + 1)
 
+        def dec(j, a, b):
+            return decoder(a, b) if self._rel is None else decoder(a, b, self._rel[j])
+
         def score(landed):
             for i in landed:
                 take([i])
-                parts[i + 1] = decoder(h.index_select(0, self._src[i + 1]),
-                                       fetched[i].index_select(0, self._dst[i + 1]))
+                parts[i + 1] = dec(i + 1, h.index_select(0, self._src[i + 1]),
+                                   fetched[i].index_select(0, self._dst[i + 1]))
 
         if sched.waits_first:
             score(rnd.rest())
-        parts[0] = decoder(h.index_select(0, self._src[0]), h.index_select(0, self._dst[0]))
+        parts[0] = dec(0, h.index_select(0, self._src[0]), h.index_select(0, self._dst[0]))
         score(rnd.landed())
         score(rnd.rest())
         out = torch.cat(parts) if len(parts) > 1 else parts[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 TASKS = ("multiclass", "binary", "multilabel", "link")
 #: the decoders of ``--task link`` (``g3mpi.nn.link.DECODERS``)
-DECODERS = ("dot", "hadamard")
+DECODERS = ("dot", "hadamard", "distmult")
 #: the K of OGB's Hits@K that ``--metric hits@K`` takes (the values OGB's link datasets and papers report)
 HITS_K = (1, 3, 10, 20, 50, 100)
 HITS = tuple(f"hits@{k}" for k in HITS_K)

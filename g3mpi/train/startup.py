@@ -346,7 +346,7 @@ def _load_part(proto: Protocol, cfg: TrainConfig):
         hooks = TestHooks.from_env(proto.comm.rank)
         meta, part = read_rank_part(cfg.parts, proto.comm, cfg.verify)
         # (the same on every rank)
-        why = link_misfit(meta, cfg.metric) if cfg.task == "link" else label_misfit(cfg.task, part.labels,
+        why = link_misfit(meta, cfg.metric, cfg.decoder) if cfg.task == "link" else label_misfit(cfg.task, part.labels,
                                                                                      part.num_classes)
         err = why and f"{cfg.parts}: {why}"
         if not err and part.feature_dim == 0 and not cfg.node_embedding:

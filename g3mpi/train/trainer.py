@@ -39,7 +39,7 @@ from .optim import SGD, Adam
 from .phases import Phases
 from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync, param_buckets
-from .choices import SUFFIX
+from .choices import HITS, SUFFIX
 from .plots import plot_run
 from .rundir import SPLITS, TIMELINE, MetricsLog, OutputError, read_metrics, run_timings, save_state_dict, \
     write_json_atomic, write_link_predictions, write_predictions
@@ -103,7 +103,7 @@ class Trainer:
         try:
             self.model = self._build_model(part.feature_dim, self.out_dim)
             if cfg.task == "link":
-                self.model = LinkModel(self.model, build_decoder(cfg))
+                self.model = LinkModel(self.model, build_decoder(cfg, part.num_relations))
                 self.link = LinkTask(self.graph, part, cfg, self.watchdog)
         except Exception:
             self.ctx.free()     # (the exchanges the model's layers planned so far)
@@ -370,7 +370,7 @@ class Trainer:
         """Global accuracies per split, and the values of ``cfg.metric`` (:func:`.tasks.evaluate`; link: the
         metric of the val and test pairs, :class:`.link.LinkTask`)."""
         if self.link is not None:
-            return self.link.evaluate(self.link.scores(self.logits(), self.model.decoder), self.cfg.metric)
+            return self.link.evaluate(self.logits(), self.model.decoder, self.cfg.metric)
         return evaluate(self.cfg.task, self.cfg.metric, self.logits().numpy(), self.part.labels,
                         {s: self.masks[s].numpy() for s in SPLITS}, self.watchdog)
 
@@ -595,6 +595,8 @@ class Trainer:
         exact = Schedule(cfg.schedule).communicates or comm.size == 1   # one rank has no halo for nocomm to skip
         # the chosen metric's values (accuracy's keys stay as they were for every task: the tools read them)
         keys = [f"{s}_{SUFFIX[cfg.metric]}" for s in ("test", "val", "train")] if cfg.metric != "accuracy" else []
+        if self.link is not None and self.link.kg:   # (filtered ranking: MRR with Hits@1/3/10 alike)
+            keys += [k for k in best["accs"] if k not in keys and k.split("_", 1)[1] in ("mrr", *HITS)]
         summary = dict(
             metric=cfg.metric, **{k: best["accs"].get(k) for k in keys}, task=cfg.task, model=cfg.model_label,
             world_size=comm.size, num_parts=self.meta["num_parts"],
