@@ -17,7 +17,7 @@ from tests.mpi_embed import DIM, LR, SEED
 from tests.nn_reference import WholeGraph
 from tests.pyg_reference import rel_err
 
-SLOW_TESTS = ("test_embeddings_equal_one_process", "test_train_without_features")
+SLOW_TESTS = ("test_embeddings_equal_one_process", "test_train_without_features", "test_resume_and_embeddings_h5")
 TOL = 1e-5
 STEPS, DROPOUT, WEIGHT_DECAY = 5, 0.5, 5e-4
 
@@ -101,3 +101,56 @@ def test_train_without_features(tmp_path):
     assert a["model.convs.0.lin.weight"].shape == (8, 5)
     for k in a:
         assert torch.linalg.norm(a[k] - b[k]) <= 1e-5 * torch.linalg.norm(a[k]), k
+
+
+def _shards(run) -> list:
+    import torch as t
+    from g3mpi.train.checkpoint import SHARDS_DIR
+    (tag,) = [d for d in (run / SHARDS_DIR).iterdir()]     # (the older checkpoints' shards are gone)
+    return [t.load(f, weights_only=True) for f in sorted(tag.iterdir())]
+
+
+def test_resume_and_embeddings_h5(tmp_path):
+    """A run checkpointed at epoch 3 and resumed to 6 ends with the straight run's table, Adam moments (every
+    rank's shard) and replicated state, bit for bit; embeddings.h5 holds the best model's table by original ID
+    (every row written once); resuming on another number of ranks, or without a rank's shard, is refused."""
+    import h5py
+    from g3mpi.train.checkpoint import SHARDS_DIR
+    from tests.test_model_file import train
+    from g3mpi.format import write_graph
+    from tests.partition_graphs import partition as g3_partition
+    g = random_graph(n=90, f=3, seed=8)
+    write_graph(tmp_path / "graph.h5", g)
+    for P in (2, 3):   # (g3-partition records the graph: a resume may move to the other partition, but not here)
+        g3_partition(tmp_path / "graph.h5", tmp_path / f"p{P}", P, "random", inproc=True)
+    args = ["--epochs", "6", "--hidden", "8", "--seed", "2", "--node-embedding", "4", "--dropout", "0.3"]
+    train(2, tmp_path / "p2", tmp_path / "straight", *args)
+    train(2, tmp_path / "p2", tmp_path / "cut", *args[2:], "--epochs", "3", "--checkpoint-every", "1")
+    r = train(3, None, None, "--resume", tmp_path / "cut", "--epochs", "6", "--parts", tmp_path / "p3",
+              check=False)
+    assert r.returncode != 0 and "resume on that partition with 2 ranks" in r.stderr
+    train(2, None, None, "--resume", tmp_path / "cut", "--epochs", "6")
+    a, b = _shards(tmp_path / "straight"), _shards(tmp_path / "cut")
+    for x, y in zip(a, b):
+        assert torch.equal(x["orig_ids"], y["orig_ids"])
+        assert x["model"].keys() == {"embedding.weight"} and torch.equal(x["model"]["embedding.weight"],
+                                                                        y["model"]["embedding.weight"])
+        (i, st), = x["optimizer"].items()
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(st[k], y["optimizer"][i][k]), k
+    ca = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)
+    cb = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=True)
+    assert "embedding.weight" not in ca["model"] and ca["model"].keys() == cb["model"].keys()
+    assert all(torch.equal(ca["model"][k], cb["model"][k]) for k in ca["model"])
+    with h5py.File(tmp_path / "straight" / "embeddings.h5") as f:
+        assert f.attrs["format"] == "g3mpi-embeddings"
+        emb, best = f["embedding"][:], int(f.attrs["best_epoch"])
+    assert emb.shape == (g.num_nodes, 4) and not np.isnan(emb).any()
+    with h5py.File(tmp_path / "cut" / "embeddings.h5") as f:
+        assert np.array_equal(f["embedding"][:], emb) and int(f.attrs["best_epoch"]) == best
+    best_rows = {int(i): r for s in a for i, r in zip(s["orig_ids"], s["best"]["embedding.weight"].numpy())}
+    assert np.array_equal(np.stack([best_rows[i] for i in range(g.num_nodes)]), emb)
+    (tag,) = (tmp_path / "cut" / SHARDS_DIR).iterdir()
+    (tag / "shard-00001.pt").unlink()
+    r = train(2, None, None, "--resume", tmp_path / "cut", "--epochs", "8", check=False)
+    assert r.returncode != 0 and "shard-00001.pt: this rank's shard of the checkpoint is missing" in r.stderr

@@ -16,6 +16,14 @@ one copy on rank 0 is the whole training state. A checkpoint holds (all plain te
 
 Reading checks the CRC-32 of every record of torch.save's zip archive first (torch.load does not).
 
+Node embeddings (``g3mpi.nn.NodeEmbedding``) are not replicated: each rank holds its owned rows and their optimiser
+state. A checkpoint of such a model keeps only the replicated states in ``checkpoint.pt`` and names (``shards``:
+``tag``, ``num_parts``) a directory ``checkpoint-shards/TAG/`` where every rank writes ``shard-RRRRR.pt``: its
+original node IDs, its rows of each table (now and of the best model) and their optimiser states. The shards of a
+new tag are all written before rank 0 replaces ``checkpoint.pt``, and the older tags removed after it, so a crash
+leaves the previous complete set or the new one. A resume reads its rank's shard into the checkpoint it loaded
+(same partition, same number of ranks).
+
 Writing: a temporary file beside the target, flushed and fsync'ed, renamed over ``checkpoint.pt``, then the
 directory fsync'ed: a crash at any moment leaves either the previous checkpoint or the new one, never a mix.
 ``--resume RUN`` reads it and refuses a checkpoint of a configuration that would train a different model (the
@@ -28,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -40,14 +49,17 @@ from g3mpi.format.schema import is_int
 from .choices import SUFFIX
 
 CHECKPOINT_NAME = "checkpoint.pt"
+#: the directory of the per-rank shards of the sharded parameters (node embeddings), one subdirectory per checkpoint
+SHARDS_DIR = "checkpoint-shards"
+SHARD_FORMAT = "g3mpi-checkpoint-shard"
 CHECKPOINT_FORMAT = "g3mpi-checkpoint"
 CHECKPOINT_VERSION = 1
 #: settings a resumed run must share with its checkpoint (the rest, e.g. epochs, threads, schedule, may change; so
 #: may those of these that have no effect on the run, e.g. heads for GCN or momentum with Adam, with a warning)
-RESUME_KEYS = ("model", "model_file", "node_embedding", "layers", "hidden", "heads", "out_heads", "dropout", "attn_dropout",
-               "activation", "residual", "norm", "input_linear", "output_linear", "ffn", "jk", "k", "alpha", "theta",
-               "optimizer", "lr", "weight_decay", "momentum", "seed", "task", "metric", "decoder", "embed_dim",
-               "negatives")
+RESUME_KEYS = ("model", "model_file", "node_embedding", "layers", "hidden", "heads", "out_heads", "dropout",
+               "attn_dropout", "activation", "residual", "norm", "input_linear", "output_linear", "ffn", "jk", "k",
+               "alpha", "theta", "optimizer", "lr", "weight_decay", "momentum", "seed", "task", "metric", "decoder",
+               "embed_dim", "negatives")
 
 
 class CheckpointError(Exception):
@@ -86,10 +98,12 @@ def _clone(state: dict) -> dict:
 
 
 def make_checkpoint(*, epoch: int, model: dict, optimizer: dict, best: dict, since_best: int, last_loss,
-                    cfg, meta: dict) -> dict:
+                    cfg, meta: dict, shards: dict | None = None) -> dict:
     """The checkpoint of a run at ``epoch``; ``best``: its model selection (``score``: the best validation value of
-    ``cfg.metric``, ``epoch``, ``accs``, ``state``)."""
-    return dict(format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=int(epoch), model=_clone(model),
+    ``cfg.metric``, ``epoch``, ``accs``, ``state``); ``shards``: ``tag`` and ``num_parts`` of the per-rank shards
+    of its sharded parameters, if it has any."""
+    extra = {} if shards is None else dict(shards=dict(tag=str(shards["tag"]), num_parts=int(shards["num_parts"])))
+    return dict(**extra, format=CHECKPOINT_FORMAT, version=CHECKPOINT_VERSION, epoch=int(epoch), model=_clone(model),
                 optimizer=optimizer, rng=torch.get_rng_state(),
                 # val_acc: the best validation value of the selection metric (the name kept since accuracy)
                 best=dict(val_acc=float(best["score"]), epoch=int(best["epoch"]),
@@ -97,6 +111,74 @@ def make_checkpoint(*, epoch: int, model: dict, optimizer: dict, best: dict, sin
                           state=_clone(best["state"]) if best["state"] is not None else None),
                 since_best=int(since_best), last_loss=None if last_loss is None else float(last_loss),
                 config=dataclasses.asdict(cfg), partition=partition_fingerprint(meta))
+
+
+def shard_path(run_dir, tag: str, rank: int) -> Path:
+    """RUN/checkpoint-shards/TAG/shard-RRRRR.pt: rank ``rank``'s shard of the checkpoint ``tag``."""
+    return Path(run_dir) / SHARDS_DIR / tag / f"shard-{rank:05d}.pt"
+
+
+def split_shard(model: dict, optimizer: dict, best_state: dict | None, sharded: dict[str, int]):
+    """(model, optimizer, best state) without the sharded parameters (``sharded``: name -> index among the
+    optimiser's parameters), and this rank's shard of them: ``model``, ``best`` (rows by name), ``optimizer``
+    (states by index)."""
+    shard = dict(model={k: model[k] for k in sharded},
+                 best=None if best_state is None else {k: best_state[k] for k in sharded},
+                 optimizer={i: optimizer["state"][i] for i in sharded.values() if i in optimizer["state"]})
+    keep = dict(optimizer, state={i: v for i, v in optimizer["state"].items() if i not in shard["optimizer"]})
+    rest = {k: v for k, v in model.items() if k not in sharded}
+    best = None if best_state is None else {k: v for k, v in best_state.items() if k not in sharded}
+    return rest, keep, best, shard
+
+
+def save_shard(path, rank: int, orig_ids, shard: dict) -> None:
+    """Atomically write rank ``rank``'s shard (:func:`split_shard`) with its original node IDs."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_torch(path, dict(format=SHARD_FORMAT, version=CHECKPOINT_VERSION, rank=int(rank),
+                           orig_ids=torch.as_tensor(orig_ids, dtype=torch.int64).clone(),
+                           model=_clone(shard["model"]), best=None if shard["best"] is None else _clone(shard["best"]),
+                           optimizer={i: _clone(st) for i, st in shard["optimizer"].items()}))
+
+
+def merge_shard(run_dir, ckpt: dict, rank: int, size: int, orig_ids, partition_id: str) -> None:
+    """Put rank ``rank``'s shard of ``ckpt`` (one with ``shards``) back into it: the table rows into ``model`` and
+    ``best.state``, their optimiser states into ``optimizer``. CheckpointError naming the file when the shard is
+    missing, damaged, of another rank's nodes, or the run now has another partition or number of ranks."""
+    sh = ckpt["shards"]
+    path = shard_path(run_dir, sh["tag"], rank)
+    if sh["num_parts"] != size or ckpt["partition"]["partition_id"] != partition_id:
+        raise CheckpointError(path.parent, f"the node embeddings are held by the {sh['num_parts']} ranks of "
+                                           f"partition {ckpt['partition']['partition_id']}: resume on that "
+                                           f"partition with {sh['num_parts']} ranks")
+    if not path.is_file():
+        raise CheckpointError(path, "this rank's shard of the checkpoint is missing")
+    shard = _load_verified(path, "checkpoint shard")
+    ok = (isinstance(shard, dict) and shard.get("format") == SHARD_FORMAT and shard.get("rank") == rank
+          and torch.is_tensor(shard.get("orig_ids")) and isinstance(shard.get("model"), dict)
+          and isinstance(shard.get("optimizer"), dict)
+          and (shard.get("best") is None or isinstance(shard["best"], dict)))
+    if not ok:
+        raise CheckpointError(path, f"not a g3mpi checkpoint shard of rank {rank}")
+    if not torch.equal(shard["orig_ids"], torch.as_tensor(orig_ids, dtype=torch.int64)):
+        raise CheckpointError(path, f"holds other nodes than rank {rank}'s part")
+    ckpt["model"].update(shard["model"])
+    if ckpt["best"]["state"] is not None:
+        if shard["best"] is None:
+            raise CheckpointError(path, "lacks the best model's rows")
+        ckpt["best"]["state"].update(shard["best"])
+    ckpt["optimizer"]["state"].update(shard["optimizer"])
+
+
+def prune_shards(run_dir, keep: str | None) -> None:
+    """Remove the shard directories of RUN other than ``keep`` (None: all): those of older checkpoints."""
+    root = Path(run_dir) / SHARDS_DIR
+    if not root.is_dir():
+        return
+    for d in root.iterdir():
+        if d.name != keep:
+            shutil.rmtree(d, ignore_errors=True)
+    if keep is None:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def write_torch(path, obj) -> None:
@@ -292,6 +374,9 @@ def _check_layout(path, ckpt: dict) -> None:
          and isinstance(part.get("method"), str) and isinstance(part.get("files"), dict)
          and (part.get("graph") is None or isinstance(part.get("graph"), str)),
          "partition must hold partition_id, num_parts, method, files and graph (a string or nothing)")
+    sh = ckpt.get("shards")
+    need(sh is None or isinstance(sh, dict) and isinstance(sh.get("tag"), str) and sh["tag"].isalnum()
+         and is_int(sh.get("num_parts")) and sh["num_parts"] >= 1, "shards must hold a tag and num_parts")
     best = ckpt["best"]
     need(isinstance(best, dict) and isinstance(best.get("val_acc"), float) and is_int(best.get("epoch"))
          and isinstance(best.get("accs"), dict) and (best.get("state") is None or state_dict(best.get("state"))),

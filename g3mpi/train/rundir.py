@@ -26,13 +26,14 @@ from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.format import FormatError, atomic_file, json_text, write_json
 from g3mpi.format.errors import failure_reason
 
-from .checkpoint import CHECKPOINT_NAME, write_torch
+from .checkpoint import CHECKPOINT_NAME, prune_shards, write_torch
 from .config import ConfigError, TrainConfig, config_from, to_toml
 from .choices import SUFFIX
 
 log = logging.getLogger("g3mpi.train")
 
 PREDICTIONS_FORMAT = "g3mpi-predictions"
+EMBEDDINGS_FORMAT, EMBEDDINGS = "g3mpi-embeddings", "embeddings.h5"
 #: the node splits, and the keys of their accuracies in metrics.jsonl and summary.json
 SPLITS = ("train", "val", "test")
 ACCURACY_KEYS = tuple(f"{s}_acc" for s in SPLITS)
@@ -46,7 +47,7 @@ PLOTS = ("training.png", "ranks.png")
 TIMELINE, TIMELINE_PLOT = "timeline.json", "timeline.png"
 #: the files of a run directory
 RUN_FILES = ("metrics.jsonl", "summary.json", "model.pt", "predictions.h5", "config.toml", CHECKPOINT_NAME, TIMELINE,
-             TIMELINE_PLOT, *PLOTS)
+             TIMELINE_PLOT, *PLOTS, EMBEDDINGS)
 #: flock's errors on a file system that has no locks (Lustre without ``-o flock``, NFS without a lock daemon)
 _NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
 
@@ -315,6 +316,27 @@ def write_link_predictions(comm, path, rows: dict, attrs: dict | None = None, wa
     write_in_turns(comm, path, create, write, attrs, watchdog, on_turn)
 
 
+def write_embeddings(comm, path, orig_ids: np.ndarray, tables: dict, num_nodes: int, attrs: dict | None = None,
+                     watchdog: Watchdog | None = None, on_turn=None) -> None:
+    """Collectively write ``path`` (HDF5, format ``g3mpi-embeddings``): per name, ``tables[name]`` this rank's
+    owned rows [n, dim] of a node-embedding table, written at their original node IDs in the ranks' turns (no rank
+    holds more than its own rows) and put in place atomically as :func:`write_predictions` does."""
+    order = np.argsort(orig_ids, kind="stable")
+    ids = np.asarray(orig_ids, np.int64)[order]
+    rows = {k: np.ascontiguousarray(np.asarray(v, np.float32)[order]) for k, v in tables.items()}
+
+    def create(f):
+        f.attrs["num_nodes"] = int(num_nodes)
+        for k, v in rows.items():
+            f.create_dataset(k, shape=(num_nodes, v.shape[1]), dtype=np.float32, fillvalue=np.nan)
+
+    def write(f):
+        for k, v in rows.items():
+            write_rows(f[k], ids, v)
+
+    write_in_turns(comm, path, create, write, dict(format=EMBEDDINGS_FORMAT, **(attrs or {})), watchdog, on_turn)
+
+
 def write_in_turns(comm, path, create, write, attrs: dict | None = None, watchdog: Watchdog | None = None,
                    on_turn=None) -> None:
     """Write ``path`` (HDF5) rank by rank: rank 0 makes a temporary file with the predictions' format attributes,
@@ -420,6 +442,7 @@ def _create_run_dir(cfg: TrainConfig, out: Path, lock: RunLock | None = None) ->
         check_run_dir(cfg)
         for name in RUN_FILES:
             (out / name).unlink(missing_ok=True)
+        prune_shards(out, None)
         _remove_interrupted_writes(out)
     write_text_atomic(out / "config.toml", _saved_config(cfg))
 

@@ -49,7 +49,7 @@ from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.nn import specs
 
 from .checkpoint import (CHECKPOINT_NAME, CheckpointError, check_compatible, check_restorable, load_checkpoint,
-                         load_model_state, state_mismatch)
+                         load_model_state, merge_shard, state_mismatch)
 from .config import ConfigError, TrainConfig, settings_without_effect
 from .device import mpi_cuda_support, select_device, use_cuda_aware
 from .faults import TestHooks
@@ -234,7 +234,7 @@ def start(proto: Protocol, cfg: TrainConfig, stop, resume: str | None, phases: P
         phases.mark("held-out pairs")
     split_sizes = _split_sizes(proto, cfg, part)
     phases.mark("split sizes")
-    ckpt = _read_checkpoint(proto, cfg, meta, resume) if resume else None
+    ckpt = _read_checkpoint(proto, cfg, meta, part, resume) if resume else None
     init = _read_initial(proto, cfg) if cfg.init_from and not resume else None   # (a resumed run's: its checkpoint)
     phases.mark("checkpoint")
     log.info("part %d on node %s: %d owned, %d halo, %d local edges; model %s", part.part_id, node_name(),
@@ -425,17 +425,19 @@ def _split_sizes(proto: Protocol, cfg: TrainConfig, part) -> dict:
     return split_sizes
 
 
-def _read_checkpoint(proto: Protocol, cfg: TrainConfig, meta: dict, resume: str) -> dict:
+def _read_checkpoint(proto: Protocol, cfg: TrainConfig, meta: dict, part, resume: str) -> dict:
     """Step 6 of ``--resume``: RUN/checkpoint.pt, compatible with the settings and the partition."""
     err, ckpt = None, None
-    if cfg.node_embedding:
-        proto.same(f"{resume}: --resume of a run with node embeddings (--node-embedding) is not supported yet: its "
-                   "checkpoint does not hold every rank's rows", "checkpoint")
     try:
         ckpt = load_checkpoint(f"{resume}/{CHECKPOINT_NAME}")
         check_compatible(f"{resume}/{CHECKPOINT_NAME}", ckpt, cfg, meta,
                          finished=Path(resume, "summary.json").exists(),
                          idle=settings_without_effect(cfg, world_size=proto.comm.size, resuming=True))
+        if "shards" in ckpt:    # (node embeddings: this rank's rows and their optimiser state)
+            merge_shard(resume, ckpt, proto.comm.rank, proto.comm.size, part.orig_ids, str(meta["partition_id"]))
+        elif cfg.node_embedding:
+            raise CheckpointError(f"{resume}/{CHECKPOINT_NAME}", "holds no shards of the node embeddings (written "
+                                                                 "by an earlier g3mpi): start the run again")
     except CheckpointError as e:
         err = str(e)
     proto.agree(err, "checkpoint")

@@ -4,7 +4,8 @@ Loss = sum over this rank's training nodes / number of training nodes in the who
 entries; :mod:`.tasks` has the loss and the metrics of each task), so the sum over ranks is the single-process mean
 and the allreduced (summed) parameter gradients equal single-process ones.
 Parameters are replicated (same seed, same initialisation on every rank); every rank steps its own optimiser on
-identical gradients. What comes before (loading, the start-up checks, the run directory) is :mod:`.startup` and
+identical gradients. Node embeddings (``--node-embedding``) are not: each rank holds and steps its owned rows,
+checkpointed as per-rank shards (:mod:`.checkpoint`) and written to RUN/embeddings.h5 by original node ID. What comes before (loading, the start-up checks, the run directory) is :mod:`.startup` and
 :mod:`.rundir`.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import logging
 import sys
 import time
+import uuid
 from functools import partial
 from pathlib import Path
 
@@ -28,12 +30,13 @@ from g3mpi.format.errors import failure_reason
 from g3mpi.format.features import widen
 from g3mpi.format.limits import FLOAT32_SQUARE_LIMIT
 from g3mpi.format.partition import part_name, read_part_edges
-from g3mpi.nn import EmbeddingInput, NodeEmbedding, build_model, replicated_state, specs
+from g3mpi.nn import EmbeddingInput, NodeEmbedding, build_model, replicated_state, sharded_parameters, specs
 from g3mpi.ops import DistGraph, DropoutKey
 from g3mpi.ops.precision import autocast, warn_if_slow
 from g3mpi.sched import Schedule
 
-from .checkpoint import CHECKPOINT_NAME, make_checkpoint, save_checkpoint
+from .checkpoint import CHECKPOINT_NAME, make_checkpoint, prune_shards, save_checkpoint, save_shard, shard_path, \
+    split_shard
 from .config import TrainConfig
 from .optim import SGD, Adam
 from .phases import Phases
@@ -41,8 +44,8 @@ from .faults import TestHooks, TrainingFault, first_nonfinite
 from .gradsync import GradSync, param_buckets
 from .choices import HITS, SUFFIX
 from .plots import plot_run
-from .rundir import SPLITS, TIMELINE, MetricsLog, OutputError, read_metrics, run_timings, save_state_dict, \
-    write_json_atomic, write_link_predictions, write_predictions
+from .rundir import EMBEDDINGS, SPLITS, TIMELINE, MetricsLog, OutputError, read_metrics, run_timings, \
+    save_state_dict, write_embeddings, write_json_atomic, write_link_predictions, write_predictions
 from g3mpi.mpi.stop import STOP_SLOTS
 from .sysmem import current_rss_bytes, peak_rss_bytes
 from .link import LinkModel, LinkTask, build_decoder
@@ -110,6 +113,8 @@ class Trainer:
             raise
         self.named_params = list(self.model.named_parameters())
         self.params = [p for _, p in self.named_params]
+        #: the sharded parameters (node embeddings: this rank's rows) by name -> index among the optimiser's
+        self.sharded = {k: i for i, (k, _) in enumerate(self.named_params) if k in sharded_parameters(self.model)}
         if cfg.optimizer == "adam":
             self.opt = Adam(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         else:
@@ -196,15 +201,34 @@ class Trainer:
         self.given = True
 
     def checkpoint(self, run_dir: Path, epoch: int, best: dict, since_best: int, last_loss) -> None:
-        """Rank 0 writes RUN/checkpoint.pt atomically; a failure stops every rank (TrainingFault)."""
+        """Rank 0 writes RUN/checkpoint.pt atomically, after every rank has written its shard of the node
+        embeddings, if the model has any (:mod:`.checkpoint`); a failure stops every rank (TrainingFault)."""
         self.watchdog.context = f"epoch {epoch}"
         self.hooks.stall_at("checkpoint")
-        err = None
+        model, optimizer, best_state = self.model.state_dict(), self.opt.state_dict(), best["state"]
+        shards, err = None, None
+        if self.sharded:
+            # a fresh tag per checkpoint: the shards the current checkpoint.pt names are never overwritten
+            tag = self.watchdog.allgather_text(uuid.uuid4().hex[:16] if self.comm.rank == 0 else None,
+                                               "checkpoint shard tag")[0]
+            shards = dict(tag=tag, num_parts=self.comm.size)
+            model, optimizer, best_state, mine = split_shard(model, optimizer, best_state, self.sharded)
+            path = shard_path(run_dir, tag, self.comm.rank)
+            try:
+                save_shard(path, self.comm.rank, self.part.orig_ids, mine)
+            except Exception as e:  # noqa: BLE001 - reported on every rank
+                err = f"{path}: writing this rank's checkpoint shard failed: {failure_reason(e)}"
+            failed = np.array([1.0 if err else 0.0])
+            self.watchdog.allreduce(failed, what="checkpoint shards (every rank writes its own)")
+            if failed[0]:
+                raise TrainingFault(err or f"stopping: {int(failed[0])} rank(s) could not write a checkpoint shard")
         if self.comm.rank == 0:
             try:
                 save_checkpoint(run_dir / CHECKPOINT_NAME, make_checkpoint(
-                    epoch=epoch, model=self.model.state_dict(), optimizer=self.opt.state_dict(), best=best,
-                    since_best=since_best, last_loss=last_loss, cfg=self.cfg, meta=self.meta))
+                    epoch=epoch, model=model, optimizer=optimizer, best=dict(best, state=best_state),
+                    since_best=since_best, last_loss=last_loss, cfg=self.cfg, meta=self.meta, shards=shards))
+                if shards is not None:   # (the checkpoint in place names the new tag: the older ones can go)
+                    prune_shards(run_dir, shards["tag"])
             except Exception as e:  # noqa: BLE001 - reported on every rank
                 err = f"{run_dir / CHECKPOINT_NAME}: writing the checkpoint failed: {failure_reason(e)}"
         failed = np.array([1.0 if err else 0.0])
@@ -531,6 +555,9 @@ class Trainer:
                                          task=cfg.task),
                               watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
         shutdown.mark("predictions")
+        if self.sharded:
+            self._write_embeddings(run_dir, best)
+            shutdown.mark("embeddings")
         startup = self.startup.seconds if self.startup is not None else {}
         mine = np.array([peak_rss_bytes(), self.input_halo_bytes, *(round(v * 1e6) for v in startup.values())],
                         dtype=np.int64)
@@ -555,6 +582,17 @@ class Trainer:
         summary["shutdown"] = shutdown.rounded()
         write_json_atomic(run_dir / "summary.json", summary)
         return summary
+
+    def _write_embeddings(self, run_dir: Path, best: dict) -> None:
+        """RUN/embeddings.h5: the best model's node-embedding tables by original node ID, every rank its rows
+        (dataset ``embedding``, or with several tables each one's module name)."""
+        params = dict(self.named_params)
+        names = {k: ("embedding" if len(self.sharded) == 1 else k.removesuffix(".weight")) for k in self.sharded}
+        write_embeddings(self.comm, run_dir / EMBEDDINGS, self.part.orig_ids,
+                         {names[k]: params[k].detach().cpu().numpy() for k in self.sharded}, self.part.num_nodes,
+                         attrs=dict(model=self.cfg.model_label, best_epoch=best["epoch"],
+                                    partition_id=self.part.partition_id, parameters=list(self.sharded)),
+                         watchdog=self.watchdog, on_turn=lambda: self.hooks.stall_at("predictions"))
 
     def _write_link_predictions(self, run_dir: Path, best: dict) -> None:
         """predictions.h5 of a link run: the scores of the val and test pairs by original node IDs
