@@ -92,3 +92,6 @@ for name in prepare partition inspect train; do
     [[ -n ${took[$name]:-} ]] && echo "   $name: ${took[$name]}"
 done
 echo "   total (with install): $((SECONDS - t_all))"
+echo
+echo "== next: put g3-prepare, g3-partition, g3-train and mpiexec on PATH in your shell (README, A Cora example):"
+echo "   source $(printf '%q' "$G3_VENV")/bin/activate"

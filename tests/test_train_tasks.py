@@ -11,20 +11,18 @@ import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from g3mpi.format import Graph
-from tests.conftest import SHARED, run_mpi
+from tests.conftest import REPO, run_mpi
 from tests.graphs import cora_graph, csr_from_edges, partition, random_graph
 from tests.train_runs import error_lines
 
 pytestmark = pytest.mark.slow
 
 MOD = "g3mpi.cli.train"
-CHAMELEON = SHARED / "datasets" / "chameleon_filtered.npz"
+CHAMELEON = REPO / "data" / "chameleon_filtered.npz"
 
 
 def chameleon_binary() -> Graph:
     """Chameleon (filtered), label 1 for class 0 and 0 for the others (22 % positives on its first split)."""
-    if not CHAMELEON.exists():
-        pytest.skip(f"{CHAMELEON} not found (the tests expect ../shared/datasets beside the repository)")
     d = np.load(CHAMELEON)
     n = d["x"].shape[0]
     indptr, indices = csr_from_edges(d["edge_index"][0], d["edge_index"][1], n)

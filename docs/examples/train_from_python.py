@@ -3,7 +3,7 @@
     mpiexec -n 2 python docs/examples/train_from_python.py [WORK_DIR]
 
 Rank 0 prepares data/cora.npz and partitions it into one part per rank (under WORK_DIR, default
-work/cora-python), then every rank calls g3mpi.train, which writes the run directory as g3-train does and
+runs/cora-python), then every rank calls g3mpi.train, which writes the run directory as g3-train does and
 returns its summary and this rank's trained module. Rank 0 prints the summary, then every rank evaluates the
 saved model.pt again with g3mpi.evaluate."""
 import json
@@ -16,7 +16,7 @@ import g3mpi
 
 REPO = Path(__file__).resolve().parents[2]
 comm = MPI.COMM_WORLD
-work = Path(sys.argv[1] if len(sys.argv) > 1 else "work/cora-python")
+work = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/cora-python")
 graph, parts = work / "cora.h5", work / f"cora-parts{comm.size}"
 if comm.rank == 0 and not (parts / "meta.json").is_file():   # the data tools' library, on one rank
     from data_tools.importers.common import PrepareOptions
