@@ -216,6 +216,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--feature-dtype", choices=FEATURE_DTYPES,
                    help="dtype graph.h5 stores the features in, kept by g3-partition and widened to float32 by "
                         "g3-train (default: the input's: float16 stays float16, anything else float32)")
+    g.add_argument("--allow-underflow", action="store_true", default=None,
+                   help="with a 16-bit --feature-dtype, store non-zero features too small for it as zero (default: "
+                        "refused, naming how many)")
     g.add_argument("--link-split", type=fractions, metavar="TRAIN,VAL,TEST",
                    help="a random link split of the edges (e.g. 0.85,0.05,0.1): val and test pairs leave the graph, "
                         "both directions of an undirected edge together (docs/LINKS.md)")

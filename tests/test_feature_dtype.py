@@ -14,7 +14,7 @@ from tests.conftest import run_module, run_mpi
 from tests.partition_graphs import partition
 
 SLOW_TESTS = ("test_half_features_partition_and_train_like_float32", "test_prepare_feature_dtype_option",
-              "test_narrow_and_widen_are_exact_round_trips")
+              "test_narrow_and_widen_are_exact_round_trips", "test_float16_underflow_refused_unless_allowed")
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 
@@ -106,3 +106,25 @@ def test_half_features_partition_and_train_like_float32(tmp_path, name):
     import torch
     h, w = (torch.load(io.BytesIO(models[g]), weights_only=True) for g in ("h", "w"))
     assert h.keys() == w.keys() and all(torch.equal(h[k], w[k]) for k in h)
+
+
+def test_float16_underflow_refused_unless_allowed(tmp_path):
+    """Features around 1e-8 stored as float16 would all become zero: refused in one line with the count and the
+    first, nothing written; --allow-underflow stores them."""
+    from tests.conftest import run_module
+    rng = np.random.default_rng(0)
+    n = 40
+    x = (rng.standard_normal((n, 4)) * 1e-8).astype(np.float32)
+    x[0, 1] = 0.5                      # (a value float16 keeps)
+    np.savez(tmp_path / "g.npz", edge_index=rng.integers(0, n, (2, 100)), x=x, y=rng.integers(0, 3, n),
+             train_mask=np.ones(n, bool), val_mask=np.zeros(n, bool), test_mask=np.zeros(n, bool))
+    args = ["npz", tmp_path / "g.npz", "--out", tmp_path / "g.h5", "--feature-dtype", "float16", "-q"]
+    p = run_module("data_tools.prepare", *args, check=False)
+    flushed = int(((x != 0) & (x.astype(np.float16) == 0)).sum())
+    assert p.returncode == 1 and p.stderr.splitlines() == [
+        f"g3-prepare: error: {tmp_path / 'g.h5'}: {flushed} non-zero feature values are too small for float16 and "
+        f"would be stored as zero (the first: node 0, column 0: {float(x[0, 0]):g}): keep them as float32 "
+        "(--feature-dtype float32), scale them, or accept that with --allow-underflow"]
+    assert not (tmp_path / "g.h5").exists()
+    run_module("data_tools.prepare", *args, "--allow-underflow")
+    assert (tmp_path / "g.h5").exists()

@@ -3,6 +3,7 @@ line naming the ranks, the file and its line (besides MPI's own abort line), non
 seconds of the failure, nothing of a finished run written."""
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from tests.graphs import partition, random_graph
 from tests.train_runs import train
 
 SLOW_TESTS = ("test_user_failure_ends_the_job", "test_missing_model_file_said_before_the_partition_is_read",
-              "test_resume_refuses_a_changed_model_file")
+              "test_resume_refuses_a_changed_model_file",
+              "test_undefined_selection_metric_keeps_the_last_model_and_says_so")
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 #: the model file: docs/examples/user_gcn.py's GCN, which fails as G3_UF (CASE:RANK, RANK * for all) asks
 MODEL = '''import os, sys, time
@@ -121,3 +123,19 @@ def test_resume_refuses_a_changed_model_file(parts, tmp_path):
         f"differs from model_file_sha256 in {run}/config.toml); restore it, or resume with --allow-changed-model"]
     train(2, None, None, "--resume", run, "--epochs", "3", "--allow-changed-model", "--no-plots", timeout=120)
     assert (run / "summary.json").exists()
+
+
+def test_undefined_selection_metric_keeps_the_last_model_and_says_so(tmp_path):
+    """--task binary --metric roc_auc with no positives in val: ROC-AUC is undefined in every evaluation; the
+    run keeps the last evaluated model (best_epoch the last epoch, its accuracy in the summary) and warns once."""
+    g = random_graph(n=120, f=8, c=2, seed=4)
+    g.labels[g.val_mask] = 0
+    partition(g, 2, tmp_path / "p2", seed=1)
+    p = train(2, tmp_path / "p2", tmp_path / "run", "--task", "binary", "--metric", "roc_auc", "--epochs", "3",
+              "--no-plots", timeout=120)
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].endswith(
+        "WARNING g3mpi.train: val roc_auc is undefined at epoch 1 (e.g. the validation split has one class only): "
+        "until it is defined, the model of the last evaluated epoch is kept and --patience counts nothing"), p.stderr
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["best_epoch"] == 3 and s["val_roc_auc"] is None and s["val_acc"] is not None

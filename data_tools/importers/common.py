@@ -141,6 +141,7 @@ class PrepareOptions:
     quiet: bool = False
     memory_budget: int = MEMORY_BUDGET   # bytes: in-memory CSR build up to it, else out of core in blocks
     feature_dtype: str | None = None     # float32 | float16 | bfloat16 stored in graph.h5 (None: the input's)
+    allow_underflow: bool = False        # store non-zero features a 16-bit dtype flushes to zero (else refused)
     link_split: tuple | None = None      # (train, val, test) fractions of a random link split; None: none
     split_seed: int = 0                  # its seed
 
@@ -506,7 +507,7 @@ def write_raw_graph(out, raw: RawGraph, opts: PrepareOptions, work: Path | None 
     feature_dtype = opts.feature_dtype or raw.feature_dtype
     with GraphWriter(out, num_nodes=n, feature_dim=raw.feature_dim, num_classes=raw.num_classes,
                      source=source, symmetric=symmetric, self_loops=opts.self_loops, force=opts.force,
-                     feature_dtype=feature_dtype,
+                     feature_dtype=feature_dtype, allow_underflow=opts.allow_underflow,
                      extra_attrs=dict(raw.extra_attrs, deduplicated=bool(opts.dedup or opts.symmetrize or raw.simple),
                                       normalized_features=bool(opts.normalize_features))) as w:
         if linked:

@@ -302,6 +302,10 @@ class Transfer:
             self._mark(pending, MPI.Request.Testsome([self._recv_reqs[j] for j in pending]))
 
     def _mark(self, pending: np.ndarray, idx) -> None:
+        if idx is None:
+            # Testsome's None: no active request left among them (completed in error, e.g. a message of another
+            # size): nothing more will come, so a wait for them must end, not spin at 100 % of a core forever
+            idx = list(range(len(pending)))
         if idx:
             done = pending[idx]
             self._mpi_done[done] = True

@@ -196,7 +196,7 @@ class GraphWriter:
 
     def __init__(self, path, *, num_nodes: int, feature_dim: int, num_classes: int, source: str,
                  symmetric: bool = False, self_loops: str = "keep", force: bool = False,
-                 extra_attrs: dict | None = None, feature_dtype: str = "float32"):
+                 extra_attrs: dict | None = None, feature_dtype: str = "float32", allow_underflow: bool = False):
         if self_loops not in SELF_LOOP_POLICIES:
             raise ValueError(f"self_loops must be one of {SELF_LOOP_POLICIES}")
         self.path = Path(path)
@@ -210,6 +210,9 @@ class GraphWriter:
         self._feat_next = 0
         self._feat_hash = IncrementalSha256()
         self._large = LargeFeatures()
+        # non-zero features the 16-bit dtype stores as zero: (how many, the first's node, column and value)
+        self.allow_underflow = allow_underflow
+        self._flushed, self._first_flushed = 0, None
         self._orig_ids = None
         self._done = set()
         self._typed = (None, None)
@@ -235,6 +238,12 @@ class GraphWriter:
                 missing = {"csr", "features", "nodes"} - self._done
                 if missing:
                     raise FormatError(self.path, f"writer closed without {sorted(missing)}")
+                if self._flushed and not self.allow_underflow:
+                    r, c, v = self._first_flushed
+                    raise FormatError(self.path, f"{self._flushed} non-zero feature values are too small for "
+                                                 f"{self.feature_dtype} and would be stored as zero (the first: node "
+                                                 f"{r}, column {c}: {v:g}): keep them as float32 (--feature-dtype "
+                                                 "float32), scale them, or accept that with --allow-underflow")
                 self.feat.attrs["sha256"] = self._feat_hash.hexdigest()
                 for k, v in self.attrs.items():
                     self.h5.attrs[k] = v
@@ -376,6 +385,12 @@ class GraphWriter:
         if self.feature_dtype != "float32":
             block = narrow(given, self.feature_dtype)
             check_narrowed(self.path, given, block, self.feature_dtype, start)
+            flushed = (widen(block, self.feature_dtype) == 0) & (np.asarray(given) != 0)
+            if flushed.any():
+                if self._first_flushed is None:
+                    r, c = (int(i) for i in np.argwhere(flushed)[0])
+                    self._first_flushed = (start + r, c, float(given[r, c]))
+                self._flushed += int(flushed.sum())
         self.feat[start:start + len(block)] = block
         self._feat_hash.update(block)
         self._feat_next = start + len(block)

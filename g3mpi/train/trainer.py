@@ -145,6 +145,7 @@ class Trainer:
         # the loss, the numbers of ranks with a non-finite loss / gradient, past the time limit, and with each stop
         # signal (STOP_SLOTS)
         self._flags = np.zeros(4 + len(STOP_SLOTS), dtype=np.float64)
+        self._said_undefined = False   # the warning about an undefined validation metric, once
         self.start_epoch = 1
         self.resumed = None   # the checkpoint this trainer continues from, if any
         self.given = False    # started from given parameters (start_from)
@@ -352,9 +353,18 @@ class Trainer:
     def _if_better(self, accs: dict, best: dict, epoch: int) -> dict | None:
         """The model of ``epoch`` as a best-model candidate (metrics and a copy of its parameters) when its
         validation metric (``cfg.metric``) beats ``best``'s, or always without validation nodes (the last one is
-        kept); else None. An undefined metric (NaN: a ROC-AUC of a split with one class) never beats."""
+        kept); else None. An undefined metric (NaN: a ROC-AUC of a split with one class) never beats a defined
+        one; while none was defined the last evaluated model is kept, as without validation nodes (a warning
+        says so once)."""
         score = accs[self.score_key]
-        if score > best["score"] or not self.split_sizes["val"]:
+        undefined = best["score"] is None or not best["score"] >= 0     # (NaN, or no evaluation yet: -1)
+        if score != score and not self._said_undefined:
+            self._said_undefined = True
+            if self.comm.rank == 0:
+                log.warning("val %s is undefined at epoch %d (e.g. the validation split has one class only): "
+                            "until it is defined, the model of the last evaluated epoch is kept and --patience "
+                            "counts nothing", self.cfg.metric, epoch)
+        if score > best["score"] or not self.split_sizes["val"] or undefined:
             return dict(score=score, epoch=epoch, accs=accs, state=copy.deepcopy(self.model.state_dict()))
         return None
 
