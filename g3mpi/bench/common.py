@@ -29,17 +29,19 @@ from .results import BenchError, gather_json, to_json, write_json  # noqa: F401
 #: the memory suite's model ``user``: a GCN of the public primitives (``g3mpi.bench.memory.USER_MODEL``); the
 #: built-in model that the user-model suite measures it against
 USER, USER_REFERENCE = "user", "gcn"
-#: the systems of the vs-pyg suite (g3mpi and pyg-csr always run)
+#: the systems of the vs-pyg suite by default (g3mpi and pyg-csr always run)
 SYSTEMS = ("g3mpi", "g3mpi-nocache", "pyg-csr", "pyg-edge_index")
+#: every system it knows: the default ones and g3mpi under --precision bf16-mixed
+KNOWN_SYSTEMS = SYSTEMS[:2] + ("g3mpi-bf16",) + SYSTEMS[2:]
 
 
 def check_systems(systems) -> tuple:
     """The vs-pyg systems to compare, g3mpi first; ValueError unless they include g3mpi and pyg-csr and are all
     known."""
     systems = tuple(systems)
-    if "g3mpi" not in systems or "pyg-csr" not in systems or not set(systems) <= set(SYSTEMS):
+    if "g3mpi" not in systems or "pyg-csr" not in systems or not set(systems) <= set(KNOWN_SYSTEMS):
         raise ValueError(f"--systems {','.join(systems)!r}: must include g3mpi and pyg-csr "
-                         f"(choose from {', '.join(SYSTEMS)})")
+                         f"(choose from {', '.join(KNOWN_SYSTEMS)})")
     return ("g3mpi",) + tuple(dict.fromkeys(s for s in systems if s != "g3mpi"))
 
 

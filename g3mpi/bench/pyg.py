@@ -9,6 +9,8 @@ the ratios g3mpi / PyG-CSR and g3mpi / PyG-edge_index, and the relative differen
 (the systems compute the same function). ``g3mpi-nocache`` is g3mpi with its input cache off
 (``GNN(input_cache=False)``): the first layer's aggregation of the constant input, which g3mpi computes once
 when there is no input dropout (as here), is then recomputed every epoch, as PyG does (GCN and SAGE only).
+``g3mpi-bf16`` is g3mpi under ``--precision bf16-mixed`` (``g3mpi.ops.precision.autocast``, logits cast to float32
+before the loss, as the trainer does), against PyG in float32.
 """
 from __future__ import annotations
 
@@ -46,13 +48,16 @@ def random_graph(n: int, e: int, f: int, c: int, seed: int = 0):
                  dict(num_classes=c, source=f"random:n={n},e={e}"))
 
 
-def epoch(net, x, y, train, opt, *args):
+def epoch(net, x, y, train, opt, *args, precision: str = "fp32"):
     """One training epoch (forward, loss over the training rows, backward, optimiser step); returns (seconds,
-    detached logits)."""
+    detached logits). ``precision``: the forward's (``g3mpi.ops.precision.autocast``)."""
+    from g3mpi.ops.precision import autocast
     t0 = time.perf_counter()
     net.train()
     opt.zero_grad()
-    out = net(x, *args)
+    with autocast(precision):
+        out = net(x, *args)
+    out = out.float()
     loss = F.cross_entropy(out[train], y[train])
     loss.backward()
     opt.step()
@@ -155,15 +160,15 @@ def _compare(g, data: dict, model: str, dims, heads: int, systems: tuple, n_ep: 
         graphs.append(graph)
         nets = {"g3mpi": ours}
         for s in systems[1:]:
-            if s == "g3mpi-nocache":
-                nets[s], _, gr = g3_net(g, model, dims, heads, input_cache=False)
+            if s in ("g3mpi-nocache", "g3mpi-bf16"):
+                nets[s], _, gr = g3_net(g, model, dims, heads, input_cache=s != "g3mpi-nocache")
                 graphs.append(gr)
             else:
                 nets[s] = PyGNet(model, dims, heads)
             nets[s].load_state_dict(ours.state_dict())
         x, y, train = data["x"], data["y"], data["train"]
         mine = (x[order], y[order], train[order], ())
-        inputs = {"g3mpi": mine, "g3mpi-nocache": mine, "pyg-csr": (x, y, train, (data["adj_t"],)),
+        inputs = {"g3mpi": mine, "g3mpi-nocache": mine, "g3mpi-bf16": mine, "pyg-csr": (x, y, train, (data["adj_t"],)),
                   "pyg-edge_index": (x, y, train, (data["edge_index"],))}
         opts = {s: torch.optim.Adam(nets[s].parameters(), lr=0.01) for s in systems}
         times = {s: [] for s in systems}
@@ -174,7 +179,8 @@ def _compare(g, data: dict, model: str, dims, heads: int, systems: tuple, n_ep: 
                 outs = {}
                 for s in systems:
                     xs, ys, ts, extra = inputs[s]
-                    dt, outs[s] = epoch(nets[s], xs, ys, ts, opts[s], *extra)
+                    dt, outs[s] = epoch(nets[s], xs, ys, ts, opts[s], *extra,
+                                        precision="bf16-mixed" if s == "g3mpi-bf16" else "fp32")
                     if ep > 0:
                         times[s].append(dt)
                 if ep == 0:
@@ -186,6 +192,7 @@ def _compare(g, data: dict, model: str, dims, heads: int, systems: tuple, n_ep: 
                     ratio_vs_pyg_csr=ratio(med["g3mpi"], med["pyg-csr"]),
                     ratio_vs_pyg_edge_index=ratio(med["g3mpi"], med.get("pyg-edge_index")),
                     ratio_nocache_vs_pyg_csr=ratio(med.get("g3mpi-nocache"), med["pyg-csr"]),
+                    ratio_bf16_vs_pyg_csr=ratio(med.get("g3mpi-bf16"), med["pyg-csr"]),
                     first_epoch_logits_rel_diff=diff)
     finally:
         for gr in graphs:
