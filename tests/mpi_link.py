@@ -4,7 +4,8 @@ pairs scored through ``g3mpi.nn.Pairs``, then the same pairs again without gradi
 mpiexec -n P python -m mpi4py -m tests.mpi_link PARTS PAIRS.npz OUT.npz --decoder dot|hadamard [--embed]
 PAIRS.npz: ``pos`` and ``neg`` int64 [2, m] (original node IDs: fixed negatives), ``seed``, ``epoch``: one sampled
 negative per positive is added (``g3mpi.ops.negatives``, keyed by the positive's index). ``--embed``: the decoder runs
-on ``Pairs``' embeddings (no pipelining) instead of inside it. Rank 0 writes OUT.npz: ``init/<name>``, the loss,
+on ``Pairs``' embeddings (no pipelining) instead of inside it. ``--chunk C``: training pairs scored C at a time,
+recomputed in backward. Rank 0 writes OUT.npz: ``init/<name>``, the loss,
 ``grad/<name>`` summed over ranks, the scores of every pair by index (``score/pos``, ``score/neg``,
 ``score/sampled``), the evaluation scores, the pair exchanges' bytes sent and their lower bound (each rank's distinct
 destination rows it does not own, times the row bytes), summed over ranks.
@@ -53,7 +54,11 @@ def main(argv=None):
     ap.add_argument("--decoder", default="dot")
     ap.add_argument("--embed", action="store_true")
     ap.add_argument("--schedule", default="pipelined")
+    ap.add_argument("--chunk", type=int, default=0, help="pairs scored at once under autograd (0: the default)")
     a = ap.parse_args(argv)
+    if a.chunk:
+        import g3mpi.ops.pairs
+        g3mpi.ops.pairs.CHUNK_PAIRS = a.chunk
     comm = MPI.COMM_WORLD
     torch.set_num_threads(1)
     meta = read_meta(a.parts)

@@ -1,7 +1,8 @@
 """Link prediction through the pair exchange (``g3mpi.nn.Pairs``) equals single-process PyG on the whole graph, for
 P = 1..4: a GCN encoder with the dot and the hadamard decoder, fixed and sampled negatives (keyed by edge index, so
-the same for every P), BCE loss and every gradient <= 1e-5 relative, every pair's score; the exchange sends exactly
-the distinct rows each rank lacks (tests/mpi_link.py)."""
+the same for every P), BCE loss and every gradient <= 1e-5 relative, every pair's score (also with the training
+pairs scored in chunks recomputed in backward); the exchange sends exactly the distinct rows each rank lacks
+(tests/mpi_link.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -54,16 +55,17 @@ def reference(g, pairs, state, decoder):
     return float(loss.detach()), grads, {k: v.detach().numpy() for k, v in sc.items()}
 
 
-@pytest.mark.parametrize("P,decoder,embed,schedule", [
-    (1, "dot", False, "pipelined"), (2, "hadamard", False, "pipelined"), (3, "dot", True, "pipelined"),
-    (4, "hadamard", False, "pipelined"), (4, "dot", False, "pipelined"), (3, "hadamard", False, "blocking")])
-def test_link_scores_loss_and_gradients_equal_whole_graph(P, decoder, embed, schedule, tmp_path):
+@pytest.mark.parametrize("P,decoder,embed,schedule,chunk", [
+    (1, "dot", False, "pipelined", 0), (2, "hadamard", False, "pipelined", 0), (3, "dot", True, "pipelined", 0),
+    (4, "hadamard", False, "pipelined", 0), (4, "dot", False, "pipelined", 0), (3, "hadamard", False, "blocking", 0),
+    (2, "hadamard", False, "pipelined", 7), (3, "dot", False, "pipelined", 16)])
+def test_link_scores_loss_and_gradients_equal_whole_graph(P, decoder, embed, schedule, chunk, tmp_path):
     g = random_graph(n=90, seed=11)
     partition(g, P, tmp_path / "parts")
     pairs = link_pairs(g)
     np.savez(tmp_path / "pairs.npz", **pairs)
     run_mpi(P, "tests.mpi_link", tmp_path / "parts", tmp_path / "pairs.npz", tmp_path / "out.npz",
-            "--decoder", decoder, "--schedule", schedule, *(["--embed"] if embed else []))
+            "--decoder", decoder, "--schedule", schedule, "--chunk", chunk, *(["--embed"] if embed else []))
     res = np.load(tmp_path / "out.npz")
     state = {k[len("init/"):]: res[k] for k in res.files if k.startswith("init/")}
     loss, grads, scores = reference(g, pairs, state, decoder)

@@ -9,6 +9,9 @@ Backward sends each fetched row's gradient (summed over its pairs) back to its o
 gradient: the exchange's ``HaloRound`` with ``grads=True``, as GAT's attention does. ``decoder=None`` returns the
 pairs' embeddings ``(h_src, h_dst)`` instead (the same exchange, no overlap: the caller computes afterwards).
 
+Training calls score large sets in chunks recomputed in backward (``CHUNK_PAIRS``): the gathered rows of one
+chunk live at a time, not those of every pair.
+
 Every rank calls each exchange the same number of times, in the same order (a rank without pairs still sends the
 rows others need), and runs backward of every training call.
 """
@@ -17,9 +20,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from torch.utils.checkpoint import checkpoint
+
 from ..comm.pairs import plan_pairs
 from ..mpi.collectives import as_watchdog
 from .exchange import HaloRound
+
+
+#: pairs scored at once under autograd: a larger group is scored in chunks of this many, each recomputed in
+#: backward (gathered rows of one chunk at a time: 2 x CHUNK_PAIRS x width floats)
+CHUNK_PAIRS = 1 << 18
 
 
 class PairExchange:
@@ -87,18 +97,34 @@ class PairExchange:
             return h.index_select(0, torch.from_numpy(self.plan.src_rows)), pool.index_select(0, rows)
         parts = [None] * (k + 1)
 
-        def dec(j, a, b):
-            return decoder(a, b) if self._rel is None else decoder(a, b, self._rel[j])
+        def rows_scored(a_tab, a_idx, b_tab, b_idx, rel):
+            args = (a_tab.index_select(0, a_idx), b_tab.index_select(0, b_idx))
+            return decoder(*args) if rel is None else decoder(*args, rel)
+
+        def dec(j, a_tab, b_tab):
+            """The scores of group j's pairs: sources rows of ``a_tab``, destinations of ``b_tab``. Under autograd
+            a large group goes in chunks recomputed in backward, so that only one chunk's gathered rows live at a
+            time (memory O(pairs), not O(pairs x width))."""
+            a_idx, b_idx = self._src[j], self._dst[j]
+            rel = None if self._rel is None else self._rel[j]
+            m = len(a_idx)
+            if m <= CHUNK_PAIRS or not torch.is_grad_enabled():
+                return rows_scored(a_tab, a_idx, b_tab, b_idx, rel)
+            out = []
+            for c in range(0, m, CHUNK_PAIRS):
+                sl = slice(c, c + CHUNK_PAIRS)
+                out.append(checkpoint(rows_scored, a_tab, a_idx[sl], b_tab, b_idx[sl],
+                                      None if rel is None else rel[sl], use_reentrant=False))
+            return torch.cat(out)
 
         def score(landed):
             for i in landed:
                 take([i])
-                parts[i + 1] = dec(i + 1, h.index_select(0, self._src[i + 1]),
-                                   fetched[i].index_select(0, self._dst[i + 1]))
+                parts[i + 1] = dec(i + 1, h, fetched[i])
 
         if sched.waits_first:
             score(rnd.rest())
-        parts[0] = dec(0, h.index_select(0, self._src[0]), h.index_select(0, self._dst[0]))
+        parts[0] = dec(0, h, h)
         score(rnd.landed())
         score(rnd.rest())
         out = torch.cat(parts) if len(parts) > 1 else parts[0]

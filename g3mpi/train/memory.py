@@ -14,6 +14,7 @@ gradients of the activations during backward, at most as large as the activation
 
 :func:`rank_memory_split` gives each data term split by what sizes it (:data:`CATEGORIES`: the rank's owned rows,
 halo rows, send rows, local edges, or none of them), which ``g3-bench memory`` measures too (docs/BENCH.md).
+:func:`pairs_split` is the ``pairs`` term of ``--task link``.
 """
 from __future__ import annotations
 
@@ -194,3 +195,14 @@ def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, fea
     terms = {t: sum(v.values()) for t, v in split.items()}
     terms["peak"] = BASELINE_BYTES + sum(terms.values()) + terms["activations"]
     return terms
+
+
+def pairs_split(*, pairs: int, fetched: int, sent: int, width: int, chunk: int = 1 << 18) -> dict:
+    """Bytes of one rank's training pairs of ``--task link`` (``g3mpi.ops.pairs``), by what sizes them: per pair 48
+    for the plan (source and destination rows, the group order and its inverse, each group's row lists: int64) and
+    20 for the loss (the logit, its label, BCE's saved terms and the logit's gradient); per fetched and per sent row
+    ``width`` float32 twice (the rows and their gradients); the gathered rows of one scored chunk
+    (2 x min(pairs, ``chunk``) x ``width`` float32: recomputed in backward). Pairs count as ``owned``, fetched rows
+    as ``halo``, sent rows as ``send``."""
+    return split_bytes(owned=68 * pairs, halo=8 * width * fetched, send=8 * width * sent,
+                       const=8 * width * min(pairs, chunk))
