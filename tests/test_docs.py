@@ -85,3 +85,12 @@ def test_readme_cora_example_reads_only_the_repository():
     assert block, "README.md has no bash block under 'A Cora example'"
     inputs = re.findall(r"g3-prepare npz (\S+)", block.group(1))
     assert inputs and all((REPO / p).is_file() and not p.startswith("..") for p in inputs), inputs
+
+
+def test_docs_import_only_files_of_the_repository():
+    """Every `g3-prepare npz FILE` of README.md and docs/ reads a file a clone has (docs/MODELS.md's Chameleon
+    example read ../shared/datasets, which a clone does not have)."""
+    inputs = {(doc.name, p) for doc in DOCS for p in re.findall(r"g3-prepare npz (\S+)", doc.read_text("utf-8"))}
+    assert len(inputs) >= 3
+    missing = [f"{doc}: {p}" for doc, p in sorted(inputs) if p.startswith("..") or not (REPO / p).is_file()]
+    assert not missing, missing
