@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, mpiexec, tool_env
+from tests.conftest import REPO, mpiexec, run_mpi, tool_env
 
 # more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
-SLOW_TESTS = ("test_resume_takes_the_runs_partition_and_directory", "test_threads_per_rank_reach_torch",
+SLOW_TESTS = ("test_train_check_runs_g3_trains_checks_without_training",
+              "test_resume_takes_the_runs_partition_and_directory", "test_threads_per_rank_reach_torch",
               "test_timeout_bounds_a_stage", "test_dry_run_checks_what_g3_train_checks_first")
 
 JOBS = REPO / "jobs"
@@ -112,10 +113,10 @@ def test_dry_run_checks_what_g3_train_checks_first(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.toml").write_text("")
     (tmp_path / "g.h5").write_bytes(b"")
-    for args, what in [(["-n", 3, "--", "--parts", parts], f"{parts} has 2 parts but 3 ranks were requested"),
+    for args, what in [(["-n", 3, "--", "--parts", parts], f"{parts}/meta.json: the partition has 2 parts but 3 ranks were requested"),
                        (["-n", 2, "--", "--parts", tmp_path / "g.h5"],
-                        f"{tmp_path / 'g.h5'} is a file, not a partition directory (a graph file? partition it: "
-                        f"g3-partition {tmp_path / 'g.h5'} --parts 2 --out DIR, then --parts DIR)"),
+                        f"{tmp_path / 'g.h5'}: is a file, not a partition directory (meta.json + part-*.h5, written "
+                        "by g3-partition)"),
                        (["-n", 2, "--", "--parts", parts, "--out", tmp_path / "run"],
                         f"{tmp_path / 'run'}: run directory exists and is not empty (use --force")]:
         p = launcher("train", "--dry-run", *args, G3_OUT=tmp_path / "new")
@@ -172,10 +173,10 @@ def test_ranks_must_match_parts(tmp_path):
     parts = small_partition(tmp_path / "parts", 3)
     p = launcher("train", "-n", 2, "--", "--parts", parts, "--out", tmp_path / "run")
     assert p.returncode == 1
-    assert f"{parts} has 3 parts but 2 ranks were requested" in p.stderr
+    assert f"{parts}/meta.json: the partition has 3 parts but 2 ranks were requested" in p.stderr
     assert not (tmp_path / "run").exists()
     p = launcher("train", "-n", 2, "--", "--parts", tmp_path / "nowhere")
-    assert p.returncode == 1 and "nowhere/meta.json: no such file" in p.stderr
+    assert p.returncode == 1 and "nowhere: no such partition directory" in p.stderr
 
 
 def test_resume_takes_the_runs_partition_and_directory(tmp_path):
@@ -192,7 +193,7 @@ def test_resume_takes_the_runs_partition_and_directory(tmp_path):
     tool = cmd[cmd.index("g3mpi.cli.train") + 1:]
     assert tool == ["--parts", str(parts), "--resume", str(run), "--epochs", "9", "--threads", "1"]
     p = launcher("train", "-n", 3, "--", "--resume", run)
-    assert p.returncode == 1 and f"{parts} has 2 parts but 3 ranks were requested" in p.stderr
+    assert p.returncode == 1 and f"{parts}/meta.json: the partition has 2 parts but 3 ranks were requested" in p.stderr
     p = launcher("train", "-n", 2, "--", "--resume", tmp_path / "nowhere")
     assert p.returncode == 1 and "nowhere/config.toml: no such file" in p.stderr
 
@@ -397,3 +398,23 @@ def test_requeued_train_job_restarts_by_its_checkpoint(tmp_path):
     (run / "checkpoint.pt").write_bytes(b"")
     cmd, log = command()
     assert cmd[cmd.index("--resume") + 1] == "run" and "--force" not in cmd and "--out" not in cmd, log
+
+
+def test_train_check_runs_g3_trains_checks_without_training(tmp_path):
+    """g3-train --check P (what the launchers run first) and under mpiexec --check: the start-up checks, exit 0
+    with one line and no run directory; a failed one is one error line and exit 1 (2 for bad settings)."""
+    parts = small_partition(tmp_path / "parts", 2)
+    base = [sys.executable, "-m", "g3mpi.cli.train", "--parts", str(parts), "--out", str(tmp_path / "run")]
+    p = subprocess.run(base + ["--check", "2"], capture_output=True, text=True, env=tool_env())
+    assert p.returncode == 0 and p.stdout.startswith("g3-train: check passed:") and not p.stderr, p.stderr
+    (tmp_path / "mine.py").write_text("x = 1\n")
+    for extra, code, want in [(["--check", "3"], 1, "the partition has 2 parts but 3 ranks were requested"),
+                              (["--check", "2", "--epoch", "3"], 2, "--epoch 3 (did you mean '--epochs'?)"),
+                              (["--check", "2", "--model-file", f"{tmp_path / 'mine.py'}:build"], 1,
+                               "no function 'build' in it")]:
+        p = subprocess.run(base + extra, capture_output=True, text=True, env=tool_env())
+        assert p.returncode == code and p.stderr.count("\n") == 1 and want in p.stderr, (extra, p.stderr)
+    assert not (tmp_path / "run").exists()
+    p = run_mpi(2, "g3mpi.cli.train", "--check", "--parts", parts, "--out", tmp_path / "run", "--log-level",
+                "WARNING")
+    assert "g3-train: check passed:" in p.stdout + p.stderr and not (tmp_path / "run").exists()

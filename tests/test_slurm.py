@@ -88,7 +88,7 @@ def test_train_job_refuses_rank_part_mismatch(cluster, tmp_path):
     job = cluster.sbatch_wait(JOBS / "slurm" / "train.sbatch", "--epochs", 1, opts=("--ntasks-per-node=2",),
                               cwd=tmp_path, env=cluster.job_env(G3_PARTS=parts, G3_OUT=tmp_path / "run"), timeout=300)
     assert job.returncode == 1 and job.exit_code == "1:0", job.log
-    assert f"{parts} has 3 parts but 2 ranks were requested" in job.log
+    assert f"{parts}/meta.json: the partition has 3 parts but 2 ranks were requested" in job.log
     assert not (tmp_path / "run").exists()
 
 

@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--resume", metavar="RUN",
                     help="continue the run in RUN from RUN/checkpoint.pt, with RUN/config.toml as the settings "
                          "(with --parts OTHER: on another partition of the same graph, any number of ranks)")
+    ap.add_argument("--check", nargs="?", type=int, const=0, metavar="P",
+                    help="run the start-up checks only, then exit (0: they pass): under mpiexec every one the "
+                         "ranks make (settings, part files, halo lists, model, checkpoint); with P, on one "
+                         "process, those that read no part's data for a job of P ranks (what the job scripts "
+                         "check before they launch)")
     _model_options(ap.add_argument_group("model"))
     _model_settings(ap.add_argument_group("the models' own settings"))
     _recipe_options(ap.add_argument_group("recipe blocks (gcn, sage, gat; docs/RECIPES.md)"))
@@ -154,8 +159,8 @@ def _runtime_options(g) -> None:
                         "and GAT stacks, user models that ask), GAT's per-edge attention terms likewise (about "
                         "half the memory); none: keep what autograd saves")
     g.add_argument("--verify", action=onoff, help="check part-file checksums on load (default on)")
-    g.add_argument("--progress", action=onoff, help="a progress bar on rank 0 (default auto: when stderr is a terminal, not "
-                        "into a batch job's log; --progress forces it)")
+    g.add_argument("--progress", action=onoff, help="a progress bar on rank 0 (default auto: when stderr is a "
+                        "terminal, not into a batch job's log; --progress forces it)")
     g.add_argument("--plots", action=onoff,
                    help="RUN/training.png and RUN/ranks.png at the end (default on; python -m g3mpi.cli.plots RUN "
                         "draws them)")
@@ -318,9 +323,10 @@ def exit_now(code: int) -> None:
     import ctypes
     import logging
 
-    from mpi4py import MPI
-    if not MPI.Is_finalized():
-        MPI.Finalize()
+    if "mpi4py.MPI" in sys.modules:   # (--check P ran without MPI: importing it now would start it)
+        from mpi4py import MPI
+        if not MPI.Is_finalized():
+            MPI.Finalize()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -339,6 +345,9 @@ def _main(argv, comm) -> int:
     except BadCommandLine as e:
         args, bad = None, str(e)
     phases.mark("command line")
+    check = args.pop("check") if args is not None else _check_asked(sys.argv[1:] if argv is None else argv)
+    if check:   # (no MPI: the job scripts run it before they launch anything)
+        return _check_alone(args, bad, check)
     if own_world:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
@@ -368,7 +377,7 @@ def _main(argv, comm) -> int:
         phases.mark("imports")
         with RunLock() as lock:   # rank 0 takes it when it prepares the run directory
             code = run(comm, cfg, given, resume, stop=stop, lock=lock, own_world=own_world, prog=PROG,
-                       phases=phases)
+                       phases=phases, check=check is not None)
         if code and own_world:
             from mpi4py import MPI
             if not MPI.Is_finalized():
@@ -376,6 +385,38 @@ def _main(argv, comm) -> int:
                 # `python -m mpi4py` calls MPI_Abort, and the launcher adds a line of noise per rank
                 MPI.Finalize()
         return code
+
+
+def _check_asked(argv) -> int | None:
+    """``--check P``'s P in a command line the parser refused (its one line then comes from the check, alone)."""
+    words = [str(w) for w in argv]
+    for i, w in enumerate(words):
+        value = w.split("=", 1)[1] if w.startswith("--check=") else words[i + 1] if w == "--check" and \
+            i + 1 < len(words) else None
+        if value is not None and value.isdigit() and int(value) > 0:
+            return int(value)
+    return None
+
+
+def _check_alone(args: dict | None, bad: str | None, ranks: int) -> int:
+    """``g3-train --check P``: the settings, then :func:`g3mpi.train.startup.check_job` for a job of ``ranks``
+    ranks; one line and the exit status (0 passed, 2 bad settings, 1 a check failed)."""
+    from g3mpi.train.config import ConfigError
+    code, err = 2, bad
+    if err is None:
+        try:
+            cfg, _, resume = settings(args)
+        except ConfigError as e:
+            err = str(e)
+        else:
+            from g3mpi.train.startup import check_job
+            code, err = 1, check_job(cfg, resume, ranks)
+    if err is not None:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return code
+    print(f"{PROG}: check passed: {cfg.parts} for {ranks} {'rank' if ranks == 1 else 'ranks'}, run directory "
+          f"{cfg.out}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -42,30 +42,31 @@ class Finished:
 
 
 def run(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: RunLock, own_world: bool,
-        prog: str = PROG, phases: Phases | None = None) -> int:
+        prog: str = PROG, phases: Phases | None = None, check: bool = False) -> int:
     """g3-train on ``comm`` after the configuration check: the exit status (:func:`execute`'s)."""
     return execute(comm, cfg, given, resume, stop=stop, lock=lock, own_world=own_world, prog=prog,
-                   phases=phases)[0]
+                   phases=phases, check=check)[0]
 
 
 def execute(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: RunLock, own_world: bool,
-            prog: str = PROG, phases: Phases | None = None) -> tuple[int, Finished | None]:
+            prog: str = PROG, phases: Phases | None = None, check: bool = False) -> tuple[int, Finished | None]:
     """:func:`_execute`, with ``os._exit`` from the model file's code raising :class:`~.userfile.UserExit` (a
     rank leaving early fails the job, with its line, instead of ending it as if it had finished)."""
     with exits_guarded():
         return _execute(comm, cfg, given, resume, stop=stop, lock=lock, own_world=own_world, prog=prog,
-                        phases=phases)
+                        phases=phases, check=check)
 
 
 def _execute(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, lock: RunLock, own_world: bool,
-             prog: str = PROG, phases: Phases | None = None) -> tuple[int, Finished | None]:
+             prog: str = PROG, phases: Phases | None = None, check: bool = False) -> tuple[int, Finished | None]:
     """g3-train on ``comm`` after the configuration check: the exit status, and the :class:`Finished` run where
     it finished or stopped (None after an error). ``given``: where the user gave
     each setting (``config.config_and_origins``); ``resume``: the run directory to continue, or None; ``stop``:
     the active :class:`~g3mpi.mpi.stop.StopSignals`; ``lock``: the run directory's lock, which the caller
     releases when its block ends (here, before an abort ends the job); ``own_world``: ``comm`` is the program's
     COMM_WORLD (then MPI is finalized before a stopped run exits 75); ``phases``: the start-up's so far (the
-    command line's), which this one goes on marking for summary.json."""
+    command line's), which this one goes on marking for summary.json; ``check`` (``--check``): stop after the
+    start-up's checks, 0 if they passed, before the run directory is made."""
     phases = phases or Phases()
     setup_logging(comm, cfg.log_level)
     stop.stop_after(cfg.time_limit)
@@ -86,6 +87,12 @@ def _execute(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, l
                                                                      False),
                                          saved=ckpt["config"] if ckpt else None):
             log.warning("%s", line)
+    if check:
+        started.trainer.close()
+        if comm.rank == 0:
+            write_line(f"{prog}: check passed: {cfg.parts} on {comm.size} "
+                       f"{'rank' if comm.size == 1 else 'ranks'}, model {cfg.model_label}, run directory {cfg.out}")
+        return 0, None
     run_dir, err = prepare_run_dir(comm, cfg, resume_epoch=ckpt["epoch"] if ckpt else None,
                                    resume_eval_every=ckpt["config"].get("eval_every") if ckpt else None,
                                    watchdog=proto.watchdog, lock=lock)

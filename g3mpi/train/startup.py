@@ -59,7 +59,7 @@ from .rundir import SPLITS, check_run_dir
 from .link import link_misfit
 from .tasks import label_misfit
 from .trainer import Trainer
-from .userfile import ModelFileError, UserExit, code_frame, reason, user_frame
+from .userfile import ModelFileError, load_builder, UserExit, code_frame, reason, user_frame
 
 PROG = "g3-train"
 log = logging.getLogger("g3mpi")
@@ -139,15 +139,44 @@ def not_a_partition(path, ranks: int) -> str:
 def read_rank_part(parts: str, comm, verify: bool = True):
     """(meta.json, this rank's part) of the partition directory ``parts``; FormatError (naming the file) when it
     has not one part per rank of ``comm`` or the part is bad."""
-    if Path(parts).is_file():
-        raise FormatError(parts, not_a_partition(parts, comm.size))
-    meta = read_meta(parts)
-    if meta["num_parts"] != comm.size:
-        raise FormatError(f"{parts}/meta.json",
-                          f"the partition has {meta['num_parts']} parts but {comm.size} "
-                          f"{'rank was' if comm.size == 1 else 'ranks were'} started "
-                          f"(run with mpiexec -n {meta['num_parts']})")
+    meta = read_fitting_meta(parts, comm.size)
     return meta, read_part(parts, comm.rank, meta, verify=verify)
+
+
+def read_fitting_meta(parts: str, ranks: int, started: str = "started") -> dict:
+    """meta.json of the partition directory ``parts``; FormatError (naming the file) unless it has one part per
+    rank of the ``ranks`` the job has ``started`` (or, for ``g3-train --check P``, requested)."""
+    if Path(parts).is_file():
+        raise FormatError(parts, not_a_partition(parts, ranks))
+    meta = read_meta(parts)
+    if meta["num_parts"] != ranks:
+        raise FormatError(f"{parts}/meta.json",
+                          f"the partition has {meta['num_parts']} parts but {ranks} "
+                          f"{'rank was' if ranks == 1 else 'ranks were'} {started} "
+                          f"(run with mpiexec -n {meta['num_parts']})")
+    return meta
+
+
+def check_job(cfg: TrainConfig, resume: str | None, ranks: int) -> str | None:
+    """Why a job of ``ranks`` ranks would stop at start-up, from what needs no part's data (``g3-train --check
+    P``, which the job scripts run before they launch anything): a partition of ``ranks`` parts with every part
+    file there, a run directory that can be made (not on ``--resume``), a model file that imports and has its
+    function. None if it would pass them. The checks that read the parts, the checkpoint and the initial
+    parameters are the ranks' own (``mpiexec -n P g3-train --check``)."""
+    try:
+        read_fitting_meta(cfg.parts, ranks, "requested")
+        missing = [part_name(r) for r in range(ranks) if not (Path(cfg.parts) / part_name(r)).is_file()]
+        if missing:
+            return f"{cfg.parts}/{missing[0]}: no such file ({len(missing)} of the {ranks} part files missing)"
+        if not resume:
+            check_run_dir(cfg)
+        if cfg.model_file:
+            load_builder(cfg.model_file)
+    except (FormatError, ValueError, ModelFileError) as e:
+        return str(e)
+    except OSError as e:
+        return f"{e.filename or cfg.out}: cannot be read: {e.strerror or e}"
+    return None
 
 
 def start_up_sums(part, watchdog: Watchdog) -> tuple[dict, bool]:

@@ -323,48 +323,20 @@ sys.exit(0 if ok else 1)' "$1" ||
             "another with G3_VENV / G3_PYTHON"
 }
 
-# g3_part_count DIR: num_parts from DIR/meta.json (the partition format of docs/FORMAT.md)
-g3_part_count() {
-    local dir=$1
-    [[ -f $dir/meta.json ]] ||
-        g3_die "$dir/meta.json: no such file (is the partition directory on a filesystem every node sees?)"
-    "$G3_PY" -c 'import json, sys
-try:
-    meta = json.load(open(sys.argv[1]))
-    n = int(meta["num_parts"])
-except Exception as e:
-    sys.exit(f"{sys.argv[1]}: cannot read num_parts: {e}")
-print(n)' "$dir/meta.json" || g3_die "$dir/meta.json: unreadable partition metadata"
-}
-
-# g3_check_train_start RANKS ARGS...: what g3-train checks first, checked before anything is launched (in a dry
-# run too): one rank per part, and a run directory that can be made. In a dry run, a partition directory that is
-# not there yet (an earlier stage of the same pipeline writes it) is only mentioned.
+# g3_check_train_start RANKS ARGS...: g3-train's own checks of a job of RANKS ranks that read no part's data
+# (g3-train --check RANKS: the settings, one part file per rank, a run directory that can be made, the model file),
+# before anything is launched (in a dry run too). In a dry run, a partition directory that is not there yet (an
+# earlier stage of the same pipeline writes it) is only mentioned.
 g3_check_train_start() {
-    local n=$1 parts out num_parts force=0 config
+    local n=$1 parts out
     shift
-    parts=$(g3_opt_value --parts "$@")
-    if [[ -f $parts ]]; then
-        g3_die "$parts is a file, not a partition directory (a graph file? partition it: g3-partition $parts" \
-            "--parts $n --out DIR, then --parts DIR)"
-    elif g3_flag G3_DRY_RUN 0 && [[ ! -e $parts ]]; then
-        g3_log "dry run: $parts is not there yet: its parts are not checked against $n rank(s)"
-    else
-        num_parts=$(g3_part_count "$parts") || exit 1
-        ((num_parts == n)) ||
-            g3_die "$parts has $num_parts parts but $n ranks were requested: training needs exactly one rank" \
-                "per part (-n $num_parts)"
+    parts=$(g3_opt_value --parts "$@") || parts=
+    if g3_flag G3_DRY_RUN 0 && [[ -n $parts && ! -e $parts ]]; then
+        g3_log "dry run: $parts is not there yet: the run is not checked against $n rank(s)"
+        return 0
     fi
-    ! g3_has_opt --resume "$@" || return 0
-    g3_has_opt --force "$@" && force=1
-    if config=$(g3_opt_value --config "$@") && [[ -f $config ]]; then   # (a force = true of the file counts)
-        "$G3_PY" -c 'import sys, tomllib
-sys.exit(0 if tomllib.load(open(sys.argv[1], "rb")).get("force") is True else 1)' "$config" 2>/dev/null && force=1
-    fi
-    out=$(g3_opt_value --out "$@") || return 0
-    if ((!force)) && [[ -d $out ]] && [[ -n $(find "$out" -mindepth 1 -maxdepth 1 ! -name .g3-train.lock) ]]; then
-        g3_die "$out: run directory exists and is not empty (use --force to replace it, or --resume to continue" \
-            "its run)"
+    if ! out=$("$G3_PY" -m g3mpi.cli.train --check "$n" "$@" 2>&1 >/dev/null); then
+        g3_die "${out#g3-train: error: }"
     fi
 }
 
