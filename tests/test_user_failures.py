@@ -4,17 +4,23 @@ seconds of the failure, nothing of a finished run written."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.graphs import partition, random_graph
-from tests.train_runs import train
+from tests.conftest import mpiexec, tool_env
+from tests.train_runs import FAST, MOD, train
 
 SLOW_TESTS = ("test_user_failure_ends_the_job", "test_missing_model_file_said_before_the_partition_is_read",
               "test_resume_refuses_a_changed_model_file",
-              "test_undefined_selection_metric_keeps_the_last_model_and_says_so")
+              "test_undefined_selection_metric_keeps_the_last_model_and_says_so",
+              "test_sigterm_ends_a_rank_blocked_in_the_model_files_mpi_call")
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 #: the model file: docs/examples/user_gcn.py's GCN, which fails as G3_UF (CASE:RANK, RANK * for all) asks
 MODEL = '''import os, sys, time
@@ -52,6 +58,9 @@ def build(graph, in_dim, out_dim, cfg):
     if MINE and CASE == "build_exit":
         mark()
         sys.exit(0)
+    if MINE and CASE == "barrier":        # a collective on one rank only: it never returns
+        mark()
+        MPI.COMM_WORLD.Barrier()
     return M(graph, in_dim, hidden, out_dim, layers=2, dropout=0.0)
 '''
 #: case -> (G3_UF, the ranks the line names, what it says)
@@ -139,3 +148,42 @@ def test_undefined_selection_metric_keeps_the_last_model_and_says_so(tmp_path):
         "until it is defined, the model of the last evaluated epoch is kept and --patience counts nothing"), p.stderr
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["best_epoch"] == 3 and s["val_roc_auc"] is None and s["val_acc"] is not None
+
+
+def test_sigterm_ends_a_rank_blocked_in_the_model_files_mpi_call(parts, tmp_path):
+    """build calls a barrier on rank 0 only: rank 0 never comes back from MPI; SIGTERM to mpiexec ends the job
+    (rank 1 gives up its wait, the abort ends rank 0) within 15 s, one line, no rank left."""
+    (tmp_path / "pids").mkdir()
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-m", MOD, *FAST, "--parts", str(parts), "--out",
+           str(tmp_path / "run"), "--model-file", f"{model_file(tmp_path)}:build", "--epochs", "3"]
+    env = {**tool_env(), "G3_UF": "barrier:0", "G3_TEST_PIDFILE": str(tmp_path / "pids")}
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    try:
+        end = time.monotonic() + 120
+        while not (tmp_path / "stamp").exists() and time.monotonic() < end and p.poll() is None:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0 and took < 15, (p.returncode, took, err)
+    lines = own_lines(err)
+    assert len(lines) == 1 and lines[0].startswith("g3-train: error: [rank 1] SIGTERM received: ") \
+        and "waiting for rank 0 in the start-up check 'model file'" in lines[0], err
+    pids = [int(f.read_text()) for f in (tmp_path / "pids").iterdir()]
+    end = time.monotonic() + 30
+    while any(alive(pid) for pid in pids) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert not [pid for pid in pids if alive(pid)], f"ranks left {time.monotonic() - end + 30:.1f} s after mpiexec"
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
