@@ -110,11 +110,12 @@ class RmatSource:
     feature_dim: int = 32
     classes: int = 16
     noise: float = 1.0
+    relations: int = 0                  # > 0: a uniform random relation per edge (a typed graph)
 
     def load(self, opts: PrepareOptions, work: Path | None = None) -> RawGraph:
         from .importers.rmat import generate_rmat
         return generate_rmat(self.scale, self.edge_factor, self.feature_dim, num_classes=self.classes,
-                             noise=self.noise, seed=opts.seed, quiet=opts.quiet)
+                             noise=self.noise, seed=opts.seed, quiet=opts.quiet, relations=self.relations)
 
 
 @dataclass(frozen=True)
@@ -310,6 +311,8 @@ def _add_rmat(sub) -> argparse.ArgumentParser:
     p.add_argument("--noise", type=float,
                    help="std of each feature's Gaussian noise; class centres have unit norm "
                         f"(default {RmatSource.noise:g})")
+    p.add_argument("--relations", type=int,
+                   help="give each edge a uniform random relation in [0, R): a typed graph (default 0: untyped)")
     return p
 
 

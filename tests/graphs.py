@@ -53,3 +53,18 @@ def partition(g: Graph, P: int, out, seed: int = 0) -> None:
     asg = rng.integers(0, P, g.num_nodes)
     asg[:P] = np.arange(P)
     write_partition(g, asg, P, out, method="random", seed=seed, force=True)
+
+
+def typed_graph(n=150, R=4, seed=0, c=4) -> Graph:
+    """:func:`random_graph` with duplicates and self loops, each edge of a random relation in [0, R - 1) (the
+    last relation has no edge; relation R - 2 only a few), rows sorted by source then relation as the format
+    keeps them; ``c`` classes."""
+    g = random_graph(n=n, seed=seed, multi=True, c=c)
+    rng = np.random.default_rng(seed + 7)
+    typ = rng.integers(0, R - 2, g.num_edges)
+    typ[rng.random(g.num_edges) < 0.05] = R - 2
+    dst = np.repeat(np.arange(n), np.diff(g.indptr))
+    order = np.lexsort((typ, g.indices, dst))
+    g.indices, g.edge_type = g.indices[order], typ[order].astype(np.int32)
+    g.attrs["num_relations"] = R
+    return g

@@ -108,16 +108,25 @@ def rmat_edges(scale: int, edge_factor: int, seed: int = 0, probs=(A, B, C), scr
 
 
 def generate_rmat(scale: int, edge_factor: int, feature_dim: int, *, num_classes: int = 16,
-                  noise: float = 1.0, seed: int = 0, quiet: bool = False) -> RawGraph:
+                  noise: float = 1.0, seed: int = 0, quiet: bool = False, relations: int = 0) -> RawGraph:
+    """``relations`` R > 0: each edge gets a uniform random relation in [0, R) (a typed load for R-GCN; the
+    edges are then held whole, as every typed graph is built in memory)."""
     if feature_dim < 1 or num_classes < 1:
         raise ValueError("--feature-dim and --classes must be >= 1")
+    if relations < 0:
+        raise ValueError("--relations must be >= 0")
     check_finite_nonneg("--noise", noise)
     edges = EdgeStream(edge_factor << scale, rmat_edge_blocks(scale, edge_factor, seed, quiet=quiet),
                        np.dtype(index_dtype(1 << scale)))
     n = 1 << scale
     labels = np.random.default_rng(np.random.SeedSequence([seed, 0x1ABE])).integers(0, num_classes, n)
     labels = labels.astype(np.int64)
+    typed = {}
+    if relations:
+        typ = np.random.default_rng(np.random.SeedSequence([seed, 0x7E1A])).integers(0, relations, edges.num_edges)
+        typed = dict(edge_type=typ.astype(np.int32), num_relations=int(relations))
     return RawGraph(path="rmat", num_nodes=n, src=None, dst=None, edges=edges, feature_dim=feature_dim,
                     feature_blocks=gaussian_feature_blocks(labels, feature_dim, noise, seed), labels=labels,
-                    num_classes=num_classes,
-                    source=f"rmat:scale={scale},ef={edge_factor},dim={feature_dim},classes={num_classes},seed={seed}")
+                    num_classes=num_classes, **typed,
+                    source=f"rmat:scale={scale},ef={edge_factor},dim={feature_dim},classes={num_classes},seed={seed}"
+                           + (f",relations={relations}" if relations else ""))

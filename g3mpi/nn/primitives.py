@@ -9,6 +9,13 @@ attention, node dropout keyed by global node ID. Shapes: n = the rank's owned ro
     ``self_loops`` adds one per node: PyG's ``gcn_norm`` with ``add_remaining_self_loops``, and ``aggr`` over
     ``add_self_loops(remove_self_loops(edge_index))``).
 
+    Propagate(graph, reduce, relations=True)(x)   x [n, R, *] -> [n, *]     (a graph with R edge types)
+        sum:  out_i = sum_r sum_{j in N_r(i)} x_{j,r}
+        mean: out_i = sum_r sum_{j in N_r(i)} x_{j,r} / c_{i,r},   c_{i,r} = |N_r(i)|  (R-GCN's normalisation)
+    N_r(i): the sources of i's in-edges of relation r (self loops left out); x_{j,r}: row j's message for
+    relation r (R-GCN: x_j Theta_r). PyG ``RGCNConv``'s sum over relations of its per-relation ``aggr``, in one
+    exchange of the [n, R, *] rows and one sparse product over one typed block.
+
     Attention(graph, heads, channels, dropout, remat)(x, a_src, a_dst, key)
                                                    x [n, H, C], a_src/a_dst [n, H] -> [n, H, C]
         alpha_ij = softmax over j -> i and the self loop of LeakyReLU_0.2(a_src[j] + a_dst[i]),
@@ -32,7 +39,7 @@ import torch
 from torch import nn
 
 from g3mpi.ops import Aggregation, DistGraph, DropoutKey, GATAggregation, node_dropout
-from g3mpi.ops.graph import REDUCES, propagate_kind
+from g3mpi.ops.graph import REDUCES, propagate_kind, typed_kind
 
 #: dropout sites of user modules are keyed from here on (the built-in stacks key theirs by layer index, below it)
 SITE_BASE = 1 << 20
@@ -45,15 +52,24 @@ def _new_site(graph: DistGraph) -> int:
 
 class Propagate(nn.Module):
     """Exact message passing ``x [n_owned, *] -> [n_owned, *]`` (module docstring): ``reduce`` one of sum, mean,
-    gcn; ``self_loops`` default True for gcn (PyG ``GCNConv``), False for sum and mean (PyG ``aggr``)."""
+    gcn; ``self_loops`` default True for gcn (PyG ``GCNConv``), False for sum and mean (PyG ``aggr``).
+    ``relations``: per relation, ``x [n_owned, R, *] -> [n_owned, *]`` (sum or mean; no self loops)."""
 
-    def __init__(self, graph: DistGraph, reduce: str = "sum", self_loops: bool | None = None, name: str = ""):
+    def __init__(self, graph: DistGraph, reduce: str = "sum", self_loops: bool | None = None, name: str = "",
+                 relations: bool = False):
         super().__init__()
-        if reduce not in REDUCES:
-            raise ValueError(f"reduce {reduce!r}: expected one of {', '.join(REDUCES)}")
-        self.graph, self.reduce = graph, reduce
-        self.self_loops = reduce == "gcn" if self_loops is None else bool(self_loops)
-        self.kind = propagate_kind(reduce, self.self_loops)
+        self.graph, self.reduce, self.relations = graph, reduce, bool(relations)
+        if self.relations:
+            if self_loops:
+                raise ValueError("propagate per relation adds no self loops (a root weight is the self connection)")
+            if graph.num_relations < 1:
+                raise ValueError("propagate per relation needs a graph with edge types (num_relations 0)")
+            self.self_loops, self.kind = False, typed_kind(reduce)
+        else:
+            if reduce not in REDUCES:
+                raise ValueError(f"reduce {reduce!r}: expected one of {', '.join(REDUCES)}")
+            self.self_loops = reduce == "gcn" if self_loops is None else bool(self_loops)
+            self.kind = propagate_kind(reduce, self.self_loops)
         self.name = name or f"prop-{self.kind}"
         self._aggs: dict[int, Aggregation] = {}   # by row width: an exchange of that width, made on first use
 
@@ -64,15 +80,18 @@ class Propagate(nn.Module):
         return self._aggs[width]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n = self.graph.num_owned
+        n, R = self.graph.num_owned, self.graph.num_relations
+        if self.relations and (x.dim() < 2 or x.shape[:2] != (n, R)):
+            raise ValueError(f"propagate per relation: expected [{n}, {R}, ...] rows (this rank's owned nodes, one "
+                             f"message per relation), got {tuple(x.shape)}")
         if x.dim() < 1 or x.shape[0] != n:
             raise ValueError(f"propagate: expected [{n}, ...] rows (this rank's owned nodes), got {tuple(x.shape)}")
         width = math.prod(x.shape[1:])
         out = self.aggregation(width)(x.reshape(n, width).float())
-        return out.view(x.shape)
+        return out.view((n, *x.shape[2:]) if self.relations else x.shape)
 
     def extra_repr(self) -> str:
-        return f"reduce={self.reduce}, self_loops={self.self_loops}"
+        return f"reduce={self.reduce}, self_loops={self.self_loops}" + (", relations" if self.relations else "")
 
 
 class Attention(nn.Module):

@@ -26,7 +26,7 @@ class _Local(torch.autograd.Function):
     def forward(ctx, h, agg, rnd, between):
         ctx.agg, ctx.rnd = agg, rnd
         blocks = agg.blocks
-        out = h.new_empty(blocks.num_owned, h.shape[1])
+        out = h.new_empty(blocks.num_owned, h.shape[1] // blocks.fold)
         for a, b, mat in blocks.chunks(agg.schedule.rows_per_chunk(h.shape[1], rnd.ex.forward.num_recvs)):
             spmm(mat, h, out[a:b])
             between()
@@ -37,11 +37,12 @@ class _Local(torch.autograd.Function):
         agg, rnd = ctx.agg, ctx.rnd
         sched, tr = agg.schedule, rnd.ex.backward
         g = g.contiguous()
-        grad = g.new_empty(agg.blocks.num_owned, g.shape[1])
+        f = agg.blocks.fold     # (a typed block's transpose has R rows per owned row: [n R, F] is [n, R F])
+        grad = g.new_empty(agg.blocks.num_owned * f, g.shape[1])
         for a, b, mat in agg.blocks.transpose_chunks(sched.rows_per_chunk(g.shape[1], tr.num_recvs)):
             spmm(mat, g, grad[a:b])
             sched.poll(tr)
-        return rnd.add_received(grad), None, None, None
+        return rnd.add_received(grad.view(agg.blocks.num_owned, g.shape[1] * f)), None, None, None
 
 
 class Aggregation:
@@ -49,7 +50,9 @@ class Aggregation:
 
     ``__call__(h)`` with ``h`` [n_owned, width] float32 (or bfloat16: bf16-mixed) returns [n_owned, width] of its
     dtype:
-    ``out_i = sum_{j -> i} w_ij h_j (+ w_ii h_i with self loops)``, j ranging over owned and halo rows.
+    ``out_i = sum_{j -> i} w_ij h_j (+ w_ii h_i with self loops)``, j ranging over owned and halo rows; for a
+    typed kind (R relations, ``width`` = R F) [n_owned, F]: ``out_i = sum_r sum_{j -r-> i} w_ir h_{j,r}``, h's
+    row j read as [R, F] (one exchange of the whole rows, one product over one typed block).
     """
 
     def __init__(self, graph: DistGraph, kind: str, width: int, name: str = ""):
@@ -58,6 +61,14 @@ class Aggregation:
         self.blocks = graph.blocks(kind)
         self.ex = graph.exchange(width, name=name or kind)
         self.width = int(width)
+        if self.width % self.blocks.fold:
+            raise ValueError(f"a typed aggregation over {self.blocks.fold} relations needs rows of R * F values, "
+                             f"got {self.width}")
+
+    @property
+    def out_width(self) -> int:
+        """Width of the result: ``width``, or F = width / R for a typed kind."""
+        return self.width // self.blocks.fold
 
     @property
     def schedule(self):

@@ -16,6 +16,13 @@ GAT pattern), the transpose is the block itself, and the row groups' transposes 
 A weighting ``w_ij = r_i`` (a mean) is stored as its pattern and a row scaling (``BlockMatrix.row_scale``): the
 product is ``r * (A @ h)``. A pattern's values are all ones, and every block and transpose of one ``BlockMatrix``
 shares one array of them.
+
+A typed block (``BlockMatrix.fold`` = R relations: R-GCN's per-relation aggregation) has one column per (source,
+relation) pair, source-major (column j R + r), and one entry per edge: its product takes the per-relation rows
+``x [c, R F]`` as the [c R, F] matrix they are in memory, so one sparse product over one block sums every
+relation's messages, and its transpose gives the [c R, F] gradient that is ``[c, R F]``. Its rows are the owned
+rows as for any block, so its row groups, chunks and neighbour blocks are those of an untyped one; column
+ranges (message pieces, row groups' column split) are R times wider.
 """
 from __future__ import annotations
 
@@ -56,6 +63,16 @@ def torch_csr(indptr, indices, data, shape) -> torch.Tensor:
                                        as_tensor(data, np.float32), size=tuple(shape), check_invariants=False)
 
 
+def _folded(mat: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None):
+    """``x`` and ``out`` as the [cols, F] and [rows, F] matrices a typed block (``BlockMatrix.fold``) multiplies:
+    rows of R F values read as R rows of F (views: both are contiguous row ranges)."""
+    if x.shape[0] != mat.shape[1]:
+        x = x.view(mat.shape[1], -1)
+    if out is not None and out.shape[0] != mat.shape[0]:
+        out = out.view(mat.shape[0], -1)
+    return x, out
+
+
 def spmm(mat: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``mat @ x`` for a torch CSR ``mat`` [r, c] and a dense ``x`` [c, F]: the one sparse product of the runtime.
 
@@ -63,20 +80,34 @@ def spmm(mat: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) ->
     with beta=0 the contents of ``out`` are ignored (NaN included), so there is no zero-filled result and, when
     ``out`` is a row range of a larger tensor (a chunk of a layer's output, a slice of an exchange buffer), no
     copy either. ``torch.sparse.mm`` zero-fills a fresh result; the values are the same bit for bit (CPU, float32
-    and float64, int32 and int64 indices: ``tests/test_sched_blocks.py``)."""
+    and float64, int32 and int64 indices: ``tests/test_sched_blocks.py``). A typed block's ``x`` [c, R F] and
+    ``out`` [r / R, R F] (its transpose's) are read as [c R, F] and [r, F] (:func:`_folded`); ``out`` is returned
+    as given."""
+    given = out
+    if out is not None and (out.numel() == 0 or mat.shape[1] == 0):    # (an empty row group's block)
+        return out.zero_()
+    x, out = _folded(mat, x, out)
     if x.dtype == torch.bfloat16:
         y = _bag(mat, x)
-        return y if out is None else out.copy_(y)
-    if out is None:
-        out = x.new_empty(mat.shape[0], x.shape[1])
-    return out.addmm_(mat, x, beta=0)
+        out = y if out is None else out.copy_(y)
+    else:
+        if out is None:
+            out = x.new_empty(mat.shape[0], x.shape[1])
+        out.addmm_(mat, x, beta=0)
+    return out if given is None else given
 
 
 def spmm_add(mat: torch.Tensor, x: torch.Tensor, acc: torch.Tensor) -> torch.Tensor:
-    """``acc += mat @ x`` in place (``acc.addmm_``; a bfloat16 ``x``: :func:`_bag`'s product added)."""
+    """``acc += mat @ x`` in place (``acc.addmm_``; a bfloat16 ``x``: :func:`_bag`'s product added; a typed
+    block's shapes as :func:`spmm`'s)."""
+    if mat._nnz() == 0:     # (nothing to add; an empty row group's block has shapes no view can match)
+        return acc
+    x, a = _folded(mat, x, acc)
     if x.dtype == torch.bfloat16:
-        return acc.add_(_bag(mat, x))
-    return acc.addmm_(mat, x)
+        a.add_(_bag(mat, x))
+    else:
+        a.addmm_(mat, x)
+    return acc
 
 
 def _bag(mat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -218,10 +249,11 @@ def piece_product(acc: torch.Tensor | None, piece, h: torch.Tensor, rows: int) -
     idx, mat = piece
     if idx is None:
         return spmm(mat, h) if acc is None else spmm_add(mat, h, acc)
+    p = spmm(mat, h)        # (its width: h's, or h's / R for a typed block)
     if acc is None:
-        acc = h.new_zeros(rows, h.shape[1])
+        acc = p.new_zeros(rows, p.shape[1])
     if len(idx):    # (widened per call: torch's CPU index_add_ takes 2-3x longer with int32 indices, measured)
-        acc.index_add_(0, idx.long(), spmm(mat, h))
+        acc.index_add_(0, idx.long(), p)
     return acc
 
 
@@ -238,16 +270,17 @@ def block_pieces(mat: torch.Tensor, mat_t: torch.Tensor, bounds, unit=None) -> t
 
 
 class _PieceCache:
-    """Pieces of blocks (``block_pieces``), made on first use per (block, bounds) and kept."""
+    """Pieces of blocks (``block_pieces``), made on first use per (block, bounds) and kept; ``fold``: a typed
+    block's R (a halo row is R columns)."""
 
-    def __init__(self, unit=None):
+    def __init__(self, unit=None, fold: int = 1):
         self._d = {}
-        self.unit = unit
+        self.unit, self.fold = unit, int(fold)
 
     def get(self, key, mat, mat_t, bounds) -> tuple[list, list]:
         key = (key, tuple(int(b) for b in bounds))
         if key not in self._d:
-            self._d[key] = block_pieces(mat, mat_t, bounds, self.unit)
+            self._d[key] = block_pieces(mat, mat_t, [b * self.fold for b in key[1]], self.unit)
         return self._d[key]
 
 
@@ -270,10 +303,10 @@ class NeighbourBlock:
     ``src``/``dst`` the same edges as COO (source position in the slice, destination position in ``rows``;
     ``src`` shares ``mat``'s column indices, ``dst`` is made on first use)."""
 
-    def __init__(self, rows: torch.Tensor, mat: torch.Tensor, mat_t: torch.Tensor, unit=None):
+    def __init__(self, rows: torch.Tensor, mat: torch.Tensor, mat_t: torch.Tensor, unit=None, fold: int = 1):
         self.rows, self.mat, self.mat_t = rows, mat, mat_t
         self._dst = None
-        self._pieces = _PieceCache(unit)
+        self._pieces = _PieceCache(unit, fold)
 
     def pieces(self, bounds) -> tuple[list, list]:
         """(``mat``, ``mat_t``) split by the message pieces ``bounds`` (``block_pieces``; cached)."""
@@ -304,6 +337,9 @@ class BlockMatrix:
     ``row_scale`` [n] (float32, or None = 1) completes the weights to ``w_ij = row_scale[i] * A_ij``: the
     aggregation is ``scale_out(A @ [h_own; h_halo])``.
 
+    ``types`` [local edges] (relation IDs in [0, ``fold``), the part's ``edge_type``): a typed block, the part's
+    entry (i, j) of relation r becoming column j * fold + r (module docstring); no self loops then.
+
     Everything else is made on first use and cached, so a rank holds only the forms its layers use: the torch
     CSR blocks and their transposes (``local``, ``local_t``, ``neighbours``: blocking schedule, GAT), the COO
     form of the local block (``local_dst``/``local_src``: GAT only), row chunks, or the row groups of the
@@ -312,7 +348,11 @@ class BlockMatrix:
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, num_owned: int, recv_offsets: np.ndarray,
                  num_boundary: int, values: np.ndarray | None = None, diag: np.ndarray | None = None,
-                 row_scale: np.ndarray | None = None):
+                 row_scale: np.ndarray | None = None, types: np.ndarray | None = None, fold: int = 1):
+        if fold > 1 and (types is None or diag is not None):
+            raise ValueError("a typed block needs its edge types, and has no self loops")
+        self.fold = int(fold)
+        self._types = types if fold > 1 else None   # (one relation: an untyped block)
         self.num_owned = int(num_owned)
         self._indptr = np.asarray(indptr, dtype=np.int64)
         self._indices = np.asarray(indices)
@@ -343,18 +383,32 @@ class BlockMatrix:
 
     def _ones_length(self) -> int:
         if self._ones_len is None:
-            n, idx = self.num_owned, self._edges()[1]
+            n, idx = self.num_cols, self._edges()[1]
             loc = int(np.count_nonzero(idx < n))
             diag = 0 if self._diag is None else int(np.count_nonzero(self._diag))
             self._ones_len = max(loc + diag, len(idx) - loc, 1)
         return self._ones_len
 
     def _edges(self) -> tuple[np.ndarray, np.ndarray]:
-        """The part's CSR ``(indptr, indices)``: held, or read again after :meth:`release_edges`."""
+        """The part's CSR ``(indptr, indices)``: held, or read again after :meth:`release_edges`; a typed block's
+        columns ``j * fold + r`` (a fresh array: the caller drops it)."""
         if self._indptr is not None:
-            return self._indptr, self._indices
-        indptr, indices = self._reload()
-        return np.asarray(indptr, dtype=np.int64), np.asarray(indices)
+            indptr, indices = self._indptr, self._indices
+        else:
+            indptr, indices = self._reload()
+            indptr, indices = np.asarray(indptr, dtype=np.int64), np.asarray(indices)
+        if self._types is not None:
+            dt = np.int32 if (int(indices.max(initial=0)) + 1) * self.fold < 2 ** 31 else np.int64
+            folded = indices.astype(dt)
+            folded *= self.fold
+            folded += self._types
+            indices = folded
+        return indptr, indices
+
+    @property
+    def num_cols(self) -> int:
+        """Columns of the local block: the owned rows, times R for a typed block."""
+        return self.num_owned * self.fold
 
     def release_edges(self, reload) -> None:
         """Let go of the part's CSR: a form built from now on reads it with ``reload()`` (and drops it after)."""
@@ -420,7 +474,7 @@ class BlockMatrix:
         them in the product either way). A fresh matrix: the caller drops it when done."""
         n = self.num_owned
         indptr, idx = self._edges()
-        is_loc = idx < n
+        is_loc = idx < self.num_cols
         rows = self._rows_of_edges(indptr)[is_loc]
         cols = idx[is_loc]
         vals = self._edge_values(is_loc, indptr, idx)
@@ -450,7 +504,7 @@ class BlockMatrix:
             v2[last] = self._diag[has]
             cols, vals = c2, v2
         del rows
-        m = sp.csr_matrix((vals, cols, ptr), shape=(n, n), copy=False)
+        m = sp.csr_matrix((vals, cols, ptr), shape=(n, self.num_cols), copy=False)
         m.has_sorted_indices = False
         m.sort_indices()
         return m
@@ -460,13 +514,13 @@ class BlockMatrix:
         with sorted indices). Fresh arrays."""
         n = self.num_owned
         indptr, idx = self._edges()
-        is_halo = idx >= n
+        is_halo = idx >= self.num_cols
         hrows = self._rows_of_edges(indptr)[is_halo]
-        hcols = idx[is_halo] - n
+        hcols = idx[is_halo] - self.num_cols
         hvals = self._edge_values(is_halo, indptr, idx)
         del is_halo, indptr, idx
         out = []
-        ro = self._recv_offsets
+        ro = self._recv_offsets * self.fold
         for i in range(len(ro) - 1):
             a, b = int(ro[i]), int(ro[i + 1])
             sel = (hcols >= a) & (hcols < b)
@@ -494,7 +548,7 @@ class BlockMatrix:
             nbs = []
             for rows, m in self.neighbour_scipy():
                 nbs.append(NeighbourBlock(torch.from_numpy(rows), _torch(m, unit),
-                                          _transpose_at(m, rows, self.num_owned, unit), unit))
+                                          _transpose_at(m, rows, self.num_owned, unit), unit, self.fold))
             self._torch = (local, local_t, nbs)
         return self._torch
 
@@ -630,13 +684,13 @@ def row_groups(bm: "BlockMatrix") -> tuple[RowGroup, RowGroup]:
     """Split ``bm`` into its boundary rows ``0 .. num_boundary-1`` and its interior rows, each group's local
     block split by columns at ``num_boundary`` (see ``RowGroup``). Built from the part's arrays
     (``bm.local_scipy``), not from ``bm``'s torch blocks, which stay unbuilt unless something else needs them."""
-    n, nb = bm.num_owned, bm.num_boundary
+    n, nb, f = bm.num_owned, bm.num_boundary, bm.fold
     unit = bm.unit_values
     spans = ((0, nb), (nb, n))
     loc_all = bm.local_scipy()
     # sub-block (row group, column group), one copy each (scipy slices rows and columns at once); the whole
     # local block is freed before the neighbour blocks are made
-    subs = {(g, c): loc_all[lo:hi, c0:c1].tocsr() for g, (lo, hi) in enumerate(spans)
+    subs = {(g, c): loc_all[lo:hi, c0 * f:c1 * f].tocsr() for g, (lo, hi) in enumerate(spans)
             for c, (c0, c1) in enumerate(spans)}
     del loc_all
     trans = {key: _scipy_transpose(sub) for key, sub in subs.items()}
@@ -660,6 +714,6 @@ def row_groups(bm: "BlockMatrix") -> tuple[RowGroup, RowGroup]:
                            _transpose_at(sub, pos, hi - lo, unit)))
             del sub
         groups.append(RowGroup(start=lo, stop=hi, local=(built[g, 0], built[g, 1]),
-                               local_t=(built_t[g, 0], built_t[g, 1]), nb=blocks, _pieces=_PieceCache(unit)))
+                               local_t=(built_t[g, 0], built_t[g, 1]), nb=blocks, _pieces=_PieceCache(unit, f)))
     del nbs
     return groups[0], groups[1]

@@ -19,9 +19,11 @@ from .heads import HeadPattern
 
 #: edge weightings a layer can ask for: the built-ins' (``gcn`` with self loops, SAGE's ``mean`` over the file's
 #: edges, ``gat``) and those of ``propagate`` (``REDUCES``, ``+loops``: one self loop per node)
-KINDS = ("gcn", "mean", "gat", "sum", "sum+loops", "avg", "avg+loops", "gcn-noloops")
+KINDS = ("gcn", "mean", "gat", "sum", "sum+loops", "avg", "avg+loops", "gcn-noloops", "rel-sum", "rel-mean")
 #: the reductions of ``g3mpi.nn.propagate``
 REDUCES = ("sum", "mean", "gcn")
+#: those of a typed ``propagate`` (``relations=True``): per relation, summed (``rel-``)
+TYPED_REDUCES = ("sum", "mean")
 
 
 def propagate_kind(reduce: str, self_loops: bool) -> str:
@@ -72,6 +74,23 @@ def _gcn_dinv_noloops(part) -> np.ndarray:
 
 def _avg_inv(part, loops: bool) -> np.ndarray:
     return 1.0 / np.maximum(np.asarray(part.in_degree[:part.num_owned], np.float64) + float(loops), 1.0)
+
+
+def typed_kind(reduce: str) -> str:
+    """The block kind of a typed ``propagate(reduce)``: per relation, a sum or R-GCN's mean (1 / c_{i,r})."""
+    if reduce not in TYPED_REDUCES:
+        raise ValueError(f"reduce {reduce!r} per relation: expected one of {', '.join(TYPED_REDUCES)}")
+    return "rel-" + reduce
+
+
+def _relation_mean_weights(n: int, R: int, indptr, indices) -> np.ndarray:
+    """1 / c_{i,r} for every entry of a typed block (columns j R + r): c_{i,r} the entries of row i of relation
+    r, which are all of i's in-edges of relation r (the part holds every in-edge of an owned row)."""
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    rows *= R
+    rows += np.asarray(indices) % R
+    count = np.bincount(rows, minlength=n * R)
+    return (1.0 / count[rows]).astype(np.float32)
 
 
 def _gcn_weights(part, indptr, indices, dinv_of=_gcn_dinv) -> np.ndarray:
@@ -126,6 +145,11 @@ class DistGraph:
 
     # -- the graph handle of user models (g3mpi.nn): owned and halo rows, their original IDs, global degrees -----
     @property
+    def num_relations(self) -> int:
+        """Edge types of the graph (R; 0: untyped)."""
+        return int(getattr(self.part, "num_relations", 0) or 0)
+
+    @property
     def num_nodes(self) -> int:
         """Nodes of the whole graph (all ranks)."""
         return int(self.part.num_nodes)
@@ -174,15 +198,25 @@ class DistGraph:
         ``gat``: unit weights with self loops (the attention supplies the weights);
         ``propagate``'s kinds (:func:`propagate_kind`), over the edges without the file's self loops, ``+loops``
         adding one per node: ``sum`` unit weights; ``avg`` 1 / (in-degree [+ 1]) per row; ``gcn-noloops``
-        D^-1/2 A D^-1/2 with D the global in-degree (0 for a node without in-edges, as PyG)."""
+        D^-1/2 A D^-1/2 with D the global in-degree (0 for a node without in-edges, as PyG);
+        typed (``rel-sum``, ``rel-mean``: :func:`typed_kind`), over the file's edges without its self loops, one
+        column per (source, relation) (``BlockMatrix.fold`` = R): unit weights, or 1 / c_{i,r} with c_{i,r} the
+        in-edges of i of relation r (R-GCN's normalisation, PyG ``RGCNConv``'s mean)."""
         if kind not in self._blocks:
             p = self.part
             n = self.num_owned
             # per-edge weights as a function of the part, called while the blocks build their forms (neither
             # they nor the float64 degree arrays they come from outlive that); a mean is the pattern and a row
             # scaling (w_ij = r_i), but for a node's repeated self loops
-            vals, diag, row = None, None, None
-            if kind == "gcn":
+            vals, diag, row, types, fold = None, None, None, None, 1
+            if kind in ("rel-sum", "rel-mean"):
+                if not p.num_relations:
+                    raise ValueError(f"aggregation {kind!r} needs edge types, and this graph has none "
+                                     f"(num_relations 0)")
+                types, fold = p.edge_type, int(p.num_relations)
+                if kind == "rel-mean":
+                    vals = partial(_relation_mean_weights, n, fold)
+            elif kind == "gcn":
                 vals = partial(_gcn_weights, p)
                 diag = (_gcn_dinv(p)[:n] ** 2).astype(np.float32)
             elif kind == "mean":
@@ -206,7 +240,7 @@ class DistGraph:
             released = p.indptr is None
             indptr, indices = self._reload_edges() if released else (p.indptr, p.indices)
             bm = BlockMatrix(indptr, indices, n, self.plan.recv_offsets, self.num_boundary, vals, diag,
-                             None if row is None else row[:n])
+                             None if row is None else row[:n], types=types, fold=fold)
             if released:
                 bm.release_edges(self._reload_edges)
             self._blocks[kind] = bm

@@ -51,8 +51,9 @@ class _LocalProduct:
     the interior rows' gradient): grad_xb = B.local_t[0] @ gb + I.local_t[0] @ gi and grad_xi likewise, each
     accumulated in place chunk by chunk, with ``progress()`` between chunks."""
 
-    def __init__(self, B, I, rows_per_chunk: int, progress, rnd: HaloRound):
+    def __init__(self, B, I, rows_per_chunk: int, progress, rnd: HaloRound, fold: int = 1):
         self.B, self.I, self.rpc, self.progress, self.rnd = B, I, rows_per_chunk, progress, rnd
+        self.fold = fold    # a typed block's R: rows of R F values in, of F out
         self.x = None       # (xb, xi) until the interior rows are computed
         self.oi = None      # the interior rows' product, chunks 0 .. done_i-1 computed
         self.done_i = 0
@@ -66,7 +67,7 @@ class _LocalProduct:
             return False
         xb, xi = self.x
         if self.oi is None:
-            self.oi = xb.new_empty(self.I.size, xb.shape[1])
+            self.oi = xb.new_empty(self.I.size, xb.shape[1] // self.fold)
         a, b, m_b, m_i = chunks[self.done_i]
         _product(self.oi[a:b], m_b, m_i, xb, xi)
         self.done_i += 1
@@ -83,7 +84,7 @@ class _LocalProduct:
             for (a, b, mb), (_, _, mi) in zip(tb, ti):
                 _product(out[a:b], mb, mi, gb, gi)
                 self.progress()
-            grads.append(out)
+            grads.append(out.view(out.shape[0] // self.fold, gb.shape[1] * self.fold))
         self.rnd.add_received(grads[0])     # (the send rows are boundary rows)
         return grads
 
@@ -98,7 +99,7 @@ class _LocalB(torch.autograd.Function):
         xb, xi = xb.detach(), xi.detach()
         op.x = (xb, xi)
         m_b, m_i = op.B.local
-        out = _product(xb.new_empty(m_b.shape[0], xb.shape[1]), m_b, m_i, xb, xi)
+        out = _product(xb.new_empty(m_b.shape[0], xb.shape[1] // op.fold), m_b, m_i, xb, xi)
         return out, xb.new_empty(0)
 
     @staticmethod
@@ -207,7 +208,7 @@ def _split_aggregation(layer, B, I, pb, pi, rnd, token, root_b, schedule, progre
     block as its pieces land (the interior rows' local chunks filling the waits), the interior rows' remaining
     chunks when the thunk is called (after the next layer's messages left)."""
     k = len(B.nb)
-    op = _LocalProduct(B, I, schedule.rows_per_chunk(pb.shape[1], k), progress, rnd)
+    op = _LocalProduct(B, I, schedule.rows_per_chunk(pb.shape[1], k), progress, rnd, layer.aggregation.blocks.fold)
     ob, tok = _LocalB.apply(pb, pi, op)
     pb = pi = None   # dead from here on: references to dead tensors are dropped as soon as possible
     # the boundary rows' own term while the messages travel; created after _LocalB, so that in backward
@@ -289,7 +290,8 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
             pi, root_i = layer_inputs(layers[l + 1], rows_i, between_(l), y[rows_i], remat=remat)
             y = None
             continue
-        ob, ab, finish_i = _split_aggregation(layer, B, I, pb, pi, rnd, token, root_b, schedule, progress,
+        # (each layer's own row groups: a stack may mix kinds, typed and untyped; the row ranges are the same)
+        ob, ab, finish_i = _split_aggregation(layer, *layer.groups, pb, pi, rnd, token, root_b, schedule, progress,
                                               rows_b, rows_i)
         pb = pi = None
         if l < last:
