@@ -40,12 +40,18 @@ HIDDEN, HEADS = 8, 3
 DEFAULT_REMAT_ROWS, DEFAULT_REMAT_EDGES = g3remat.CHUNK_ROWS, g3gat.REMAT_EDGES
 
 
+#: the R-GCN variants (a typed partition): model name -> the built-in rgcn's settings
+RGCN = {"rgcn": {}, "rgcn-basis": dict(num_bases=2), "rgcn-block": dict(num_blocks=2)}
+
+
 def build(model, graph, part, seed=0, hidden=HIDDEN, input_cache=True, dropout=0.0, remat=False):
     """(GAT: ``dropout`` on the attention coefficients too.)"""
     torch.manual_seed(seed)
-    return GNN(graph, model, part.feature_dim, hidden, part.num_classes, layers=3 if model != "gat" else 2,
-               heads=HEADS, out_heads=2, activation="relu" if model != "gat" else "elu", input_cache=input_cache,
-               dropout=dropout, attn_dropout=dropout, remat=remat)
+    settings = RGCN.get(model, {})
+    return GNN(graph, "rgcn" if model in RGCN else model, part.feature_dim, hidden, part.num_classes,
+               layers=3 if model != "gat" else 2, heads=HEADS, out_heads=2,
+               activation="relu" if model != "gat" else "elu", input_cache=input_cache, dropout=dropout,
+               attn_dropout=dropout, remat=remat, **settings)
 
 
 def main(argv=None):

@@ -35,6 +35,38 @@ class PyGStack(nn.Module):
         return x
 
 
+class PyGRGCN(nn.Module):
+    """PyG's ``RGCNConv`` (or ``FastRGCNConv``) stack, ReLU between layers, named as ``GNN(model="rgcn")``."""
+
+    def __init__(self, in_dim, hidden, out_dim, layers, num_relations, num_bases=None, num_blocks=None,
+                 fast=False):
+        super().__init__()
+        from torch_geometric.nn import FastRGCNConv, RGCNConv
+        conv = FastRGCNConv if fast else RGCNConv
+        dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
+        self.convs = nn.ModuleList(conv(a, b, num_relations, num_bases=num_bases, num_blocks=num_blocks)
+                                   for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, x, edge_index, edge_type):
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index, edge_type)
+            if i < len(self.convs) - 1:
+                x = F.relu(x)
+        return x
+
+
+def rgcn_reference(state, x, edge_index, edge_type, y, train_mask, **kw):
+    """:func:`reference` of :class:`PyGRGCN` (``kw``: its arguments), over ``edge_index`` as given."""
+    net = PyGRGCN(**kw)
+    net.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
+    logits = net(torch.as_tensor(x), edge_index, torch.as_tensor(edge_type, dtype=torch.int64))
+    train = torch.as_tensor(train_mask)
+    y = torch.as_tensor(y)
+    loss = F.cross_entropy(logits[train], y[train], reduction="sum") / int(train.sum())
+    loss.backward()
+    return logits.detach().numpy(), float(loss.detach()), {k: p.grad.numpy() for k, p in net.named_parameters()}
+
+
 def edge_index_of(indptr, indices) -> torch.Tensor:
     """[2, E] (source, target) from a CSR of in-edges (row v lists the sources of edges into v)."""
     dst = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))

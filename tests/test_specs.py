@@ -45,7 +45,7 @@ def test_layer_widths():
 
 
 def test_an_unknown_model_names_the_known_ones():
-    with pytest.raises(ValueError, match="model 'gcm': expected one of gcn, sage, gat, appnp, gcn2"):
+    with pytest.raises(ValueError, match="model 'gcm': expected one of gcn, sage, gat, rgcn, appnp, gcn2"):
         specs.spec("gcm")
 
 

@@ -32,6 +32,8 @@ SETTINGS = {s.name: s for s in (
     Setting("k", int, 10, "propagation steps"),
     Setting("alpha", float, 0.1, "teleport probability (appnp); initial residual strength (gcn2)"),
     Setting("theta", float, 0.5, "identity mapping strength, beta_l = log(theta / l + 1)"),
+    Setting("num_bases", int, 0, "basis decomposition: each relation's weight a mix of this many bases (0: none)"),
+    Setting("num_blocks", int, 0, "block-diagonal decomposition into this many blocks (0: none)"),
 )}
 
 #: the attention layers' settings, which the stacks (``GNN``, ``RecipeGNN``) take by name; a stack hands the others
@@ -73,6 +75,8 @@ class ModelSpec:
     recipe: bool = False
     #: it has a hidden activation even with one layer (else one layer has none)
     activation_with_one_layer: bool = False
+    #: it needs the graph's edge types (a partition without them is refused at start-up)
+    edge_types: bool = False
     #: the memory model (``g3mpi.train.memory``) of its plain stack: the aggregation kind ("gcn": weighted, with
     #: self loops; "mean": a row scaling, no self loops; "gat": attention), and a root weight beside it (SAGE);
     #: "" where the memory model does not model it
@@ -123,6 +127,8 @@ MODELS = {s.name: s for s in (
               aggregation="mean", root_weight=True, pyg="SAGEConv"),
     ModelSpec("gat", "GAT", _STACK, "g3mpi.nn.gat:GATLayer", settings=("heads", "out_heads", "attn_dropout"),
               attention=True, rowwise=False, remat=True, recipe=True, aggregation="gat", pyg="GATConv"),
+    ModelSpec("rgcn", "R-GCN", _STACK, "g3mpi.nn.rgcn:RGCNLayer", settings=("num_bases", "num_blocks"), remat=True,
+              recipe=True, edge_types=True),
     ModelSpec("appnp", "APPNP", "g3mpi.nn.appnp:build", settings=("k", "alpha"), widths=_appnp_widths),
     ModelSpec("gcn2", "GCNII", "g3mpi.nn.gcn2:build", settings=("alpha", "theta"), activation_with_one_layer=True,
               widths=_gcn2_widths),

@@ -378,6 +378,11 @@ def _load_part(proto: Protocol, cfg: TrainConfig):
         why = link_misfit(meta, cfg.metric, cfg.decoder) if cfg.task == "link" else label_misfit(cfg.task, part.labels,
                                                                                      part.num_classes)
         err = why and f"{cfg.parts}: {why}"
+        sp = None if cfg.model_file else specs.MODELS.get(cfg.model)
+        if not err and sp is not None and sp.edge_types and not part.num_relations:
+            err = (f"{cfg.parts}: --model {cfg.model} needs edge types and this partition has none (num_relations 0 "
+                   "in meta.json): prepare a typed graph (g3-prepare triples, rmat --relations R, write_graph with "
+                   "edge_type)")
         if not err and part.feature_dim == 0 and not cfg.node_embedding:
             err = (f"{cfg.parts}: the graph has no node features (feature_dim 0): give the model learned ones with "
                    "--node-embedding DIM")
