@@ -464,7 +464,7 @@ MODEL_SETTINGS = dict(model="sage", layers=3, hidden=32, heads=4, out_heads=2, d
                       residual=True, norm="batch", input_linear=True, output_linear=True, ffn=True, jk="cat", k=3,
                       alpha=0.2, theta=0.9, task="binary", metric="f1_macro",
                       model_file="model.py:build", decoder="hadamard", embed_dim=32, negatives=3,
-                      node_embedding=8)
+                      node_embedding=8, num_bases=2, num_blocks=2)
 #: settings a resume may change (how fast, how long, what is written): the model trained stays the same
 RUN_SETTINGS = dict(epochs=30, eval_every=3, patience=5, threads=2, schedule="blocking", chunk_rows=7,
                     sim_net="10Gbit,20us", input_cache=False, remat="cheap", release_memory=True, verify=False,

@@ -59,7 +59,7 @@ CHECKPOINT_VERSION = 1
 RESUME_KEYS = ("model", "model_file", "node_embedding", "layers", "hidden", "heads", "out_heads", "dropout",
                "attn_dropout", "activation", "residual", "norm", "input_linear", "output_linear", "ffn", "jk", "k",
                "alpha", "theta", "optimizer", "lr", "weight_decay", "momentum", "seed", "task", "metric", "decoder",
-               "embed_dim", "negatives")
+               "embed_dim", "negatives", "num_bases", "num_blocks")
 
 
 class CheckpointError(Exception):
