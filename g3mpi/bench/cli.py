@@ -230,9 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--ranks", type=_ranks,
                     help="ranks of bytes (4), schedules (4), memory (2), partitions (4); --smoke: 2; schedules: "
                          "several, comma-separated (e.g. 2,4)")
-    ap.add_argument("--models", type=_models, help="comma-separated models: gcn, sage, gat (default per suite; "
-                                                   "kernels: gcn and sage only; memory: also user, a model "
-                                                   "written with the public layer API)")
+    ap.add_argument("--models", type=_models,
+                    help=f"comma-separated built-in models: {', '.join(specs.names())} (default per suite; "
+                         "kernels: gcn and sage only; memory: also user, a model written with the public layer "
+                         "API)")
     ap.add_argument("--heads", type=_int(1),
                     help="GAT heads of hidden layers (hidden width = heads x channels: they must divide it)")
     ap.add_argument("--graph", choices=("sbm", "rmat"), help="generator of the multi-rank suites")
