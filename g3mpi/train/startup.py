@@ -322,7 +322,9 @@ def _check_same_parameters(proto: Protocol, cfg: TrainConfig, trainer: Trainer) 
     """The ranks' models have the same parameter names and shapes (one text allgather), before any exchange of
     theirs: a model that differs (a user's build that reads its rank) is refused naming the parameter, instead of
     mismatched messages or a gradient allreduce of other sizes."""
-    mine = json.dumps([[n, list(p.shape)] for n, p in trainer.model.named_parameters()])
+    # (a node-embedding table has this rank's owned rows: only its width must agree)
+    mine = json.dumps([[n, ["owned", *p.shape[1:]] if n in trainer.sharded else list(p.shape)]
+                       for n, p in trainer.model.named_parameters()])
     lists = [json.loads(t) for t in proto.watchdog.allgather_text(mine, "start-up check 'model parameters'")]
     why = parameter_mismatch(lists)
     if why:
