@@ -31,9 +31,9 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "g3-prepare=data_tools.prepare:main",
-            "g3-partition=data_tools.partition:main",
-            "g3-inspect=data_tools.inspection:main",
+            "g3-prepare=data_tools.cli:prepare_main",
+            "g3-partition=data_tools.cli:partition_main",
+            "g3-inspect=data_tools.cli:inspect_main",
             "g3-train=g3mpi.cli.train:main",
             "g3-bench=g3mpi.bench.cli:main",
             "g3-sweep=g3mpi.cli.sweep:main",

@@ -160,7 +160,7 @@ def main(argv=None) -> int:
         generate(root, a.nodes, a.edges, a.feature_dim)
         rec["generate_seconds"] = round(time.time() - t0, 1)
     rec["input_bytes"] = _du(root)
-    from .prepare import parse_size
+    from .cli import parse_size
     budget = parse_size(a.memory_budget)
     for tag, dtype in (("f16", None), ("f32", "float32")):
         rec[f"prepare_{tag}"] = prepare(root, work / f"{tag}.h5", a.memory_budget, dtype)

@@ -15,7 +15,6 @@ agree with the parts. Any inconsistency: one line ``g3-inspect: error: <path>: <
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -23,13 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from g3mpi.format import (FormatError, atomic_file, graph_summary, json_text, load_graph, open_graph, part_name,
+from g3mpi.format import (FormatError, atomic_file, graph_summary, load_graph, open_graph, part_name,
                           read_meta, read_node_map, read_part)
 from g3mpi.format.graph import check_features
 from g3mpi.format.schema import is_int
 from g3mpi.format.partition import META_NAME, NODE_MAP_NAME
-from g3mpi.log import setup_tool_logging
-from g3mpi.options import Parser
 from g3mpi.plotting import figure, index_axis, legend_above, mean_max, stacked
 
 from .build import summarize
@@ -326,41 +323,10 @@ def plot_report(r: dict, out_png: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog=PROG, description="Validate and summarise a graph.h5 or a partition directory.")
-    ap.add_argument("path", type=Path, help="graph.h5 or partition directory")
-    ap.add_argument("--json", action="store_true", help="print the report as JSON")
-    ap.add_argument("--plot", type=Path, metavar="FILE.png", help="draw per-part compute and communication bars")
-    a = ap.parse_args(argv)
-    setup_tool_logging(PROG)
-    try:
-        if a.plot:
-            check_plot_path(a.plot)
-        r = inspect_path(a.path)
-    except FormatError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 1
-    status = 0
-    try:
-        if a.json:
-            print(json_text(r, sort_keys=False))
-        else:
-            print_report(r)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # the reader closed the pipe (g3-inspect PARTS --json | head): stop writing without a traceback and exit
-        # as a tool ended by SIGPIPE does, 128 + 13; a --plot is still drawn
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        status = 141
-    if a.plot:
-        if r["kind"] != "partition":
-            print(f"{PROG}: error: {a.path}: --plot needs a partition directory", file=sys.stderr)
-            return 1
-        try:
-            plot_report(r, a.plot)
-        except FormatError as e:
-            print(f"{PROG}: error: {e}", file=sys.stderr)
-            return 1
-    return status
+    """``g3-inspect`` (its parser and main live in :mod:`data_tools.cli`; this name stays for scripts installed
+    before)."""
+    from .cli import inspect_main
+    return inspect_main(argv)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ docs/PARTITION.md and docs/PARTITION_METHODS.md.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -28,18 +27,13 @@ import numpy as np
 
 from g3mpi.format import META_NAME, FormatError, graph_fingerprint, load_graph
 from g3mpi.format.atomic import check_output
-from g3mpi.log import setup_tool_logging
 from g3mpi.mpi.termination import exit_after_failed_write, interruption, terminate_as_interrupt
-from g3mpi.mpi.deadline import DEFAULT_FLOOR_S, add_timeout_options
-
-from g3mpi.options import Parser
-from g3mpi.units import parse_bandwidth
+from g3mpi.mpi.deadline import DEFAULT_FLOOR_S
 
 from .build import OutputWriteError, write_partition
-from .partitioners import (BALANCES, METHODS, OBJECTIVES, REFINES, CostModel, calibrate, metis_partition,
-                           random_partition)
+from .partitioners import CostModel, calibrate, metis_partition, random_partition
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
-from .partitioners.kaminpar import CONTEXTS, KaMinParError, KaMinParMissing, default_threads
+from .partitioners.kaminpar import KaMinParError, KaMinParMissing, default_threads
 from .partitioners.metis import MetisError, strip_self_loops
 
 PROG = "g3-partition"
@@ -107,149 +101,6 @@ class PartitionConfig:
     comm_timeout: float = -1.0          # --method stream: seconds a rank may wait for another (0: off; < 0: auto)
     comm_timeout_floor: float = DEFAULT_FLOOR_S   # the adaptive deadline's floor
     auto: bool = False   # resolved from --method auto (choose_method): reproducible KaMinPar, METIS check
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """g3-partition's options (their values are checked by :func:`parse_args`)."""
-    ap = Parser(prog=PROG, description="Partition a graph.h5 into P parts (see docs/PARTITION.md).")
-    ap.add_argument("graph", type=Path, help="input graph.h5 (from g3-prepare)")
-    ap.add_argument("--parts", "-p", type=int, required=True, help=f"number of parts, 1..min(N, {MAX_PARTS})")
-    ap.add_argument("--method", choices=METHODS, default="auto",
-                    help="auto (default): kaminpar + g3 refinement where the graph fits this machine's memory, else "
-                         "stream (docs/PARTITION_METHODS.md)")
-    ap.add_argument("--out", "-o", type=Path, required=True, help="output partition directory")
-    ap.add_argument("--seed", type=int, default=0,
-                    help="seed of METIS / the permutation / g3 tie-breaking, 0 .. 2**63-1 (METIS's 64-bit integer; "
-                         "numpy's generators need it >= 0)")
-    ap.add_argument("--force", action="store_true",
-                    help="replace an earlier partition (a directory with meta.json) or an empty directory at --out")
-    ap.add_argument("--balance", choices=BALANCES,
-                    help="METIS vertex weights (metis only, default nodes): unit, in-degree + 1, both (two "
-                         "constraints: nodes and local edges, each within the tighter of --node-imbalance and "
-                         "--edge-imbalance), mixed (one weight: mean in-degree + in-degree) or train; g3 balances "
-                         "nodes and edges itself")
-    ap.add_argument("--objective", choices=OBJECTIVES,
-                    help="what METIS minimises: the edge cut, or the total communication volume (k-way; metis only, "
-                         "default cut)")
-    ap.add_argument("--stream-order", choices=("degree", "natural", "random"),
-                    help="order in which each rank streams its rows: most neighbours first, row order, or seeded "
-                         "random (stream only; default degree)")
-    ap.add_argument("--kaminpar-context", choices=CONTEXTS,
-                    help="KaMinPar's configuration: fast, default, strong (fewer cut edges, slower) or terapart "
-                         "(compressed graph, nodes balanced; kaminpar and auto only; default default)")
-    ap.add_argument("--threads", type=int,
-                    help="threads of KaMinPar and of the writer's part builds, >= 1 (kaminpar and auto; default, and "
-                         "the other serial methods' writer: the CPUs of this process's affinity; auto runs KaMinPar "
-                         "on one, for a reproducible partition)")
-    ap.add_argument("--refine", choices=REFINES,
-                    help="g3: G3's refinement of the method's assignment under the node and edge caps (metis, "
-                         "kaminpar; default none; auto: g3)")
-    g = ap.add_argument_group("g3 refinement and cost model")
-    g.add_argument("--node-imbalance", type=float,
-                   help="max owned nodes per part / mean, finite and >= 1 (g3, stream, metis --balance both; "
-                        "default 1.10)")
-    g.add_argument("--edge-imbalance", type=float,
-                   help="max local edges per part / mean, finite and >= 1 (g3, stream, metis --balance both; "
-                        "default 1.10)")
-    g.add_argument("--max-iters", type=int,
-                   help=f"refinement iterations at most, >= 0 (g3 and --refine g3; default 100, auto: {AUTO_MAX_ITERS})")
-    g.add_argument("--cost-slack", type=float,
-                   help="phase 2 may raise the max estimated epoch by this fraction (finite, >= 0) to lower the "
-                        "max communication rows (g3; default 0: never)")
-    g.add_argument("--start", choices=("auto", "recursive", "kway", "volume"),
-                   help="METIS start of g3: recursive bisection or k-way minimising the edge cut, or k-way "
-                        "minimising the communication volume (fewer communication rows, slower METIS); auto: the "
-                        "volume on skewed (power-law) graphs up to 8 parts, else the cut by bisection up to 16 "
-                        "parts, k-way above (g3; default auto)")
-    g.add_argument("--start-balance", choices=("auto", "nodes", "edges"),
-                   help="vertex weights of g3's METIS start; auto: edges on skewed (power-law) graphs, else nodes, "
-                        "switching to edges when the node-balanced start is over the edge cap and cuts more than "
-                        "40 %% of the edges (g3; default auto)")
-    g.add_argument("--bandwidth", default="10Gbit",
-                   help="network bandwidth per rank, positive, e.g. 10Gbit, 1.25GB (every method: the estimates "
-                        "in meta.json; default 10Gbit)")
-    g.add_argument("--edge-seconds", type=float, default=DEFAULT_EDGE_SECONDS,
-                   help="compute coefficient: seconds per edge per feature, finite and > 0 (every method; "
-                        "default 2e-9)")
-    g.add_argument("--width", type=int, default=None,
-                   help=f"row width of the cost model, 1 .. {MAX_WIDTH} (default: feature_dim)")
-    g.add_argument("--calibrate", action="store_true", help="measure --edge-seconds on this machine (SpMM)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
-    add_timeout_options(ap.add_argument_group("deadlines (--method stream on MPI ranks; docs/RELIABILITY.md)"))
-    return ap
-
-
-def _refuse_other_methods_options(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    """An option of another method than the one chosen is refused, not silently ignored; unset ones get their
-    defaults."""
-    refining = a.refine == "g3" or (a.method == "auto" and a.refine is None)
-    for dest, method in METHOD_OPTIONS.items():
-        if dest in REFINE_OPTIONS and refining:
-            method += " metis kaminpar auto"
-        if getattr(a, dest) is not None and a.method not in method.split():
-            opt = "--" + dest.replace("_", "-")
-            method = " or ".join(method.split())
-            hint = {"balance": " (g3 balances nodes and edges itself)", "objective": " (g3: --start volume)"}
-            ap.error(f"{opt} applies to --method {method}, not {a.method}"
-                     + (hint.get(dest, "") if a.method == "g3" else ""))
-        if getattr(a, dest) is not None and a.method == "metis" and dest.endswith("imbalance") \
-                and a.balance != "both" and a.refine != "g3":
-            ap.error(f"--{dest.replace('_', '-')} applies to --method g3 or stream, or metis with --balance both "
-                     f"(the tolerance of its two constraints) or --refine g3, not metis --balance "
-                     f"{a.balance or 'nodes'}")
-        if dest == "refine" and a.refine is None:
-            a.refine = "g3" if a.method == "auto" else "none"
-        if dest == "kaminpar_context" and a.kaminpar_context is None and a.method == "auto":
-            a.kaminpar_context = AUTO_KAMINPAR_CONTEXT
-        if dest == "max_iters" and a.method == "auto":
-            continue   # unset: choose_method gives the refinement of the method auto chooses its own default
-        if getattr(a, dest) is None:
-            setattr(a, dest, PartitionConfig.__dataclass_fields__[dest].default)
-
-
-def parse_args(argv) -> PartitionConfig:
-    ap = build_parser()
-    a = ap.parse_args(argv)
-    _refuse_other_methods_options(ap, a)
-    check_values(ap, a)
-    try:
-        bw = parse_bandwidth(a.bandwidth)
-    except ValueError as e:
-        ap.error(f"--bandwidth: {e}")
-    return PartitionConfig(graph=a.graph, parts=a.parts, method=a.method, out=a.out, seed=a.seed, force=a.force,
-                           balance=a.balance, node_imbalance=a.node_imbalance, edge_imbalance=a.edge_imbalance,
-                           max_iters=a.max_iters, cost_slack=a.cost_slack, start=a.start,
-                           start_balance=a.start_balance, objective=a.objective, stream_order=a.stream_order,
-                           kaminpar_context=a.kaminpar_context, threads=a.threads, refine=a.refine, bandwidth=bw,
-                           edge_seconds=a.edge_seconds, width=a.width, calibrate=a.calibrate,
-                           progress=not a.no_progress, comm_timeout=a.comm_timeout,
-                           comm_timeout_floor=a.comm_timeout_floor)
-
-
-def _finite_at_least(x: float, low: float, strict: bool = False) -> bool:
-    return math.isfinite(x) and (x > low if strict else x >= low)
-
-
-def check_values(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    """Stop with an argparse error (exit 2) naming the first option whose value is out of range.
-
-    NaN fails every comparison, so each rule is written as what a good value satisfies.
-    """
-    rules = (
-        ("--parts", a.parts, 1 <= a.parts <= MAX_PARTS, f"must be in [1, {MAX_PARTS}]"),
-        ("--seed", a.seed, 0 <= a.seed <= MAX_SEED, "must be in [0, 2**63-1]"),
-        ("--node-imbalance", a.node_imbalance, _finite_at_least(a.node_imbalance, 1), "must be finite and >= 1"),
-        ("--edge-imbalance", a.edge_imbalance, _finite_at_least(a.edge_imbalance, 1), "must be finite and >= 1"),
-        ("--max-iters", a.max_iters, a.max_iters is None or a.max_iters >= 0, "must be >= 0"),
-        ("--cost-slack", a.cost_slack, _finite_at_least(a.cost_slack, 0), "must be finite and >= 0"),
-        ("--edge-seconds", a.edge_seconds, _finite_at_least(a.edge_seconds, 0, strict=True),
-         "must be finite and > 0"),
-        ("--width", a.width, a.width is None or 1 <= a.width <= MAX_WIDTH, f"must be in [1, {MAX_WIDTH}]"),
-        ("--threads", a.threads, a.threads is None or 1 <= a.threads <= 4096, "must be in [1, 4096]"),
-    )
-    for name, value, ok, what in rules:
-        if not ok:
-            ap.error(f"{name}: {what}, got {value}")
 
 
 def log(msg: str) -> None:
@@ -566,21 +417,7 @@ def serial_main(cfg: PartitionConfig, argv) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    cfg = parse_args(argv)
-    setup_tool_logging(PROG)
-    comm = launched_comm()
-    code = _dispatch(cfg, argv, comm)
-    if argv is None and comm is not None and code != 0:
-        # the program itself (not a call from Python): every rank knows the status, so MPI is finalized and the
-        # job ends with it, without python -m mpi4py's MPI_Abort (a line of launcher noise per rank)
-        from mpi4py import MPI
-        if not MPI.Is_finalized():
-            MPI.Finalize()
-    return code
-
-
-def _dispatch(cfg: PartitionConfig, argv, comm) -> int:
+def dispatch(cfg: PartitionConfig, argv, comm) -> int:
     if cfg.method == "auto":
         cfg = choose_method(cfg, comm)
     if cfg.method == "stream":   # every rank of the MPI job (mpiexec -n R g3-partition ...)
@@ -589,6 +426,13 @@ def _dispatch(cfg: PartitionConfig, argv, comm) -> int:
     if comm is not None and comm.size > 1:
         return on_rank0(comm, lambda: serial_main(cfg, argv))
     return serial_main(cfg, argv)
+
+
+def main(argv=None) -> int:
+    """``g3-partition`` (its parser and main live in :mod:`data_tools.cli`; this name stays for scripts installed
+    before)."""
+    from .cli import partition_main
+    return partition_main(argv)
 
 
 if __name__ == "__main__":

@@ -38,8 +38,7 @@ def test_no_prefix_abbreviation():
     with pytest.raises(BadCommandLine, match=r"unrecognized arguments: --epoch 10 \(did you mean '--epochs'\?\)"):
         build_parser().parse_args(["--parts", "p", "--out", "o", "--epoch", "10"])
     assert build_parser().parse_args(["--epochs", "10"]).epochs == 10
-    from data_tools.partition import build_parser as partition_parser
-    from data_tools.prepare import build_parser as prepare_parser
+    from data_tools.cli import partition_parser, prepare_parser
     for ap in (partition_parser(), prepare_parser()):
         assert ap.allow_abbrev is False
     with pytest.raises(SystemExit):

@@ -3,6 +3,8 @@
 - the data tools sit below the runtime: they read and write the on-disk format, use the shared torch-free MPI base
   ``g3mpi.mpi`` and a few small utilities, but never import the trainer, the model stack, the halo exchange
   (``g3mpi.comm``), the bench or the command lines;
+- the data tools' command lines live in one module, ``data_tools/cli.py``: no library module of theirs imports
+  argparse;
 - the MPI base imports nothing of g3mpi but itself, and no torch: both sides of the pipeline stand on it;
 - the data tools make no MPI call of their own but ``Abort``: every collective and point-to-point message goes
   through the base's wrappers, which carry the deadlines;
@@ -46,6 +48,43 @@ def test_data_tools_import_only_the_format_the_mpi_base_and_small_utilities():
     upward = [f"{p.relative_to(REPO)}:{line}: {module}" for p in files for line, module in g3mpi_imports(p)
               if not allowed(module)]
     assert not upward, "data_tools imports above its layer:\n" + "\n".join(upward)
+
+
+#: the data tools' one command-line module, the only one that may import argparse
+DATA_TOOLS_CLI = REPO / "data_tools" / "cli.py"
+#: benchmark scripts run as ``python -m data_tools.X`` whose parsers have not moved into DATA_TOOLS_CLI yet: this
+#: list only shrinks (a file named here that no longer imports argparse fails the test)
+ARGPARSE_NOT_YET_MOVED = ("data_tools/bench_feature_dtype.py", "data_tools/bench_methods.py",
+                          "data_tools/bench_partition.py", "data_tools/bench_scale.py",
+                          "data_tools/importers/triples.py")
+
+
+def imports_argparse(path) -> bool:
+    """Whether the file imports argparse (``import argparse`` or ``from argparse import``), at any depth."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "argparse" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.split(".")[0] == "argparse":
+            return True
+    return False
+
+
+def test_only_the_data_tools_cli_module_imports_argparse():
+    files = sorted((REPO / "data_tools").rglob("*.py"))
+    assert DATA_TOOLS_CLI in files and imports_argparse(DATA_TOOLS_CLI)
+    parsing = {str(p.relative_to(REPO)) for p in files if p != DATA_TOOLS_CLI and imports_argparse(p)}
+    assert parsing <= set(ARGPARSE_NOT_YET_MOVED), \
+        "argparse outside data_tools/cli.py:\n" + "\n".join(sorted(parsing - set(ARGPARSE_NOT_YET_MOVED)))
+    moved = sorted(set(ARGPARSE_NOT_YET_MOVED) - parsing)
+    assert not moved, "moved to data_tools/cli.py, drop from ARGPARSE_NOT_YET_MOVED: " + ", ".join(moved)
+
+
+def test_the_argparse_rule_sees_an_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from argparse import ArgumentParser\n    return ArgumentParser\n")
+    good = tmp_path / "good.py"
+    good.write_text("import argparse_extra\n")
+    assert imports_argparse(bad) and not imports_argparse(good)
 
 
 def test_the_mpi_base_imports_neither_torch_nor_the_rest_of_g3mpi():

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from data_tools import partition as partition_tool
+from data_tools import cli, partition as partition_tool
 from data_tools.inspection import inspect_path
 from data_tools.partitioners.kaminpar import write_parhip
 from g3mpi.format import read_meta, read_node_map
@@ -98,7 +98,7 @@ def test_refined_kaminpar_gets_half_the_tolerance(cora_h5, tmp_path, monkeypatch
     assert auto["kaminpar_imbalance"] == pytest.approx(1.05)
     assert auto["iterations"] - auto["descent_iterations"] <= partition_tool.AUTO_MAX_ITERS
     def resolved(*args, has_kaminpar=True):
-        cfg = partition_tool.parse_args([str(path), "-p", "2", "-o", "x", *args])
+        cfg = cli.partition_args([str(path), "-p", "2", "-o", "x", *args])
         monkeypatch.setattr(partition_tool, "auto_method", lambda graph: "kaminpar" if has_kaminpar else "g3")
         return partition_tool.choose_method(cfg, None) if cfg.method == "auto" else cfg
 
@@ -169,7 +169,7 @@ def test_auto_without_kaminpar_says_how_to_install(cora_h5, monkeypatch, capsys)
     """The package missing (its import fails): auto falls back to g3 and its line says pip install kaminpar."""
     _, path = cora_h5
     monkeypatch.setitem(sys.modules, "kaminpar", None)   # import kaminpar now raises ImportError
-    cfg = partition_tool.choose_method(partition_tool.parse_args([str(path), "-p", "2", "-o", "x"]), None)
+    cfg = partition_tool.choose_method(cli.partition_args([str(path), "-p", "2", "-o", "x"]), None)
     assert cfg.method == "g3" and cfg.refine == "none"
     assert "--method auto: g3 (the kaminpar package is not installed: pip install kaminpar" in capsys.readouterr().err
 
@@ -194,7 +194,7 @@ def test_auto_counts_a_directed_graph_twice(rand_h5, monkeypatch):
 ])
 def test_options_refused(argv, what, capsys):
     with pytest.raises(SystemExit) as e:
-        partition_tool.parse_args(["g.h5", "--parts", "2", "--out", "o", *argv])
+        cli.partition_args(["g.h5", "--parts", "2", "--out", "o", *argv])
     assert e.value.code == 2 and what in capsys.readouterr().err
 
 

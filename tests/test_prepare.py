@@ -243,7 +243,8 @@ def test_config_from_the_command_line():
     import dataclasses
     from pathlib import Path
 
-    from data_tools.prepare import EdgelistSource, PrepareConfig, RmatSource, SbmSource, build_parser, config_from
+    from data_tools.cli import config_from, prepare_parser as build_parser
+    from data_tools.prepare import EdgelistSource, PrepareConfig, RmatSource, SbmSource
 
     def config(*argv):
         return config_from(build_parser().parse_args([*map(str, argv), "--out", "g.h5"]))
@@ -274,7 +275,8 @@ def test_help_names_every_default(kind):
     the help of sbm's --nodes, --classes, --feature-dim and of rmat's options said nothing)."""
     import dataclasses
 
-    from data_tools.prepare import SOURCES, build_parser
+    from data_tools.cli import prepare_parser as build_parser
+    from data_tools.prepare import SOURCES
 
     sub = next(a for a in build_parser()._actions if a.dest == "kind").choices[kind]
     helps = {a.dest: " ".join((a.help or "").split()) for a in sub._actions}

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from data_tools import prepare as prep
+from data_tools import cli, prepare as prep
 from data_tools.importers import rmat
 from data_tools.importers.common import BLOCK_BYTES_PER_EDGE
 from tests.test_prepare_importers import make_ogb
@@ -143,7 +143,7 @@ def test_bad_memory_budget(tmp_path, bad, capsys):
 
 
 def test_parse_size():
-    assert [prep.parse_size(t) for t in ("4096", "512M", "2G", "1.5k", "3GiB", "1T")] == \
+    assert [cli.parse_size(t) for t in ("4096", "512M", "2G", "1.5k", "3GiB", "1T")] == \
         [4096, 512 << 20, 2 << 30, 1536, 3 << 30, 1 << 40]
 
 
