@@ -1,11 +1,13 @@
-"""The data tools' command lines: every argument parser and ``main`` of ``g3-prepare``, ``g3-partition`` and
-``g3-inspect``, apart from the library code they drive (:mod:`data_tools.prepare`, :mod:`data_tools.partition`,
-:mod:`data_tools.inspection`, which import no argparse). Parsers are :class:`g3mpi.options.Parser`: a mistyped option
-is one line naming the closest one, exit status 2.
+"""The data tools' command lines: every argument parser and ``main`` of ``g3-prepare``, ``g3-partition``,
+``g3-inspect`` and ``python -m data_tools.importers.triples`` (a synthetic knowledge graph), apart from the library
+code they drive (:mod:`data_tools.prepare`, :mod:`data_tools.partition`, :mod:`data_tools.inspection`,
+:mod:`data_tools.importers.triples`), which import no argparse. Parsers but the last are
+:class:`g3mpi.options.Parser`: a mistyped option is one line naming the closest one, exit status 2.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -21,6 +23,7 @@ from g3mpi.options import Parser, from_options
 from g3mpi.units import parse_bandwidth
 
 from .importers.common import BLOCK_BYTES_PER_EDGE, PrepareOptions
+from .importers.triples import generate_kg
 from .inspection import PROG as INSPECT, check_plot_path, inspect_path, plot_report, print_report
 from .partition import (AUTO_KAMINPAR_CONTEXT, AUTO_MAX_ITERS, MAX_PARTS, MAX_SEED, MAX_WIDTH, METHOD_OPTIONS,
                         PROG as PARTITION, REFINE_OPTIONS, PartitionConfig, dispatch, launched_comm)
@@ -438,3 +441,22 @@ def inspect_main(argv=None) -> int:
             print(f"{INSPECT}: error: {e}", file=sys.stderr)
             return 1
     return status
+
+
+# python -m data_tools.importers.triples
+
+def triples_main(argv=None) -> int:
+    """``python -m data_tools.importers.triples DIR [--entities N --relations R --triples M --seed S]``: write a
+    synthetic knowledge graph (:func:`generate_kg`) as triple files for ``g3-prepare triples DIR``."""
+    ap = argparse.ArgumentParser(prog="python -m data_tools.importers.triples",
+                                 description="Write a seeded synthetic knowledge graph as train/valid/test.txt.")
+    ap.add_argument("out", type=Path, help="directory to write the three files into")
+    ap.add_argument("--entities", type=int, default=10_000)
+    ap.add_argument("--relations", type=int, default=20)
+    ap.add_argument("--triples", type=int, default=200_000)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    if min(a.entities, a.relations, a.triples) < 1 or a.seed < 0:
+        ap.error("--entities, --relations and --triples must be >= 1, --seed >= 0")
+    print(json.dumps(generate_kg(a.out, a.entities, a.relations, a.triples, seed=a.seed)))
+    return 0

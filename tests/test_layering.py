@@ -55,8 +55,7 @@ DATA_TOOLS_CLI = REPO / "data_tools" / "cli.py"
 #: benchmark scripts run as ``python -m data_tools.X`` whose parsers have not moved into DATA_TOOLS_CLI yet: this
 #: list only shrinks (a file named here that no longer imports argparse fails the test)
 ARGPARSE_NOT_YET_MOVED = ("data_tools/bench_feature_dtype.py", "data_tools/bench_methods.py",
-                          "data_tools/bench_partition.py", "data_tools/bench_scale.py",
-                          "data_tools/importers/triples.py")
+                          "data_tools/bench_partition.py", "data_tools/bench_scale.py")
 
 
 def imports_argparse(path) -> bool:

@@ -136,22 +136,9 @@ def generate_kg(directory, entities: int = 10_000, relations: int = 20, triples:
 
 
 def main(argv=None) -> int:
-    """``python -m data_tools.importers.triples DIR [--entities N --relations R --triples M --seed S]``: write a
-    synthetic knowledge graph (:func:`generate_kg`) as triple files for ``g3-prepare triples DIR``."""
-    import argparse
-    import json
-    ap = argparse.ArgumentParser(prog="python -m data_tools.importers.triples",
-                                 description="Write a seeded synthetic knowledge graph as train/valid/test.txt.")
-    ap.add_argument("out", type=Path, help="directory to write the three files into")
-    ap.add_argument("--entities", type=int, default=10_000)
-    ap.add_argument("--relations", type=int, default=20)
-    ap.add_argument("--triples", type=int, default=200_000)
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args(argv)
-    if min(a.entities, a.relations, a.triples) < 1 or a.seed < 0:
-        ap.error("--entities, --relations and --triples must be >= 1, --seed >= 0")
-    print(json.dumps(generate_kg(a.out, a.entities, a.relations, a.triples, seed=a.seed)))
-    return 0
+    """``python -m data_tools.importers.triples``: its parser and main live in :mod:`data_tools.cli`."""
+    from ..cli import triples_main
+    return triples_main(argv)
 
 
 if __name__ == "__main__":
