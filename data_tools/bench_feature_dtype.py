@@ -25,7 +25,6 @@ peak RSS / (budget), float16 / float32 file sizes, halo bytes and the logits' di
 """
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -138,16 +137,8 @@ def logits_diff(a: Path, b: Path) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m data_tools.bench_feature_dtype", description=__doc__.split("\n")[0])
-    ap.add_argument("--work", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--nodes", type=int, default=10_000_000)
-    ap.add_argument("--edges", type=int, default=20_000_000)
-    ap.add_argument("--feature-dim", type=int, default=128)
-    ap.add_argument("--memory-budget", default="2G")
-    ap.add_argument("--train-nodes", type=int, default=None, help="train on a graph of this many nodes instead")
-    ap.add_argument("--skip-generate", action="store_true")
-    ap.add_argument("--hidden", type=int, default=None, help="the trained model's width (default: --feature-dim)")
+    from .cli import bench_feature_dtype_parser
+    ap = bench_feature_dtype_parser()
     a = ap.parse_args(argv)
     work = a.work
     work.mkdir(parents=True, exist_ok=True)

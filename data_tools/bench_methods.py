@@ -13,7 +13,6 @@ stream partitioner, and the checks of issue 37's targets, close the record (docs
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -101,14 +100,8 @@ def print_table(rows: list, comparisons: list, out=sys.stdout) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m data_tools.bench_methods", description=__doc__.split("\n\n")[0])
-    ap.add_argument("graph", type=Path, help="graph.h5 (g3-prepare)")
-    ap.add_argument("--parts", default="8,16", help="comma-separated part counts (default 8,16)")
-    ap.add_argument("--methods", default="auto,kaminpar,metis,stream",
-                    help=f"comma-separated subset of {','.join(METHODS)} (default auto,kaminpar,metis,stream)")
-    ap.add_argument("--ranks", type=int, default=4, help="ranks of the stream and auto methods (default 4)")
-    ap.add_argument("--work", type=Path, required=True, help="directory for the partitions")
-    ap.add_argument("--out", type=Path, required=True, help="the JSON record to write")
+    from .cli import bench_methods_parser
+    ap = bench_methods_parser()
     a = ap.parse_args(argv)
     methods = [m for m in a.methods.split(",") if m]
     if not methods or not set(methods) <= set(METHODS):

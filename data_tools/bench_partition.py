@@ -31,7 +31,6 @@ own, seeded and in memory, so the benchmark needs no prepared files.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -273,21 +272,8 @@ def environment(argv) -> dict:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(prog="bench_partition", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--graphs", default="cora,sbm,rmat18,rmat20")
-    ap.add_argument("--parts", default="4,8,16")
-    ap.add_argument("--out", type=Path, default=Path("bench_partition.json"))
-    ap.add_argument("--cora", type=Path, default=REPO / "data" / "cora.npz")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-iters", type=int, default=100)
-    ap.add_argument("--width", type=int, default=128, help="row width of the cost model")
-    ap.add_argument("--calibrate", action="store_true", help="measure the compute coefficient first")
-    ap.add_argument("--methods", default=",".join(METHODS),
-                    help=f"comma-separated subset of {','.join(METHODS)} (metis-nodes is the reference of the checks)")
-    ap.add_argument("--repeats", type=int, default=5,
-                    help="runs per method while a run takes under 1 CPU second (the median is reported)")
-    ap.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
-                    help="combine the rows of earlier result files (same cost model) into --out; runs nothing")
+    from .cli import bench_partition_parser
+    ap = bench_partition_parser()
     a = ap.parse_args(argv)
     if a.merge:
         docs = [json.loads(f.read_text()) for f in a.merge]

@@ -22,7 +22,6 @@ partition-stream``: a graph prepared once, only the training partition and the t
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -105,27 +104,10 @@ def _reused(path: Path, stage: str) -> Path:
     return path
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m data_tools.bench_scale", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scale", type=int, default=23, help="2**scale nodes (default 23)")
-    ap.add_argument("--edge-factor", type=int, default=16, help="edges per node (default 16)")
-    ap.add_argument("--feature-dim", type=int, default=32, help="default 32")
-    ap.add_argument("--classes", type=int, default=8, help="default 8")
-    ap.add_argument("--memory-budget", default="256M", help="g3-prepare's --memory-budget (default 256M)")
-    ap.add_argument("--parts", type=int, default=8, help="parts of the partitions compared (default 8)")
-    ap.add_argument("--ranks", type=int, default=4, help="ranks of the parallel partitioner (default 4)")
-    ap.add_argument("--train-ranks", type=int, default=2, help="training ranks, and parts of its partition "
-                    "(default 2)")
-    ap.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
-    ap.add_argument("--hidden", type=int, default=16, help="GCN hidden width (default 16)")
-    ap.add_argument("--metis", choices=("auto", "on", "off"), default="auto",
-                    help="run serial METIS: where its estimated memory fits (auto), always, or never")
-    ap.add_argument("--skip", action="append", default=[], choices=STAGES, metavar="STAGE",
-                    help="leave STAGE out, using its output in WORK from an earlier run (repeatable; one of "
-                         f"{', '.join(STAGES)})")
-    ap.add_argument("--work", type=Path, required=True, help="directory for the graph, partitions and run")
-    ap.add_argument("--out", type=Path, required=True, help="the JSON record to write")
-    return ap
+def build_parser():
+    """The benchmark's options (the parser lives in :mod:`data_tools.cli`)."""
+    from .cli import bench_scale_parser
+    return bench_scale_parser()
 
 
 def _prepare(a, work: Path, graph: Path, skip: set, stages: list) -> dict:

@@ -1,8 +1,9 @@
 """The data tools' command lines: every argument parser and ``main`` of ``g3-prepare``, ``g3-partition``,
 ``g3-inspect`` and ``python -m data_tools.importers.triples`` (a synthetic knowledge graph), apart from the library
 code they drive (:mod:`data_tools.prepare`, :mod:`data_tools.partition`, :mod:`data_tools.inspection`,
-:mod:`data_tools.importers.triples`), which import no argparse. Parsers but the last are
-:class:`g3mpi.options.Parser`: a mistyped option is one line naming the closest one, exit status 2.
+:mod:`data_tools.importers.triples`), which import no argparse; and the benchmark scripts' parsers
+(``python -m data_tools.bench_*``). The three tools' parsers are :class:`g3mpi.options.Parser`: a mistyped option
+is one line naming the closest one, exit status 2.
 """
 from __future__ import annotations
 
@@ -460,3 +461,86 @@ def triples_main(argv=None) -> int:
         ap.error("--entities, --relations and --triples must be >= 1, --seed >= 0")
     print(json.dumps(generate_kg(a.out, a.entities, a.relations, a.triples, seed=a.seed)))
     return 0
+
+
+# the benchmark scripts (python -m data_tools.bench_*): their parsers; the runs stay in their modules
+
+def bench_scale_parser() -> argparse.ArgumentParser:
+    """``python -m data_tools.bench_scale``'s options."""
+    from . import bench_scale as bench
+    ap = argparse.ArgumentParser(prog="python -m data_tools.bench_scale",
+                                 description=bench.__doc__.split("\n\n")[0])
+    ap.add_argument("--scale", type=int, default=23, help="2**scale nodes (default 23)")
+    ap.add_argument("--edge-factor", type=int, default=16, help="edges per node (default 16)")
+    ap.add_argument("--feature-dim", type=int, default=32, help="default 32")
+    ap.add_argument("--classes", type=int, default=8, help="default 8")
+    ap.add_argument("--memory-budget", default="256M", help="g3-prepare's --memory-budget (default 256M)")
+    ap.add_argument("--parts", type=int, default=8, help="parts of the partitions compared (default 8)")
+    ap.add_argument("--ranks", type=int, default=4, help="ranks of the parallel partitioner (default 4)")
+    ap.add_argument("--train-ranks", type=int, default=2, help="training ranks, and parts of its partition "
+                    "(default 2)")
+    ap.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
+    ap.add_argument("--hidden", type=int, default=16, help="GCN hidden width (default 16)")
+    ap.add_argument("--metis", choices=("auto", "on", "off"), default="auto",
+                    help="run serial METIS: where its estimated memory fits (auto), always, or never")
+    ap.add_argument("--skip", action="append", default=[], choices=bench.STAGES, metavar="STAGE",
+                    help="leave STAGE out, using its output in WORK from an earlier run (repeatable; one of "
+                         f"{', '.join(bench.STAGES)})")
+    ap.add_argument("--work", type=Path, required=True, help="directory for the graph, partitions and run")
+    ap.add_argument("--out", type=Path, required=True, help="the JSON record to write")
+    return ap
+
+
+def bench_methods_parser() -> argparse.ArgumentParser:
+    """``python -m data_tools.bench_methods``'s options."""
+    from . import bench_methods as bench
+    ap = argparse.ArgumentParser(prog="python -m data_tools.bench_methods",
+                                 description=bench.__doc__.split("\n\n")[0])
+    ap.add_argument("graph", type=Path, help="graph.h5 (g3-prepare)")
+    ap.add_argument("--parts", default="8,16", help="comma-separated part counts (default 8,16)")
+    ap.add_argument("--methods", default="auto,kaminpar,metis,stream",
+                    help=f"comma-separated subset of {','.join(bench.METHODS)} "
+                         "(default auto,kaminpar,metis,stream)")
+    ap.add_argument("--ranks", type=int, default=4, help="ranks of the stream and auto methods (default 4)")
+    ap.add_argument("--work", type=Path, required=True, help="directory for the partitions")
+    ap.add_argument("--out", type=Path, required=True, help="the JSON record to write")
+    return ap
+
+
+def bench_feature_dtype_parser() -> argparse.ArgumentParser:
+    """``python -m data_tools.bench_feature_dtype``'s options."""
+    from . import bench_feature_dtype as bench
+    ap = argparse.ArgumentParser(prog="python -m data_tools.bench_feature_dtype",
+                                 description=bench.__doc__.split("\n")[0])
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--nodes", type=int, default=10_000_000)
+    ap.add_argument("--edges", type=int, default=20_000_000)
+    ap.add_argument("--feature-dim", type=int, default=128)
+    ap.add_argument("--memory-budget", default="2G")
+    ap.add_argument("--train-nodes", type=int, default=None, help="train on a graph of this many nodes instead")
+    ap.add_argument("--skip-generate", action="store_true")
+    ap.add_argument("--hidden", type=int, default=None, help="the trained model's width (default: --feature-dim)")
+    return ap
+
+
+def bench_partition_parser() -> argparse.ArgumentParser:
+    """``python -m data_tools.bench_partition``'s options."""
+    from . import bench_partition as bench
+    ap = argparse.ArgumentParser(prog="bench_partition", description=bench.__doc__.split("\n\n")[0])
+    ap.add_argument("--graphs", default="cora,sbm,rmat18,rmat20")
+    ap.add_argument("--parts", default="4,8,16")
+    ap.add_argument("--out", type=Path, default=Path("bench_partition.json"))
+    ap.add_argument("--cora", type=Path, default=bench.REPO / "data" / "cora.npz")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-iters", type=int, default=100)
+    ap.add_argument("--width", type=int, default=128, help="row width of the cost model")
+    ap.add_argument("--calibrate", action="store_true", help="measure the compute coefficient first")
+    ap.add_argument("--methods", default=",".join(bench.METHODS),
+                    help=f"comma-separated subset of {','.join(bench.METHODS)} "
+                         "(metis-nodes is the reference of the checks)")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="runs per method while a run takes under 1 CPU second (the median is reported)")
+    ap.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                    help="combine the rows of earlier result files (same cost model) into --out; runs nothing")
+    return ap

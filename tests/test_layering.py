@@ -52,10 +52,6 @@ def test_data_tools_import_only_the_format_the_mpi_base_and_small_utilities():
 
 #: the data tools' one command-line module, the only one that may import argparse
 DATA_TOOLS_CLI = REPO / "data_tools" / "cli.py"
-#: benchmark scripts run as ``python -m data_tools.X`` whose parsers have not moved into DATA_TOOLS_CLI yet: this
-#: list only shrinks (a file named here that no longer imports argparse fails the test)
-ARGPARSE_NOT_YET_MOVED = ("data_tools/bench_feature_dtype.py", "data_tools/bench_methods.py",
-                          "data_tools/bench_partition.py", "data_tools/bench_scale.py")
 
 
 def imports_argparse(path) -> bool:
@@ -71,11 +67,8 @@ def imports_argparse(path) -> bool:
 def test_only_the_data_tools_cli_module_imports_argparse():
     files = sorted((REPO / "data_tools").rglob("*.py"))
     assert DATA_TOOLS_CLI in files and imports_argparse(DATA_TOOLS_CLI)
-    parsing = {str(p.relative_to(REPO)) for p in files if p != DATA_TOOLS_CLI and imports_argparse(p)}
-    assert parsing <= set(ARGPARSE_NOT_YET_MOVED), \
-        "argparse outside data_tools/cli.py:\n" + "\n".join(sorted(parsing - set(ARGPARSE_NOT_YET_MOVED)))
-    moved = sorted(set(ARGPARSE_NOT_YET_MOVED) - parsing)
-    assert not moved, "moved to data_tools/cli.py, drop from ARGPARSE_NOT_YET_MOVED: " + ", ".join(moved)
+    parsing = [str(p.relative_to(REPO)) for p in files if p != DATA_TOOLS_CLI and imports_argparse(p)]
+    assert not parsing, "argparse outside data_tools/cli.py:\n" + "\n".join(parsing)
 
 
 def test_the_argparse_rule_sees_an_import(tmp_path):
