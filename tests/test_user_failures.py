@@ -61,6 +61,11 @@ def build(graph, in_dim, out_dim, cfg):
     if MINE and CASE == "barrier":        # a collective on one rank only: it never returns
         mark()
         MPI.COMM_WORLD.Barrier()
+    if CASE == "barrier_raise":           # rank 0 blocks in a collective while rank 1 fails its build
+        mark()
+        if MPI.COMM_WORLD.rank == 0:
+            MPI.COMM_WORLD.Barrier()
+        raise ValueError("no such layer")
     return M(graph, in_dim, hidden, out_dim, layers=2, dropout=0.0)
 '''
 #: case -> (G3_UF, the ranks the line names, what it says)
@@ -150,13 +155,16 @@ def test_undefined_selection_metric_keeps_the_last_model_and_says_so(tmp_path):
     assert s["best_epoch"] == 3 and s["val_roc_auc"] is None and s["val_acc"] is not None
 
 
-def test_sigterm_ends_a_rank_blocked_in_the_model_files_mpi_call(parts, tmp_path):
-    """build calls a barrier on rank 0 only: rank 0 never comes back from MPI; SIGTERM to mpiexec ends the job
-    (rank 1 gives up its wait, the abort ends rank 0) within 15 s, one line, no rank left."""
+@pytest.mark.parametrize("case", ["barrier:0", "barrier_raise:*"])
+def test_sigterm_ends_a_rank_blocked_in_the_model_files_mpi_call(case, parts, tmp_path):
+    """build calls a barrier on rank 0 only (and, barrier_raise, raises on rank 1: a failed start-up): rank 0
+    never comes back from MPI; SIGTERM to mpiexec ends the job (rank 1 gives up its wait, the abort ends rank 0)
+    within 15 s, one line, no rank left."""
     (tmp_path / "pids").mkdir()
     cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-m", MOD, *FAST, "--parts", str(parts), "--out",
-           str(tmp_path / "run"), "--model-file", f"{model_file(tmp_path)}:build", "--epochs", "3"]
-    env = {**tool_env(), "G3_UF": "barrier:0", "G3_TEST_PIDFILE": str(tmp_path / "pids")}
+           str(tmp_path / "run"), "--model-file", f"{model_file(tmp_path)}:build", "--epochs", "3",
+           "--comm-timeout-floor", "120"]
+    env = {**tool_env(), "G3_UF": case, "G3_TEST_PIDFILE": str(tmp_path / "pids")}
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     try:
         end = time.monotonic() + 120
