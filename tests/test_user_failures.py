@@ -20,7 +20,8 @@ from tests.train_runs import FAST, MOD, train
 SLOW_TESTS = ("test_user_failure_ends_the_job", "test_missing_model_file_said_before_the_partition_is_read",
               "test_resume_refuses_a_changed_model_file",
               "test_undefined_selection_metric_keeps_the_last_model_and_says_so",
-              "test_sigterm_ends_a_rank_blocked_in_the_model_files_mpi_call")
+              "test_sigterm_ends_a_rank_blocked_in_the_model_files_mpi_call",
+              "test_sigterm_to_the_blocked_rank_itself_ends_it")
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 #: the model file: docs/examples/user_gcn.py's GCN, which fails as G3_UF (CASE:RANK, RANK * for all) asks
 MODEL = '''import os, sys, time
@@ -187,6 +188,34 @@ def test_sigterm_ends_a_rank_blocked_in_the_model_files_mpi_call(case, parts, tm
     while any(alive(pid) for pid in pids) and time.monotonic() < end:
         time.sleep(0.2)
     assert not [pid for pid in pids if alive(pid)], f"ranks left {time.monotonic() - end + 30:.1f} s after mpiexec"
+
+
+def test_sigterm_to_the_blocked_rank_itself_ends_it(parts, tmp_path):
+    """build calls a barrier on rank 0 only; SIGTERM to rank 0's process (not mpiexec): its Python handler cannot
+    run while MPI blocks, so the watcher thread ends it STUCK_GRACE_S later, with one line, within 15 s."""
+    (tmp_path / "pids").mkdir()
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-m", MOD, *FAST, "--parts", str(parts), "--out",
+           str(tmp_path / "run"), "--model-file", f"{model_file(tmp_path)}:build", "--epochs", "3",
+           "--comm-timeout-floor", "120"]
+    env = {**tool_env(), "G3_UF": "barrier:0", "G3_TEST_PIDFILE": str(tmp_path / "pids")}
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    try:
+        end = time.monotonic() + 120
+        while not (tmp_path / "stamp").exists() and time.monotonic() < end and p.poll() is None:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        rank0 = int((tmp_path / "pids" / "rank-0.pid").read_text())
+        t0 = time.monotonic()
+        os.kill(rank0, signal.SIGTERM)
+        while alive(rank0) and time.monotonic() - t0 < 30:
+            time.sleep(0.1)
+        took = time.monotonic() - t0
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert took < 15 and p.returncode != 0, (took, p.returncode, err)
+    assert "g3-train: error: [rank 0] SIGTERM received, but the main thread has been blocked in a C call" in err, err
 
 
 def alive(pid: int) -> bool:

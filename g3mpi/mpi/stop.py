@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -42,6 +43,9 @@ STOP_SLOTS = (*(s.name for s in STOP_SIGNALS), "a stop signal")
 #: seconds after the first stop signal during which another one counts as the same request (a copy delivered by a
 #: second path, e.g. slurmstepd and mpiexec's forwarding); a later one ends the process
 REPEAT_WINDOW = 2.0
+#: seconds a stop signal may wait for the main thread's Python handler: a main thread blocked in C (a model file's
+#: MPI call on one rank) never runs it, so a watcher thread then ends the process (:class:`StopSignals`)
+STUCK_GRACE_S = 10.0
 
 
 class StopSignals:
@@ -54,8 +58,11 @@ class StopSignals:
     Only the main thread can install signal handlers (Python's rule); elsewhere this does nothing and
     :attr:`signal_name` stays None."""
 
-    def __init__(self, signals=STOP_SIGNALS, repeat_window: float = REPEAT_WINDOW):
+    def __init__(self, signals=STOP_SIGNALS, repeat_window: float = REPEAT_WINDOW, prog: str = "g3-train",
+                 stuck_grace: float = STUCK_GRACE_S):
         self.signals = tuple(signals)
+        self.prog, self.stuck_grace = prog, float(stuck_grace)
+        self._wakeup: tuple[int, int] | None = None
         self.repeat_window = float(repeat_window)
         self._signal: str | None = None
         self._started = time.monotonic()
@@ -106,9 +113,50 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for s in self.signals:
                 self._previous[s] = signal.signal(s, self._handle)
+            self._start_watcher()
         return self
 
+    def _start_watcher(self) -> None:
+        """The C-level handler writes each signal's number to the wakeup fd even while the main thread is blocked
+        in C; a daemon thread reads it and ends the process if the Python handler has not run ``stuck_grace``
+        seconds later (the normal stop, after the epoch, is left alone whenever the handler ran)."""
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        if signal.set_wakeup_fd(w, warn_on_full_buffer=False) != -1:   # someone else's: leave it to them
+            signal.set_wakeup_fd(-1)
+            os.close(r), os.close(w)
+            return
+        self._wakeup = (r, w)
+        threading.Thread(target=self._watch, args=(r,), name="g3-stop-watcher", daemon=True).start()
+
+    def _watch(self, r: int) -> None:
+        wanted = {int(s) for s in self.signals}
+        try:
+            while True:
+                data = os.read(r, 64)
+                if not data:          # the block ended (__exit__ closed the write end)
+                    os.close(r)
+                    return
+                got = [b for b in data if b in wanted]
+                if not got:
+                    continue
+                time.sleep(self.stuck_grace)
+                if self._first_at is None and self._wakeup is not None:
+                    rank = sys.modules["mpi4py.MPI"].COMM_WORLD.rank if "mpi4py.MPI" in sys.modules else 0
+                    name = signal.Signals(got[0]).name
+                    os.write(2, f"{self.prog}: error: [rank {rank}] {name} received, but the main thread has been "
+                                f"blocked in a C call (an MPI call on this rank only?) for {self.stuck_grace:g} s: "
+                                f"exiting\n".encode())
+                    os._exit(128 + got[0])
+        except OSError:
+            return
+
     def __exit__(self, *exc) -> None:
+        if self._wakeup is not None:
+            signal.set_wakeup_fd(-1)
+            r, w = self._wakeup
+            self._wakeup = None
+            os.close(w)
         if self._ignoring:   # the process is only exiting: the signals stay ignored
             self._previous = {}
         for s, h in self._previous.items():
