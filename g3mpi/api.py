@@ -89,7 +89,9 @@ def train(config=None, /, *, comm=None, **settings) -> Result:
         code, done = execute(comm, cfg, given, resume, stop=stop, lock=lock, own_world=False, prog=PROG)
     if done is None:
         raise RunFailed(code, f"{PROG}: the run in {cfg.out} failed (exit status {code}); its lines are above")
-    summary = json.loads(comm.bcast(json.dumps(done.summary) if comm.rank == 0 else None, root=0))
+    from g3mpi.mpi.collectives import allgather_text
+    # rank 0's summary as text (no pickle between ranks)
+    summary = json.loads(allgather_text(comm, json.dumps(done.summary) if comm.rank == 0 else None, "summary")[0])
     return Result(summary=summary, model=done.model, run_dir=Path(done.run_dir), config=cfg)
 
 
