@@ -131,17 +131,15 @@ def test_held_bytes_count_the_forms_as_built(one_rank):
         assert held <= bm.held_bytes() <= 1.05 * held, (kind, held, bm.held_bytes())
 
 
-@pytest.mark.parametrize("slice_entries", [1 << 18, 50])
 @pytest.mark.parametrize("unit", [False, True])
-def test_column_pieces_keep_only_their_rows_and_sum_to_the_block(unit, slice_entries, monkeypatch):
-    """A neighbour block split by message pieces stores, per piece, only the rows with an entry in it, or every row
-    where most have one (together O(entries + rows), not pieces x rows), and the pieces' products added in order
-    equal the whole block's product; their transposes are row ranges of the block's transpose."""
+def test_pieces_compute_each_row_whole_once_its_last_piece_landed(unit):
+    """A neighbour block split by message pieces computes each row, whole, when the last piece it reads has
+    landed (rows of the pieces after it are never read: NaN there changes nothing), every row exactly once, and
+    the result is the whole block's product bit for bit, whatever the pieces; its transposes are row ranges of the
+    block's transpose. A pattern's groups share its ones."""
     import scipy.sparse as sp
 
-    import g3mpi.ops.blocks as blocks_mod
-    from g3mpi.ops.blocks import _transpose, _torch, block_pieces, piece_product
-    monkeypatch.setattr(blocks_mod, "_PIECE_SLICE", slice_entries)     # one slice of rows, or many
+    from g3mpi.ops.blocks import _transpose, _torch, block_pieces, spmm
     rng = np.random.default_rng(11)
     r, c, e = 500, 300, 1200
     m = sp.csr_matrix((rng.random(e).astype(np.float32), (rng.integers(0, r, e), rng.integers(0, c, e))),
@@ -152,23 +150,30 @@ def test_column_pieces_keep_only_their_rows_and_sum_to_the_block(unit, slice_ent
     if unit:
         m.data[:] = 1
     mat, mat_t = _torch(m, as_unit), _transpose(m, as_unit)
-    bounds = np.array([0, 7, 8, 120, 120, 300])    # a one-column piece, an empty one, two with most rows
-    fwd, bwd = block_pieces(mat, mat_t, bounds, as_unit)
-    assert len(fwd) == len(bwd) == len(bounds) - 1
+    rows = torch.from_numpy(rng.permutation(2 * r)[:r])     # the block's output rows
     h = torch.randn(c, 5)
-    acc = None
-    for k, (piece, (a, b)) in enumerate(zip(fwd, zip(bounds[:-1], bounds[1:]))):
-        rows, pm = piece
-        sub = m[:, a:b].tocsr()
-        has = np.flatnonzero(np.diff(sub.indptr))
-        if 2 * len(has) >= r:   # most rows: all of them, no row list
-            assert rows is None
-            np.testing.assert_array_equal(pm.to_dense().numpy(), sub.toarray())
-        else:
-            assert np.array_equal(rows.numpy(), has)
-            np.testing.assert_array_equal(pm.to_dense().numpy(), sub[has].toarray())
-        if unit:
-            assert pm.values().untyped_storage().data_ptr() == ones.untyped_storage().data_ptr()
-        acc = piece_product(acc, piece, h[a:b], r)
-        np.testing.assert_array_equal(bwd[k].to_dense().numpy(), sub.T.toarray())
-    np.testing.assert_allclose(acc.numpy(), m @ h.numpy(), rtol=1e-5, atol=1e-6)
+    whole = torch.zeros(2 * r, 5).index_add_(0, rows, spmm(mat, h))
+    block_row = np.zeros(2 * r, np.int64)
+    block_row[rows.numpy()] = np.arange(r)
+    for bounds in (np.array([0, 7, 8, 120, 120, 300]), np.array([0, 300])):   # a one-column piece, an empty one
+        fwd, bwd = block_pieces(mat, mat_t, bounds, rows, as_unit)
+        assert len(bwd) == len(bounds) - 1 and sorted(fwd.rows.tolist()) == sorted(rows.tolist())
+        acc, done = None, 0
+        for k in range(len(bounds) - 1):
+            landed = h.clone()
+            landed[bounds[k + 1]:] = float("nan")
+            acc = fwd.product(acc, k, landed)
+            g = fwd.groups[k]
+            if g is not None:
+                a, b, pm = g
+                assert a == done and pm.shape[0] == b - a
+                sub = m[block_row[fwd.rows[a:b].numpy()]]
+                assert sub.nnz == 0 or sub.indices.max() < bounds[k + 1]     # rows complete at piece k
+                np.testing.assert_array_equal(pm.to_dense().numpy(), sub.toarray())
+                if unit and pm._nnz():
+                    assert pm.values().untyped_storage().data_ptr() == ones.untyped_storage().data_ptr()
+                done = b
+            np.testing.assert_array_equal(bwd[k].to_dense().numpy(), m[:, bounds[k]:bounds[k + 1]].T.toarray())
+        assert done == r
+        got = torch.zeros(2 * r, 5).index_add_(0, fwd.rows, acc)
+        assert torch.equal(got, whole)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .blocks import piece_product, spmm
+from .blocks import spmm
 from .exchange import HaloRound
 from .graph import DistGraph
 
@@ -92,19 +92,19 @@ class Aggregation:
         (``token = rnd.start(payload)``, the payload's send rows those of ``h``: the inter-layer pipeline starts it
         from the boundary rows before the interior rows exist)."""
         sched, nbs, bounds = self.schedule, self.blocks.neighbours, self.ex.recv_pieces
-        parts = [None] * len(nbs)
+        parts, rows = [None] * len(nbs), [nb.rows for nb in nbs]
 
         def compute(landed):
-            for i, k in landed:     # piece k of neighbour i: its columns of the block, accumulated in order
-                parts[i] = piece_product(parts[i] if k else None, nbs[i].pieces(bounds[i])[0][k], rnd.halo(i, k),
-                                         len(nbs[i].rows))
+            for i, k in landed:     # piece k of neighbour i: the block's rows it completes
+                fwd = nbs[i].pieces(bounds[i])[0]
+                parts[i], rows[i] = fwd.product(parts[i], k, rnd.landed_halo(i, k)), fwd.rows
 
         if sched.waits_first:       # the baseline: every message, then each block whole
             for i in rnd.rest():
                 parts[i] = spmm(nbs[i].mat, rnd.halo(i))
         out = _Local.apply(h, self, rnd, lambda: compute(rnd.landed_pieces()))
-        while got := rnd.next_pieces():     # each piece as it lands: only the last one's share follows the wire
+        while got := rnd.next_pieces():     # each piece as it lands: only the rows it completes follow the wire
             compute(got)
         for i, nb in enumerate(nbs):      # fixed order: the result does not depend on arrival order
-            out = rnd.add(out, token, i, parts[i], nb.rows, nb.pieces(bounds[i])[1])
+            out = rnd.add(out, token, i, parts[i], rows[i], nb.pieces(bounds[i])[1])
         return self.blocks.scale_out(rnd.join(out, token))

@@ -178,95 +178,60 @@ def _row_range(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
     return torch_csr(crow[a:b + 1] - lo, t.col_indices()[lo:hi], t.values()[lo:hi], (b - a, t.shape[1]))
 
 
-#: entries of a block handled at a time when it is split into column pieces (bounds the temporaries)
-_PIECE_SLICE = 1 << 18
+class ForwardPieces:
+    """A neighbour block's forward product computed as its message's pieces land (``bounds``: the pieces' column
+    bounds, in order): the block's rows grouped by the last piece they read, so that group k is computed whole
+    once pieces 0 .. k have landed (:meth:`product`), and only the rows that read the last piece follow the wire.
+    Each row is summed as in the whole block's product, bit for bit (the blocking schedule's sums), whatever the
+    pieces and the order they land in; every entry is multiplied once and no partial sum is added twice.
+
+    ``rows``: the block's rows in group order (the given ``rows``, the output rows of the block's rows, permuted
+    the same way): the product's row j is output row ``rows[j]``. ``groups[k]``: (a, b, CSR of product rows a .. b-1
+    over the block's columns) or None where no row's last piece is k; the groups share one copy of the entries
+    (one piece: the block itself)."""
+
+    def __init__(self, mat: torch.Tensor, bounds, rows: torch.Tensor, unit=None, fold: int = 1):
+        self.fold = int(fold)
+        kk = len(bounds) - 1
+        if kk <= 1:
+            self.rows, self.groups = rows, [(0, mat.shape[0], mat)] + [None] * (kk - 1)
+            return
+        crow, col = mat.crow_indices().numpy(), mat.col_indices().numpy()
+        ends = crow[1:]
+        last = np.zeros(mat.shape[0], dtype=np.int64)
+        full = ends > crow[:-1]     # (a row without entries is computed with the first piece: zeros)
+        last[full] = np.searchsorted(np.asarray(bounds, dtype=np.int64), col[ends[full] - 1], side="right") - 1
+        order = np.argsort(last, kind="stable")
+        at = np.concatenate([[0], np.cumsum(np.bincount(last, minlength=kk))])
+        vals = np.ones(len(col), np.int8) if unit is not None else mat.values().numpy()
+        # (scipy's row selection keeps each row's entries in their order)
+        perm = _torch(sp.csr_matrix((vals, col, crow), shape=tuple(mat.shape), copy=False)[order], unit)
+        self.rows = rows[torch.from_numpy(order)]
+        self.groups = [None if at[k] == at[k + 1] else (int(at[k]), int(at[k + 1]),
+                                                         _row_range(perm, int(at[k]), int(at[k + 1])))
+                       for k in range(kk)]
+
+    def product(self, acc: torch.Tensor | None, k: int, halo: torch.Tensor) -> torch.Tensor:
+        """``acc`` (None before piece 0: a fresh [rows, F] tensor) with the rows of group k computed from
+        ``halo``, the neighbour's whole halo slice, whose pieces 0 .. k have landed (the later ones are not read)."""
+        if acc is None:
+            acc = halo.new_empty(len(self.rows), halo.shape[1] // self.fold)
+        g = self.groups[k]
+        if g is not None:
+            spmm(g[2], halo, acc[g[0]:g[1]])
+        return acc
 
 
-def _column_pieces(m: torch.Tensor, bounds, unit=None) -> list:
-    """The column ranges ``bounds[k] .. bounds[k+1]-1`` of a torch CSR [r, c] (sorted indices): per range k,
-    (``rows``: the rows of ``m`` with an entry in it, CSR [len(rows), width of the range] of those rows, its
-    columns counted from the range's start, entries in the same order), or (None, CSR [r, width]) where at least
-    half the rows have an entry (a row pointer, 4 bytes, costs less than a listed row's 8). So the pieces together
-    hold O(entries + rows), not O(pieces x rows). Two passes over slices of rows (count, then fill arrays made
-    once at their final size), so the temporaries stay a few MB (``unit``: a pattern's shared values, as
-    :func:`_torch`)."""
-    bounds = np.asarray(bounds, dtype=np.int64)
-    kk, r = len(bounds) - 1, m.shape[0]
-    crow, col = m.crow_indices().numpy(), m.col_indices().numpy()
-    val = None if unit is not None else m.values().numpy()
-
-    def slices():   # (first row, end row, piece of each entry, row of each entry counted from the first)
-        a = 0
-        while a < r:
-            b = min(r, max(a + 1, int(np.searchsorted(crow, crow[a] + _PIECE_SLICE, side="right")) - 1))
-            c = col[int(crow[a]):int(crow[b])]
-            piece = np.searchsorted(bounds, c, side="right") - 1
-            rows = np.repeat(np.arange(b - a, dtype=np.int64), np.diff(crow[a:b + 1]))
-            yield a, b, piece, rows
-            a = b
-
-    entries, nrows = np.zeros(kk, np.int64), np.zeros(kk, np.int64)
-    for a, b, piece, rows in slices():
-        entries += np.bincount(piece, minlength=kk)
-        nrows += np.bincount(np.unique(piece * (b - a) + rows) // (b - a), minlength=kk)
-    dense = 2 * nrows >= r
-    cols = [np.empty(int(entries[k]), dtype=col.dtype) for k in range(kk)]
-    vals = None if val is None else [np.empty(int(entries[k]), dtype=np.float32) for k in range(kk)]
-    ptrs = [np.zeros(r + 1 if dense[k] else int(nrows[k]) + 1, dtype=np.int64) for k in range(kk)]
-    lists = [None if dense[k] else np.empty(int(nrows[k]), dtype=np.int32 if r < 2 ** 31 else np.int64)
-             for k in range(kk)]
-    at_e, at_r = np.zeros(kk, np.int64), np.zeros(kk, np.int64)
-    for a, b, piece, rows in slices():
-        e0 = int(crow[a])
-        for k in np.unique(piece):
-            sel = np.flatnonzero(piece == k)
-            n_e = len(sel)
-            cols[k][at_e[k]:at_e[k] + n_e] = col[e0 + sel] - bounds[k]
-            if vals is not None:
-                vals[k][at_e[k]:at_e[k] + n_e] = val[e0 + sel]
-            at_e[k] += n_e
-            cnt = np.bincount(rows[sel], minlength=b - a)
-            if dense[k]:
-                ptrs[k][a + 1:b + 1] = cnt
-            else:
-                nz = np.flatnonzero(cnt)
-                lists[k][at_r[k]:at_r[k] + len(nz)] = nz + a
-                ptrs[k][at_r[k] + 1:at_r[k] + 1 + len(nz)] = cnt[nz]
-                at_r[k] += len(nz)
-    out = []
-    for k in range(kk):
-        np.cumsum(ptrs[k], out=ptrs[k])
-        v = unit(len(cols[k])) if vals is None else vals[k]
-        shape = (r if dense[k] else len(lists[k]), int(bounds[k + 1] - bounds[k]))
-        out.append((None if dense[k] else torch.from_numpy(lists[k]), torch_csr(ptrs[k], cols[k], v, shape)))
-    return out
-
-
-def piece_product(acc: torch.Tensor | None, piece, h: torch.Tensor, rows: int) -> torch.Tensor:
-    """``acc`` (None before the first piece: zeros [rows, F]) plus one column piece's product with its halo rows
-    ``h``; ``piece`` = (its rows, or None for every row; its CSR), an element of :func:`block_pieces`' first
-    list."""
-    idx, mat = piece
-    if idx is None:
-        return spmm(mat, h) if acc is None else spmm_add(mat, h, acc)
-    p = spmm(mat, h)        # (its width: h's, or h's / R for a typed block)
-    if acc is None:
-        acc = p.new_zeros(rows, p.shape[1])
-    if len(idx):    # (widened per call: torch's CPU index_add_ takes 2-3x longer with int32 indices, measured)
-        acc.index_add_(0, idx.long(), p)
-    return acc
-
-
-def block_pieces(mat: torch.Tensor, mat_t: torch.Tensor, bounds, unit=None) -> tuple[list, list]:
-    """A neighbour block split by the pieces of its message (row bounds ``bounds`` within the halo slice): its
-    column ranges (forward: piece k's product with ``halo[bounds[k]:bounds[k+1]]``, :func:`piece_product`; each
-    (rows or None, CSR), :func:`_column_pieces`) and the row ranges of ``mat_t`` (backward: piece k of the halo
-    gradient; row ranges share ``mat_t``'s storage, and each row is computed as in one product, bit for bit).
-    One piece: ``[(None, mat)], [mat_t]``. ``unit``: as :func:`_torch`."""
+def block_pieces(mat: torch.Tensor, mat_t: torch.Tensor, bounds, rows: torch.Tensor, unit=None,
+                 fold: int = 1) -> tuple:
+    """A neighbour block split by the pieces of its message (column bounds ``bounds`` within the halo slice):
+    its forward product by the groups of rows each piece completes (``ForwardPieces``; ``rows``: the block's
+    output rows) and the row ranges of ``mat_t`` (backward: piece k of the halo gradient; row ranges share
+    ``mat_t``'s storage, and each row is computed as in one product, bit for bit). ``unit``: as :func:`_torch`."""
+    fwd = ForwardPieces(mat, bounds, rows, unit, fold)
     if len(bounds) <= 2:
-        return [(None, mat)], [mat_t]
-    return _column_pieces(mat, bounds, unit), [_row_range(mat_t, int(a), int(b))
-                                               for a, b in zip(bounds[:-1], bounds[1:])]
+        return fwd, [mat_t]
+    return fwd, [_row_range(mat_t, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 class _PieceCache:
@@ -277,10 +242,10 @@ class _PieceCache:
         self._d = {}
         self.unit, self.fold = unit, int(fold)
 
-    def get(self, key, mat, mat_t, bounds) -> tuple[list, list]:
+    def get(self, key, mat, mat_t, bounds, rows) -> tuple:
         key = (key, tuple(int(b) for b in bounds))
         if key not in self._d:
-            self._d[key] = block_pieces(mat, mat_t, [b * self.fold for b in key[1]], self.unit)
+            self._d[key] = block_pieces(mat, mat_t, [b * self.fold for b in key[1]], rows, self.unit, self.fold)
         return self._d[key]
 
 
@@ -308,9 +273,9 @@ class NeighbourBlock:
         self._dst = None
         self._pieces = _PieceCache(unit, fold)
 
-    def pieces(self, bounds) -> tuple[list, list]:
+    def pieces(self, bounds) -> tuple:
         """(``mat``, ``mat_t``) split by the message pieces ``bounds`` (``block_pieces``; cached)."""
-        return self._pieces.get(0, self.mat, self.mat_t, bounds)
+        return self._pieces.get(0, self.mat, self.mat_t, bounds, self.rows)
 
     @property
     def src(self) -> torch.Tensor:
@@ -653,10 +618,10 @@ class RowGroup:
     _chunks: dict = field(default_factory=dict)
     _pieces: _PieceCache = field(default_factory=_PieceCache)
 
-    def nb_pieces(self, i: int, bounds) -> tuple[list, list]:
+    def nb_pieces(self, i: int, bounds) -> tuple:
         """``nb[i]``'s block and transpose split by the message pieces ``bounds`` (``block_pieces``; cached)."""
-        _, mat, mat_t = self.nb[i]
-        return self._pieces.get(i, mat, mat_t, bounds)
+        pos, mat, mat_t = self.nb[i]
+        return self._pieces.get(i, mat, mat_t, bounds, pos)
 
     @property
     def size(self) -> int:

@@ -44,6 +44,7 @@ class HaloRound:
         self._have = set()          # forward receives landed (piece indices)
         self._next = [0] * k        # per neighbour, its pieces handed out so far (in order)
         self._bwd_open = False
+        self._landed = {}           # neighbour -> its halo slice as handed out piece by piece (landed_halo)
         self.dtype = torch.float32  # the payload's (bf16-mixed: bfloat16): what the halo is handed out as
 
     # -- forward ------------------------------------------------------------------------------------------------
@@ -113,6 +114,22 @@ class HaloRound:
             b = self.ex.recv_pieces[i]
             h = h[b[k]:b[k + 1]]
         return torch.from_numpy(h).to(self.dtype)
+
+    def landed_halo(self, i: int, k: int) -> torch.Tensor:
+        """Neighbour i's whole halo slice, outside autograd, when its pieces 0 .. k have been handed out (called
+        once per piece, in order): the rows of the later pieces are not yet valid. Without staging in float32 it
+        is the receive buffer itself; else piece k is copied (converted) into one tensor per neighbour here."""
+        if self.ex.staging is None and self.dtype == torch.float32:
+            return torch.from_numpy(self.ex.halo_slice(i))
+        h = self.halo(i, k)
+        b = self.ex.recv_pieces[i]
+        if k == 0:
+            self._landed[i] = h.new_empty(int(b[-1]), h.shape[1])
+        buf = self._landed[i]
+        buf[int(b[k]):int(b[k + 1])] = h
+        if k == len(b) - 2:
+            del self._landed[i]     # (the caller holds it while it needs it)
+        return buf
 
     def recv(self, token: torch.Tensor, i: int) -> torch.Tensor:
         self.expected[i] += 1

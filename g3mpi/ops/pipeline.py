@@ -6,7 +6,7 @@ Each layer's owned rows split into the boundary group B (rows some neighbour nee
 Per layer l (schedule ``pipelined``):
 
   1. local block of B rows, then their own term (``root``: SAGE's W_r x; needs no message);
-  2. neighbour blocks, piece by piece as layer l's message pieces land (for B and I rows);
+  2. neighbour blocks, each row once the message pieces it reads have landed (for B and I rows);
   3. B rows finished: ``post``, then the model's activation and dropout (``between``), layer l+1's ``pre`` ->
      layer l+1's exchange starts now (the payload's send rows are a view: no gather);
   4. the I rows' own term, then their local block, chunk by chunk, driving MPI progress between chunks, while
@@ -30,7 +30,7 @@ import torch
 
 from g3mpi.sched.layers import Between, RowwiseLayer
 
-from .blocks import piece_product, spmm, spmm_add
+from .blocks import spmm, spmm_add
 from .exchange import HaloRound
 
 
@@ -127,8 +127,9 @@ class _LocalI(torch.autograd.Function):
 
 def _neighbour_products(rnd: HaloRound, op: _LocalProduct, B, I) -> tuple[list, list]:
     """Both row groups' products with each neighbour's block, per neighbour (None where a group has no block),
-    piece by piece as the round's pieces land; while nothing has landed, the next chunk of the interior rows'
-    local product (``op``) fills the wait."""
+    as (product, its output rows), the rows each landed piece completes computed when it lands
+    (``ForwardPieces``); while nothing has landed, the next chunk of the interior rows' local product (``op``)
+    fills the wait."""
     k = len(B.nb)
     parts_b, parts_i = [None] * k, [None] * k
     bounds = rnd.ex.recv_pieces
@@ -136,12 +137,12 @@ def _neighbour_products(rnd: HaloRound, op: _LocalProduct, B, I) -> tuple[list, 
         got = rnd.landed_pieces()
         if not got and op.interior_step():
             continue    # nothing landed: the interior rows' product, which needs no message, meanwhile
-        for i, p in got or rnd.next_pieces():   # piece p of neighbour i: its columns of both groups' blocks
-            h = rnd.halo(i, p)
+        for i, p in got or rnd.next_pieces():   # piece p of neighbour i: the rows of both groups it completes
+            h = rnd.landed_halo(i, p)
             for grp, parts in ((B, parts_b), (I, parts_i)):
                 if grp.nb[i] is not None:
-                    parts[i] = piece_product(parts[i] if p else None, grp.nb_pieces(i, bounds[i])[0][p], h,
-                                             len(grp.nb[i][0]))
+                    fwd = grp.nb_pieces(i, bounds[i])[0]
+                    parts[i] = (fwd.product(parts[i][0] if p else None, p, h), fwd.rows)
     return parts_b, parts_i
 
 
@@ -218,7 +219,7 @@ def _split_aggregation(layer, B, I, pb, pi, rnd, token, root_b, schedule, progre
     bounds = rnd.ex.recv_pieces
     for i in range(k):
         if parts_b[i] is not None:
-            ob = rnd.add(ob, token, i, parts_b[i], B.nb[i][0], B.nb_pieces(i, bounds[i])[1])
+            ob = rnd.add(ob, token, i, *parts_b[i], B.nb_pieces(i, bounds[i])[1])
             parts_b[i] = None
     ob = layer.scale_out(rnd.join(ob, token), rows_b)
 
@@ -228,7 +229,7 @@ def _split_aggregation(layer, B, I, pb, pi, rnd, token, root_b, schedule, progre
         tok = op = None
         for i in range(k):
             if parts_i[i] is not None:
-                oi = rnd.add(oi, token, i, parts_i[i], I.nb[i][0], I.nb_pieces(i, bounds[i])[1])
+                oi = rnd.add(oi, token, i, *parts_i[i], I.nb_pieces(i, bounds[i])[1])
                 parts_i[i] = None
         return layer.scale_out(oi, rows_i)
     return ob, ab, finish_i

@@ -13,14 +13,15 @@ Modes:
 
 Pieces: each neighbour's message travels as several messages (pieces: contiguous row ranges of its send list,
 about ``piece_bytes`` each, ``Schedule.rows_per_piece``), so that in the pipelined schedule the receiver computes
-the columns of the neighbour's block that a piece feeds as soon as that piece lands, and only the last piece's
-share is left when the wire is done; in backward the halo gradient is computed piece by piece and each piece sent
+the rows of the neighbour's block whose last halo row a piece brings as soon as the pieces up to it have landed
+(each row whole: ``g3mpi.ops.blocks.ForwardPieces``), and only the rows reading the last piece are left when the
+wire is done; in backward the halo gradient is computed piece by piece and each piece sent
 at once, and the owner adds each returned piece as it lands. Small messages are one piece. The blocking schedule
 waits for every piece and computes each block whole.
 
 Neighbour partial results are computed in arrival order but summed in a fixed order (local, then neighbours by
-rank; a neighbour's pieces in piece order), so the result does not depend on which message lands first, not even
-in rounding.
+rank; each neighbour block's rows summed as from one whole message), so the result does not depend on which
+message lands first, not even in rounding.
 
 The chunk rule (``Schedule.rows_per_chunk``) and the piece rule (``Schedule.rows_per_piece``) are the only ones:
 every chunked product and every exchange asks them (the layer-by-layer aggregation, the inter-layer pipeline,
