@@ -8,8 +8,8 @@ numerically PyG's ``APPNP`` after an MLP (its ``citation/appnp.py`` model).
 x [n_owned, in] -> [n_owned, out]. Parameters ``lins.<i>.weight`` / ``lins.<i>.bias`` (the MLP); the K steps have
 none. Each step is a row-wise ``Layer`` (``g3mpi.nn.base``) around one exact distributed GCN aggregation of width
 ``out``: its input rows are (h^(k-1), h^0), what travels h^(k-1), its own term alpha h^0; ``run_stack`` drives the K
-steps, with the inter-layer pipeline (boundary rows first, the next step's messages leaving while the interior
-rows are computed).
+steps layer by layer (``Layer.whole_aggregation``: each row summed as PyG's order, bit for bit), each aggregation
+pipelined within itself (every row's local sum while h^(k-1)'s messages travel, neighbour shares as they land).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class APPNPStep(Layer):
     #: its backward does not need its output
     output_free = True
 
-    #: summed as the layer-by-layer aggregation, bit for bit (``Layer.whole_aggregation``)
+    #: each row summed as the layer-by-layer aggregation, bit for bit (``Layer.whole_aggregation``)
     whole_aggregation = True
 
     def __init__(self, graph: DistGraph, width: int, alpha: float, name: str = "appnp"):

@@ -40,8 +40,9 @@ class Layer(nn.Module):
     input_product_free = False
     #: that cached product is the aggregate alone (GCN), so the model may make it a few feature columns at a time
     input_product_is_aggregate = False
-    #: the inter-layer pipeline runs its aggregation whole (``Aggregation.finish``: each row summed as layer by
-    #: layer, bit for bit) and splits only ``post`` and what follows into the row groups (APPNP's, GCNII's steps)
+    #: each row is summed as by the layer-by-layer aggregation, bit for bit (APPNP's, GCNII's steps): a stack with
+    #: such a layer runs layer by layer, each aggregation pipelined within itself (every row's local sum while its
+    #: messages travel, the boundary rows' neighbour shares as they land), never split by row group
     whole_aggregation = False
 
     @classmethod
@@ -103,10 +104,11 @@ class Layer(nn.Module):
 
 
 def pipelines(graph: DistGraph, layers) -> bool:
-    """``run_stack`` drives ``layers`` with the inter-layer pipeline: every layer is row-wise, the schedule
-    pipelines, and the rank has neighbours to exchange with."""
-    return all(getattr(c, "rowwise", False) for c in layers) and graph.schedule.pipelines and \
-        bool(graph.plan.send_parts or graph.plan.recv_parts)
+    """``run_stack`` drives ``layers`` with the inter-layer pipeline: every layer is row-wise and may have its
+    local sums split by row group (not ``whole_aggregation``), the schedule pipelines, and the rank has neighbours
+    to exchange with."""
+    return all(getattr(c, "rowwise", False) and not getattr(c, "whole_aggregation", False) for c in layers) and \
+        graph.schedule.pipelines and bool(graph.plan.send_parts or graph.plan.recv_parts)
 
 
 def run_stack(graph: DistGraph, layers, x: torch.Tensor, between, key: DropoutKey | None = None,

@@ -9,8 +9,9 @@ One layer l = 1..L, with x^0 the output of the input linear layer and beta_l = l
 The model: x^0 = act(Linear(dropout(x))) [n, C]; L layers x <- act(GCN2(dropout(x), x^0)); out =
 Linear(dropout(x)) [n, out]. Parameters ``lins.0``, ``lins.1`` (Linear) and ``convs.<i>.weight1``. Each layer is a
 row-wise ``Layer`` (``g3mpi.nn.base``) around one exact distributed GCN aggregation of width C: its input rows are
-(dropout(x), x^0), what travels the first, its own term alpha x^0; ``run_stack`` drives the L layers with the
-inter-layer pipeline, the activation and dropout between them.
+(dropout(x), x^0), what travels the first, its own term alpha x^0; ``run_stack`` drives the L layers layer by
+layer (``Layer.whole_aggregation``), each aggregation pipelined within itself, the activation and dropout between
+them.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from .base import Layer, run_stack
 class GCN2Layer(Layer):
     """Input rows (x, x^0), [r, C] each -> [r, C]; ``layer`` is l (from 1), which sets beta_l."""
 
-    #: summed as the layer-by-layer aggregation, bit for bit (``Layer.whole_aggregation``)
+    #: each row summed as the layer-by-layer aggregation, bit for bit (``Layer.whole_aggregation``)
     whole_aggregation = True
 
     def __init__(self, graph: DistGraph, channels: int, alpha: float, theta: float, layer: int, name: str = "gcn2"):

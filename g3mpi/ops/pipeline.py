@@ -247,8 +247,6 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
     nb, n = blocks.num_boundary, blocks.num_owned
     rows_b, rows_i = slice(0, nb), slice(nb, n)
     last = len(layers) - 1
-    # the row groups' own blocks, built only for layers whose local product is split by row group
-    B, I = next((c.groups for c in layers if not c.whole_aggregation), (None, None))
 
     def entry(r, xr):                   # layer 0's input
         return between(0, xr, r)
@@ -258,9 +256,6 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
 
     def transition(l):                  # layer l+1's input, from layer l's aggregate and own term
         return lambda r, o, a: between(l + 1, layers[l].post(o, a), r)
-
-    def between_(l):                    # layer l+1's input, from layer l's output (a whole_aggregation layer)
-        return lambda r, y: between(l + 1, y, r)
 
     if c0 is not None:
         if last == 0:
@@ -275,22 +270,6 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
     in_b = in_i = None
     for l in range(first, last + 1):
         layer = layers[l]
-        if layer.whole_aggregation:
-            # the layer-by-layer aggregation and post of both groups' rows at once (each row's sums, and each
-            # dense product, as layer by layer), the exchange started above from the boundary rows; only what
-            # follows is split by row group
-            o = layer.aggregation.finish(torch.cat([pb, pi]), rnd, token)
-            pb = pi = None
-            y = layer.post(o, torch.cat([root_b(), root_i()]))
-            o = None
-            if l == last:
-                return y
-            pb, root_b = layer_inputs(layers[l + 1], rows_b, between_(l), y[rows_b], remat=remat)
-            rnd = HaloRound(layers[l + 1].exchange, schedule)
-            token = rnd.start(pb)
-            pi, root_i = layer_inputs(layers[l + 1], rows_i, between_(l), y[rows_i], remat=remat)
-            y = None
-            continue
         # (each layer's own row groups: a stack may mix kinds, typed and untyped; the row ranges are the same)
         ob, ab, finish_i = _split_aggregation(layer, *layer.groups, pb, pi, rnd, token, root_b, schedule, progress,
                                               rows_b, rows_i)

@@ -1,6 +1,7 @@
 """What the inter-layer pipeline (``g3mpi.ops.pipeline``) reads of a layer, and nothing else: the row-wise split
 of the layer contract ``g3mpi.nn.base.Layer``, so that the pipeline drives any row-wise layer without knowing the
-model (GCN, SAGE, APPNP's and GCNII's steps and user layers implement it; GAT's attention is not row-wise).
+model (GCN, SAGE and user layers; APPNP's and GCNII's steps implement it but run layer by layer,
+``whole_aggregation``; GAT's attention is not row-wise).
 
 A layer is ``pre`` (row-wise, before the exchange) -> aggregation -> ``post`` (row-wise), plus ``root``, its
 row-wise term that needs no message; the pipeline computes them on the boundary rows first, so the next layer's
@@ -19,12 +20,11 @@ Between = Callable[[int, Any, slice], Any]
 class RowwiseLayer(Protocol):
     """The one aggregation and its halves:
 
-    ``aggregation``: the layer's ``g3mpi.ops.Aggregation`` (its ``blocks``, ``schedule``; ``finish`` for a layer
-    with ``whole_aggregation``); ``exchange``: its ``HaloExchange``; ``groups``: (boundary, interior)
-    ``RowGroup`` of its blocks, built only for a layer without ``whole_aggregation``.
-    ``whole_aggregation``: the pipeline aggregates all rows at once and computes ``post`` on all of them (each
-    row's sums and products as layer by layer, bit for bit), splitting only the stack's ``between`` and the next
-    layer's ``pre`` into the row groups; else each group's rows by the groups' own blocks, boundary rows first.
+    ``aggregation``: the layer's ``g3mpi.ops.Aggregation`` (its ``blocks``, ``schedule``); ``exchange``: its
+    ``HaloExchange``; ``groups``: (boundary, interior) ``RowGroup`` of its blocks, whose rows the pipeline
+    aggregates by the groups' own blocks, boundary rows first. ``whole_aggregation``: the layer's rows must be
+    summed as layer by layer, bit for bit (no local sum split by row group): ``run_stack`` then does not pipeline
+    across its layers.
     ``pre(x_rows) -> payload_rows``: what is aggregated (only that, so that the exchange starts early);
     ``root(x_rows) -> aux_rows``: the rows' own term, which needs no message (None if the layer has none);
     ``scale_out(agg_rows, rows) -> agg_rows``: the aggregation's row scaling of owned rows ``rows`` (SAGE's mean);
