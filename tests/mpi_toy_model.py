@@ -10,7 +10,8 @@ import sys
 
 from g3mpi.nn import specs
 
-specs.SETTINGS["eps"] = specs.Setting("eps", float, 0.0, "weight of a node's own term beyond 1")
+specs.SETTINGS["eps"] = specs.Setting("eps", float, 0.0, "weight of a node's own term beyond 1",
+                                      lambda name, v: None if v > -1 else f"{name} must be above -1 (got {v})")
 specs.MODELS["toy"] = specs.ModelSpec("toy", "Toy", "g3mpi.nn.recipe:build_stack", "tests.toy_layer:ToyLayer",
                                       settings=("eps",), remat=True, recipe=True)
 

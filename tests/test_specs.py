@@ -52,7 +52,8 @@ def test_an_unknown_model_names_the_known_ones():
 def test_a_registered_toy_layer_trains_through_g3_train_exactly(tmp_path):
     """Adding a built-in layer is its layer file (tests/toy_layer.py) and its registry entry (tests/mpi_toy_model.py,
     in the test only): ``g3-train --model toy --eps E`` then trains it, pipelined, on 2 and 3 ranks as on one
-    process (parameters within 1e-5), with dropout keyed by node ID and its setting saved in config.toml."""
+    process (parameters within 1e-5), with dropout keyed by node ID and its setting saved in config.toml and kept by
+    a resume."""
     from tests.conftest import run_mpi
     from tests.graphs import partition, random_graph
     g = random_graph(n=90, f=6, c=3, seed=4)
@@ -68,5 +69,32 @@ def test_a_registered_toy_layer_trains_through_g3_train_exactly(tmp_path):
         for k, v in params[1].items():
             np.testing.assert_allclose(params[P][k].numpy(), v.numpy(), rtol=0, atol=1e-5, err_msg=f"P={P}: {k}")
     assert "eps = 0.25" in (tmp_path / "r2" / "config.toml").read_text()
+    # the entry's setting is one a resume must keep (checkpoint.resume_keys reads the registry): no third edit
+    p = run_mpi(2, "tests.mpi_toy_model", "--resume", tmp_path / "r2", "--epochs", "6", "--eps", "0.5",
+                "--no-progress", check=False)
+    assert p.returncode != 0 and "incompatible configuration: eps = 0.25 in the checkpoint but 0.5 now" in p.stderr
+    # and its range check is the configuration's: one error line, before any rank loads its part
+    p = run_mpi(2, "tests.mpi_toy_model", "--parts", tmp_path / "p2", "--out", tmp_path / "bad", "--model", "toy",
+                "--eps", "-2", check=False)
+    lines = [x for x in p.stderr.splitlines() if "eps" in x]
+    assert p.returncode != 0 and len(lines) == 1 and "--eps: eps must be above -1 (got -2.0)" in lines[0], p.stderr
     summary = json.loads((tmp_path / "r3" / "summary.json").read_text())
     assert summary["model"] == "toy"
+
+
+@pytest.mark.parametrize("key,value,word", [
+    ("k", 0, "k must be at least 1 (got 0)"), ("k", 2000, "k must be at most 1024 (got 2000)"),
+    ("alpha", 1.5, "alpha must be in [0, 1] (got 1.5)"), ("alpha", float("nan"), "alpha must be in [0, 1] (got nan)"),
+    ("theta", 0.0, "theta must be a finite positive number (got 0.0)"),
+    ("heads", 0, "heads must be at least 1 (got 0)"), ("out_heads", 2**20, "out_heads must be at most 65536"),
+    ("attn_dropout", 1.0, "attn_dropout must be in [0, 1) (got 1.0)"),
+    ("num_bases", -1, "num_bases must not be negative (got -1; 0: none)")])
+def test_each_model_setting_is_range_checked_by_its_entry(key, value, word):
+    """The registry's ``Setting.check`` is the configuration's one error line for a model setting out of range
+    (the option named first), whichever model reads it."""
+    from g3mpi.train.config import ConfigError, config_from
+    assert specs.SETTINGS[key].problem(value) == word or word in specs.SETTINGS[key].problem(value)
+    assert specs.SETTINGS[key].problem(specs.SETTINGS[key].default) is None
+    with pytest.raises(ConfigError) as e:
+        config_from(None, {key: value})
+    assert str(e.value) == f"--{key.replace('_', '-')}: {specs.SETTINGS[key].problem(value)}" and e.value.key == key

@@ -11,29 +11,76 @@ one entry in :data:`MODELS` (docs/MODELS.md, "Adding a built-in layer"). A user'
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass
 from typing import Callable
+
+#: layers and propagation steps at most (a larger count is a typo: building 10^6 layers takes the better part of an
+#: hour)
+MAX_LAYERS = 1024
+#: attention heads at most: a layer's weight is [hidden x heads, in]; beyond 2^63 torch's sizes overflow
+MAX_HEADS = 2**16
 
 
 @dataclass(frozen=True)
 class Setting:
-    """A model's own setting: a ``TrainConfig`` field and a g3-train option (``--name-with-dashes``)."""
+    """A model's own setting: a ``TrainConfig`` field and a g3-train option (``--name-with-dashes``). ``check``:
+    its range, ``check(name, value)`` -> why the value is out of it (None: in it), which the configuration reports
+    as its one error line."""
     name: str
     type: type
     default: object
     help: str
+    check: Callable | None = None
+
+    def problem(self, value) -> str | None:
+        """Why ``value`` is out of the setting's range, or None."""
+        return None if self.check is None else self.check(self.name, value)
+
+
+def count(least: int, most: int) -> Callable:
+    """A ``Setting.check``: an integer in ``least .. most``."""
+    def check(name, v):
+        if v < least:
+            return f"{name} must be at least {least} (got {v})"
+        return f"{name} must be at most {most} (got {v})" if v > most else None
+    return check
+
+
+def not_negative(most: int) -> Callable:
+    """A ``Setting.check``: an integer in ``0 .. most``, 0 meaning none."""
+    def check(name, v):
+        if v < 0:
+            return f"{name} must not be negative (got {v}; 0: none)"
+        return f"{name} must be at most {most} (got {v})" if v > most else None
+    return check
+
+
+def fraction(upper_open: bool = False) -> Callable:
+    """A ``Setting.check``: a number in [0, 1] (``upper_open``: [0, 1))."""
+    def check(name, v):
+        ok = 0.0 <= v < 1.0 if upper_open else 0.0 <= v <= 1.0
+        return None if ok else f"{name} must be in [0, {'1)' if upper_open else '1]'} (got {v})"
+    return check
+
+
+def positive(name, v) -> str | None:
+    """A ``Setting.check``: a finite positive number."""
+    return None if math.isfinite(v) and v > 0 else f"{name} must be a finite positive number (got {v})"
 
 
 #: every model setting, by name (one entry even where two models read it); fields of ``TrainConfig`` in this order
 SETTINGS = {s.name: s for s in (
-    Setting("heads", int, 8, "attention heads in hidden layers (concatenated)"),
-    Setting("out_heads", int, 1, "attention heads in the last layer (averaged)"),
-    Setting("attn_dropout", float, 0.0, "dropout on the attention coefficients"),
-    Setting("k", int, 10, "propagation steps"),
-    Setting("alpha", float, 0.1, "teleport probability (appnp); initial residual strength (gcn2)"),
-    Setting("theta", float, 0.5, "identity mapping strength, beta_l = log(theta / l + 1)"),
-    Setting("num_bases", int, 0, "basis decomposition: each relation's weight a mix of this many bases (0: none)"),
-    Setting("num_blocks", int, 0, "block-diagonal decomposition into this many blocks (0: none)"),
+    Setting("heads", int, 8, "attention heads in hidden layers (concatenated)", count(1, MAX_HEADS)),
+    Setting("out_heads", int, 1, "attention heads in the last layer (averaged)", count(1, MAX_HEADS)),
+    Setting("attn_dropout", float, 0.0, "dropout on the attention coefficients", fraction(upper_open=True)),
+    Setting("k", int, 10, "propagation steps", count(1, MAX_LAYERS)),
+    Setting("alpha", float, 0.1, "teleport probability (appnp); initial residual strength (gcn2)", fraction()),
+    Setting("theta", float, 0.5, "identity mapping strength, beta_l = log(theta / l + 1)", positive),
+    Setting("num_bases", int, 0, "basis decomposition: each relation's weight a mix of this many bases (0: none)",
+            not_negative(MAX_HEADS)),
+    Setting("num_blocks", int, 0, "block-diagonal decomposition into this many blocks (0: none)",
+            not_negative(MAX_HEADS)),
 )}
 
 #: the attention layers' settings, which the stacks (``GNN``, ``RecipeGNN``) take by name; a stack hands the others

@@ -27,7 +27,7 @@ leaves the previous complete set or the new one. A resume reads its rank's shard
 Writing: a temporary file beside the target, flushed and fsync'ed, renamed over ``checkpoint.pt``, then the
 directory fsync'ed: a crash at any moment leaves either the previous checkpoint or the new one, never a mix.
 ``--resume RUN`` reads it and refuses a checkpoint of a configuration that would train a different model (the
-keys in ``RESUME_KEYS``) or of another partition, unless both partitions split the same graph (their
+keys of :func:`resume_keys`) or of another partition, unless both partitions split the same graph (their
 ``meta.json`` ``graph_sha256``, which ``g3-partition`` records): parameters and optimiser states are replicated
 and dropout is keyed by original node ID, so the state carries over to any number of ranks.
 """
@@ -45,6 +45,7 @@ import torch
 from g3mpi.format import atomic_file
 from g3mpi.format.atomic import fsync_path
 from g3mpi.format.schema import is_int
+from g3mpi.nn import specs
 
 from .choices import SUFFIX
 
@@ -54,12 +55,18 @@ SHARDS_DIR = "checkpoint-shards"
 SHARD_FORMAT = "g3mpi-checkpoint-shard"
 CHECKPOINT_FORMAT = "g3mpi-checkpoint"
 CHECKPOINT_VERSION = 1
-#: settings a resumed run must share with its checkpoint (the rest, e.g. epochs, threads, schedule, may change; so
-#: may those of these that have no effect on the run, e.g. heads for GCN or momentum with Adam, with a warning)
-RESUME_KEYS = ("model", "model_file", "node_embedding", "layers", "hidden", "heads", "out_heads", "dropout",
-               "attn_dropout", "activation", "residual", "norm", "input_linear", "output_linear", "ffn", "jk", "k",
-               "alpha", "theta", "optimizer", "lr", "weight_decay", "momentum", "seed", "task", "metric", "decoder",
-               "embed_dim", "negatives", "num_bases", "num_blocks")
+#: settings a resumed run must share with its checkpoint besides the models' own (:func:`resume_keys`)
+RUN_RESUME_KEYS = ("model", "model_file", "node_embedding", "layers", "hidden", "dropout", "activation", "residual",
+                   "norm", "input_linear", "output_linear", "ffn", "jk", "optimizer", "lr", "weight_decay",
+                   "momentum", "seed", "task", "metric", "decoder", "embed_dim", "negatives")
+
+
+def resume_keys() -> tuple:
+    """The settings a resumed run must share with its checkpoint: :data:`RUN_RESUME_KEYS` and every model setting of
+    the registry (``specs.SETTINGS``, read now: a model's entry brings its own). The rest (epochs, threads,
+    schedule, ...) may change; so may those of these that have no effect on the run (heads for GCN, momentum with
+    Adam), with a warning."""
+    return RUN_RESUME_KEYS + tuple(specs.SETTINGS)
 
 
 class CheckpointError(Exception):
@@ -388,7 +395,7 @@ def _check_layout(path, ckpt: dict) -> None:
 
 def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False, idle=()) -> None:
     """Refuse to resume from a checkpoint of another partition or of an incompatible configuration (a setting of
-    ``RESUME_KEYS`` that differs, naming each; not one in ``idle``, the settings without effect on this run,
+    :func:`resume_keys` that differs, naming each; not one in ``idle``, the settings without effect on this run,
     ``config.settings_without_effect``, which g3-train warns about as on any run), or, when the run ``finished``
     (its summary.json exists), from its last checkpoint with nothing left to train. A run whose last checkpoint
     was written but whose outputs were not (a full disk, a kill) may resume: it only writes them."""
@@ -407,7 +414,7 @@ def check_compatible(path, ckpt: dict, cfg, meta: dict, finished: bool = False, 
     # a key the checkpoint lacks (written before the setting existed) had its default
     was = {f.name: ckpt["config"].get(f.name, f.default) for f in dataclasses.fields(cfg)}
     diffs = [f"{k} = {was[k]!r} in the checkpoint but {getattr(cfg, k)!r} now"
-             for k in RESUME_KEYS if was[k] != getattr(cfg, k) and k not in idle]
+             for k in resume_keys() if was[k] != getattr(cfg, k) and k not in idle]
     if diffs:
         raise CheckpointError(path, "incompatible configuration: " + "; ".join(diffs))
     if cfg.epochs < ckpt["epoch"]:

@@ -26,12 +26,11 @@ JKS = ("none", "cat", "max")
 OPTIMIZERS = ("adam", "sgd")
 #: torch threads per rank at most (a larger count is a typo: OpenMP would abort allocating the pool)
 MAX_THREADS = 1024
-#: layers at most (a larger count is a typo: building 10^6 layers takes the better part of an hour)
-MAX_LAYERS = 1024
-#: hidden channels and heads at most: a layer's weight is [hidden x heads, in]; beyond 2^63 torch's sizes overflow
-#: (a TypeError traceback instead of the out-of-memory line that a merely too large model gets)
+#: layers (and steps) at most, and heads at most: the registry's (``specs``)
+MAX_LAYERS, MAX_HEADS = specs.MAX_LAYERS, specs.MAX_HEADS
+#: hidden channels at most: a layer's weight is [hidden x heads, in]; beyond 2^63 torch's sizes overflow (a
+#: TypeError traceback instead of the out-of-memory line that a merely too large model gets)
 MAX_HIDDEN = 2**40
-MAX_HEADS = 2**16
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: --device (g3mpi.train.device: which GPU a rank takes) and --cuda-aware (device buffers straight to MPI)
 DEVICES = ("cpu", "cuda", "auto")
@@ -145,24 +144,21 @@ class TrainConfig(ModelSettings):
             bad("precision", f"precision {self.precision} runs on CPU ranks only (device cpu; got {self.device})")
         if metric_misfit(self.task, self.metric):
             bad("metric", metric_misfit(self.task, self.metric))
-        for k in ("layers", "hidden", "heads", "out_heads", "epochs", "eval_every", "threads", "k", "embed_dim",
-                  "negatives"):
+        for s in specs.SETTINGS.values():     # each model setting's range, as its entry states it
+            if s.problem(getattr(self, s.name)):
+                bad(s.name, s.problem(getattr(self, s.name)))
+        for k in ("layers", "hidden", "epochs", "eval_every", "threads", "embed_dim", "negatives"):
             if getattr(self, k) < 1 and not (k == "epochs" and self.epochs == 0 and self.init_from):
                 only = "; 0 only with init_from (--init-from), to evaluate a trained model" if k == "epochs" else ""
                 bad(k, f"{k} must be at least 1 (got {getattr(self, k)}){only}")
         if self.threads > MAX_THREADS:
             bad("threads", f"threads must be at most {MAX_THREADS} per rank (got {self.threads})")
-        for k in ("layers", "k"):
-            if getattr(self, k) > MAX_LAYERS:
-                bad(k, f"{k} must be at most {MAX_LAYERS} (got {getattr(self, k)})")
-        if not 0.0 <= self.alpha <= 1.0:
-            bad("alpha", f"alpha must be in [0, 1] (got {self.alpha})")
-        if not (math.isfinite(self.theta) and self.theta > 0):
-            bad("theta", f"theta must be a finite positive number (got {self.theta})")
+        if self.layers > MAX_LAYERS:
+            bad("layers", f"layers must be at most {MAX_LAYERS} (got {self.layers})")
         if self.node_embedding < 0:
             bad("node_embedding", f"node_embedding must not be negative (got {self.node_embedding}; 0: none)")
         for k, most in (("hidden", MAX_HIDDEN), ("embed_dim", MAX_HIDDEN), ("node_embedding", MAX_HIDDEN),
-                        ("negatives", MAX_HEADS), ("heads", MAX_HEADS), ("out_heads", MAX_HEADS)):
+                        ("negatives", MAX_HEADS)):
             if getattr(self, k) > most:
                 bad(k, f"{k} must be at most {most} (got {getattr(self, k)})")
         # TOML and argparse: any int
@@ -182,10 +178,8 @@ class TrainConfig(ModelSettings):
         for k in ("comm_timeout_floor", "comm_timeout_factor"):
             if not (math.isfinite(getattr(self, k)) and getattr(self, k) > 0):
                 bad(k, f"{k} must be a finite positive number (got {getattr(self, k)})")
-        for k in ("dropout", "attn_dropout"):
-            v = getattr(self, k)
-            if not 0.0 <= v < 1.0:
-                bad(k, f"{k} must be in [0, 1) (got {v})")
+        if not 0.0 <= self.dropout < 1.0:
+            bad("dropout", f"dropout must be in [0, 1) (got {self.dropout})")
         for k in ("lr", "weight_decay", "momentum"):
             v = getattr(self, k)
             if not (math.isfinite(v) and v >= 0):
@@ -317,7 +311,7 @@ def ineffective_settings(cfg: TrainConfig, given: dict[str, Given], *, world_siz
 def settings_without_effect(cfg: TrainConfig, *, world_size: int, resuming: bool,
                             input_cache_applies: bool = True) -> dict[str, str]:
     """Why each setting that has no effect with these others, on ``world_size`` ranks, has none (by key): the
-    warnings of :func:`ineffective_settings`, and the settings a resumed run may change (``checkpoint.RESUME_KEYS``
+    warnings of :func:`ineffective_settings`, and the settings a resumed run may change (``checkpoint.resume_keys``
     that are idle here). ``input_cache_applies`` decides only ``input_cache``'s entry."""
     why = {}
     model = specs.spec(cfg.model)   # what the model has: attention heads, row chunks, an input cache
