@@ -48,8 +48,8 @@ class _LocalProduct:
     (``RowGroup``), so each output is the sum of two products.
 
     Backward runs once, in ``_LocalB``'s backward (autograd runs it after ``_LocalI``'s, which only hands over
-    the interior rows' gradient): grad_xb = B.local_t[0] @ gb + I.local_t[0] @ gi and grad_xi likewise, each
-    accumulated in place chunk by chunk, with ``progress()`` between chunks."""
+    the interior rows' gradient): grad_xb = B.local_t[0] @ gb + I.local_t[0] @ gi and grad_xi likewise, the
+    first product chunk by chunk with ``progress()`` between chunks, the second added in place after it."""
 
     def __init__(self, B, I, rows_per_chunk: int, progress, rnd: HaloRound, fold: int = 1):
         self.B, self.I, self.rpc, self.progress, self.rnd = B, I, rows_per_chunk, progress, rnd
@@ -79,11 +79,14 @@ class _LocalProduct:
         if gi is None:      # the interior output needed no gradient
             gi = gb.new_zeros(self.I.size, gb.shape[1])
         grads = []
-        for tb, ti in zip(self.B.t_chunks(self.rpc), self.I.t_chunks(self.rpc)):
+        for tb, ti in zip(self.B.t_chunks(self.rpc), self.I.local_t):
             out = gb.new_empty(tb[-1][1], gb.shape[1])
-            for (a, b, mb), (_, _, mi) in zip(tb, ti):
-                _product(out[a:b], mb, mi, gb, gi)
+            for a, b, mb in tb:
+                spmm(mb, gb, out[a:b])
                 self.progress()
+            # the interior rows' share in one accumulating product (each row's two sums added as by chunks; one
+            # call per chunk cost more than the product)
+            spmm_add(ti, gi, out)
             grads.append(out.view(out.shape[0] // self.fold, gb.shape[1] * self.fold))
         self.rnd.add_received(grads[0])     # (the send rows are boundary rows)
         return grads
