@@ -20,36 +20,24 @@ import math
 import torch
 from torch import nn
 
-from g3mpi.ops import Aggregation, DistGraph, DropoutKey, node_dropout
+from g3mpi.ops import DistGraph, DropoutKey, node_dropout
 
-from .base import Layer, run_stack
+from .appnp import APPNPStep
+from .base import run_stack
 
 
-class GCN2Layer(Layer):
-    """Input rows (x, x^0), [r, C] each -> [r, C]; ``layer`` is l (from 1), which sets beta_l."""
-
-    #: each row summed as the layer-by-layer aggregation, bit for bit (``Layer.whole_aggregation``)
-    whole_aggregation = True
+class GCN2Layer(APPNPStep):
+    """Input rows (x, x^0), [r, C] each -> [r, C]; ``layer`` is l (from 1), which sets beta_l. s is APPNP's step
+    (its base: the same aggregation, own term and sums), then the identity mapping."""
 
     def __init__(self, graph: DistGraph, channels: int, alpha: float, theta: float, layer: int, name: str = "gcn2"):
-        super().__init__()
-        self.alpha, self.beta = float(alpha), math.log(theta / layer + 1)
+        super().__init__(graph, channels, alpha, name=name)
+        self.beta = math.log(theta / layer + 1)
         self.weight1 = nn.Parameter(torch.empty(channels, channels))
         nn.init.xavier_uniform_(self.weight1)
-        self.agg = Aggregation(graph, "gcn", channels, name=name)
-
-    @property
-    def aggregation(self):
-        return self.agg
-
-    def pre(self, x):
-        return x[0]
-
-    def root(self, x):
-        return self.alpha * x[1]
 
     def post(self, agg: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
-        s = agg * (1 - self.alpha) + aux
+        s = super().post(agg, aux)
         return torch.addmm(s, s, self.weight1, beta=1.0 - self.beta, alpha=self.beta)
 
 
