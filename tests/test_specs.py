@@ -13,6 +13,7 @@ from g3mpi.nn import specs
 from g3mpi.train.config import MODELS, TrainConfig
 
 SLOW_TESTS = ("test_every_entry_loads_its_builder_and_layer",    # (imports torch)
+              "test_the_input_cache_rule_is_the_built_first_layers",
               "test_a_registered_toy_layer_trains_through_g3_train_exactly")
 
 
@@ -98,3 +99,31 @@ def test_each_model_setting_is_range_checked_by_its_entry(key, value, word):
     with pytest.raises(ConfigError) as e:
         config_from(None, {key: value})
     assert str(e.value) == f"--{key.replace('_', '-')}: {specs.SETTINGS[key].problem(value)}" and e.value.key == key
+
+
+def test_the_input_cache_rule_is_the_built_first_layers(tmp_path):
+    """``specs.input_cache_applies`` (what the trainer and its warnings read, before or without the model) says
+    what the built model's first layer says (``Layer.input_product_free``): aggregate-first GCN and SAGE stacks,
+    and no model with a recipe block, a node embedding or no cache of its own."""
+    from mpi4py import MPI
+
+    from g3mpi.comm import CommContext
+    from g3mpi.format import read_meta, read_part
+    from g3mpi.nn.recipe import build_model
+    from g3mpi.ops import DistGraph
+    from tests.graphs import partition, random_graph
+    partition(random_graph(n=40, f=6, seed=1), 1, tmp_path / "parts")
+    part = read_part(tmp_path / "parts", 0, read_meta(tmp_path / "parts"))
+    graph = DistGraph(part, CommContext(MPI.COMM_SELF))
+    seen = set()
+    for model in ("gcn", "sage", "gat", "appnp", "gcn2"):
+        for hidden, layers, extra in ((4, 2, {}), (8, 2, {}), (4, 1, {}), (8, 1, {}), (8, 2, dict(residual=True))):
+            cfg = TrainConfig(model=model, hidden=hidden, layers=layers, heads=2, **extra)
+            net = build_model(graph, cfg, 6, 7)
+            built = bool(getattr(net, "convs", [None])[0] is not None and getattr(net.convs[0], "input_product_free",
+                                                                                 False) and not extra)
+            assert specs.input_cache_applies(cfg, 6, 7) == built, (model, hidden, layers, extra)
+            seen.add(built)
+        assert not specs.input_cache_applies(TrainConfig(model=model, node_embedding=4), 6, 7)
+        assert not specs.input_cache_applies(TrainConfig(model=model, model_file="m.py:f"), 6, 7)
+    assert seen == {True, False}

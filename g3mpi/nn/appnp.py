@@ -60,7 +60,6 @@ class APPNP(nn.Module):
         dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
         self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.convs = nn.ModuleList(APPNPStep(graph, out_dim, alpha, name=f"appnp{i}") for i in range(k))
-        self.input_cache_applies = False
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
         ids = self.graph.orig_ids

@@ -101,8 +101,6 @@ class EmbeddingInput(nn.Module):
     def __init__(self, embedding: NodeEmbedding, model: nn.Module, concat: bool):
         super().__init__()
         self.embedding, self.model, self.concat = embedding, model, bool(concat)
-        # the model's input is trained: there is no constant input product (nor halo) to keep
-        self.input_cache_applies = False
 
     @property
     def convs(self):

@@ -52,7 +52,6 @@ class GCN2(nn.Module):
         self.lins = nn.ModuleList([nn.Linear(in_dim, hidden), nn.Linear(hidden, out_dim)])
         self.convs = nn.ModuleList(GCN2Layer(graph, hidden, alpha, theta, l + 1, name=f"gcn2{l}")
                                    for l in range(layers))
-        self.input_cache_applies = False
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None) -> torch.Tensor:
         ids = self.graph.orig_ids

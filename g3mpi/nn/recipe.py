@@ -92,7 +92,6 @@ class RecipeGNN(nn.Module):
         self.use_ffn = bool(ffn)
         jk_width = sum(widths) if jk == "cat" else d
         self.lin_out = nn.Linear(jk_width, out_dim) if output_linear else None
-        self.input_cache_applies = False
         #: row-wise between the layers (no BatchNorm, no JK) and row-wise layers: the inter-layer pipeline applies
         self.rowwise = norm != "batch" and jk == "none" and all(c.rowwise for c in convs)
 

@@ -199,6 +199,18 @@ def readers(setting: str) -> tuple:
     return tuple(m for m, s in MODELS.items() if setting in s.settings)
 
 
+def input_cache_applies(cfg, in_dim: int, out_dim: int) -> bool:
+    """Whether the model of the configuration ``cfg`` on ``in_dim`` features and ``out_dim`` outputs has a
+    parameter-free product of its input to keep (``--input-cache``): a built-in whose entry keeps one
+    (``input_cache``) as a plain stack (no recipe block, no node embedding), whose first layer aggregates before it
+    multiplies: its input no wider than its output (what its ``Layer.input_product_free`` says once built)."""
+    if cfg.model_file or cfg.node_embedding or not spec(cfg.model).input_cache or uses_recipe(cfg):
+        return False
+    w_in, w_out, _ = spec(cfg.model).layer_widths(in_dim, cfg.hidden, out_dim, cfg.layers, cfg.heads,
+                                                  cfg.out_heads)[0]
+    return w_in <= w_out
+
+
 def uses_recipe(cfg) -> bool:
     """Whether the configuration asks for a recipe block (else a stack model is its plain ``GNN``)."""
     return bool(cfg.residual or cfg.norm != "none" or cfg.input_linear or cfg.output_linear or cfg.ffn

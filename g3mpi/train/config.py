@@ -297,7 +297,7 @@ def ineffective_settings(cfg: TrainConfig, given: dict[str, Given], *, world_siz
     ``saved``, a resumed run's settings as its checkpoint records them: or not the saved value) but has no effect
     on this run, saying where it was given and why (the run goes on; its results are those without it).
     ``world_size``: the number of ranks; ``resuming``: the run continues from a checkpoint; ``input_cache_applies``:
-    the model's first layer has a parameter-free product of the input to keep (``GNN.input_cache_applies``)."""
+    the model's first layer has a parameter-free product of the input to keep (``specs.input_cache_applies``)."""
     why = settings_without_effect(cfg, world_size=world_size, resuming=resuming,
                                   input_cache_applies=input_cache_applies)
 

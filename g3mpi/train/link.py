@@ -69,8 +69,6 @@ class LinkModel(nn.Module):
     def __init__(self, encoder: nn.Module, decoder: nn.Module):
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
-        # the trainer's input halo (``GNN.keep_input_halo``) goes to a built-in encoder
-        self.input_cache_applies = bool(getattr(encoder, "input_cache_applies", False))
 
     def keep_input_halo(self, *args, **kw):
         return self.encoder.keep_input_halo(*args, **kw)

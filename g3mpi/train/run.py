@@ -83,8 +83,7 @@ def _execute(comm, cfg: TrainConfig, given: dict, resume: str | None, *, stop, l
     ckpt = started.ckpt
     if comm.rank == 0:   # settings the user gave that change nothing here: one line each, and the run goes on
         for line in ineffective_settings(cfg, given, world_size=comm.size, resuming=bool(resume),
-                                         input_cache_applies=getattr(started.trainer.model, "input_cache_applies",
-                                                                     False),
+                                         input_cache_applies=started.trainer.input_cache_applies,
                                          saved=ckpt["config"] if ckpt else None):
             log.warning("%s", line)
     if check:

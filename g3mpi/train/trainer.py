@@ -102,6 +102,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         # link prediction: the model embeds nodes (cfg.embed_dim wide), a decoder scores pairs (.link)
         self.out_dim = cfg.embed_dim if cfg.task == "link" else output_dim(cfg.task, part.num_classes)
+        #: the model has a parameter-free product of its input to keep (the registry's rule)
+        self.input_cache_applies = specs.input_cache_applies(cfg, part.feature_dim, self.out_dim)
         self.link = None
         try:
             self.model = self._build_model(part.feature_dim, self.out_dim)
@@ -161,8 +163,7 @@ class Trainer:
     def keeps_input_halo(self) -> bool:
         """The model keeps its input's halo rows (``GNN.keep_input_halo``): a built-in stack whose first layer
         aggregates the raw input, with the input cache on, on host tensors. The same on every rank."""
-        built_in = not self.cfg.model_file and specs.spec(self.cfg.model).input_cache   # (a user's model keeps none)
-        return bool(self.cfg.input_cache and built_in and self.model.input_cache_applies and self.graph.stager is None)
+        return bool(self.cfg.input_cache and self.input_cache_applies and self.graph.stager is None)
 
     def _build_model(self, in_dim: int, out_dim: int) -> torch.nn.Module:
         """The built-in stack of ``cfg.model``, or the user's module of ``cfg.model_file``
