@@ -27,10 +27,14 @@ at once, as it always did.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
+
+from .deadline import EXIT_STALLED
 
 #: exit status of a run that a signal stopped after its checkpoint was written (sysexits' EX_TEMPFAIL: a
 #: temporary failure, to be continued with ``--resume``)
@@ -43,9 +47,12 @@ STOP_SLOTS = (*(s.name for s in STOP_SIGNALS), "a stop signal")
 #: seconds after the first stop signal during which another one counts as the same request (a copy delivered by a
 #: second path, e.g. slurmstepd and mpiexec's forwarding); a later one ends the process
 REPEAT_WINDOW = 2.0
-#: seconds a stop signal may wait for the main thread's Python handler: a main thread blocked in C (a model file's
-#: MPI call on one rank) never runs it, so a watcher thread then ends the process (:class:`StopSignals`)
+#: seconds a stop signal may wait for the main thread's Python handler, and for a main thread in the model's code
+#: to leave it: one blocked in C (a model file's MPI call on one rank) never runs the handler, one in an endless
+#: loop never reaches the epoch's end, so a watcher thread then ends the process (:class:`StopSignals`)
 STUCK_GRACE_S = 10.0
+#: how often the watcher thread checks that the rank's launcher is still its parent, seconds
+ORPHAN_CHECK_S = 1.0
 
 
 class StopSignals:
@@ -71,6 +78,8 @@ class StopSignals:
         self._first_at: float | None = None
         self._previous: dict = {}
         self._ignoring = False
+        #: the slowest epoch so far, seconds (the trainer's watchdog keeps it here): the normal stop may take two
+        self.slowest_step = 0.0
 
     @property
     def signal_name(self) -> str | None:
@@ -118,8 +127,8 @@ class StopSignals:
 
     def _start_watcher(self) -> None:
         """The C-level handler writes each signal's number to the wakeup fd even while the main thread is blocked
-        in C; a daemon thread reads it and ends the process if the Python handler has not run ``stuck_grace``
-        seconds later (the normal stop, after the epoch, is left alone whenever the handler ran)."""
+        in C; a daemon thread reads it (:meth:`_watch`). Its waits time out every :data:`ORPHAN_CHECK_S`, and
+        release the GIL: a main thread in a Python loop hands it over at its next switch interval (5 ms)."""
         r, w = os.pipe()
         os.set_blocking(w, False)
         if signal.set_wakeup_fd(w, warn_on_full_buffer=False) != -1:   # someone else's: leave it to them
@@ -127,29 +136,76 @@ class StopSignals:
             os.close(r), os.close(w)
             return
         self._wakeup = (r, w)
-        threading.Thread(target=self._watch, args=(r,), name="g3-stop-watcher", daemon=True).start()
+        mpi = sys.modules.get("mpi4py.MPI")
+        # a rank among others has a launcher (Hydra's proxy, slurmstepd) as its parent; a lone process's parent
+        # is a shell, which may leave it running on purpose (nohup)
+        launched = mpi is not None and mpi.Is_initialized() and mpi.COMM_WORLD.size > 1
+        threading.Thread(target=self._watch, args=(r, os.getppid() if launched else None),
+                         name="g3-stop-watcher", daemon=True).start()
 
-    def _watch(self, r: int) -> None:
+    def _watch(self, r: int, ppid: int | None) -> None:
+        """Ends the process when the stop cannot happen: the Python handler has not run ``grace`` seconds after a
+        stop signal (the main thread is blocked in C), or the main thread is then still in the model's code
+        (an endless loop; ``grace``: :data:`STUCK_GRACE_S`, at least two of the slowest epochs, which the
+        normal stop may need), or the launcher (``ppid``, the parent) is gone: nobody would end this rank."""
         wanted = {int(s) for s in self.signals}
+        got, at = None, 0.0
         try:
             while True:
-                data = os.read(r, 64)
-                if not data:          # the block ended (__exit__ closed the write end)
-                    os.close(r)
-                    return
-                got = [b for b in data if b in wanted]
-                if not got:
+                if select.select([r], [], [], ORPHAN_CHECK_S)[0]:
+                    data = os.read(r, 64)
+                    if not data:          # the block ended (__exit__ closed the write end)
+                        os.close(r)
+                        return
+                    if got is None:
+                        got = next((signal.Signals(b) for b in data if b in wanted), None)
+                        at = time.monotonic()
+                if self._wakeup is None or self._ignoring:
                     continue
-                time.sleep(self.stuck_grace)
-                if self._first_at is None and self._wakeup is not None:
-                    rank = sys.modules["mpi4py.MPI"].COMM_WORLD.rank if "mpi4py.MPI" in sys.modules else 0
-                    name = signal.Signals(got[0]).name
-                    os.write(2, f"{self.prog}: error: [rank {rank}] {name} received, but the main thread has been "
-                                f"blocked in a C call (an MPI call on this rank only?) for {self.stuck_grace:g} s: "
-                                f"exiting\n".encode())
-                    os._exit(128 + got[0])
+                if ppid is not None and os.getppid() != ppid:
+                    self._end(f"its launcher is gone (parent process {ppid} exited); exiting", EXIT_STALLED)
+                if got is None or time.monotonic() - at < max(self.stuck_grace, 2 * self.slowest_step):
+                    continue
+                waited = f"{time.monotonic() - at:.0f} s"
+                if self._first_at is None:
+                    self._end(f"{got.name} received, but the main thread has been blocked in a C call for "
+                              f"{waited}{main_thread_at(any_code=True)} (an MPI call on this rank only?): exiting",
+                              128 + got)
+                where = main_thread_at()
+                if where:
+                    # (the wait's minimum, not its length: ranks looping alike then say the same, one line)
+                    self._end(f"{got.name} received over {self.stuck_grace:g} s ago, but the main thread is still "
+                              f"running the model's code{where} (an endless loop?) and cannot reach the epoch's end: "
+                              f"exiting",
+                              128 + got, job=True)
         except OSError:
             return
+
+    def _end(self, msg: str, code: int, job: bool = False) -> None:
+        """Say ``msg`` for this rank and end it. ``job``: end the job through :func:`~g3mpi.mpi.fail.fail_job`,
+        so that ranks failing alike share one line (the main thread runs Python, not MPI, so this thread's MPI
+        calls cannot wait on it); a timer ends the rank alone if that does not end it."""
+        mpi = sys.modules.get("mpi4py.MPI")
+        rank = mpi.COMM_WORLD.rank if mpi is not None and mpi.Is_initialized() else 0
+        line = f"{self.prog}: error: [rank {rank}] {msg}\n".encode()
+        if job and mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() \
+                and mpi.Query_thread() == mpi.THREAD_MULTIPLE:
+            from .fail import LEADER_WAIT_S, SETTLE_MAX_S, fail_job
+            fallback = threading.Timer(SETTLE_MAX_S + LEADER_WAIT_S + 3.0, self._exit_alone, (line, code))
+            fallback.daemon = True
+            fallback.start()
+            fail_job(mpi.COMM_WORLD, self.prog, msg, code)
+            line = b""   # (said: MPICH's abort may return before the launcher ends this rank)
+        self._exit_alone(line, code)
+
+    @staticmethod
+    def _exit_alone(line: bytes, code: int) -> None:
+        try:
+            if line:
+                os.write(2, line)
+        except OSError:   # (stderr was the launcher's pipe, gone with it)
+            pass
+        os._exit(code)
 
     def __exit__(self, *exc) -> None:
         if self._wakeup is not None:
@@ -170,3 +226,25 @@ class StopSignals:
             self._ignoring = True
             for s in self.signals:
                 signal.signal(s, signal.SIG_IGN)
+
+
+#: where the Python installation keeps the standard library and the installed packages: library code, which only
+#: runs for the model's code or for g3mpi's
+_LIBRARY = tuple(str(Path(p).resolve()) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+_G3MPI = str(Path(__file__).resolve().parents[1]) + os.sep
+
+
+def main_thread_at(any_code: bool = False) -> str:
+    """`` at FILE:LINE, in FUNCTION``: the innermost frame of the main thread outside the Python installation
+    that belongs to the model's code (not to g3mpi; ``any_code``: g3mpi's too); "" when there is none."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith("<"):
+            path = os.path.realpath(name)
+            if not path.startswith(_LIBRARY):
+                if any_code or not path.startswith(_G3MPI):
+                    return f" at {name}:{frame.f_lineno}, in {frame.f_code.co_name}"
+                return ""
+        frame = frame.f_back
+    return ""

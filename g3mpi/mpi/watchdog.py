@@ -131,6 +131,8 @@ class Watchdog:
         """A step (an epoch, with its evaluation and checkpoint) took ``seconds`` (the adaptive deadline follows
         the slowest)."""
         self.deadline.step_done(seconds)
+        if hasattr(self.stop, "slowest_step"):   # its watcher gives the normal stop two of them
+            self.stop.slowest_step = self.deadline.slowest
 
     # -- waits ----------------------------------------------------------------------------------------------
     def _poll(self, test, describe, turns: int = 1):
