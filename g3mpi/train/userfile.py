@@ -28,32 +28,70 @@ class UserExit(BaseException):
     rank that skips its exit handlers this way otherwise looks to MPICH's launcher like one that crashed: it
     kills the other ranks and the job exits 0, as if it had finished."""
 
-    def __init__(self, code):
+    def __init__(self, code, via: str = "os._exit"):
         super().__init__(code)
-        self.code = code
+        self.code, self.via = code, via
 
 
 #: the package whose own os._exit calls (an orphaned rank, a failed write) are left alone
 _G3MPI = str(Path(__file__).resolve().parents[1])
 
 
+#: the C library's process exits, which ctypes reaches past Python (``ctypes.CDLL(None)._exit(0)``)
+C_EXITS = ("_exit", "_Exit", "exit", "quick_exit")
+
+
+def _guarded_here(pid: int) -> bool:
+    """The caller of the caller is the model's code on this process's main thread (not g3mpi's, not a fork's)."""
+    caller = sys._getframe(2).f_code.co_filename
+    return (os.getpid() == pid and threading.current_thread() is threading.main_thread()
+            and not str(Path(caller).resolve()).startswith(_G3MPI))
+
+
+class _GuardedCExit:
+    """A C library exit function looked up through ctypes while :func:`exits_guarded` is active: a call from the
+    model's code raises :class:`UserExit`; anything else (its ``argtypes``, a call after the block) is the real
+    function's (ctypes caches the lookup on the library object, past the block)."""
+
+    def __init__(self, func, name: str, pid: int, active):
+        self.__dict__.update(_func=func, _name=name, _pid=pid, _active=active)
+
+    def __call__(self, *args):
+        if self._active() and _guarded_here(self._pid):
+            code = getattr(args[0], "value", args[0]) if args else None
+            raise UserExit(code, via=f"the C library's {self._name}")
+        return self._func(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._func, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._func, name, value)
+
+
 @contextlib.contextmanager
 def exits_guarded():
-    """Within the block, ``os._exit`` from this process's main thread and outside g3mpi raises
-    :class:`UserExit` (a forked child's, another thread's and g3mpi's own exit as always)."""
-    real, pid = os._exit, os.getpid()
+    """Within the block, ``os._exit`` and the C library's exits looked up through ctypes (:data:`C_EXITS`), from
+    this process's main thread and outside g3mpi, raise :class:`UserExit` (a forked child's, another thread's
+    and g3mpi's own exit as always). A C extension's own call of ``_exit`` is out of reach (docs/RELIABILITY.md)."""
+    import ctypes
+    real, pid, lookup = os._exit, os.getpid(), ctypes.CDLL.__getitem__
+    on = [True]
 
     def guarded(code):
-        caller = sys._getframe(1).f_code.co_filename
-        if (os.getpid() != pid or threading.current_thread() is not threading.main_thread()
-                or str(Path(caller).resolve()).startswith(_G3MPI)):
-            real(code)
-        raise UserExit(code)
-    os._exit = guarded
+        if _guarded_here(pid):
+            raise UserExit(code)
+        real(code)
+
+    def getitem(lib, name):
+        func = lookup(lib, name)
+        return _GuardedCExit(func, name, pid, lambda: on[0]) if name in C_EXITS else func
+    os._exit, ctypes.CDLL.__getitem__ = guarded, getitem
     try:
         yield
     finally:
-        os._exit = real
+        on[0] = False
+        os._exit, ctypes.CDLL.__getitem__ = real, lookup
 
 
 def split_spec(spec: str) -> tuple[Path, str]:
@@ -73,7 +111,7 @@ def _where(path: Path, e: BaseException) -> str:
 
 def _reason(e: BaseException) -> str:
     if isinstance(e, UserExit):
-        return f"os._exit({e.code!r}) (a rank may not leave before the others)"
+        return f"{e.via}({e.code!r}) (a rank may not leave before the others)"
     if isinstance(e, SystemExit):
         return f"SystemExit: sys.exit({'' if e.code is None else repr(e.code)}) (a rank may not leave before the others)"
     text = str(e).strip().splitlines()
