@@ -51,9 +51,22 @@ class GATLayer(Layer):
 
     def forward(self, x: torch.Tensor, key: DropoutKey | None = None, layer: int = 0) -> torch.Tensor:
         h = self.lin(x).view(-1, self.H, self.C)
-        a_src = (h * self.att_src).sum(-1)
-        a_dst = (h * self.att_dst).sum(-1)
+        if h.dtype == torch.float32:
+            a_src = (h * self.att_src).sum(-1)
+            a_dst = (h * self.att_dst).sum(-1)
+        else:
+            a_src, a_dst = _attention_terms(h, self.att_src, self.att_dst)
         out = self.agg(h, a_src, a_dst, attn_dropout=self.attn_dropout, key=key, layer=layer,
                        training=self.training, remat=self.remat)
         out = out.reshape(-1, self.H * self.C) if self.concat else out.mean(dim=1)
-        return out + self.bias
+        return out + self.bias.to(out.dtype)
+
+
+def _attention_terms(h: torch.Tensor, att_src: torch.Tensor, att_dst: torch.Tensor):
+    """(a_src, a_dst) [n, H] of 16-bit ``h`` [n, H, C] (bf16-mixed) as one product with the block-diagonal
+    [H*C, 2H] matrix of ``att_src``/``att_dst``: no float32 [n, H, C] temporary, as ``h * att`` would make."""
+    H, C = h.shape[1], h.shape[2]
+    att = torch.cat([att_src, att_dst], 0).permute(1, 2, 0)                 # [H, C, 2]
+    w = (att.unsqueeze(-1) * torch.eye(H, dtype=att.dtype).view(H, 1, 1, H)).reshape(H * C, 2 * H)
+    a = h.reshape(-1, H * C) @ w.to(h.dtype)
+    return a[:, :H], a[:, H:]

@@ -122,11 +122,11 @@ class GATAggregation:
                  key: DropoutKey | None = None, layer: int = 0, training: bool = False,
                  remat: bool = False) -> torch.Tensor:
         """out [n, H, C] (module docstring); ``remat``: keep no per-edge term for backward, compute them again.
-        bf16-mixed (bfloat16 inputs): the attention (scores, softmax, weighted sums) runs in float32, the result
-        is handed back in bfloat16."""
-        if x.dtype == torch.bfloat16:
-            return self(x.float(), a_src.float(), a_dst.float(), attn_dropout=attn_dropout, key=key, layer=layer,
-                        training=training, remat=remat).to(torch.bfloat16)
+        bf16-mixed (bfloat16 ``x``): x, the message and the output stay bfloat16 (the weighted sums gather
+        bfloat16 rows and accumulate in float32, ``g3mpi.ops.blocks.spmm``); the attention terms travel as
+        bfloat16 and the scores, softmax and their gradients are float32 [edges, H] arrays."""
+        if x.dtype != a_src.dtype:
+            a_src = a_src.to(x.dtype)     # (the message is one array; local and halo sources rounded alike)
         g, sched, ex, blk = self.graph, self.graph.schedule, self.ex, self.blocks
         n, H, C = g.num_owned, self.H, self.C
         # the attention dropout, None: none (see ``_keep``)
@@ -142,6 +142,7 @@ class GATAggregation:
         parts = [None] * k
         # each neighbour's destination terms taken in neighbour order, not arrival order: backward then adds
         # their gradients into a_dst's in a fixed order, so the gradients do not depend on arrivals in rounding
+        a_src32, a_dst = a_src.float(), a_dst.float()
         a_dst_nb = [a_dst.index_select(0, nb.rows) for nb in blk.neighbours]
 
         def compute(landed):
@@ -150,12 +151,12 @@ class GATAggregation:
                 nb = blk.neighbours[i]
                 keep = _keep(drop, _block_ids(self, i), nb.dst, nb.src, H) if drop else None
                 parts[i] = _partial(nb.dst, nb.src, self.patterns[1][i], h[:, :H * C].reshape(-1, H, C),
-                                    h[:, H * C:], a_dst_nb[i], len(nb.rows), keep)
+                                    h[:, H * C:].float(), a_dst_nb[i], len(nb.rows), keep)
 
         if sched.waits_first:
             compute(rnd.rest())
         keep = _keep(drop, _block_ids(self), blk.local_dst, blk.local_src, H) if drop else None
-        m, den, local = _partial(blk.local_dst, blk.local_src, self.patterns[0], x, a_src, a_dst, n, keep)
+        m, den, local = _partial(blk.local_dst, blk.local_src, self.patterns[0], x, a_src32, a_dst, n, keep)
         compute(rnd.landed())
         compute(rnd.rest())
         _, scales, inv = _merge(blk, m, den, parts)
@@ -174,7 +175,7 @@ class _Block:
     def __init__(self, pat: HeadPattern, dst, src, xs, as_src, rows, ids):
         self.pat, self.dst, self.src, self.rows = pat, dst, src, rows
         self.xs = xs.reshape(pat.cols * pat.H, -1).contiguous()
-        self.as_src, self.ids = as_src, ids
+        self.as_src, self.ids = as_src.float(), ids     # (bf16-mixed: scores are float32)
         self._chunks = None
 
     def chunks(self) -> list:
@@ -215,7 +216,7 @@ def _forward_block(b: _Block, ad_rows, drop):
     """A block's row max m, denominator and numerator [r, H, C] (the weights p * keep), by row chunks."""
     r, H = b.pat.rows, b.pat.H
     m, den = torch.full((r, H), float("-inf")), torch.zeros(r, H)
-    num = torch.zeros(r * H, b.xs.shape[1])
+    num = torch.zeros(r * H, b.xs.shape[1], dtype=b.xs.dtype)
     for a, e, lo, hi in b.chunks():
         s, d = b.scores(a, e, lo, hi, ad_rows)
         F.leaky_relu_(s, NEGATIVE_SLOPE)
@@ -227,7 +228,7 @@ def _forward_block(b: _Block, ad_rows, drop):
         keep = b.keep(drop, lo, hi, H)
         if keep is not None:
             p.mul_(keep)
-        spmm(b.pat.row_slice(a, e).matrix(p), b.xs, num[a * H:e * H])
+        spmm(b.pat.row_slice(a, e).matrix(p.to(b.xs.dtype)), b.xs, num[a * H:e * H])
     return m, den, num.view(r, H, -1)
 
 
@@ -250,6 +251,7 @@ class _Remat(torch.autograd.Function):
         for i in range(k):
             rnd.expected[i] += 1
         parts = [None] * k
+        a_dst = a_dst.float()
         ad_nb = [a_dst.index_select(0, nb.rows) for nb in blk.neighbours]
 
         def compute(landed):
@@ -277,6 +279,7 @@ class _Remat(torch.autograd.Function):
             raise RuntimeError("GAT attention with remat: the layer ran forward again before this backward, so the "
                                "halo it recomputes from is gone; run one forward per backward")
         x, a_src, a_dst, M, inv = ctx.saved_tensors
+        a_dst = a_dst.float()
         blk, H, C = agg.blocks, agg.H, agg.C
         n = x.shape[0]
         g = g.contiguous()
@@ -289,13 +292,13 @@ class _Remat(torch.autograd.Function):
         # pass 1: gx_j = sum_i alpha_ij k_ij g_i, one [e, H] weight array at a time
         gxs = []
         for b, (gr, ad, Mr, ir) in zip(blocks, rows_of):
-            w = torch.empty(b.pat.nnz, H)
+            w = torch.empty(b.pat.nnz, H, dtype=g.dtype)     # (bf16-mixed: the weights of a bfloat16 product)
             for a, e, lo, hi in b.chunks():
                 alpha = _alpha(b, a, e, lo, hi, ad, Mr, ir)[0]
                 keep = b.keep(drop, lo, hi, H)
                 w[lo:hi] = alpha if keep is None else alpha.mul_(keep)
             gxs.append(spmm(b.pat.matrix_t(w), gr).view(b.pat.cols, H, C) if b.pat.nnz else
-                       torch.zeros(b.pat.cols, H, C))
+                       torch.zeros(b.pat.cols, H, C, dtype=g.dtype))
             del w
         # pass 2: u_ij = alpha_ij k_ij <g_i, x_j> (kept per block), t_i = sum_j u_ij
         t = torch.zeros(n, H)
@@ -303,9 +306,10 @@ class _Remat(torch.autograd.Function):
         for j, (b, (gr, ad, Mr, ir)) in enumerate(zip(blocks, rows_of)):
             u = torch.empty(b.pat.nnz, H)
             tb = t if j == 0 else torch.zeros(b.pat.rows, H)
+            xs = b.xs.float()   # (bf16-mixed: once per block, the SDDMM is float32 only)
             for a, e, lo, hi in b.chunks():
                 alpha, _, d = _alpha(b, a, e, lo, hi, ad, Mr, ir)
-                du = b.pat.row_slice(a, e).sddmm(gr[a * H:e * H], b.xs)
+                du = b.pat.row_slice(a, e).sddmm(gr[a * H:e * H], xs)
                 keep = b.keep(drop, lo, hi, H)
                 if keep is not None:
                     du.mul_(keep)

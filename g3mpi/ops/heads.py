@@ -113,7 +113,9 @@ class HeadPattern:
         return torch_csr(self.crow_t, self.col_t, self._values(w, self.perm_t), self.shape[::-1])
 
     def sddmm(self, g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """[e, H]: <g[dst_k, h], x[col[k], h]> for every edge k and head h (g [r*H, C], x [c*H, C])."""
+        """[e, H]: <g[dst_k, h], x[col[k], h]> for every edge k and head h (g [r*H, C], x [c*H, C]), float32
+        (torch's SDDMM has no bfloat16: bfloat16 rows are widened first)."""
+        g, x = g.float(), x.float()
         if self.nnz * self.H > self.shape[0] * self.shape[1]:
             # more entries than the block has cells (duplicate edges in a small block, e.g. one boundary row
             # and one halo row joined by a repeated edge): torch's sampled_addmm fails on such a pattern
@@ -139,8 +141,10 @@ class _HeadSpMM(torch.autograd.Function):
         ctx.save_for_backward(w, x2)
         if scaled is not None:
             num, scale = scaled
+            if num.dtype != scale.dtype:    # (bf16-mixed: a bfloat16 result, no float32 copy of it)
+                return torch.mul(num, scale.unsqueeze(-1), out=torch.empty_like(num))
             return num * scale.unsqueeze(-1)
-        return spmm(pat.matrix(w), x2).view(pat.rows, pat.H, C)
+        return spmm(pat.matrix(w.to(x2.dtype)), x2).view(pat.rows, pat.H, C)
 
     @staticmethod
     def backward(ctx, g):
@@ -149,13 +153,13 @@ class _HeadSpMM(torch.autograd.Function):
         C = x2.shape[1]
         g2 = g.reshape(pat.rows * pat.H, C).contiguous()
         gw = pat.sddmm(g2, x2) if ctx.needs_input_grad[0] else None
-        gx = spmm(pat.matrix_t(w), g2).view(pat.cols, pat.H, C) if ctx.needs_input_grad[1] else None
+        gx = spmm(pat.matrix_t(w.to(g2.dtype)), g2).view(pat.cols, pat.H, C) if ctx.needs_input_grad[1] else None
         return gw, gx, None, None
 
 
 def head_spmm(pat: HeadPattern, w: torch.Tensor, x: torch.Tensor, scaled=None) -> torch.Tensor:
     """out [r, H, C] with out[i, h] = sum over the edges k into row i of w[k, h] x[col[k], h] (differentiable in
-    w [e, H] and x [c, H, C], float32).
+    w [e, H], float32, and x [c, H, C], float32 or bfloat16: the result has x's type).
 
     ``scaled = (num [r, H, C], scale [r, H])``: the product was computed before, as ``num`` with the weights
     ``w[k, h] / scale[dst_k, h]`` (GAT's numerators, made while messages travel, before the softmax's
