@@ -12,7 +12,8 @@ from tests.graphs import partition, random_graph
 from tests.pyg_reference import assert_variants_equal, rel_err
 
 # more than 1 s each here: tests/conftest.py marks them slow (README: Tests)
-SLOW_TESTS = ("test_halo_dtypes_close_to_float32", "test_bf16_mixed_close_to_fp32")
+SLOW_TESTS = ("test_halo_dtypes_close_to_float32", "test_bf16_mixed_close_to_fp32",
+              "test_bf16_mixed_g3_train_with_kept_input_halo", "test_bf16_mixed_trainer_keeps_input_bfloat16")
 
 MODELS = ("gcn", "sage", "gat")
 BASE = "pipelined:0:0"
@@ -90,3 +91,40 @@ def test_bf16_mixed_close_to_fp32(P, tmp_path):
             if k.startswith(f"{variants[0]}/{model}/grad/"):
                 assert res[k].dtype == np.float32
         assert not np.array_equal(res[f"{variants[0]}/{model}/logits"], res[f"{BASE}/{model}/logits"])
+
+
+def test_bf16_mixed_trainer_keeps_input_bfloat16(tmp_path):
+    """bf16-mixed stores a built-in model's input in bfloat16 (the first product rounds it so anyway) and drops
+    the part's float32 copy; fp32 keeps the float32 features."""
+    from mpi4py import MPI
+
+    from g3mpi.format import read_meta, read_part
+    from g3mpi.mpi.watchdog import Watchdog
+    from g3mpi.train.config import TrainConfig
+    from g3mpi.train.startup import start_up_sums
+    from g3mpi.train.trainer import Trainer
+    partition(random_graph(n=160, seed=7), 1, tmp_path / "parts", seed=1)
+    meta = read_meta(tmp_path / "parts")
+    for precision, dtype in (("fp32", torch.float32), ("bf16-mixed", torch.bfloat16)):
+        part = read_part(tmp_path / "parts", 0, meta)
+        sums, _ = start_up_sums(part, Watchdog(MPI.COMM_SELF, 0))
+        cfg = TrainConfig(parts=str(tmp_path / "parts"), out="", model="gcn", hidden=16, precision=precision,
+                          progress=False, epochs=2, timeline_epoch=0, verify=False)
+        tr = Trainer(cfg, MPI.COMM_SELF, part, meta, sums)
+        assert tr.x.dtype == dtype
+        assert (part.features is None) == (dtype == torch.bfloat16)
+        tr.train_step(1)
+        tr.ctx.free()
+
+
+@pytest.mark.parametrize("P", [2])
+def test_bf16_mixed_g3_train_with_kept_input_halo(P, tmp_path):
+    """g3-train --precision bf16-mixed on two ranks with dropout: layer 0 aggregates the kept input halo rows as
+    bfloat16 beside the bfloat16 owned rows, and the run ends with a finite loss."""
+    partition(random_graph(n=160, seed=P), P, tmp_path / "parts", seed=P)
+    run_mpi(P, "g3mpi.cli.train", "--parts", tmp_path / "parts", "--out", tmp_path / "run", "--model", "gcn",
+            "--hidden", "16", "--epochs", "3", "--dropout", "0.5", "--precision", "bf16-mixed", "--no-plots",
+            "--no-progress", timeout=300)
+    import json
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert np.isfinite(s["test_acc"]), s

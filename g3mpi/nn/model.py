@@ -89,7 +89,7 @@ class GNN(nn.Module):
         return None if self._halo is None else self._halo[2]
 
     def _halo_of(self, x: torch.Tensor, key: DropoutKey | None, cols: slice = slice(None)):
-        """``halo(i)``: receive neighbour i's kept halo rows of ``x`` (its columns ``cols``), float32, dropped as
+        """``halo(i)``: receive neighbour i's kept halo rows of ``x`` (its columns ``cols``), of x's type, dropped as
         layer 0's input in this pass; None where no halo of this ``x`` is kept."""
         h = self._halo
         if h is None or h[0] is not x or h[1] != x._version:
@@ -99,7 +99,7 @@ class GNN(nn.Module):
 
         def halo(i):
             rows = plan.recv_slice(i)
-            block = torch.from_numpy(widen(stored[rows, cols], dtype))
+            block = torch.from_numpy(widen(stored[rows, cols], dtype)).to(x.dtype)   # (bf16-mixed: bf16)
             return node_dropout(block, key, 0, ids[rows], self.dropout, self.training, first)
         return halo
 

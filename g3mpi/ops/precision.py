@@ -3,7 +3,8 @@
 bf16-mixed runs the model's forward under ``torch.autocast("cpu", bfloat16)``: dense products (Linear, matmul)
 run in bfloat16 and their outputs, which autograd stores for backward, are bfloat16; the weights, their gradients,
 the optimiser state and the gradient allreduce stay float32 (autocast casts the float32 weights per product, and
-backward returns float32 gradients for them). The sparse aggregations take bfloat16 rows as they come
+backward returns float32 gradients for them). A built-in model's input features are kept in bfloat16 (the first
+product would round them so; a kept input halo too), so layer 0's aggregate of them is bfloat16 as well. The sparse aggregations take bfloat16 rows as they come
 (``g3mpi.ops.blocks.spmm``: a bfloat16 gather with float32 accumulation per row); GAT's attention terms come from
 one bfloat16 product, its weighted sums take bfloat16 rows, and its scores and softmax are float32 per-edge arrays
 (``g3mpi.ops.gat``); the logits are cast to float32 before the loss and the metrics. Any model built

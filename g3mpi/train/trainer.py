@@ -122,14 +122,18 @@ class Trainer:
         else:
             self.opt = SGD(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum)
         self.x = torch.from_numpy(widen(part.features, part.feature_dtype))   # float16/bfloat16 stored: exact
+        if cfg.precision == "bf16-mixed" and not cfg.model_file:
+            # the first product rounds its input to bfloat16 anyway: kept so, the input and layer 0's
+            # aggregate of it take half the bytes (a user's model file gets float32 input, as autocast expects)
+            self.x = self.x.to(torch.bfloat16)
         #: bytes this rank sent once to fetch its neighbours' input halo rows (0 when the model keeps none)
         self.input_halo_bytes = 0
         if self.keeps_input_halo:   # fetched once as stored; the first layer then sends nothing (GNN)
             sent = self.ctx.stats.bytes_sent
             self.model.keep_input_halo(self.x, self.graph.halo_rows(part.features, "input"), part.feature_dtype)
             self.input_halo_bytes = self.ctx.stats.bytes_sent - sent
-        if part.feature_dtype != "float32":
-            part.features = None        # the stored copy: only the float32 one is used from here on
+        if part.feature_dtype != "float32" or self.x.dtype != torch.float32:
+            part.features = None        # the stored copy: only self.x is used from here on
         self.y = torch.from_numpy(part.labels)
         self.masks = {s: torch.from_numpy(getattr(part, f"{s}_mask")) for s in SPLITS}
         # (link: the pairs of each split)
