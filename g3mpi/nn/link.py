@@ -38,7 +38,10 @@ class NodeIds:
 
 
 class DotDecoder(nn.Module):
-    """logit = <h_src, h_dst>."""
+    """logit = <h_src, h_dst>. ``fused = "dot"``: ``Pairs`` scores it without gathering rows (a subclass that
+    changes ``forward`` sets ``fused = None``)."""
+
+    fused = "dot"
 
     def __init__(self, dim: int = 0, hidden: int = 0, layers: int = 0):
         super().__init__()

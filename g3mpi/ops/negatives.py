@@ -19,10 +19,11 @@ NEGATIVE_SALT = 0x4E454731
 def negative_destinations(seed: int, epoch: int, edge_ids, k: int, num_nodes: int) -> np.ndarray:
     """int64 [m, k]: the original IDs of the destinations of the k negatives of each edge ``edge_ids`` [m]."""
     ids = np.asarray(edge_ids, dtype=np.int64).ravel().view(np.uint64)
-    h = np.full(len(ids), 0x3C6EF372, dtype=np.uint32)
+    # the key's constant part mixed once, then broadcast (the same values as mixing it into every entry)
+    h = np.full(1, 0x3C6EF372, dtype=np.uint32)
     for v in (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, epoch & 0xFFFFFFFF, NEGATIVE_SALT):
         h = _mix(h, np.uint64(v))
-    h = _mix(_mix(h, ids & np.uint64(0xFFFFFFFF)), ids >> np.uint64(32))
+    h = _mix(_mix(np.repeat(h, len(ids)), ids & np.uint64(0xFFFFFFFF)), ids >> np.uint64(32))
     out = np.empty((len(ids), int(k)), dtype=np.int64)
     for j in range(int(k)):
         a = _mix(h, np.uint64(2 * j))

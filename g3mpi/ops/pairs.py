@@ -9,8 +9,13 @@ Backward sends each fetched row's gradient (summed over its pairs) back to its o
 gradient: the exchange's ``HaloRound`` with ``grads=True``, as GAT's attention does. ``decoder=None`` returns the
 pairs' embeddings ``(h_src, h_dst)`` instead (the same exchange, no overlap: the caller computes afterwards).
 
-Training calls score large sets in chunks recomputed in backward (``CHUNK_PAIRS``): the gathered rows of one
-chunk live at a time, not those of every pair.
+The inner-product decoders (``decoder.fused == "dot"``) are scored fused, gathering no rows: the pairs as one
+sparse pattern over ``[owned rows | fetched rows]`` (sources as its rows), scored with one sampled dense product
+(``torch.sparse.sampled_addmm``, an SDDMM) once every row has landed, backward as two CSR products with the score
+gradients at the pattern (:class:`SampledPattern`, :class:`SampledDot`). Pairs given in a few runs of
+non-decreasing sources (a training set sorted once: its sampled negatives keep the sources) need no sort; others
+are sorted once per plan. Other decoders get each pair's rows: large sets in chunks recomputed in backward
+(``CHUNK_PAIRS``), the gathered rows of one chunk at a time, not those of every pair.
 
 Every rank calls each exchange the same number of times, in the same order (a rank without pairs still sends the
 rows others need), and runs backward of every training call.
@@ -20,16 +25,71 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+import scipy.sparse as sp
 from torch.utils.checkpoint import checkpoint
 
 from ..comm.pairs import plan_pairs
 from ..mpi.collectives import as_watchdog
+from .blocks import csr_index_dtype, spmm, torch_csr
 from .exchange import HaloRound
 
 
 #: pairs scored at once under autograd: a larger group is scored in chunks of this many, each recomputed in
 #: backward (gathered rows of one chunk at a time: 2 x CHUNK_PAIRS x width floats)
 CHUNK_PAIRS = 1 << 18
+#: at most this many runs of non-decreasing sources are scored as they come (one pattern each); more are sorted
+MAX_RUNS = 8
+
+
+class SampledPattern:
+    """The pattern of pairs (``rows`` [m], non-decreasing, of [n_rows]; ``cols`` [m] of [n_cols]) as a CSR and
+    its transpose (built by counting: ``scipy``'s CSR -> CSC, O(m + n)), with ``perm`` [m]: the pair of each
+    transposed entry. Entries repeat as the pairs do (each is scored, and its gradient added, once)."""
+
+    def __init__(self, rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int):
+        m = len(rows)
+        self.shape = (int(n_rows), int(n_cols))
+        it = csr_index_dtype(m, (n_rows + 1, n_cols + 1))
+        crow = np.zeros(n_rows + 1, dtype=it)
+        np.cumsum(np.bincount(rows, minlength=n_rows), out=crow[1:])
+        col = np.ascontiguousarray(cols, dtype=it)
+        t = sp.csr_matrix((np.arange(m, dtype=it), col, crow), shape=self.shape, copy=False).tocsc()
+        self.crow, self.col = torch.from_numpy(crow), torch.from_numpy(col)
+        self.crow_t = torch.from_numpy(t.indptr.astype(it, copy=False))
+        self.col_t = torch.from_numpy(t.indices.astype(it, copy=False))
+        self.perm = torch.from_numpy(t.data.astype(np.int64 if it is np.int64 else np.int32, copy=False))
+        self.zeros = torch.zeros(m)
+        self.fwd = torch_csr(self.crow, self.col, self.zeros, self.shape)
+
+    def __len__(self) -> int:
+        return len(self.zeros)
+
+
+class SampledDot(torch.autograd.Function):
+    """``scores[e] = <a[row_e], b[col_e]>`` of the entries of a :class:`SampledPattern` (a [n_rows, d], b
+    [n_cols, d], float32), in pattern order; backward: ``grad_a = W @ b`` and ``grad_b = W^T @ a``, W the pattern
+    with the scores' gradients (two CSR products; nothing [m, d] is made either way)."""
+
+    @staticmethod
+    def forward(ctx, a, b, pat):
+        ctx.save_for_backward(a, b)
+        ctx.pat = pat
+        if not len(pat):
+            return a.new_zeros(0)
+        return torch.sparse.sampled_addmm(pat.fwd, a, b.t(), beta=0.0).values()
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        pat = ctx.pat
+        g = g.contiguous()
+        ga = gb = None
+        if ctx.needs_input_grad[0]:
+            ga = spmm(torch_csr(pat.crow, pat.col, g, pat.shape), b)
+        if ctx.needs_input_grad[1]:
+            w = torch_csr(pat.crow_t, pat.col_t, g.index_select(0, pat.perm), pat.shape[::-1])
+            gb = spmm(w, a)
+        return ga, gb, None
 
 
 class PairExchange:
@@ -43,6 +103,13 @@ class PairExchange:
                                       "host rows only; g3-train refuses --task link on a GPU at start-up)")
         self.plan = plan_pairs(graph.ctx.watchdog or as_watchdog(graph.ctx.comm), graph.owned_start,
                                graph.owned_end, src, dst, what=f"{name} plan")
+        self._ex = {}   # by row width: the halo exchange moving rows that wide
+        self._rel_all = None if rel is None else np.asarray(rel, dtype=np.int64)
+        self._grouped = None    # the per-row path's pair groups (_group), made on first use
+        self._fused = None      # the fused path's patterns (_patterns), made on first use
+
+    def _group(self) -> None:
+        """The per-row path's pairs by where their destination row lives (``PairPlan.groups``)."""
         self.groups = [torch.from_numpy(g) for g in self.plan.groups()]
         order = torch.cat(self.groups) if self.groups else torch.zeros(0, dtype=torch.int64)
         self.inverse = torch.empty_like(order)
@@ -54,10 +121,27 @@ class PairExchange:
         self._src = [src_rows[g] for g in self.groups]
         # dst rows: group 0 as owned rows, group i + 1 as rows of neighbour i's fetched slice
         self._dst = [dst_rows[self.groups[0]]] + [dst_rows[g] - int(cuts[i]) for i, g in enumerate(self.groups[1:])]
-        self._ex = {}   # by row width: the halo exchange moving rows that wide
         # each pair's relation (a relational decoder's third argument), by group
-        self._rel = None if rel is None else [torch.as_tensor(np.asarray(rel, dtype=np.int64))[g] for g in
-                                              self.groups]
+        self._rel = None if self._rel_all is None else [torch.from_numpy(self._rel_all)[g] for g in self.groups]
+        self._grouped = True
+
+    def _patterns(self):
+        """The fused path's (patterns, each a run of pairs in order; the inverse order of a sorted set or None)."""
+        src, dst = self.plan.src_rows, self.plan.dst_rows
+        m, n = len(src), self.plan.halo.num_owned
+        shape = (n, n + self.plan.num_fetched)
+        brk = np.flatnonzero(src[1:] < src[:-1]) + 1
+        inverse = None
+        if len(brk) < MAX_RUNS:
+            cuts = np.r_[0, brk, m]
+        else:
+            order = np.argsort(src, kind="stable")
+            src, dst, cuts = src[order], dst[order], np.array([0, m])
+            inverse = torch.empty(m, dtype=torch.int64)
+            inverse[torch.from_numpy(order)] = torch.arange(m)
+        pats = [SampledPattern(src[a:b], dst[a:b], *shape) for a, b in zip(cuts[:-1], cuts[1:])]
+        self._fused = (pats, inverse)
+        return self._fused
 
     @property
     def num_pairs(self) -> int:
@@ -81,13 +165,22 @@ class PairExchange:
         sched = self.graph.schedule
         rnd = HaloRound(self.exchange(int(h.shape[1])), sched)
         token = rnd.start(h, grads=True)
-        k = len(self.groups) - 1
+        k = len(self.plan.halo.recv_parts)
         fetched = [None] * k
 
         def take(landed):
             for i in landed:
                 fetched[i] = rnd.recv(token, i)
 
+        if decoder is not None and getattr(decoder, "fused", None) == "dot" and self._rel_all is None:
+            take(rnd.rest())
+            tab = rnd.join(torch.cat([h] + fetched) if k else h, token)
+            pats, inverse = self._fused or self._patterns()
+            out = [SampledDot.apply(h, tab, p) for p in pats]
+            out = torch.cat(out) if len(out) != 1 else out[0]
+            return out if inverse is None else out.index_select(0, inverse)
+        if self._grouped is None:
+            self._group()
         if decoder is None:
             take(rnd.rest())
             pool = torch.cat([h] + fetched) if k else h
