@@ -70,8 +70,10 @@ def main() -> None:
     pairs_term = 0
     if link:
         px = tr.link.train_pairs(a.epochs + 1)[0]
+        full = tr.link.ids._dir.full
         pairs_term = sum(pairs_split(pairs=px.num_pairs, fetched=px.plan.num_fetched,
-                                     sent=sum(len(i) for i in px.plan.halo.send_idx), width=a.hidden).values())
+                                     sent=sum(len(i) for i in px.plan.halo.send_idx), width=a.hidden,
+                                     owned=part.num_owned, nodes=0 if full is None else len(full)).values())
         model += pairs_term
     mine = dict(rank=comm.rank, owned=part.num_owned, halo=part.num_halo, edges=int(part.num_local_edges),
                 peak_rss_bytes=peak_rss_bytes(), rss_base_bytes=base, model_peak_bytes=int(model),

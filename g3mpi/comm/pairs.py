@@ -108,25 +108,29 @@ def plan_pairs(wd, owned_start: int, owned_end: int, src, dst, what: str = "pair
     dst = np.asarray(dst, dtype=np.int64).ravel()
     if len(src) != len(dst):
         raise ValueError(f"pairs: {len(src)} sources but {len(dst)} destinations")
-    bad_src = (src < owned_start) | (src >= owned_end)
+    n = owned_end - owned_start
+    # rows of [owned | fetched]: a destination outside the owned range wraps to >= n as unsigned (one pass each)
+    src_rows, dst_rows = src - owned_start, dst - owned_start
+    bad_src = len(src) and (int(src_rows.view(np.uint64).max()) >= n)
     ranges = np.array([owned_start, owned_end], dtype=np.int64)
     allr = np.empty(2 * size, dtype=np.int64)
     wd.allgather(ranges, allr, what=what)
     offsets = np.r_[allr[0::2], allr[-1]]
     num_nodes = int(allr[-1])
-    bad_dst = (dst < 0) | (dst >= num_nodes)
+    bad_dst = len(dst) and (int(dst.min()) < 0 or int(dst.max()) >= num_nodes)
     # every rank learns whether any rank's pairs are bad, so all raise together instead of some waiting
-    flags = np.array([int(bad_src.any()), int(bad_dst.any())], dtype=np.int64)
+    flags = np.array([int(bad_src), int(bad_dst)], dtype=np.int64)
     wd.allreduce(flags, what=what)
     if flags.any():
         here = ""
-        if bad_src.any():
-            here = f" (here: source {int(src[bad_src][0])} outside the owned range [{owned_start}, {owned_end}))"
-        elif bad_dst.any():
-            here = f" (here: destination {int(dst[bad_dst][0])} outside [0, {num_nodes}))"
+        if bad_src:
+            first = src[(src < owned_start) | (src >= owned_end)][0]
+            here = f" (here: source {int(first)} outside the owned range [{owned_start}, {owned_end}))"
+        elif bad_dst:
+            here = f" (here: destination {int(dst[(dst < 0) | (dst >= num_nodes)][0])} outside [0, {num_nodes}))"
         raise ValueError("pairs must be scored on the rank owning their source, with destinations in the graph"
                          + here)
-    far = (dst < owned_start) | (dst >= owned_end)
+    far = dst_rows.view(np.uint64) >= np.uint64(n)
     need, at = distinct_rows(dst[far], num_nodes)
     owner = np.searchsorted(offsets, need, side="right") - 1
     want = np.bincount(owner, minlength=size).astype(np.int64)
@@ -141,25 +145,38 @@ def plan_pairs(wd, owned_start: int, owned_end: int, src, dst, what: str = "pair
     recv_offsets = np.r_[0, np.cumsum(want[recv_parts])].astype(np.int64)
     send_idx = [np.ascontiguousarray(got[rd[p]:rd[p] + asked[p]] - owned_start) for p in send_parts]
     assert rank not in recv_parts and rank not in send_parts
-    n = owned_end - owned_start
     halo = HaloPlan(num_owned=n, num_halo=len(need), recv_parts=recv_parts, recv_offsets=recv_offsets,
                     send_parts=send_parts, send_idx=send_idx)
-    dst_rows = dst - owned_start
     dst_rows[far] = n + at
-    return PairPlan(halo=halo, src_rows=src - owned_start, dst_rows=dst_rows)
+    return PairPlan(halo=halo, src_rows=src_rows, dst_rows=dst_rows)
 
 
 class IdDirectory:
     """Original node ID -> new global ID over all ranks without any rank holding the whole map: rank r keeps the
     new IDs of the original IDs ``[r * B, (r + 1) * B)`` (B = ceil(N / P)), sent there once by their owners; a
     lookup sends each query to the rank keeping it and gets the answer back (two ``Alltoallv``). Memory O(N / P +
-    queries). Collective: every rank builds it and calls every lookup (maybe with none)."""
+    queries). ``replicate``: every rank keeps the whole map instead (8 N bytes; a lookup is one gather, no
+    messages), for callers whose lookups per epoch are O(N) anyway (a link task's sampled negatives). Collective:
+    every rank builds it and calls every lookup (maybe with none)."""
 
-    def __init__(self, wd, num_nodes: int, owned_start: int, orig_ids, what: str = "node ID directory"):
+    def __init__(self, wd, num_nodes: int, owned_start: int, orig_ids, what: str = "node ID directory",
+                 replicate: bool = False):
         self.wd, self.num_nodes = wd, int(num_nodes)
         size = wd.comm.size
         self.block = max(1, -(-self.num_nodes // size))
         orig = np.asarray(orig_ids, dtype=np.int64).ravel()
+        self.full = None
+        if replicate:
+            counts = np.full(size, len(orig), dtype=np.int64)
+            got = np.empty(size, dtype=np.int64)
+            wd.alltoall(counts, got, what=what)
+            starts = np.r_[0, np.cumsum(got)]
+            assert starts[wd.comm.rank] == owned_start and starts[-1] == self.num_nodes
+            every = np.empty(self.num_nodes, dtype=np.int64)
+            exchange_ids(wd, np.tile(orig, size), counts, every, got, what=what)
+            self.full = np.empty(self.num_nodes, dtype=np.int64)
+            self.full[every] = np.arange(self.num_nodes, dtype=np.int64)    # (new IDs: the ranks' ranges in order)
+            return
         new = owned_start + np.arange(len(orig), dtype=np.int64)
         got_o, _ = self._route(orig, orig // self.block, what)
         got_n, _ = self._route(new, orig // self.block, what)
@@ -183,6 +200,8 @@ class IdDirectory:
     def to_new(self, orig, what: str = "node ID lookup") -> np.ndarray:
         """New global IDs of the original IDs ``orig`` (int [m], each in [0, N))."""
         orig = np.asarray(orig, dtype=np.int64).ravel()
+        if self.full is not None:
+            return self.full[orig]
         q, order = self._route(orig, orig // self.block, what)
         _, sc, rc = self._last
         ans = self.new_of[q - self.wd.comm.rank * self.block]

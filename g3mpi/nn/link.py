@@ -27,11 +27,13 @@ from g3mpi.ops.pairs import PairExchange as Pairs
 
 class NodeIds:
     """The map original node ID -> new global ID, spread over the ranks (``g3mpi.comm.pairs.IdDirectory``).
-    Collective: built on every rank, every ``to_new`` called on every rank."""
+    Collective: built on every rank, every ``to_new`` called on every rank. ``replicate``: every rank keeps the
+    whole map (8 bytes a node), for lookups of O(nodes) IDs at a time."""
 
-    def __init__(self, graph):
+    def __init__(self, graph, replicate: bool = False):
         wd = graph.ctx.watchdog or as_watchdog(graph.ctx.comm)
-        self._dir = IdDirectory(wd, graph.num_nodes, int(graph.owned_start), graph.orig_ids.numpy())
+        self._dir = IdDirectory(wd, graph.num_nodes, int(graph.owned_start), graph.orig_ids.numpy(),
+                                replicate=replicate)
 
     def to_new(self, orig):
         return torch.from_numpy(self._dir.to_new(torch.as_tensor(orig).numpy()))

@@ -64,6 +64,21 @@ class SampledPattern:
     def __len__(self) -> int:
         return len(self.zeros)
 
+    def renumbered(self, cols: np.ndarray, n_cols: int) -> "SampledPattern":
+        """The same pairs with columns ``cols`` [m] of [n_cols] that order the entries as the old ones did (an
+        increasing renumbering: a later plan of a set of pairs that includes these): the transpose's order is kept
+        and only its row pointer counted again (no sort)."""
+        new = object.__new__(SampledPattern)
+        it = self.col.numpy().dtype
+        new.shape = (self.shape[0], int(n_cols))
+        new.crow, new.col_t, new.perm, new.zeros = self.crow, self.col_t, self.perm, self.zeros
+        new.col = torch.from_numpy(np.ascontiguousarray(cols, dtype=it))
+        crow_t = np.zeros(n_cols + 1, dtype=it)
+        np.cumsum(np.bincount(cols, minlength=n_cols), out=crow_t[1:])
+        new.crow_t = torch.from_numpy(crow_t)
+        new.fwd = torch_csr(new.crow, new.col, new.zeros, new.shape)
+        return new
+
 
 class SampledDot(torch.autograd.Function):
     """``scores[e] = <a[row_e], b[col_e]>`` of the entries of a :class:`SampledPattern` (a [n_rows, d], b
@@ -96,8 +111,11 @@ class PairExchange:
     """The exchange of one set of pairs (module docstring); ``free()`` releases its buffers (collective in the sense
     that every rank frees its own, in any order)."""
 
-    def __init__(self, graph, src, dst, name: str = "pairs", rel=None):
+    def __init__(self, graph, src, dst, name: str = "pairs", rel=None, reuse=None):
         self.graph, self.name = graph, name
+        #: (a SampledPattern of an earlier exchange, m): its pairs are these pairs' first m, in order (a training
+        #: set's positives, planned again with each epoch's negatives): the fused path renumbers it, no sort
+        self.reuse = reuse
         if graph.stager is not None:
             raise NotImplementedError("pair exchange: ranks computing on a device are not supported yet (it moves "
                                       "host rows only; g3-train refuses --task link on a GPU at start-up)")
@@ -139,7 +157,13 @@ class PairExchange:
             src, dst, cuts = src[order], dst[order], np.array([0, m])
             inverse = torch.empty(m, dtype=torch.int64)
             inverse[torch.from_numpy(order)] = torch.arange(m)
-        pats = [SampledPattern(src[a:b], dst[a:b], *shape) for a, b in zip(cuts[:-1], cuts[1:])]
+        pats = []
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            if a == 0 and self.reuse is not None and b == len(self.reuse[0]) == self.reuse[1]:
+                pats.append(self.reuse[0].renumbered(dst[a:b], shape[1]))
+            else:
+                pats.append(SampledPattern(src[a:b], dst[a:b], *shape))
+        self.reuse = None
         self._fused = (pats, inverse)
         return self._fused
 
@@ -240,7 +264,12 @@ class PairExchange:
             ctx.release(ex)
         return np.concatenate([values[:n], fetched])[self.plan.dst_rows]
 
+    def first_pattern(self):
+        """The fused path's pattern of the first run of pairs, once scored that way (else None)."""
+        return None if self._fused is None or self._fused[1] is not None else self._fused[0][0]
+
     def free(self) -> None:
         for ex in self._ex.values():
             self.graph.ctx.release(ex)
         self._ex = {}
+        self._fused = None

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from g3mpi.format.links import link_name
-from g3mpi.comm.pairs import owner_of, route_rows
+from g3mpi.comm.pairs import DENSE_IDS, owner_of, route_rows
 from g3mpi.format.links import SPLITS
 from g3mpi.nn.link import DECODERS, RELATIONAL, NodeIds
 from g3mpi.ops.negatives import negative_destinations
@@ -90,7 +90,6 @@ class LinkTask:
     def __init__(self, graph, part, cfg, watchdog):
         self.graph, self.cfg, self.wd = graph, cfg, watchdog
         self.links = links = part.links
-        self.ids = NodeIds(graph)
         n = graph.num_nodes
         tr = links[link_name("train", "edge")]
         # training positives by source (stable, once): they and their sampled negatives (which keep the
@@ -117,6 +116,10 @@ class LinkTask:
         counts = np.array([len(tr) * (1 + k) if fixed is None else len(tr) + len(fixed[0])], dtype=np.int64)
         watchdog.allreduce(counts, what="the link loss's denominator")
         self.loss_terms = int(counts[0])
+        # sampled negatives look up O(nodes) IDs an epoch where a rank has DENSE_IDS nodes per negative or fewer
+        # on average: the map is kept whole on every rank then (O(pairs) bytes), no messages
+        sampled = 0 if fixed is not None else int(counts[0]) * k // (1 + k)
+        self.ids = NodeIds(graph, replicate=bool(sampled) and n * watchdog.comm.size <= DENSE_IDS * sampled)
         self._train = None      # (the epoch, its pairs) of sampled negatives
         # evaluation pairs, val then test: positives, then negatives; one exchange planned once
         self.eval = {}
@@ -177,17 +180,20 @@ class LinkTask:
             return np.repeat(e[:, 0], per.shape[1]), per.reshape(-1), "per_positive", per.shape[1]
         return None
 
-    def _plan(self, name: str, src, dst, num_pos: int, rel=None):
-        pairs = PairExchange(self.graph, src, dst, name=f"{name}-pairs", rel=rel)
+    def _plan(self, name: str, src, dst, num_pos: int, rel=None, reuse=None):
+        pairs = PairExchange(self.graph, src, dst, name=f"{name}-pairs", rel=rel, reuse=reuse)
         return pairs, num_pos
 
     def train_pairs(self, epoch: int):
         """(the exchange of this epoch's training pairs, how many of them are positives, first)."""
         if self._train_fixed is not None:
             return self._train_fixed
+        reuse = None
         if self._train is not None:
             if self._train[0] == epoch:
                 return self._train[1]
+            pat = self._train[1][0].first_pattern()
+            reuse = None if pat is None else (pat, len(self.train_src))
             self._train[1][0].free()
         k, n = self.cfg.negatives, self.graph.num_nodes
         if self.kg:
@@ -204,7 +210,8 @@ class LinkTask:
         neg = negative_destinations(self.cfg.seed, epoch, self.train_index, k, n)
         dst = self.ids.to_new(neg.reshape(-1)).numpy()
         src = np.r_[self.train_src, np.repeat(self.train_src, k)]
-        self._train = (epoch, self._plan("train", src, np.r_[self.train_dst, dst], len(self.train_src)))
+        self._train = (epoch, self._plan("train", src, np.r_[self.train_dst, dst], len(self.train_src),
+                                         reuse=reuse))
         return self._train[1]
 
     def loss_sum(self, h: torch.Tensor, decoder: nn.Module, epoch: int) -> torch.Tensor:

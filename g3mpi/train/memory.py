@@ -197,12 +197,18 @@ def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, fea
     return terms
 
 
-def pairs_split(*, pairs: int, fetched: int, sent: int, width: int, chunk: int = 1 << 18) -> dict:
-    """Bytes of one rank's training pairs of ``--task link`` (``g3mpi.ops.pairs``), by what sizes them: per pair 48
-    for the plan (source and destination rows, the group order and its inverse, each group's row lists: int64) and
-    20 for the loss (the logit, its label, BCE's saved terms and the logit's gradient); per fetched and per sent row
-    ``width`` float32 twice (the rows and their gradients); the gathered rows of one scored chunk
-    (2 x min(pairs, ``chunk``) x ``width`` float32: recomputed in backward). Pairs count as ``owned``, fetched rows
-    as ``halo``, sent rows as ``send``."""
-    return split_bytes(owned=68 * pairs, halo=8 * width * fetched, send=8 * width * sent,
-                       const=8 * width * min(pairs, chunk))
+def pairs_split(*, pairs: int, fetched: int, sent: int, width: int, owned: int = 0, nodes: int = 0,
+                fused: bool = True, chunk: int = 1 << 18) -> dict:
+    """Bytes of one rank's training pairs of ``--task link`` (``g3mpi.ops.pairs``), by what sizes them. Per pair: 16
+    for the pairs' global IDs as planned, 16 for the plan (source and destination rows, int64), 24 for the loss (the
+    logit, its label, BCE's saved terms, the logit's gradient and its copy in transposed order); ``fused`` (a dot
+    decoder) 16 for the pattern (its columns, the transpose's rows and order, its zero values: int32), else 32
+    for the per-row path's group order and row lists; per fetched and per sent row ``width`` float32 twice (the rows
+    and their gradients); ``fused``: the table of owned and fetched rows (its copy of the owned rows, and its
+    gradient: 8 ``width`` per owned row), ``nodes`` x 8 for a node-ID map kept whole (``IdDirectory``'s
+    ``replicate``: sampled negatives); else the gathered rows of one scored chunk (2 x min(pairs, ``chunk``) x
+    ``width`` float32). Pairs count as ``owned``, fetched rows as ``halo``, sent rows as ``send``."""
+    per_pair = 56 + (16 if fused else 32)
+    table = 8 * width * owned if fused else 0
+    return split_bytes(owned=per_pair * pairs + table, halo=8 * width * fetched, send=8 * width * sent,
+                       const=8 * nodes if fused else 8 * width * min(pairs, chunk))
