@@ -12,7 +12,8 @@ import pytest
 from tests.conftest import run_module
 from tests.train_runs import error_lines, train
 
-SLOW_TESTS = ("test_distmult_same_model_and_filtered_mrr_for_every_p", "test_distmult_needs_edge_types")
+SLOW_TESTS = ("test_distmult_same_model_and_filtered_mrr_for_every_p", "test_distmult_needs_edge_types",
+              "test_rgcn_node_embedding_distmult_equals_one_process")
 ARGS = ["--task", "link", "--decoder", "distmult", "--metric", "mrr", "--node-embedding", "8", "--hidden", "16",
         "--embed-dim", "16", "--dropout", "0", "--epochs", "3", "--no-plots"]
 
@@ -64,3 +65,29 @@ def test_distmult_needs_edge_types(tmp_path):
     assert p.returncode != 0 and sorted(lines) == [0, 1], p.stderr
     assert all(len(v) == 1 and "decoder distmult scores triples" in v[0] for v in lines.values()), p.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_rgcn_node_embedding_distmult_equals_one_process(kg, tmp_path):
+    """``--model rgcn`` (basis decomposition) over ``--node-embedding`` with the DistMult decoder: at P = 2 the
+    same model as one process: every epoch's loss, the filtered metrics, the replicated parameters (model.pt)
+    and the learned table (embeddings.h5, by original ID) within 1e-5 relative."""
+    import h5py
+    import torch
+    args = [*ARGS, "--model", "rgcn", "--num-bases", "2", "--layers", "2", "--lr", "0.02"]
+    got = {}
+    for P in (1, 2):
+        run = tmp_path / f"r{P}"
+        train(P, kg / f"p{P}", run, *args)
+        with h5py.File(run / "embeddings.h5") as f:
+            emb = f["embedding"][:]
+        got[P] = (losses(run), json.loads((run / "summary.json").read_text()),
+                  torch.load(run / "model.pt", weights_only=True), emb)
+    (l1, s1, m1, e1), (l2, s2, m2, e2) = got[1], got[2]
+    assert len(l1) == 3 and l1[-1] < l1[0]
+    assert np.allclose(l2, l1, rtol=1e-5, atol=0), (l2, l1)
+    for k in [f"{s}_{m}" for s in ("val", "test") for m in ("mrr", "hits@1", "hits@3", "hits@10")]:
+        assert s2[k] == pytest.approx(s1[k], abs=1e-6), (k, s2[k], s1[k])
+    assert any(k.endswith(".comp") for k in m1) and m1.keys() == m2.keys()
+    for k in m1:
+        assert torch.linalg.norm(m2[k] - m1[k]) <= 1e-5 * torch.linalg.norm(m1[k]), k
+    assert e1.shape == (200, 8) and np.linalg.norm(e2 - e1) <= 1e-5 * np.linalg.norm(e1)
