@@ -39,6 +39,7 @@ def _glorot(t: torch.Tensor) -> None:
 
 class RGCNLayer(RowwiseAggLayer):
     transform_first = True      # (the messages are per relation: the aggregate of x would be R times wider)
+    wide_pre = True             # its messages are R * out wide: --remat cheap keeps x, not them (layer_inputs)
 
     def __init__(self, graph: DistGraph, in_dim: int, out_dim: int, num_bases: int = 0, num_blocks: int = 0,
                  aggr: str = "mean", root_weight: bool = True, bias: bool = True, name: str = "rgcn"):

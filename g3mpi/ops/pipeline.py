@@ -193,9 +193,15 @@ def layer_inputs(layer, rows: slice, make_x, *inputs, remat: bool = False):
     """Layer ``layer``'s ``pre`` of the rows ``rows`` and a thunk giving their ``root``, from its input
     ``x = make_x(rows, *inputs)`` (the previous layer's ``post`` and the stack's ``between``, row-wise). With
     ``remat`` the whole segment runs by row chunks keeping only ``inputs`` for backward, and is computed again
-    there (:func:`g3mpi.ops.remat.segment`); else ``x`` is kept for ``root``, called when the caller asks."""
+    there (:func:`g3mpi.ops.remat.segment`; up to ``x`` for a layer with ``wide_pre``); else ``x`` is kept for
+    ``root``, called when the caller asks."""
     if remat:
         from .remat import segment
+        if getattr(layer, "wide_pre", False):
+            # messages wider than the input (R-GCN's R * out): the segment ends at x, kept for the backward of
+            # ``pre`` and ``root``, which run once on the whole rows (not copied by chunks, nor computed again)
+            x, = segment(lambda r, *xs: (make_x(r, *xs),), rows, *inputs)
+            return layer.pre(x), (lambda: layer.root(x))
 
         def f(r, *xs):
             x = make_x(r, *xs)
