@@ -191,7 +191,10 @@ def modelled_split(trainer, counts, cfg) -> dict:
         return rank_memory_split(cfg.model, owned=c.owned, halo=c.halo, send=c.send, edges=c.edges,
                                  feature_dim=part.feature_dim, hidden=cfg.hidden, num_classes=trainer.out_dim,
                                  layers=cfg.layers, heads=cfg.heads, feature_bytes=fb, input_cache=cfg.input_cache,
-                                 remat=cfg.remat == "cheap", cut_edges=c.cut_edges, symmetric=symmetric)
+                                 remat=cfg.remat == "cheap", cut_edges=c.cut_edges, symmetric=symmetric,
+                                 relations=trainer.graph.num_relations, num_bases=getattr(cfg, "num_bases", 0),
+                                 num_blocks=getattr(cfg, "num_blocks", 0),
+                                 node_embedding=getattr(cfg, "node_embedding", 0))
     matrices = split_bytes()
     for bm in mats:
         m = matrices_split(owned=c.owned, halo=c.halo, edges=c.edges, cut_edges=c.cut_edges,

@@ -28,8 +28,9 @@ from g3mpi.ops import DistGraph
 
 
 _U64 = np.uint64
-#: rows initialised at a time (bounds the hash's temporaries to a few times this many x dim words)
-_INIT_ROWS = 1 << 14
+#: entries initialised at a time (rows x dim): the hash's temporaries, a few uint64 and float64 arrays of this
+#: size, stay a few tens of MB whatever the width (at 2^14 rows of 256 they were ~0.3 GB, the run's peak)
+_INIT_VALUES = 1 << 20
 
 
 def _splitmix(z: np.ndarray) -> np.ndarray:
@@ -50,12 +51,13 @@ def embedding_init(ids, dim: int, seed: int, key: int = 0, std: float = 1.0) -> 
         base = _splitmix(np.array([seed], dtype=_U64) * _U64(0x9E3779B97F4A7C15) + _U64(key))
         cols = np.arange(1, 2 * dim + 1, dtype=_U64) * _U64(0xD1B54A32D192ED03)
         out = np.empty((len(ids), dim), dtype=np.float32)
-        for a in range(0, len(ids), _INIT_ROWS):
-            rk = _splitmix(_splitmix(ids[a:a + _INIT_ROWS] ^ base) + base)
+        step = max(1, _INIT_VALUES // (2 * dim))
+        for a in range(0, len(ids), step):
+            rk = _splitmix(_splitmix(ids[a:a + step] ^ base) + base)
             z = _splitmix(rk[:, None] + cols[None, :])
             u = (z >> _U64(11)).astype(np.float64) * 2.0 ** -53
             u1, u2 = 1.0 - u[:, 0::2], u[:, 1::2]        # u1 in (0, 1]: its log is finite
-            out[a:a + _INIT_ROWS] = std * np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+            out[a:a + step] = std * np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
     return out
 
 

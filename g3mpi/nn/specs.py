@@ -125,7 +125,8 @@ class ModelSpec:
     #: it needs the graph's edge types (a partition without them is refused at start-up)
     edge_types: bool = False
     #: the memory model (``g3mpi.train.memory``) of its plain stack: the aggregation kind ("gcn": weighted, with
-    #: self loops; "mean": a row scaling, no self loops; "gat": attention), and a root weight beside it (SAGE);
+    #: self loops; "mean": a row scaling, no self loops; "gat": attention; "typed": R-GCN's one typed block), and
+    #: a root weight beside it (SAGE, R-GCN);
     #: "" where the memory model does not model it
     aggregation: str = ""
     root_weight: bool = False
@@ -175,7 +176,7 @@ MODELS = {s.name: s for s in (
     ModelSpec("gat", "GAT", _STACK, "g3mpi.nn.gat:GATLayer", settings=("heads", "out_heads", "attn_dropout"),
               attention=True, rowwise=False, remat=True, recipe=True, aggregation="gat", pyg="GATConv"),
     ModelSpec("rgcn", "R-GCN", _STACK, "g3mpi.nn.rgcn:RGCNLayer", settings=("num_bases", "num_blocks"), remat=True,
-              recipe=True, edge_types=True),
+              recipe=True, edge_types=True, aggregation="typed", root_weight=True),
     ModelSpec("appnp", "APPNP", "g3mpi.nn.appnp:build", settings=("k", "alpha"), widths=_appnp_widths),
     ModelSpec("gcn2", "GCNII", "g3mpi.nn.gcn2:build", settings=("alpha", "theta"), activation_with_one_layer=True,
               widths=_gcn2_widths),

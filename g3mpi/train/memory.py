@@ -24,6 +24,12 @@ from g3mpi.nn import specs
 BASELINE_BYTES = 356 << 20
 
 
+#: bytes per owned row and embedding column that the optimiser step of the node embedding table allocates for a
+#: moment (torch's single-tensor Adam on CPU: the weight-decayed gradient, and the denominator's square root and
+#: quotient): as large as the table's own bytes, three times over
+EMBEDDING_STEP_BYTES = 12
+
+
 def layer_widths(model: str, feature_dim: int, hidden: int, num_classes: int, layers: int = 2, heads: int = 8,
                  out_heads: int = 1) -> list[tuple[int, int, int]]:
     """(input width, output width, heads) of each layer, as the model's registry entry has them
@@ -104,25 +110,43 @@ def exchange_split(*, halo: int, send: int, exchanged: int, kept_halo_width: int
     return split_bytes(halo=4 * halo * exchanged + feature_bytes * halo * kept_halo_width, send=4 * send * exchanged)
 
 
+def typed_matrices_split(*, owned: int, halo: int, edges: int, relations: int) -> dict:
+    """The ``matrices`` term of R-GCN's typed block (``BlockMatrix.fold`` = R): one entry per edge (no self
+    loops), its column j R + r and its 1 / c_{i,r} in the blocks and again in their transposes; row pointers of
+    the local block (n) and of the transposes, which have R rows per source (R n + R h)."""
+    n, h, e, R = owned, halo, edges, relations
+    w = 4 if max(e, R * (n + h)) < 2 ** 31 else 8
+    return split_bytes(owned=w * n * (1 + R), halo=w * R * h, edge=2 * (w + 4) * e)
+
+
 def rank_memory_split(model: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
                       num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1, feature_bytes: int = 4,
                       input_cache: bool = True, remat: bool = False, cut_edges: int = 0,
-                      symmetric: bool = False) -> dict:
+                      symmetric: bool = False, relations: int = 0, num_bases: int = 0, num_blocks: int = 0,
+                      node_embedding: int = 0) -> dict:
     """:func:`rank_memory`'s data terms (part, matrices, exchange, activations, params), each split by what sizes it:
     {term: {category: bytes}} over :data:`CATEGORIES` (the arguments are rank_memory's). Bytes per owned row,
     halo row, send row or edge of a term are its category's bytes over that count (:func:`per_unit`). Self-loop
     entries of the matrices and of GAT's per-edge attention terms are per owned row; activations are all per owned
-    row but GAT's per-edge terms; parameters (with gradients and Adam's moments) are ``const``."""
-    n, h, s, e, F, C = owned, halo, send, edges, feature_dim, num_classes
+    row but GAT's per-edge terms; parameters (with gradients and Adam's moments) are ``const``, but the node
+    embedding table's (``node_embedding`` D: 16 D bytes per owned row: the rows, their gradients, Adam's two
+    moments; and :data:`EMBEDDING_STEP_BYTES` D for the optimiser step's temporaries), which is per owned row;
+    its halo rows travel in the first layer's exchange, both ways."""
+    n, h, s, e, F, C, D, R = owned, halo, send, edges, feature_dim, num_classes, node_embedding, relations
     sp = specs.spec(model)
     if not sp.aggregation:
         raise ValueError(f"the memory model models the plain stacks of one aggregation, not model {model!r}")
-    att, root = sp.aggregation == "gat", sp.root_weight      # attention (GAT); a root weight beside the mean (SAGE)
-    widths = layer_widths(model, F, hidden, C, layers, heads, out_heads)
+    att, root = sp.aggregation == "gat", sp.root_weight      # attention (GAT); a root weight (SAGE, R-GCN)
+    typed = sp.aggregation == "typed"
+    if typed and R < 1:
+        raise ValueError(f"the memory model of {model!r} needs the graph's relations (relations=R)")
+    widths = layer_widths(model, F + D, hidden, C, layers, heads, out_heads)
+    input_cache = input_cache and not D     # (a trained input: nothing constant to keep)
     part = part_split(owned=n, halo=h, send=s, edges=e, feature_dim=F)
     # (SAGE's mean and GAT's pattern share one array of ones; SAGE adds no self loops)
-    matrices = matrices_split(owned=n, halo=h, edges=e, cut_edges=cut_edges, symmetric=symmetric,
-                              self_loops=sp.aggregation != "mean", weighted=sp.aggregation == "gcn")
+    matrices = typed_matrices_split(owned=n, halo=h, edges=e, relations=R) if typed else \
+        matrices_split(owned=n, halo=h, edges=e, cut_edges=cut_edges, symmetric=symmetric,
+                       self_loops=sp.aggregation != "mean", weighted=sp.aggregation == "gcn")
     if sp.aggregation == "mean":     # the mean's row scaling, 1 / in-degree
         matrices["owned"] += 4 * n
     if att:
@@ -133,34 +157,44 @@ def rank_memory_split(model: str, *, owned: int, halo: int, send: int, edges: in
     for i, (a, b, k) in enumerate(widths):
         if att:   # transformed features and the source attention term, one message
             exchanged += 2 * (b * (k if i == len(widths) - 1 else 1) + k)
+        elif typed:     # every row's R messages x_j Theta_r, both ways
+            exchanged += 2 * R * b
         elif i == 0 and a <= b and input_cache:     # the input's halo rows kept, nothing exchanged
             continue
         else:   # the narrower side travels; the raw input of an aggregate-first first layer has no gradient
-            exchanged += min(a, b) * (1 if i == 0 and a <= b else 2)
-    kept = F if not att and widths[0][0] <= widths[0][1] and input_cache else 0
+            exchanged += min(a, b) * (1 if i == 0 and a <= b and not D else 2)
+    kept = F if not att and not typed and widths[0][0] <= widths[0][1] and input_cache else 0
     exchange = exchange_split(halo=h, send=s, exchanged=exchanged, kept_halo_width=kept, feature_bytes=feature_bytes)
     hidden_in = sum(a for a, _, _ in widths[1:])
     per_edge = saved_halo = 0
     if att and remat:    # no per-edge term: the inputs, transformed rows, ELU, 4 [n, heads] terms a layer
-        rows = 4 * n * (1.25 * F + 3.25 * hidden_in + (widths[-1][2] + 3) * C + 4 * sum(k for _, _, k in widths))
+        rows = 4 * n * (1.25 * widths[0][0] + 3.25 * hidden_in + (widths[-1][2] + 3) * C
+                        + 4 * sum(k for _, _, k in widths))
     elif att:    # per entry of the blocks: e edges and n self loops; each layer's received halo x'
         per_edge = 16 * sum(k for _, _, k in widths) + 16
-        rows = 4 * n * (F + 3.75 * hidden_in + 4 * C) + n * per_edge
+        rows = 4 * n * (widths[0][0] + 3.75 * hidden_in + 4 * C) + n * per_edge
         saved_halo = 4 * h * sum(b * (k if i == len(widths) - 1 else 1) for i, (_, b, k) in enumerate(widths))
     elif remat:   # each layer's aggregate (the narrower side) and SAGE's own term, below the last layer; the loss
         rows = 4 * n * (sum(min(a, b) + (b if root else 0) for a, b, _ in widths[:-1]) + 3 * C)
     else:
-        rows = 4 * n * (F + 2.25 * hidden_in + 3 * C)
+        rows = 4 * n * (widths[0][0] + 2.25 * hidden_in + 3 * C)
+    if typed:   # each layer's input x kept for its weight products; the widest messages [n, R out] (and in
+        # backward their gradient, as wide: the peak's second count of the activations)
+        rows = 4 * n * (widths[0][0] + sum(a + b for a, b, _ in widths[1:]) + 3 * C
+                        + R * max(b for _, b, _ in widths))
     activations = split_bytes(owned=rows, halo=saved_halo, edge=e * per_edge)     # (each a whole number of bytes)
     params = 0
     for i, (a, b, k) in enumerate(widths):
         if att:   # weight, source and target attention, bias; the last layer's heads are averaged
             lin = k * b if i == len(widths) - 1 else b
             params += a * lin + 2 * lin + b
+        elif typed:     # the relations' weights (basis: B bases and R x B coefficients; block: R K blocks), root, bias
+            rel = num_bases * (a * b + R) if num_bases else R * a * b // max(1, num_blocks)
+            params += rel + a * b + b
         else:   # SAGE: a root weight beside the neighbours' one
             params += (2 if root else 1) * a * b + b
     return dict(part=part, matrices=matrices, exchange=exchange, activations=activations,
-                params=split_bytes(const=16 * params))
+                params=split_bytes(const=16 * params, owned=(16 + EMBEDDING_STEP_BYTES) * n * D))
 
 
 def by_category(split: dict) -> dict:
@@ -182,16 +216,19 @@ def per_unit(cats: dict, *, owned: int, halo: int, send: int, edges: int) -> dic
 
 def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
                 num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1, feature_bytes: int = 4,
-                input_cache: bool = True, remat: bool = False, cut_edges: int = 0, symmetric: bool = False) -> dict:
+                input_cache: bool = True, remat: bool = False, cut_edges: int = 0, symmetric: bool = False,
+                relations: int = 0, num_bases: int = 0, num_blocks: int = 0, node_embedding: int = 0) -> dict:
     """Bytes of each term for one rank (``owned``, ``halo``, ``send`` rows, ``edges`` in-edges and ``cut_edges``
     of them from halo rows, as in meta.json's ``parts``; ``feature_bytes`` per stored feature, 2 for float16 and
     bfloat16), with ``peak`` = baseline + data + activations twice + params. ``remat``: ``--remat cheap``.
-    ``symmetric``: the graph is (the local block shares its transpose). Each term is the sum of its
-    :func:`rank_memory_split`."""
+    ``symmetric``: the graph is (the local block shares its transpose). ``relations`` R (R-GCN; with
+    ``num_bases`` / ``num_blocks``), ``node_embedding`` D (``--node-embedding``: the model's input is D + F wide).
+    Each term is the sum of its :func:`rank_memory_split`."""
     split = rank_memory_split(model, owned=owned, halo=halo, send=send, edges=edges, feature_dim=feature_dim,
                               hidden=hidden, num_classes=num_classes, layers=layers, heads=heads,
                               out_heads=out_heads, feature_bytes=feature_bytes, input_cache=input_cache, remat=remat,
-                              cut_edges=cut_edges, symmetric=symmetric)
+                              cut_edges=cut_edges, symmetric=symmetric, relations=relations, num_bases=num_bases,
+                              num_blocks=num_blocks, node_embedding=node_embedding)
     terms = {t: sum(v.values()) for t, v in split.items()}
     terms["peak"] = BASELINE_BYTES + sum(terms.values()) + terms["activations"]
     return terms
