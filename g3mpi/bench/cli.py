@@ -104,7 +104,8 @@ class BenchConfig:
         for suite in self.suites():
             models = self.models_for(suite)
             built_in = [specs.MODELS[m] for m in models if m in specs.MODELS]
-            if suite == "kernels" and any(sp.aggregation not in ("gcn", "mean") or sp.attention for sp in built_in):
+            if suite == "kernels" and any(sp.aggregation not in ("gcn", "mean") or sp.form != "stack"
+                                          or sp.attention for sp in built_in):
                 raise ValueError(f"kernels: --models {','.join(models)}: the kernels suite times GCN and SAGE only")
             dims = self.sizes_for(suite).dims
             if any(sp.attention for sp in built_in) and len(dims) > 2 and dims[1] % self.heads:

@@ -194,7 +194,7 @@ def modelled_split(trainer, counts, cfg) -> dict:
                                  remat=cfg.remat == "cheap", cut_edges=c.cut_edges, symmetric=symmetric,
                                  relations=trainer.graph.num_relations, num_bases=getattr(cfg, "num_bases", 0),
                                  num_blocks=getattr(cfg, "num_blocks", 0),
-                                 node_embedding=getattr(cfg, "node_embedding", 0))
+                                 node_embedding=getattr(cfg, "node_embedding", 0), k=trainer.cfg.k)
     matrices = split_bytes()
     for bm in mats:
         m = matrices_split(owned=c.owned, halo=c.halo, edges=c.edges, cut_edges=c.cut_edges,

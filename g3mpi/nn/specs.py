@@ -124,12 +124,16 @@ class ModelSpec:
     activation_with_one_layer: bool = False
     #: it needs the graph's edge types (a partition without them is refused at start-up)
     edge_types: bool = False
-    #: the memory model (``g3mpi.train.memory``) of its plain stack: the aggregation kind ("gcn": weighted, with
+    #: the memory model (``g3mpi.train.memory``) of its aggregations: their kind ("gcn": weighted, with
     #: self loops; "mean": a row scaling, no self loops; "gat": attention; "typed": R-GCN's one typed block), and
     #: a root weight beside it (SAGE, R-GCN);
     #: "" where the memory model does not model it
     aggregation: str = ""
     root_weight: bool = False
+    #: how the memory model lays out what lies around the aggregations: "stack" (``stack_widths``' layers),
+    #: "appnp" (its MLP, then ``k`` steps of the output width, no parameter), "gcn2" (input linear, ``layers``
+    #: layers of ``hidden`` channels with one [hidden, hidden] weight each, output linear)
+    form: str = "stack"
     #: its PyG counterpart in ``torch_geometric.nn`` (``g3-bench vs-pyg``), "" for none
     pyg: str = ""
     #: layer widths: (input, output, heads) of each layer (``stack_widths``)
@@ -177,9 +181,10 @@ MODELS = {s.name: s for s in (
               attention=True, rowwise=False, remat=True, recipe=True, aggregation="gat", pyg="GATConv"),
     ModelSpec("rgcn", "R-GCN", _STACK, "g3mpi.nn.rgcn:RGCNLayer", settings=("num_bases", "num_blocks"), remat=True,
               recipe=True, edge_types=True, aggregation="typed", root_weight=True),
-    ModelSpec("appnp", "APPNP", "g3mpi.nn.appnp:build", settings=("k", "alpha"), widths=_appnp_widths),
+    ModelSpec("appnp", "APPNP", "g3mpi.nn.appnp:build", settings=("k", "alpha"), aggregation="gcn", form="appnp",
+              widths=_appnp_widths),
     ModelSpec("gcn2", "GCNII", "g3mpi.nn.gcn2:build", settings=("alpha", "theta"), activation_with_one_layer=True,
-              widths=_gcn2_widths),
+              aggregation="gcn", form="gcn2", widths=_gcn2_widths),
 )}
 
 

@@ -10,7 +10,7 @@ cache on: its input's halo rows are kept instead, in the stored feature dtype); 
 (the coefficients counted with saved-tensor hooks, ``g3mpi.bench.worker.saved_activations``, at several widths,
 dropout on: its masks are kept as bool); ``params`` parameters, gradients and Adam's two moments. The peak adds the
 gradients of the activations during backward, at most as large as the activations themselves, and the process's
-``baseline`` (interpreter, torch, numpy, scipy, h5py, MPI).
+``baseline`` (interpreter, torch, numpy, scipy, h5py, MPI). APPNP and GCNII: :func:`propagation_split`.
 
 :func:`rank_memory_split` gives each data term split by what sizes it (:data:`CATEGORIES`: the rank's owned rows,
 halo rows, send rows, local edges, or none of them), which ``g3-bench memory`` measures too (docs/BENCH.md).
@@ -119,11 +119,40 @@ def typed_matrices_split(*, owned: int, halo: int, edges: int, relations: int) -
     return split_bytes(owned=w * n * (1 + R), halo=w * R * h, edge=2 * (w + 4) * e)
 
 
+def propagation_split(form: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
+                      num_classes: int, layers: int, k: int, cut_edges: int = 0, symmetric: bool = False,
+                      node_embedding: int = 0) -> dict:
+    """:func:`rank_memory_split` of APPNP (``form`` "appnp": an MLP of ``layers`` linears, then ``k`` steps) and
+    GCNII ("gcn2": ``layers`` layers between an input and an output linear), whatever ``--remat`` says (they keep
+    what autograd saves). Matrices: GCN's, one set for every step. Exchanges: each step's or layer's, C (APPNP) or
+    ``hidden`` (GCNII) wide, both ways (what travels comes from parameters). Activations, floats per owned row:
+    the first linear's dropped input, F (its mask is not kept: the input has no gradient); 2.25 per column of a
+    ReLU output, its bool dropout mask and the dropped rows a product reads: APPNP's MLP's a_l for l >= 1; GCNII's
+    per layer (its input's ReLU, the mask, the identity mapping's s) and for the output linear, 2.25 hidden
+    (L + 1); the loss 3C, as the stacks. A step keeps nothing: its scalings and sums save no tensor, its
+    aggregation's backward is the transposed product. Parameters: the linears' weights and biases, GCNII's
+    [hidden, hidden] weight a layer. A node embedding of D columns widens the first linear's input to F + D and
+    counts as for the stacks (:func:`rank_memory_split`); nothing of it travels."""
+    n, F, H, C, D = owned, feature_dim, hidden, num_classes, node_embedding
+    widths = specs.MODELS[form].layer_widths(F + D, H, C, layers)
+    if form == "appnp":
+        exchanged, rows = 2 * k * C, F + D + 2.25 * sum(a for a, _, _ in widths[1:])
+        params = sum(a * b + b for a, b, _ in widths)
+    else:
+        exchanged, rows = 2 * layers * H, F + D + 2.25 * H * (layers + 1)
+        params = (F + D) * H + H + H * C + C + layers * H * H
+    return dict(part=part_split(owned=n, halo=halo, send=send, edges=edges, feature_dim=F),
+                matrices=matrices_split(owned=n, halo=halo, edges=edges, cut_edges=cut_edges, symmetric=symmetric),
+                exchange=exchange_split(halo=halo, send=send, exchanged=exchanged),
+                activations=split_bytes(owned=4 * n * (rows + 3 * C)),
+                params=split_bytes(const=16 * params, owned=(16 + EMBEDDING_STEP_BYTES) * n * D))
+
+
 def rank_memory_split(model: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
                       num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1, feature_bytes: int = 4,
                       input_cache: bool = True, remat: bool = False, cut_edges: int = 0,
                       symmetric: bool = False, relations: int = 0, num_bases: int = 0, num_blocks: int = 0,
-                      node_embedding: int = 0) -> dict:
+                      node_embedding: int = 0, k: int = specs.SETTINGS["k"].default) -> dict:
     """:func:`rank_memory`'s data terms (part, matrices, exchange, activations, params), each split by what sizes it:
     {term: {category: bytes}} over :data:`CATEGORIES` (the arguments are rank_memory's). Bytes per owned row,
     halo row, send row or edge of a term are its category's bytes over that count (:func:`per_unit`). Self-loop
@@ -136,6 +165,10 @@ def rank_memory_split(model: str, *, owned: int, halo: int, send: int, edges: in
     sp = specs.spec(model)
     if not sp.aggregation:
         raise ValueError(f"the memory model models the plain stacks of one aggregation, not model {model!r}")
+    if sp.form != "stack":
+        return propagation_split(sp.form, owned=n, halo=h, send=s, edges=e, feature_dim=F, hidden=hidden,
+                                 num_classes=C, layers=layers, k=k, cut_edges=cut_edges, symmetric=symmetric,
+                                 node_embedding=D)
     att, root = sp.aggregation == "gat", sp.root_weight      # attention (GAT); a root weight (SAGE, R-GCN)
     typed = sp.aggregation == "typed"
     if typed and R < 1:
@@ -217,18 +250,19 @@ def per_unit(cats: dict, *, owned: int, halo: int, send: int, edges: int) -> dic
 def rank_memory(model: str, *, owned: int, halo: int, send: int, edges: int, feature_dim: int, hidden: int,
                 num_classes: int, layers: int = 2, heads: int = 8, out_heads: int = 1, feature_bytes: int = 4,
                 input_cache: bool = True, remat: bool = False, cut_edges: int = 0, symmetric: bool = False,
-                relations: int = 0, num_bases: int = 0, num_blocks: int = 0, node_embedding: int = 0) -> dict:
+                relations: int = 0, num_bases: int = 0, num_blocks: int = 0, node_embedding: int = 0,
+                k: int = specs.SETTINGS["k"].default) -> dict:
     """Bytes of each term for one rank (``owned``, ``halo``, ``send`` rows, ``edges`` in-edges and ``cut_edges``
     of them from halo rows, as in meta.json's ``parts``; ``feature_bytes`` per stored feature, 2 for float16 and
     bfloat16), with ``peak`` = baseline + data + activations twice + params. ``remat``: ``--remat cheap``.
     ``symmetric``: the graph is (the local block shares its transpose). ``relations`` R (R-GCN; with
-    ``num_bases`` / ``num_blocks``), ``node_embedding`` D (``--node-embedding``: the model's input is D + F wide).
+    ``num_bases`` / ``num_blocks``), ``node_embedding`` D (``--node-embedding``: the model's input is D + F wide). ``k``: APPNP's steps.
     Each term is the sum of its :func:`rank_memory_split`."""
     split = rank_memory_split(model, owned=owned, halo=halo, send=send, edges=edges, feature_dim=feature_dim,
                               hidden=hidden, num_classes=num_classes, layers=layers, heads=heads,
                               out_heads=out_heads, feature_bytes=feature_bytes, input_cache=input_cache, remat=remat,
                               cut_edges=cut_edges, symmetric=symmetric, relations=relations, num_bases=num_bases,
-                              num_blocks=num_blocks, node_embedding=node_embedding)
+                              num_blocks=num_blocks, node_embedding=node_embedding, k=k)
     terms = {t: sum(v.values()) for t, v in split.items()}
     terms["peak"] = BASELINE_BYTES + sum(terms.values()) + terms["activations"]
     return terms
