@@ -3,6 +3,7 @@ line naming the ranks, the file and its line (besides MPI's own abort line), non
 seconds of the failure, nothing of a finished run written."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -172,77 +173,60 @@ def test_sigterm_ends_a_rank_blocked_in_the_model_files_mpi_call(case, parts, tm
     """build calls a barrier on rank 0 only (and, barrier_raise, raises on rank 1: a failed start-up): rank 0
     never comes back from MPI; SIGTERM to mpiexec ends the job (rank 1 gives up its wait, the abort ends rank 0)
     within 15 s, one line, no rank left."""
-    (tmp_path / "pids").mkdir()
-    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-m", MOD, *FAST, "--parts", str(parts), "--out",
-           str(tmp_path / "run"), "--model-file", f"{model_file(tmp_path)}:build", "--epochs", "3",
-           "--comm-timeout-floor", "120"]
-    env = {**tool_env(), "G3_UF": case, "G3_TEST_PIDFILE": str(tmp_path / "pids")}
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-    try:
-        end = time.monotonic() + 120
-        while not (tmp_path / "stamp").exists() and time.monotonic() < end and p.poll() is None:
-            time.sleep(0.1)
-        time.sleep(1.0)
-        t0 = time.monotonic()
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=30)
-        took = time.monotonic() - t0
-    finally:
-        if p.poll() is None:
-            p.kill()
+    with started(parts, tmp_path, case, epochs=3) as p:
+        err, took = sigterm(p)
     assert p.returncode != 0 and took < 15, (p.returncode, took, err)
     lines = own_lines(err)
     assert len(lines) == 1 and lines[0].startswith("g3-train: error: [rank 1] SIGTERM received: ") \
         and "waiting for rank 0 in the start-up check 'model file'" in lines[0], err
-    pids = [int(f.read_text()) for f in (tmp_path / "pids").iterdir()]
-    end = time.monotonic() + 30
-    while any(alive(pid) for pid in pids) and time.monotonic() < end:
-        time.sleep(0.2)
-    assert not [pid for pid in pids if alive(pid)], f"ranks left {time.monotonic() - end + 30:.1f} s after mpiexec"
+    left = left_after(rank_pids(tmp_path).values(), 30)
+    assert not left, f"ranks {left} left 30 s after mpiexec"
 
 
 def test_sigterm_to_the_blocked_rank_itself_ends_it(parts, tmp_path):
     """build calls a barrier on rank 0 only; SIGTERM to rank 0's process (not mpiexec): its Python handler cannot
     run while MPI blocks, so the watcher thread ends it STUCK_GRACE_S later, with one line, within 15 s."""
-    (tmp_path / "pids").mkdir()
-    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-m", MOD, *FAST, "--parts", str(parts), "--out",
-           str(tmp_path / "run"), "--model-file", f"{model_file(tmp_path)}:build", "--epochs", "3",
-           "--comm-timeout-floor", "120"]
-    env = {**tool_env(), "G3_UF": "barrier:0", "G3_TEST_PIDFILE": str(tmp_path / "pids")}
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-    try:
-        end = time.monotonic() + 120
-        while not (tmp_path / "stamp").exists() and time.monotonic() < end and p.poll() is None:
-            time.sleep(0.1)
-        time.sleep(1.0)
-        rank0 = int((tmp_path / "pids" / "rank-0.pid").read_text())
+    with started(parts, tmp_path, "barrier:0", epochs=3) as p:
+        rank0 = rank_pids(tmp_path)[0]
         t0 = time.monotonic()
         os.kill(rank0, signal.SIGTERM)
         while alive(rank0) and time.monotonic() - t0 < 30:
             time.sleep(0.1)
         took = time.monotonic() - t0
         _, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
     assert took < 15 and p.returncode != 0, (took, p.returncode, err)
     assert "g3-train: error: [rank 0] SIGTERM received, but the main thread has been blocked in a C call" in err, err
 
 
-def started(parts, tmp_path, case: str) -> subprocess.Popen:
-    """mpiexec -n 2 g3-train with the model file failing as ``case`` asks, once a rank has reached the failure
-    (its stamp) and a second more; each rank's pid in tmp_path/pids."""
+@contextlib.contextmanager
+def started(parts, tmp_path, case: str, epochs: int = 5):
+    """mpiexec -n 2 g3-train with the model file failing as ``case`` asks, handed over once a rank has reached the
+    failure (its stamp) and a second more; each rank's pid in tmp_path/pids. mpiexec is killed on leaving if it
+    is still there."""
     (tmp_path / "pids").mkdir()
     cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", "-m", MOD, *FAST, "--parts", str(parts), "--out",
-           str(tmp_path / "run"), "--model-file", f"{model_file(tmp_path)}:build", "--epochs", "5",
+           str(tmp_path / "run"), "--model-file", f"{model_file(tmp_path)}:build", "--epochs", str(epochs),
            "--comm-timeout-floor", "120"]
     env = {**tool_env(), "G3_UF": case, "G3_TEST_PIDFILE": str(tmp_path / "pids")}
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-    end = time.monotonic() + 120
-    while not (tmp_path / "stamp").exists() and time.monotonic() < end and p.poll() is None:
-        time.sleep(0.1)
-    time.sleep(1.0)
-    return p
+    try:
+        end = time.monotonic() + 120
+        while not (tmp_path / "stamp").exists() and time.monotonic() < end and p.poll() is None:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def sigterm(p: subprocess.Popen, pid: int | None = None) -> tuple[str, float]:
+    """SIGTERM to ``pid`` (None: to mpiexec, ``p``), then mpiexec's stderr once it has ended (30 s at most) and the
+    seconds from the signal to its end."""
+    t0 = time.monotonic()
+    os.kill(p.pid if pid is None else pid, signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    return err, time.monotonic() - t0
 
 
 def rank_pids(tmp_path) -> dict[int, int]:
@@ -263,16 +247,9 @@ def test_sigterm_ends_an_endless_loop_in_the_model(case, to, parts, tmp_path):
     Python handler runs, but the loop never reaches an epoch's end; the watcher thread ends the job
     STUCK_GRACE_S after the signal, one line naming the ranks, the file's line and the function, within 15 s,
     no rank left, nothing of a finished run written."""
-    p = started(parts, tmp_path, case)
-    try:
+    with started(parts, tmp_path, case) as p:
         pids = rank_pids(tmp_path)
-        t0 = time.monotonic()
-        os.kill(p.pid if to == "mpiexec" else pids[1], signal.SIGTERM)
-        _, err = p.communicate(timeout=30)
-        took = time.monotonic() - t0
-    finally:
-        if p.poll() is None:
-            p.kill()
+        err, took = sigterm(p, None if to == "mpiexec" else pids[1])
     assert p.returncode != 0 and took < 15, (p.returncode, took, err)
     lines = own_lines(err)
     ranks, where = ("ranks 0-1", "m.py:50, in build") if case.startswith("build") else \
@@ -292,16 +269,16 @@ def test_no_rank_outlives_its_launcher(case, killed, parts, tmp_path):
     """SIGKILL to mpiexec (its proxy then kills the ranks), or to mpiexec and Hydra's proxy, the ranks' parent
     (a launcher that dies: nobody kills them), while rank 0 sits in a barrier of its own and rank 1 waits for
     it, or every rank loops in forward: no rank is left 30 s later."""
-    p = started(parts, tmp_path, case)
     try:
-        pids = rank_pids(tmp_path)
-        proxy = int(Path(f"/proc/{pids[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        t0 = time.monotonic()
-        p.kill()
-        if killed != "mpiexec":
-            os.kill(proxy, signal.SIGKILL)
-        p.communicate(timeout=30)
-        left = left_after(pids.values(), 30)
+        with started(parts, tmp_path, case) as p:
+            pids = rank_pids(tmp_path)
+            proxy = int(Path(f"/proc/{pids[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            t0 = time.monotonic()
+            p.kill()
+            if killed != "mpiexec":
+                os.kill(proxy, signal.SIGKILL)
+            p.communicate(timeout=30)
+            left = left_after(pids.values(), 30)
     finally:
         for pid in rank_pids(tmp_path).values():
             if alive(pid):
