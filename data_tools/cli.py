@@ -19,10 +19,11 @@ from g3mpi.format import FormatError, json_text
 from g3mpi.format.features import FEATURE_DTYPES
 from g3mpi.log import setup_tool_logging
 from g3mpi.mpi.deadline import add_timeout_options
-from g3mpi.mpi.termination import exit_after_failed_write, interruption, terminate_as_interrupt
+from g3mpi.mpi.termination import terminate_as_interrupt
 from g3mpi.options import Parser, from_options
 from g3mpi.units import parse_bandwidth
 
+from .failures import FAILURES, failure_status
 from .importers.common import BLOCK_BYTES_PER_EDGE, PrepareOptions
 from .importers.triples import generate_kg
 from .inspection import PROG as INSPECT, check_plot_path, inspect_path, plot_report, print_report
@@ -208,26 +209,12 @@ def prepare_main(argv=None) -> int:
     try:
         with terminate_as_interrupt():
             summary = prepare(cfg, split_options)
-    except FormatError as e:
-        print(f"{PREPARE}: error: {e}", file=sys.stderr)
-        return 1
+    except FAILURES as e:    # (argv None: the command itself; in-process callers get the status)
+        return failure_status(PREPARE, e, out=cfg.out, out_of_memory=f"{cfg.out}: out of memory while building the "
+                              "graph", command=argv is None)
     except ValueError as e:
         print(f"{PREPARE}: error: {e}", file=sys.stderr)
         return 2
-    except MemoryError:
-        print(f"{PREPARE}: error: {cfg.out}: out of memory while building the graph", file=sys.stderr)
-        return 1
-    except OSError as e:
-        where = e.filename or cfg.out
-        # h5py's write errors (disk full, quota) carry the errno and a multi-line HDF5 report: keep one line
-        what = os.strerror(e.errno) if isinstance(e.errno, int) else " ".join(str(e.strerror or e).split())
-        print(f"{PREPARE}: error: {where}: {what}", file=sys.stderr)
-        if argv is None:   # the command itself (in-process callers get the status)
-            exit_after_failed_write()
-        return 1
-    except KeyboardInterrupt as e:
-        print(f"{PREPARE}: error: {cfg.out}: {interruption(e)} (no output written)", file=sys.stderr)
-        return getattr(e, "exit_status", 130)
     if summary["train"] == 0 and not summary.get("links"):
         print(f"{PREPARE}: warning: {cfg.out}: no training nodes (no labels, or an empty train split): "
               f"g3-train will refuse this graph", file=sys.stderr)

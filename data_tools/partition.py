@@ -27,10 +27,11 @@ import numpy as np
 
 from g3mpi.format import META_NAME, FormatError, graph_fingerprint, load_graph
 from g3mpi.format.atomic import check_output
-from g3mpi.mpi.termination import exit_after_failed_write, interruption, terminate_as_interrupt
+from g3mpi.mpi.termination import terminate_as_interrupt
 from g3mpi.mpi.deadline import DEFAULT_FLOOR_S
 
-from .build import OutputWriteError, write_partition
+from .build import write_partition
+from .failures import FAILURES, failure_status
 from .partitioners import CostModel, calibrate, metis_partition, random_partition
 from .partitioners.cost import DEFAULT_EDGE_SECONDS
 from .partitioners.kaminpar import KaMinParError, KaMinParMissing, default_threads
@@ -396,24 +397,13 @@ def serial_main(cfg: PartitionConfig, argv) -> int:
     try:
         with terminate_as_interrupt():
             run(cfg)
-    except OutputWriteError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        if argv is None:   # the command itself (in-process callers get the status)
-            exit_after_failed_write()
-        return 1
-    except FormatError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 1
     except (MetisError, KaMinParError) as e:
         hint = "" if isinstance(e, KaMinParMissing) else f"; {SCALE_HINT}"
         print(f"{PROG}: error: {cfg.graph}: --method {cfg.method}: {e}{hint}", file=sys.stderr)
         return 1
-    except MemoryError:
-        print(f"{PROG}: error: {cfg.graph}: out of memory (--method {cfg.method}); {SCALE_HINT}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as e:
-        print(f"{PROG}: error: {cfg.out}: {interruption(e)} (no output written)", file=sys.stderr)
-        return getattr(e, "exit_status", 130)
+    except FAILURES as e:    # (argv None: the command itself; in-process callers get the status)
+        return failure_status(PROG, e, out=cfg.out, out_of_memory=f"{cfg.graph}: out of memory (--method "
+                              f"{cfg.method}); {SCALE_HINT}", command=argv is None)
     return 0
 
 
