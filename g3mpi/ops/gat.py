@@ -289,36 +289,38 @@ class _Remat(torch.autograd.Function):
             (g.index_select(0, r).view(-1, C), a_dst.index_select(0, r), M.index_select(0, r), inv.index_select(0, r))
             for r in nb_rows]
         blocks = [_local_block(agg, x, a_src)] + [_nb_block(agg, rnd, i) for i in range(len(nb_rows))]
-        # pass 1: gx_j = sum_i alpha_ij k_ij g_i, one [e, H] weight array at a time
-        gxs = []
-        for b, (gr, ad, Mr, ir) in zip(blocks, rows_of):
-            w = torch.empty(b.pat.nnz, H, dtype=g.dtype)     # (bf16-mixed: the weights of a bfloat16 product)
-            for a, e, lo, hi in b.chunks():
-                alpha = _alpha(b, a, e, lo, hi, ad, Mr, ir)[0]
-                keep = b.keep(drop, lo, hi, H)
-                w[lo:hi] = alpha if keep is None else alpha.mul_(keep)
-            gxs.append(spmm(b.pat.matrix_t(w), gr).view(b.pat.cols, H, C) if b.pat.nnz else
-                       torch.zeros(b.pat.cols, H, C, dtype=g.dtype))
-            del w
-        # pass 2: u_ij = alpha_ij k_ij <g_i, x_j> (kept per block), t_i = sum_j u_ij
+        # pass 1: gx_j = sum_i alpha_ij k_ij g_i (the transposed product of one [e, H] weight array at a time) and
+        # u_ij = alpha_ij k_ij <g_i, x_j> (kept per block), t_i = sum_j u_ij; alpha computed once for both.
+        # bf16-mixed also keeps alpha and the scores' signs for pass 2 (the speed mode: no third computation)
+        keep_alpha = g.dtype != torch.float32
         t = torch.zeros(n, H)
-        us = []
+        gxs, us, kept = [], [], []
         for j, (b, (gr, ad, Mr, ir)) in enumerate(zip(blocks, rows_of)):
+            w = torch.empty(b.pat.nnz, H, dtype=g.dtype)     # (bf16-mixed: the weights of a bfloat16 product)
             u = torch.empty(b.pat.nnz, H)
+            al = (torch.empty(b.pat.nnz, H), torch.empty(b.pat.nnz, H, dtype=torch.bool)) if keep_alpha else None
             tb = t if j == 0 else torch.zeros(b.pat.rows, H)
             xs = b.xs.float()   # (bf16-mixed: once per block, the SDDMM is float32 only)
             for a, e, lo, hi in b.chunks():
-                alpha, _, d = _alpha(b, a, e, lo, hi, ad, Mr, ir)
-                du = b.pat.row_slice(a, e).sddmm(gr[a * H:e * H], xs)
+                alpha, z, d = _alpha(b, a, e, lo, hi, ad, Mr, ir)
                 keep = b.keep(drop, lo, hi, H)
+                w[lo:hi] = alpha if keep is None else alpha * keep
+                du = b.pat.row_slice(a, e).sddmm(gr[a * H:e * H], xs)
                 if keep is not None:
                     du.mul_(keep)
                 u[lo:hi] = du.mul_(alpha)
                 tb[a:e].index_add_(0, d, u[lo:hi])
+                if al is not None:
+                    al[0][lo:hi] = alpha
+                    torch.gt(z, 0, out=al[1][lo:hi])
+            gxs.append(spmm(b.pat.matrix_t(w), gr).view(b.pat.cols, H, C) if b.pat.nnz else
+                       torch.zeros(b.pat.cols, H, C, dtype=g.dtype))
+            del w, xs
             if j:
                 t.index_add_(0, nb_rows[j - 1], tb)
             us.append(u)
-        # pass 3: the softmax and LeakyReLU gradients; neighbours first, each sends its halo gradient when done
+            kept.append(al)
+        # pass 2: the softmax and LeakyReLU gradients; neighbours first, each sends its halo gradient when done
         ga_src, ga_dst = torch.zeros(n, H), torch.zeros(n, H)
         for j in list(range(1, len(blocks))) + [0]:
             b, (gr, ad, Mr, ir) = blocks[j], rows_of[j]
@@ -326,13 +328,18 @@ class _Remat(torch.autograd.Function):
             gs = ga_src if j == 0 else torch.zeros(b.pat.cols, H)
             gd = ga_dst if j == 0 else torch.zeros(b.pat.rows, H)
             u = us[j]
+            al = kept[j]
             for a, e, lo, hi in b.chunks():
-                alpha, z, d = _alpha(b, a, e, lo, hi, ad, Mr, ir)
+                if al is None:
+                    alpha, z, d = _alpha(b, a, e, lo, hi, ad, Mr, ir)
+                    pos = z > 0
+                else:
+                    alpha, pos, d = al[0][lo:hi], al[1][lo:hi], b.dst[lo:hi] - a
                 de = u[lo:hi].sub_(alpha.mul_(tr.index_select(0, b.dst[lo:hi])))
-                de.mul_(torch.where(z > 0, 1.0, NEGATIVE_SLOPE))
+                de.mul_(torch.where(pos, 1.0, NEGATIVE_SLOPE))
                 gs.index_add_(0, b.src[lo:hi], de)
                 gd[a:e].index_add_(0, d, de)
-            us[j] = None
+            us[j] = kept[j] = None
             if j:
                 i = j - 1
                 ga_dst.index_add_(0, nb_rows[i], gd)
