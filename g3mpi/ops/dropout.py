@@ -51,6 +51,10 @@ class DropoutKey:
         return _mix(h, ids >> np.uint64(32))
 
 
+#: rows of a keep mask or a float mask made at a time by node dropout (its temporaries stay a few MB)
+MASK_ROWS = 1 << 16
+
+
 def _keep(rk: np.ndarray, width: int, p: float, first: int = 0) -> torch.Tensor:
     """Row keys [n] -> bool mask [n, width] of the kept entries of columns ``first .. first+width-1`` (``first`` a
     multiple of 4). One splitmix64 finaliser per row key and group of four columns gives four 16-bit uniforms
@@ -59,16 +63,19 @@ def _keep(rk: np.ndarray, width: int, p: float, first: int = 0) -> torch.Tensor:
         raise ValueError(f"dropout mask columns must start at a multiple of 4, not {first}")
     groups = (width + 3) // 4
     g0 = first // 4
-    z = rk.astype(np.uint64)[:, None] * _U64(0x100000001B3) + \
-        (np.arange(g0 + 1, g0 + groups + 1, dtype=np.uint64) * _U64(0x9E3779B97F4A7C15))[None, :]
-    z ^= z >> _U64(30)
-    z *= _U64(0xBF58476D1CE4E5B9)
-    z ^= z >> _U64(27)
-    z *= _U64(0x94D049BB133111EB)
-    z ^= z >> _U64(31)
-    u = z.view(np.uint16).reshape(len(rk), 4 * groups)[:, :width]
     thr = np.uint16(min(int(round(p * 65536)), 65535))
-    return torch.from_numpy(u >= thr)
+    step = np.arange(g0 + 1, g0 + groups + 1, dtype=np.uint64) * _U64(0x9E3779B97F4A7C15)
+    keep = np.empty((len(rk), width), dtype=bool)
+    # by blocks of rows: the uint64 hash and its temporaries (8x the bool mask each) stay a few MB
+    for a in range(0, len(rk), MASK_ROWS):
+        z = rk[a:a + MASK_ROWS].astype(np.uint64)[:, None] * _U64(0x100000001B3) + step[None, :]
+        z ^= z >> _U64(30)
+        z *= _U64(0xBF58476D1CE4E5B9)
+        z ^= z >> _U64(27)
+        z *= _U64(0x94D049BB133111EB)
+        z ^= z >> _U64(31)
+        np.greater_equal(z.view(np.uint16).reshape(len(z), 4 * groups)[:, :width], thr, out=keep[a:a + MASK_ROWS])
+    return torch.from_numpy(keep)
 
 
 def _scaled(keep: torch.Tensor, p: float, dtype=torch.float32) -> torch.Tensor:
@@ -82,10 +89,6 @@ def _scaled(keep: torch.Tensor, p: float, dtype=torch.float32) -> torch.Tensor:
 def _mask(rk: np.ndarray, width: int, p: float) -> torch.Tensor:
     """Row keys [n] -> float mask [n, width] (:func:`_keep`, scaled)."""
     return _scaled(_keep(rk, width, p), p)
-
-
-#: rows of a float mask made at a time by node dropout (its temporaries stay a few MB)
-MASK_ROWS = 1 << 16
 
 
 def _times_mask(x: torch.Tensor, keep: torch.Tensor, p: float) -> torch.Tensor:
