@@ -15,7 +15,8 @@ default; ``"sum"``: 1). x [n_owned, in] -> [n_owned, out]. Parameters named and 
 The layer transforms first: every row's R messages x_j Theta_r ([n, R, out], ``pre``) travel in one exchange and
 one product over one typed block (``gnn.Propagate(..., relations=True)``, ``g3mpi.ops.blocks``) sums them with
 their 1 / c_{i,r}; the root term needs no message (``root``, computed while the messages travel), so the
-inter-layer pipeline drives a stack of these as it drives GCN. The rows that travel are R * out wide.
+inter-layer pipeline drives a stack of these as it drives GCN. The rows that travel are R * out wide: the
+messages and their gradients are written into storage reused from epoch to epoch (``g3mpi.ops.scratch``).
 """
 from __future__ import annotations
 
@@ -28,6 +29,23 @@ from g3mpi.ops import Aggregation, DistGraph
 from g3mpi.ops.graph import typed_kind
 
 from .rowwise import RowwiseAggLayer
+
+
+class _Messages(torch.autograd.Function):
+    """``x @ w`` ([rows, in] x [in, R out]) written into the graph's reused storage; backward as autograd's
+    ``mm`` computes it (row-major operands), so the gradients are the same bits."""
+
+    @staticmethod
+    def forward(ctx, x, w, scratch):
+        ctx.save_for_backward(x, w)
+        return torch.mm(x, w, out=scratch.empty((x.shape[0], w.shape[1]), x.dtype))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        gx = g.mm(w.t()) if ctx.needs_input_grad[0] else None
+        gw = x.t().mm(g) if ctx.needs_input_grad[1] else None
+        return gx, gw, None
 
 
 def _glorot(t: torch.Tensor) -> None:
@@ -108,7 +126,10 @@ class RGCNLayer(RowwiseAggLayer):
             k = self.num_blocks
             y = torch.einsum("nki,rkio->nrko", x.reshape(x.shape[0], k, self.in_dim // k), self.weight)
             return y.reshape(x.shape[0], self.num_relations * self.out_dim)
-        return x @ self.relation_weights()
+        w = self.relation_weights()
+        if torch.is_autocast_enabled("cpu") or not (x.is_contiguous() and w.is_contiguous()):
+            return x @ w    # (bf16-mixed: autocast casts the operands)
+        return _Messages.apply(x, w, self.agg.graph.scratch)
 
     def root(self, x: torch.Tensor):
         if self.root_weight is None:

@@ -38,7 +38,7 @@ class _Local(torch.autograd.Function):
         sched, tr = agg.schedule, rnd.ex.backward
         g = g.contiguous()
         f = agg.blocks.fold     # (a typed block's transpose has R rows per owned row: [n R, F] is [n, R F])
-        grad = g.new_empty(agg.blocks.num_owned * f, g.shape[1])
+        grad = agg.new_rows((agg.blocks.num_owned * f, g.shape[1]), g)
         for a, b, mat in agg.blocks.transpose_chunks(sched.rows_per_chunk(g.shape[1], tr.num_recvs)):
             spmm(mat, g, grad[a:b])
             sched.poll(tr)
@@ -64,6 +64,13 @@ class Aggregation:
         if self.width % self.blocks.fold:
             raise ValueError(f"a typed aggregation over {self.blocks.fold} relations needs rows of R * F values, "
                              f"got {self.width}")
+
+    def new_rows(self, shape, like: torch.Tensor) -> torch.Tensor:
+        """An uninitialised tensor of ``like``'s dtype for rows of the aggregation's input (their gradients):
+        a typed kind's are R times wider, and come from the graph's reused storage (``ScratchPool``)."""
+        if self.blocks.fold > 1:
+            return self.graph.scratch.empty(shape, like.dtype)
+        return like.new_empty(shape)
 
     @property
     def out_width(self) -> int:

@@ -16,6 +16,7 @@ from g3mpi.sched import Schedule
 
 from .blocks import BlockMatrix, row_groups
 from .heads import HeadPattern
+from .scratch import ScratchPool
 
 #: edge weightings a layer can ask for: the built-ins' (``gcn`` with self loops, SAGE's ``mean`` over the file's
 #: edges, ``gat``) and those of ``propagate`` (``REDUCES``, ``+loops``: one self loop per node)
@@ -120,6 +121,7 @@ class DistGraph:
         self.orig_ids = torch.from_numpy(np.asarray(part.orig_ids, dtype=np.int64))
         self.num_boundary = int(part.num_boundary)   # owned rows 0 .. num_boundary-1 are the send rows
         self._blocks = {}
+        self.scratch = ScratchPool()    # the typed aggregations' wide rows, reused epoch to epoch
         self._sites = 0     # dropout sites handed to user modules (``new_site``)
         # original IDs of halo rows: needed by randomness keyed on source nodes (GAT attention dropout)
         self.halo_orig_ids = torch.from_numpy(self.halo_rows(np.asarray(part.orig_ids, dtype=np.int64), "orig_ids"))

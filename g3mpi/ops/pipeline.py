@@ -51,9 +51,10 @@ class _LocalProduct:
     the interior rows' gradient): grad_xb = B.local_t[0] @ gb + I.local_t[0] @ gi and grad_xi likewise, the
     first product chunk by chunk with ``progress()`` between chunks, the second added in place after it."""
 
-    def __init__(self, B, I, rows_per_chunk: int, progress, rnd: HaloRound, fold: int = 1):
+    def __init__(self, B, I, rows_per_chunk: int, progress, rnd: HaloRound, fold: int = 1, new_rows=None):
         self.B, self.I, self.rpc, self.progress, self.rnd = B, I, rows_per_chunk, progress, rnd
         self.fold = fold    # a typed block's R: rows of R F values in, of F out
+        self.new_rows = new_rows or (lambda shape, like: like.new_empty(shape))   # (the input's gradients)
         self.x = None       # (xb, xi) until the interior rows are computed
         self.oi = None      # the interior rows' product, chunks 0 .. done_i-1 computed
         self.done_i = 0
@@ -80,7 +81,7 @@ class _LocalProduct:
             gi = gb.new_zeros(self.I.size, gb.shape[1])
         grads = []
         for tb, ti in zip(self.B.t_chunks(self.rpc), self.I.local_t):
-            out = gb.new_empty(tb[-1][1], gb.shape[1])
+            out = self.new_rows((tb[-1][1], gb.shape[1]), gb)
             for a, b, mb in tb:
                 spmm(mb, gb, out[a:b])
                 self.progress()
@@ -218,7 +219,9 @@ def _split_aggregation(layer, B, I, pb, pi, rnd, token, root_b, schedule, progre
     block as its pieces land (the interior rows' local chunks filling the waits), the interior rows' remaining
     chunks when the thunk is called (after the next layer's messages left)."""
     k = len(B.nb)
-    op = _LocalProduct(B, I, schedule.rows_per_chunk(pb.shape[1], k), progress, rnd, layer.aggregation.blocks.fold)
+    agg = layer.aggregation
+    op = _LocalProduct(B, I, schedule.rows_per_chunk(pb.shape[1], k), progress, rnd, agg.blocks.fold,
+                       getattr(agg, "new_rows", None))
     ob, tok = _LocalB.apply(pb, pi, op)
     pb = pi = None   # dead from here on: references to dead tensors are dropped as soon as possible
     # the boundary rows' own term while the messages travel; created after _LocalB, so that in backward
