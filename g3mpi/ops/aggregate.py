@@ -38,7 +38,7 @@ class _Local(torch.autograd.Function):
         sched, tr = agg.schedule, rnd.ex.backward
         g = g.contiguous()
         f = agg.blocks.fold     # (a typed block's transpose has R rows per owned row: [n R, F] is [n, R F])
-        grad = agg.new_rows((agg.blocks.num_owned * f, g.shape[1]), g)
+        grad = agg.new_rows((agg.blocks.num_owned, g.shape[1] * f), g).view(agg.blocks.num_owned * f, g.shape[1])
         for a, b, mat in agg.blocks.transpose_chunks(sched.rows_per_chunk(g.shape[1], tr.num_recvs)):
             spmm(mat, g, grad[a:b])
             sched.poll(tr)

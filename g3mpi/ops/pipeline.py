@@ -81,7 +81,8 @@ class _LocalProduct:
             gi = gb.new_zeros(self.I.size, gb.shape[1])
         grads = []
         for tb, ti in zip(self.B.t_chunks(self.rpc), self.I.local_t):
-            out = self.new_rows((tb[-1][1], gb.shape[1]), gb)
+            rows, f = tb[-1][1], self.fold  # (a typed transpose's rows: R per input row)
+            out = self.new_rows((rows // f, gb.shape[1] * f), gb).view(rows, gb.shape[1])
             for a, b, mb in tb:
                 spmm(mb, gb, out[a:b])
                 self.progress()

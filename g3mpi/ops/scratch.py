@@ -18,7 +18,7 @@ class ScratchPool:
     """Storages of uninitialised tensors (:meth:`empty`), each reused once no reference to it is left."""
 
     def __init__(self):
-        self._held = []     # one flat tensor per storage
+        self._held = []     # (one flat tensor per storage, the rows of the tensor it was made for)
 
     @staticmethod
     def _free(t: torch.Tensor) -> bool:
@@ -32,17 +32,17 @@ class ScratchPool:
         n = math.prod(shape)
         if _use_count is None:
             return torch.empty(shape, dtype=dtype)
-        free = [t for t in self._held if t.dtype == dtype and self._free(t)]
-        fits = [t for t in free if t.numel() >= n]
+        free = [(t, r) for t, r in self._held if t.dtype == dtype and self._free(t)]
+        fits = [t for t, _ in free if t.numel() >= n]
         if fits:
             t = min(fits, key=torch.Tensor.numel)
         else:
-            small = {id(t) for t in free}
-            self._held = [t for t in self._held if id(t) not in small]
+            small = {id(t) for t, _ in free}
+            self._held = [(u, r) for u, r in self._held if id(u) not in small]
             t = torch.empty(n, dtype=dtype)
-            self._held.append(t)
+            self._held.append((t, shape[0] if shape else 0))
         return t[:n].view(shape)
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self._held)
+    def held(self) -> list:
+        """(rows of the tensor each storage was made for, its bytes) of every storage held."""
+        return [(r, t.numel() * t.element_size()) for t, r in self._held]
