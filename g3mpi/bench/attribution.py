@@ -12,7 +12,7 @@ rows equal, among the :class:`Sizer` candidates of its term (:func:`sizers`):
     exchange     h, s
     activations  n and the row subsets a rank's tensors come in (the boundary and interior row groups of the
                  pipeline, the training rows of the loss), h, n + h, the blocks' entries, c, e
-    params       always ``const``
+    params       ``const``, but a node embedding table's rows (n: owned)
 
 A block's entries are edges, but for the self loops an aggregation adds (one per owned row): the local block's
 e - c + d entries (d self loops) split e - c : d between ``edge`` and ``owned``, as the model counts them. Rows one
@@ -102,7 +102,7 @@ def sizers(c: RankCounts) -> dict:
                                                           ("owned", b.self_loops)))]
         entries += [one("neighbour block entries", x, "edge") for x in b.neighbours]
     out = dict(part=[owned, halo, send, both, edges], matrices=[owned, halo, *entries, cut], exchange=[halo, send],
-               activations=[owned, *groups, halo, both, *entries, cut, edges], params=[])
+               activations=[owned, *groups, halo, both, *entries, cut, edges], params=[owned])
     return {t: [z for z in v if z.rows > 0] for t, v in out.items()}
 
 
@@ -137,7 +137,7 @@ def attribute(items, counts: RankCounts) -> dict:
     ambiguous, other = 0, []
     for it in items:
         row = terms[it.term]
-        if it.term == "params":
+        if it.term == "params" and not it.rows:
             row["const"] += it.nbytes
             continue
         got = _match(it.rows, cands[it.term], tuple(h for h in counts.heads if h > 1))

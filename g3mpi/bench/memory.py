@@ -20,7 +20,11 @@ and their ratio; ``unattributed`` = peak - baseline - theoretical (the allocator
 Model ``user`` is a model a user writes with the public layer API (``USER_MODEL``, loaded as ``g3-train
 --model-file`` loads it): the memory model says nothing of its activations, so those are measured only ("not
 modelled"); the other terms are modelled from its part, the matrices and exchanges its layers built and its
-parameters.
+parameters. R-GCN (``rgcn``) runs on a typed graph (``--graph rmat --relations R``): its typed block, R x out
+wide messages and relation weights are the model's ``relations`` terms. With ``--node-embedding D`` every model
+learns a D-wide node embedding table beside the features (g3-train's ``--node-embedding``): the table, its
+gradient and Adam's moments are params bytes per owned row (measured as held, modelled with the optimiser step's
+temporaries), its halo rows an exchange.
 """
 from __future__ import annotations
 
@@ -45,10 +49,11 @@ USER_MODEL = f"{USER_GCN}:build"
 UNIT_CATEGORY = {"owned_row": "owned", "halo_row": "halo", "send_row": "send", "edge": "edge"}
 
 
-def _model_args(model: str, sz: Sizes) -> list:
+def _model_args(model: str, sz: Sizes, node_embedding: int = 0) -> list:
+    emb = ["--node-embedding", node_embedding] if node_embedding else []
     if model == USER:     # (the user GCN takes the run's hidden width and layers, as g3-train passes them)
-        return ["--designs", "user", "--model-file", USER_MODEL, *worker_model_args(USER_REFERENCE, sz)]
-    return worker_model_args(model, sz)
+        return ["--designs", "user", "--model-file", USER_MODEL, *worker_model_args(USER_REFERENCE, sz), *emb]
+    return [*worker_model_args(model, sz), *emb]
 
 
 def _per_unit(cats: dict | None, counts: dict) -> dict:
@@ -106,10 +111,13 @@ def breakdown_line(model: str, mode: str, rank: int, c: dict) -> str:
             f"{c['measured']['other'] / 2**10:.0f} KiB, unattributed {c['unattributed'] / 2**20:.1f} MiB")
 
 
-def _measure(sz: Sizes, work: Path, parts, ranks: int, model: str, mode: str = "none") -> dict:
-    out = run_worker(ranks, ["--parts", parts, "--memory", "--epochs", sz.epochs, *_model_args(model, sz),
-                             "--dropout", DROPOUT, *MODES[mode]],
-                     work / f"memory-{model}-{ranks}-{mode}.json", threads=sz.threads)
+def _measure(sz: Sizes, work: Path, parts, ranks: int, model: str, mode: str = "none",
+             node_embedding: int = 0) -> dict:
+    emb = f"-emb{node_embedding}" if node_embedding else ""
+    out = run_worker(ranks, ["--parts", parts, "--memory", "--epochs", sz.epochs,
+                             *_model_args(model, sz, node_embedding), "--dropout", DROPOUT, *MODES[mode]],
+                     work / f"memory-{model}{emb}-{ranks}-{mode}.json", threads=sz.threads)
+    model = _label(model, node_embedding)
     rk = []
     for r in out["ranks"]:
         used = r["rss_peak"] - r["rss_base"]
@@ -128,19 +136,26 @@ def _measure(sz: Sizes, work: Path, parts, ranks: int, model: str, mode: str = "
                 bytes_per_owned_row_max=max(x["bytes_per_owned_row"] for x in rk))
 
 
-def run(sz: Sizes, work: Path, ranks: int = 2, models=("gcn", "sage")) -> dict:
+def _label(model: str, node_embedding: int) -> str:
+    return f"{model} + node embedding {node_embedding}" if node_embedding else model
+
+
+def run(sz: Sizes, work: Path, ranks: int = 2, models=("gcn", "sage"), node_embedding: int = 0) -> dict:
     """Per model (``user``: :data:`USER_MODEL`), ``--remat none`` (autograd keeps what it saves), ``--remat cheap``
     (g3-train's default) and ``--remat none --release-memory`` (freed memory returned to the system at once);
-    ``remat_vs_none``: the largest rank's bytes per owned row, cheap over none."""
+    ``remat_vs_none``: the largest rank's bytes per owned row, cheap over none. ``node_embedding`` D: every model
+    on a D-wide learned node embedding table beside the features."""
     graph = prepare_graph(sz, work)
     parts = prepare_parts(graph, ranks, work)
-    res = dict(graph=graph.name, ranks=ranks, models={}, user_model=USER_MODEL if USER in models else None)
+    res = dict(graph=graph.name, ranks=ranks, relations=sz.relations, node_embedding=node_embedding, models={},
+               user_model=USER_MODEL if USER in models else None)
     for model in models:
-        progress(f"memory: {model} on {ranks} ranks" + (f" ({USER_MODEL})" if model == USER else ""))
-        d = _measure(sz, work, parts, ranks, model)
-        d["remat"] = _measure(sz, work, parts, ranks, model, "remat")
-        d["release_memory"] = _measure(sz, work, parts, ranks, model, "release-memory")
+        label = _label(model, node_embedding)
+        progress(f"memory: {label} on {ranks} ranks" + (f" ({USER_MODEL})" if model == USER else ""))
+        d = _measure(sz, work, parts, ranks, model, node_embedding=node_embedding)
+        d["remat"] = _measure(sz, work, parts, ranks, model, "remat", node_embedding)
+        d["release_memory"] = _measure(sz, work, parts, ranks, model, "release-memory", node_embedding)
         d["remat_vs_none"] = ratio(d["remat"]["bytes_per_owned_row_max"], d["bytes_per_owned_row_max"])
-        progress(f"memory: {model}: --remat cheap / none bytes per owned row = {d['remat_vs_none']:.3f}")
+        progress(f"memory: {label}: --remat cheap / none bytes per owned row = {d['remat_vs_none']:.3f}")
         res["models"][model] = d
     return res

@@ -150,8 +150,14 @@ def held_items(trainer, loaded: dict, saved: dict) -> list:
     if kept is not None:
         items.append(Held("exchange", "kept input halo", int(kept.shape[0]), int(kept.nbytes)))
     items += [Held("activations", what, rows, b) for what, rows, b in saved.values()]
-    items.append(Held("params", "parameters, gradients, Adam moments",
-                      0, 4 * sum(p.numel() * p.element_size() for p in trainer.params)))
+    # (wide rows kept from epoch to epoch for reuse: R-GCN's messages and their gradients)
+    items += [Held("activations", "reused wide rows", rows, b) for rows, b in trainer.graph.scratch.held()]
+    # (a node embedding table: this rank's owned rows, with their gradients and Adam moments)
+    sharded = set(trainer.sharded.values())
+    items += [Held("params", f"{k} (with gradients, Adam moments)", int(p.shape[0]), 4 * p.numel() * p.element_size())
+              for i, (k, p) in enumerate(trainer.named_params) if i in sharded]
+    items.append(Held("params", "parameters, gradients, Adam moments", 0,
+                      4 * sum(p.numel() * p.element_size() for i, p in enumerate(trainer.params) if i not in sharded)))
     return items
 
 
@@ -287,6 +293,7 @@ class WorkerConfig:
     input_cache: bool = True            # off: every layer exchanges every epoch
     dropout: float = 0.0                # as g3-train --dropout (the memory suite: 0.5, masks kept or recomputed)
     remat: str = "none"                 # as g3-train --remat
+    node_embedding: int = 0             # as g3-train --node-embedding (0: none)
     memory: bool = False                # account the theoretical size of each rank's data
     check: bool = False                 # compare every variant's initial logits with g3mpi's
     timeline: bool = False              # one more epoch per g3mpi variant, recorded as a per-rank timeline
@@ -319,6 +326,7 @@ def build_parser():
                     help="recompute the first layer's aggregation every epoch (every layer exchanges every epoch)")
     ap.add_argument("--dropout", type=float, help="as g3-train --dropout (default 0)")
     ap.add_argument("--remat", choices=("none", "cheap"), help="as g3-train --remat (default none)")
+    ap.add_argument("--node-embedding", type=int, help="as g3-train --node-embedding (default 0: none)")
     ap.add_argument("--memory", action="store_true", help="account the theoretical size of each rank's data")
     ap.add_argument("--check", action="store_true", help="compare every variant's initial logits with g3mpi's")
     ap.add_argument("--timeline", action="store_true",
@@ -389,7 +397,8 @@ def _train_config(cfg: WorkerConfig) -> TrainConfig:
                        heads=cfg.heads, dropout=cfg.dropout, remat=cfg.remat, weight_decay=0.0, lr=0.01, threads=cfg.threads,
                        schedule=cfg.schedules[0], chunk_rows=cfg.chunk_rows, sim_net=cfg.sim_net, verify=False,
                        progress=False, input_cache=cfg.input_cache, release_memory=cfg.release_memory,
-                       epochs=cfg.epochs + 2, timeline_epoch=cfg.epochs + 2 if cfg.timeline else 0)
+                       node_embedding=cfg.node_embedding, epochs=cfg.epochs + 2,
+                       timeline_epoch=cfg.epochs + 2 if cfg.timeline else 0)
 
 
 def _variants(cfg: WorkerConfig, comm, part, meta: dict, trainers: list) -> tuple[list, Trainer]:
