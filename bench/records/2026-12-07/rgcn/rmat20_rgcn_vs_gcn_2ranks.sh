@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 51: an epoch of R-GCN (8 relations, no decomposition) against GCN's on the same typed R-MAT 20 graph,
 # 2 ranks bound to cores, the same widths (32 features -> 16 -> 16 classes, 2 layers), side by side in one
-# command: round 1 gcn then rgcn, round 2 rgcn then gcn. Graph and partition as in the json's graph_commands.
+# command: odd rounds gcn then rgcn, even rounds rgcn then gcn (ROUNDS, default 2). Graph and partition as in
+# the json's graph_commands.
 export OMP_NUM_THREADS=1   # g3mpi installed, its venv on PATH
 cd "${WORK:-.}"            # the directory holding r20t-p2
 E=${EPOCHS:-5}
@@ -17,5 +18,6 @@ print(sys.argv[1], "epochs", [round(t, 3) for t in ts])
 PY
   uptime
 }
-run gcn 1; run rgcn 1
-run rgcn 2; run gcn 2
+for r in $(seq 1 ${ROUNDS:-2}); do
+  if [ $((r % 2)) = 1 ]; then run gcn $r; run rgcn $r; else run rgcn $r; run gcn $r; fi
+done
