@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from g3mpi.ops import Aggregation, DistGraph
+from g3mpi.ops.deferred import linear
 
 from .rowwise import RowwiseAggLayer
 
@@ -31,13 +32,13 @@ class GCNLayer(RowwiseAggLayer):
 
     # row-wise parts of forward, for the inter-layer pipeline (g3mpi.sched.layers.RowwiseLayer)
     def pre(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.lin.weight.t() if self.transform_first else x
+        return linear(x, self.lin.weight) if self.transform_first else x
 
     def root(self, x: torch.Tensor) -> None:
         return None     # (the self loop is part of the aggregation)
 
     def post(self, agg: torch.Tensor, aux) -> torch.Tensor:
-        return agg + self.bias if self.transform_first else F.linear(agg, self.lin.weight, self.bias)
+        return agg + self.bias if self.transform_first else linear(agg, self.lin.weight, self.bias)
 
     def input_product_rows(self, agg_rows: torch.Tensor, x_rows: torch.Tensor) -> torch.Tensor:
         """``input_product`` (A_hat x) of some rows, from their aggregate and their own input rows."""

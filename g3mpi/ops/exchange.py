@@ -35,7 +35,7 @@ class HaloRound:
     """One exchange (``ex``, a ``HaloExchange``) of one layer in one forward and backward pass, under
     ``schedule``."""
 
-    def __init__(self, ex, schedule):
+    def __init__(self, ex, schedule, deferred=None):
         self.ex, self.schedule = ex, schedule
         k = len(ex.plan.recv_parts)
         self.expected = [0] * k     # shares of each halo gradient this round (one per add / recv)
@@ -46,6 +46,8 @@ class HaloRound:
         self._bwd_open = False
         self._landed = {}           # neighbour -> its halo slice as handed out piece by piece (landed_halo)
         self.dtype = torch.float32  # the payload's (bf16-mixed: bfloat16): what the halo is handed out as
+        # deferred weight gradients (``g3mpi.ops.deferred.WeightGrads``) computed while waiting for returned ones
+        self.fill = deferred.step if deferred is not None else None
 
     # -- forward ------------------------------------------------------------------------------------------------
     def start(self, payload: torch.Tensor, grads: bool = False) -> torch.Tensor:
@@ -202,11 +204,23 @@ class HaloRound:
                             ex.staging.send_grad(i, k, j)
         order = [(q, k, j) for q, js in enumerate(ex.send_msgs) for k, j in enumerate(js)]
         nxt = 0
-        for _ in chain([None], sched.arrivals(tr)):  # what landed already (a blocking share waited), then as it lands
+        for _ in chain([None], self._arrivals(tr)):  # what landed already (a blocking share waited), then as it lands
             while nxt < len(order) and tr.landed[order[nxt][2]]:
                 self._add_piece(grad, *order[nxt][:2])
                 nxt += 1
         return grad
+
+    def _arrivals(self, tr):
+        """``schedule.arrivals``, with ``fill``'s work (one step at a time, False when none is left) done while
+        nothing has landed."""
+        if self.fill is not None and self.schedule.pipelines:
+            while not tr.landed.all():
+                got = tr.test()
+                if got:
+                    yield got
+                elif not self.fill():
+                    break
+        yield from self.schedule.arrivals(tr)
 
     def _add_piece(self, grad: torch.Tensor, q: int, k: int) -> None:
         ex = self.ex

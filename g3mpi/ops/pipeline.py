@@ -31,6 +31,7 @@ import torch
 from g3mpi.sched.layers import Between, RowwiseLayer
 
 from .blocks import spmm, spmm_add
+from .deferred import WeightGrads, deferring
 from .exchange import HaloRound
 
 
@@ -255,7 +256,16 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
     progress of every exchange in flight. ``c0``: the first layer's cached input product (the model's input cache)
     as (boundary rows, interior rows), or None; with it the pipeline starts at the second layer. ``remat``: the
     row-wise segments between two aggregations are recomputed in backward (:func:`layer_inputs`); ``between``
-    must then keep no state between calls."""
+    must then keep no state between calls.
+
+    Without ``remat``, the weight gradients of the layers' ``post`` products (``g3mpi.ops.deferred.linear``) are
+    computed while backward waits for returned halo gradients, not before the next halo gradient is sent."""
+    wg = None if remat else WeightGrads()
+    with deferring(wg):
+        return _forward_pipelined(layers, between, x, schedule, progress, c0, remat, wg)
+
+
+def _forward_pipelined(layers, between, x, schedule, progress, c0, remat, wg):
     blocks = layers[0].aggregation.blocks
     nb, n = blocks.num_boundary, blocks.num_owned
     rows_b, rows_i = slice(0, nb), slice(nb, n)
@@ -277,7 +287,7 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
     else:
         first, make_x, in_b, in_i = 0, entry, x[rows_b], x[rows_i]
     pb, root_b = layer_inputs(layers[first], rows_b, make_x, in_b, remat=remat)
-    rnd = HaloRound(layers[first].exchange, schedule)
+    rnd = HaloRound(layers[first].exchange, schedule, wg)
     token = rnd.start(pb)      # the boundary rows' messages leave before the interior rows' input is made
     pi, root_i = layer_inputs(layers[first], rows_i, make_x, in_i, remat=remat)
     in_b = in_i = None
@@ -289,7 +299,7 @@ def forward_pipelined(layers: list[RowwiseLayer], between: Between, x, schedule,
         pb = pi = None
         if l < last:
             pb, root_b = layer_inputs(layers[l + 1], rows_b, transition(l), ob, ab, remat=remat)
-            rnd_next = HaloRound(layers[l + 1].exchange, schedule)
+            rnd_next = HaloRound(layers[l + 1].exchange, schedule, wg)
             token_next = rnd_next.start(pb)
         else:
             yb = layer.post(ob, ab)
