@@ -11,7 +11,7 @@ Suites (each writes DIR/<suite>.json and DIR/<suite>*.png):
   schedules  pipelined vs blocking vs nocomm under a simulated network (several --ranks and --sim-net in one run)
   scaling    1 rank x 2 threads vs 2 ranks x 1 thread (real) and 1 -> 8 ranks oversubscribed (informational)
   memory     peak RSS per rank against the theoretical size of its data; bytes per owned row, halo row, send row
-             and local edge measured against the memory model (GCN, SAGE, GAT and a user's model; R-GCN on a
+             and local edge measured against the memory model (GCN, SAGE, GAT, APPNP, GCNII, a user's model; R-GCN on a
              typed graph: --graph rmat --relations R; learned node embeddings: --node-embedding D)
   partitions measured epoch time on the g3 partition vs each METIS partition of one graph, under --sim-net
   user-model a GCN written from the public primitives (docs/examples/user_gcn.py) vs the built-in GCN, pipelined
