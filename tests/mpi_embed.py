@@ -10,27 +10,15 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import torch
-from mpi4py import MPI
 
-from g3mpi.format import read_meta, read_part
 from g3mpi.mpi.watchdog import Watchdog
 from g3mpi.nn import sharded_parameters
 from g3mpi.train.config import TrainConfig
 from g3mpi.train.startup import start_up_sums
 from g3mpi.train.trainer import Trainer
+from tests.mpi_common import gather_rows, rank_part
 
 DIM, HID, SEED, LR = 6, 5, 3, 0.05
-
-
-def gather_rows(comm, ids, rows, n):
-    got = comm.gather((ids, rows), root=0)
-    if comm.rank != 0:
-        return None
-    full = np.full((n, rows.shape[1]), np.nan, dtype=np.float32)
-    for i, r in got:
-        full[i] = r
-    return full
 
 
 def main(argv=None):
@@ -40,9 +28,7 @@ def main(argv=None):
     ap.add_argument("steps", type=int)
     ap.add_argument("--dropout", type=float, default=0.0)
     a = ap.parse_args(argv)
-    comm = MPI.COMM_WORLD
-    meta = read_meta(a.parts)
-    part = read_part(a.parts, comm.rank, meta)
+    comm, meta, part = rank_part(a.parts, threads=None)
     cfg = TrainConfig(parts=a.parts, model="gcn", node_embedding=DIM, hidden=HID, layers=2, dropout=a.dropout,
                       lr=LR, epochs=a.steps, seed=SEED, progress=False, plots=False, timeline_epoch=0,
                       comm_timeout=0)
@@ -51,11 +37,11 @@ def main(argv=None):
     tr = Trainer(cfg, comm, part, meta, sizes, watchdog=wd, release_edges=False)
     (name, emb), = sharded_parameters(tr.model).items()
     res = {f"init/{k}": v.detach().numpy().copy() for k, v in tr.model.state_dict().items() if k != name}
-    res["emb_init"] = gather_rows(comm, part.orig_ids, emb.detach().numpy(), meta["num_nodes"])
+    res["emb_init"] = gather_rows(comm, part.orig_ids, emb.detach().numpy(), meta["num_nodes"], np.nan)
     res["loss"] = np.array([tr.train_step(e)["loss"] for e in range(1, a.steps + 1)])
     st = tr.opt.state[emb]
     for k, t in (("emb", emb.detach()), ("emb_m", st["exp_avg"]), ("emb_v", st["exp_avg_sq"])):
-        res[k] = gather_rows(comm, part.orig_ids, t.numpy(), meta["num_nodes"])
+        res[k] = gather_rows(comm, part.orig_ids, t.numpy(), meta["num_nodes"], np.nan)
     res["emb_step"] = np.array(float(st["step"]))
     res["name"] = np.array(name)
     res.update({f"final/{k}": v.detach().numpy().copy() for k, v in tr.model.state_dict().items() if k != name})

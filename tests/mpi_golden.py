@@ -11,15 +11,14 @@ import argparse
 import numpy as np
 import torch
 import torch.nn.functional as F
-from mpi4py import MPI
 
 from g3mpi.comm import CommContext
-from g3mpi.format import read_meta, read_part
 from g3mpi.nn import build_model
 from g3mpi.ops import DistGraph
 from g3mpi.sched import Schedule
 from g3mpi.train.config import TrainConfig
-from tests.mpi_recipe import HEADS, HIDDEN, SPECS, gather_rows
+from tests.mpi_common import gather_rows, rank_part, summed_grads, training_rows
+from tests.mpi_recipe import HEADS, HIDDEN, SPECS
 
 #: every built-in model: the plain stacks and the recipe stacks and appnp / gcn2 of tests/mpi_recipe.py
 GOLDEN = {"gcn": dict(model="gcn", layers=3), "sage": dict(model="sage", layers=3),
@@ -31,13 +30,8 @@ def main(argv=None):
     ap.add_argument("parts")
     ap.add_argument("out")
     a = ap.parse_args(argv)
-    comm = MPI.COMM_WORLD
-    torch.set_num_threads(1)
-    meta = read_meta(a.parts)
-    part = read_part(a.parts, comm.rank, meta)
-    x, y = torch.from_numpy(part.features), torch.from_numpy(part.labels)
-    train = torch.from_numpy(part.train_mask)
-    n_train = comm.allreduce(int(train.sum()))
+    comm, meta, part = rank_part(a.parts)
+    x, y, train, n_train = training_rows(comm, part)
     ctx = CommContext(comm)
     graph = DistGraph(part, ctx, Schedule("pipelined"))
     res = {}
@@ -49,10 +43,7 @@ def main(argv=None):
         logits = net(x)
         loss = F.cross_entropy(logits[train], y[train], reduction="sum") / n_train
         loss.backward()
-        for k, p in net.named_parameters():
-            g = p.grad.numpy().copy()
-            comm.Allreduce(MPI.IN_PLACE, g)
-            res[f"{name}/grad/{k}"] = g
+        res.update(summed_grads(comm, net, f"{name}/"))
         full = gather_rows(comm, part.orig_ids, logits.detach().numpy(), meta["num_nodes"])
         if comm.rank == 0:
             res[f"{name}/logits"] = full

@@ -17,14 +17,13 @@ import argparse
 import numpy as np
 import torch
 import torch.nn.functional as F
-from mpi4py import MPI
 from torch import nn
 
 from g3mpi import nn as gnn
 from g3mpi.comm import CommContext
-from g3mpi.format import read_meta, read_part
 from g3mpi.ops.negatives import negative_destinations
 from g3mpi.sched import Schedule
+from tests.mpi_common import gather_rows, rank_part, summed_grads
 
 HID, OUT = 8, 6
 
@@ -34,16 +33,6 @@ class LinkNet(nn.Module):
         super().__init__()
         self.encoder = gnn.GNN(graph, "gcn", in_dim, HID, OUT, layers=2)
         self.decoder = gnn.DECODERS[decoder](OUT, HID, 2)
-
-
-def gather_by_index(comm, idx, vals, m):
-    got = comm.gather((idx, vals), root=0)
-    if comm.rank:
-        return None
-    out = np.full(m, np.nan, dtype=np.float32)
-    for i, v in got:
-        out[i] = v
-    return out
 
 
 def main(argv=None):
@@ -59,10 +48,7 @@ def main(argv=None):
     if a.chunk:
         import g3mpi.ops.pairs
         g3mpi.ops.pairs.CHUNK_PAIRS = a.chunk
-    comm = MPI.COMM_WORLD
-    torch.set_num_threads(1)
-    meta = read_meta(a.parts)
-    part = read_part(a.parts, comm.rank, meta)
+    comm, meta, part = rank_part(a.parts)
     ctx = CommContext(comm)
     graph = gnn.Graph(part, ctx, Schedule(a.schedule))
     pr = np.load(a.pairs)
@@ -102,10 +88,7 @@ def main(argv=None):
                   for k in ("neg", "sampled"))) / total
     loss.backward()
     res = {f"init/{k}": v for k, v in init.items()}
-    for k, p in net.named_parameters():
-        g = p.grad.numpy().copy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32)
-        comm.Allreduce(MPI.IN_PLACE, g)
-        res[f"grad/{k}"] = g
+    res.update(summed_grads(comm, net))
     res["loss"] = np.array(comm.allreduce(float(loss.detach())))
     sent = sum(v.get("bytes_sent", 0) for k, v in ctx.stats.per_exchange.items()
                if k.startswith("pairs-") and k.endswith(".fwd"))
@@ -116,8 +99,8 @@ def main(argv=None):
         ev = scores(net.encoder(x))
     for name, (idx, _, _) in sets.items():
         m = pr["pos"].shape[1] if name != "neg" else pr["neg"].shape[1]
-        res[f"score/{name}"] = gather_by_index(comm, idx, sc[name].detach().numpy(), m)
-        res[f"eval/{name}"] = gather_by_index(comm, idx, ev[name].numpy(), m)
+        res[f"score/{name}"] = gather_rows(comm, idx, sc[name].detach().numpy(), m, np.nan)
+        res[f"eval/{name}"] = gather_rows(comm, idx, ev[name].numpy(), m, np.nan)
     for p in pairs.values():
         p.free()
     ctx.free()

@@ -13,13 +13,12 @@ import argparse
 import numpy as np
 import torch
 import torch.nn.functional as F
-from mpi4py import MPI
 from torch import nn
 
 from g3mpi import nn as gnn
 from g3mpi.comm import CommContext
-from g3mpi.format import read_meta, read_part
 from g3mpi.sched import Schedule
+from tests.mpi_common import gather_rows, rank_part, summed_grads, training_rows
 
 HID, HEADS, CH = 5, 2, 3
 P_DROP, P_ATT = 0.4, 0.3
@@ -59,38 +58,28 @@ def main(argv=None):
     ap.add_argument("out")
     ap.add_argument("--schedule", default="pipelined")
     a = ap.parse_args(argv)
-    comm = MPI.COMM_WORLD
-    torch.set_num_threads(1)
-    meta = read_meta(a.parts)
-    part = read_part(a.parts, comm.rank, meta)
+    comm, meta, part = rank_part(a.parts)
     ctx = CommContext(comm)
     graph = gnn.Graph(part, ctx, Schedule(a.schedule))
     torch.manual_seed(0)
     net = Probe(graph, part.feature_dim, part.num_classes)
     init = {k: v.detach().clone().numpy() for k, v in net.state_dict().items()}
-    x, y = torch.from_numpy(part.features), torch.from_numpy(part.labels)
-    train = torch.from_numpy(part.train_mask)
-    n_train = comm.allreduce(int(train.sum()))
+    x, y, train, n_train = training_rows(comm, part)
     net.train()
     logits = net(x, gnn.DropoutKey(SEED, EPOCH))
     loss = F.cross_entropy(logits[train], y[train], reduction="sum") / n_train
     loss.backward()
     res = {f"init/{k}": v for k, v in init.items()}
-    for k, p in net.named_parameters():
-        g = p.grad.numpy().copy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32)
-        comm.Allreduce(MPI.IN_PLACE, g)
-        res[f"grad/{k}"] = g
+    res.update(summed_grads(comm, net))
     res["loss"] = np.array(comm.allreduce(float(loss.detach())))
-    ids = comm.gather(part.orig_ids, root=0)
-    lg = comm.gather(logits.detach().numpy(), root=0)
+    full = gather_rows(comm, part.orig_ids, logits.detach().numpy(), meta["num_nodes"])
     degs = comm.gather((graph.owned_ids.numpy(), graph.in_degree.numpy(), graph.out_degree.numpy(),
                         graph.halo_ids.numpy()), root=0)
     ctx.free()
     if comm.rank == 0:
-        full = np.zeros((meta["num_nodes"], lg[0].shape[1]), dtype=np.float32)
         ind, outd = np.zeros(meta["num_nodes"], np.int64), np.zeros(meta["num_nodes"], np.int64)
-        for i, l, (own, di, do, _) in zip(ids, lg, degs):
-            full[i], ind[own], outd[own] = l, di, do
+        for own, di, do, _ in degs:
+            ind[own], outd[own] = di, do
         res.update(logits=full, in_degree=ind, out_degree=outd,
                    halo_ids=np.concatenate([d[3] for d in degs]))
         np.savez(a.out, **res)

@@ -13,14 +13,13 @@ import argparse
 import numpy as np
 import torch
 import torch.nn.functional as F
-from mpi4py import MPI
 
 from g3mpi.comm import CommContext
-from g3mpi.format import read_meta, read_part
 from g3mpi.nn import build_model
 from g3mpi.ops import DistGraph
 from g3mpi.sched import Schedule
 from g3mpi.train.config import TrainConfig
+from tests.mpi_common import gather_rows, rank_part, summed_grads, training_rows
 
 HIDDEN, HEADS = 8, 3
 #: name -> the TrainConfig settings of the model (dropout off); every block and both models appear
@@ -43,17 +42,6 @@ def config(name: str) -> TrainConfig:
     return TrainConfig(hidden=HIDDEN, heads=HEADS, out_heads=2, dropout=0.0, **SPECS[name])
 
 
-def gather_rows(comm, ids, rows: np.ndarray, n: int):
-    """The rows of every rank by original node ID on rank 0 (None elsewhere)."""
-    got = comm.gather((ids, rows), root=0)
-    if comm.rank:
-        return None
-    full = np.zeros((n, rows.shape[1]), dtype=np.float32)
-    for i, r in got:
-        full[i] = r
-    return full
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("parts")
@@ -61,14 +49,8 @@ def main(argv=None):
     ap.add_argument("--specs", default=",".join(SPECS))
     ap.add_argument("--schedule", default="pipelined")
     a = ap.parse_args(argv)
-    comm = MPI.COMM_WORLD
-    torch.set_num_threads(1)
-    meta = read_meta(a.parts)
-    part = read_part(a.parts, comm.rank, meta)
-    x = torch.from_numpy(part.features)
-    y = torch.from_numpy(part.labels)
-    train = torch.from_numpy(part.train_mask)
-    n_train = comm.allreduce(int(train.sum()))
+    comm, meta, part = rank_part(a.parts)
+    x, y, train, n_train = training_rows(comm, part)
     ctx = CommContext(comm)
     graph = DistGraph(part, ctx, Schedule(a.schedule))
     res = {}
@@ -80,10 +62,7 @@ def main(argv=None):
         logits = net(x)
         loss = F.cross_entropy(logits[train], y[train], reduction="sum") / n_train
         loss.backward()
-        for k, p in net.named_parameters():
-            g = p.grad.numpy().copy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32)
-            comm.Allreduce(MPI.IN_PLACE, g)
-            res[f"{name}/grad/{k}"] = g
+        res.update(summed_grads(comm, net, f"{name}/"))
         for k, v in init.items():
             res[f"{name}/init/{k}"] = v.numpy()
         for k, v in net.named_buffers():
