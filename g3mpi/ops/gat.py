@@ -21,9 +21,10 @@ out 10-20x less accurate than PyG's (up to 2e-5 relative on 150-node graphs).
 
 With ``remat`` (``--remat cheap``) nothing of size edges x heads outlives the call: forward keeps the rows' softmax
 maximum and inverse denominator [n, H] and the inputs (the halo stays in the exchange's buffer), and backward
-computes the per-edge terms again, by row chunks of about ``REMAT_EDGES`` edges, in three passes over the blocks:
+computes the per-edge terms again, by row chunks of about ``REMAT_EDGES`` edges, in two passes over the blocks:
     gx_j  = sum_i alpha_ij k_ij g_i                      (the transposed product, one [e, H] weight array at a time)
     u_ij  = alpha_ij k_ij <g_i, x_j>,  t_i = sum_j u_ij    (SDDMM; u kept per block until the last pass)
+  (both from one computation of alpha; bf16-mixed keeps alpha and the scores' signs for the second pass), then
     de_ij = (u_ij - alpha_ij t_i) LeakyReLU'(a_src[j] + a_dst[i]),  ga_src[j] += de_ij,  ga_dst[i] += de_ij
 k: the attention dropout's keep mask (keyed by both ends' IDs, drawn again). t_i sums the per-edge products as
 PyG's autograd does for its denominator, so the softmax gradient keeps PyG's accuracy. Neighbour blocks go first
