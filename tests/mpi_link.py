@@ -7,7 +7,8 @@ negative per positive is added (``g3mpi.ops.negatives``, keyed by the positive's
 on ``Pairs``' embeddings (no pipelining) instead of inside it. ``--chunk C``: training pairs scored C at a time,
 recomputed in backward. Rank 0 writes OUT.npz: ``init/<name>``, the loss,
 ``grad/<name>`` summed over ranks, the scores of every pair by index (``score/pos``, ``score/neg``,
-``score/sampled``), the evaluation scores, the pair exchanges' bytes sent and their lower bound (each rank's distinct
+``score/sampled``), the evaluation scores, ``fused_loss`` and ``fused_grad/<name>`` (the positives and the
+sampled negatives as one training set through ``Pairs.loss_sum``), the pair exchanges' bytes sent and their lower bound (each rank's distinct
 destination rows it does not own, times the row bytes), summed over ranks.
 """
 from __future__ import annotations
@@ -94,6 +95,21 @@ def main(argv=None):
                if k.startswith("pairs-") and k.endswith(".fwd"))
     res["bytes_sent"] = np.array(comm.allreduce(sent))
     res["bytes_bound"] = np.array(comm.allreduce(bound))
+    # again with the training set's layout (positives sorted by source, then their sampled negatives, one
+    # exchange) through ``loss_sum``: the dot decoder's BCE fused with its gradient (g3mpi.ops.pairs.SampledDotBCE)
+    pos, samp = sets["pos"], sets["sampled"]
+    by_src = np.argsort(ids.to_new(pos[1]), kind="stable")
+    src = ids.to_new(pos[1])[by_src]
+    dst = np.r_[ids.to_new(pos[2])[by_src], ids.to_new(samp[2])[by_src]]
+    train = gnn.Pairs(graph, np.r_[src, src], dst, name="train-set")
+    net.zero_grad()
+    h = net.encoder(x)
+    fused = (train.loss_sum(h, net.decoder, len(src)) + F.binary_cross_entropy_with_logits(
+        pairs["neg"](h, net.decoder), torch.zeros(len(sets["neg"][0])), reduction="sum")) / total
+    fused.backward()
+    res.update(summed_grads(comm, net, prefix="fused_"))
+    res["fused_loss"] = np.array(comm.allreduce(float(fused.detach())))
+    train.free()
     net.eval()
     with torch.no_grad():
         ev = scores(net.encoder(x))

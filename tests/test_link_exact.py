@@ -74,6 +74,8 @@ def test_link_scores_loss_and_gradients_equal_whole_graph(P, decoder, embed, sch
     for k, v in grads.items():
         assert np.abs(v).sum() > 0, f"reference gradient of {k} is zero (the test would be vacuous)"
         assert rel_err(res[f"grad/{k}"], v) <= TOL, f"P={P}: gradient of {k}"
+        assert rel_err(res[f"fused_grad/{k}"], v) <= TOL, f"P={P}: gradient of {k} through loss_sum"
+    assert abs(float(res["fused_loss"]) - loss) <= TOL * abs(loss)
     for k, v in scores.items():
         assert rel_err(res[f"score/{k}"], v) <= TOL, f"P={P}: scores of {k}"
         assert rel_err(res[f"eval/{k}"], v) <= TOL, f"P={P}: evaluation scores of {k}"

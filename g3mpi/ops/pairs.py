@@ -26,11 +26,12 @@ import numpy as np
 import torch
 
 import scipy.sparse as sp
+import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ..comm.pairs import plan_pairs
 from ..mpi.collectives import as_watchdog
-from .blocks import csr_index_dtype, spmm, torch_csr
+from .blocks import csr_index_dtype, spmm, spmm_add, torch_csr
 from .exchange import HaloRound
 
 
@@ -107,6 +108,37 @@ class SampledDot(torch.autograd.Function):
         return ga, gb, None
 
 
+class SampledDotBCE(torch.autograd.Function):
+    """The BCE-with-logits sum of the dot scores of :class:`SampledPattern` s (``pats``, the label of each one's
+    entries in ``labels``: 1.0 or 0.0), its gradient made in forward: dL/ds = sigmoid(s) - y is known once s is, so
+    the two CSR products run here, straight from the scores (no graph of [m] tensors, no [m] gradient coming back),
+    and backward only scales ``grad_a``, ``grad_b`` by the loss's gradient."""
+
+    @staticmethod
+    def forward(ctx, a, b, pats, labels):
+        loss = a.new_zeros((), dtype=torch.float64)
+        ga, gb = torch.zeros_like(a), torch.zeros_like(b)
+        for pat, y in zip(pats, labels):
+            if not len(pat):
+                continue
+            s = torch.sparse.sampled_addmm(pat.fwd, a, b.t(), beta=0.0).values()
+            # BCE with logits at y = 1: softplus(-s), at y = 0: softplus(s) (log1p(exp(-|s|)) + max(., 0): stable)
+            t = s.neg() if y else s
+            loss += (t.clamp(min=0) + torch.log1p(torch.exp(-t.abs()))).sum(dtype=torch.float64)
+            g = torch.sigmoid(s)
+            if y:
+                g.sub_(1.0)
+            spmm_add(torch_csr(pat.crow, pat.col, g, pat.shape), b, ga)
+            spmm_add(torch_csr(pat.crow_t, pat.col_t, g.index_select(0, pat.perm), pat.shape[::-1]), a, gb)
+        ctx.save_for_backward(ga, gb)
+        return loss.float()
+
+    @staticmethod
+    def backward(ctx, go):
+        ga, gb = ctx.saved_tensors
+        return ga * go, gb * go, None, None
+
+
 class PairExchange:
     """The exchange of one set of pairs (module docstring); ``free()`` releases its buffers (collective in the sense
     that every rank frees its own, in any order)."""
@@ -178,7 +210,25 @@ class PairExchange:
                                                       piece_rows=sched.rows_per_piece(width))
         return self._ex[width]
 
-    def __call__(self, h: torch.Tensor, decoder=None):
+    def fuses(self, decoder) -> bool:
+        """Whether ``decoder``'s pairs are scored fused (an inner product, no relations)."""
+        return decoder is not None and getattr(decoder, "fused", None) == "dot" and self._rel_all is None
+
+    def loss_sum(self, h: torch.Tensor, decoder, num_pos: int) -> torch.Tensor:
+        """The summed BCE-with-logits of the pairs (the first ``num_pos`` positives, the rest negatives); fused
+        (:class:`SampledDotBCE`) where the decoder is and the pairs come in runs of sources that do not straddle
+        the positives' end (a training set's positives and its sampled negatives: two runs)."""
+        if self.fuses(decoder):
+            pats, inverse = self._fused or self._patterns()
+            cut = np.cumsum([0] + [len(p) for p in pats])
+            if inverse is None and (num_pos in cut or num_pos >= cut[-1]):
+                return self(h, decoder, labels=[1.0 if b <= num_pos else 0.0 for b in cut[1:]])
+        z = self(h, decoder)
+        y = torch.zeros(len(z), dtype=z.dtype)
+        y[:num_pos] = 1
+        return F.binary_cross_entropy_with_logits(z, y, reduction="sum")
+
+    def __call__(self, h: torch.Tensor, decoder=None, labels=None):
         n = self.plan.halo.num_owned
         if h.device.type != "cpu":
             raise NotImplementedError(f"pair exchange: embeddings on {h.device} are not supported yet (host rows "
@@ -196,10 +246,12 @@ class PairExchange:
             for i in landed:
                 fetched[i] = rnd.recv(token, i)
 
-        if decoder is not None and getattr(decoder, "fused", None) == "dot" and self._rel_all is None:
+        if self.fuses(decoder):
             take(rnd.rest())
             tab = rnd.join(torch.cat([h] + fetched) if k else h, token)
             pats, inverse = self._fused or self._patterns()
+            if labels is not None:      # (loss_sum: each pattern's label)
+                return SampledDotBCE.apply(h, tab, pats, labels)
             out = [SampledDot.apply(h, tab, p) for p in pats]
             out = torch.cat(out) if len(out) != 1 else out[0]
             return out if inverse is None else out.index_select(0, inverse)

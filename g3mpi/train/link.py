@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from g3mpi.format.links import link_name
@@ -217,10 +216,7 @@ class LinkTask:
     def loss_sum(self, h: torch.Tensor, decoder: nn.Module, epoch: int) -> torch.Tensor:
         """The BCE terms of this rank's training pairs, summed (divide by ``loss_terms``)."""
         pairs, m = self.train_pairs(epoch)
-        z = pairs(h, decoder)
-        y = torch.zeros(len(z), dtype=z.dtype)
-        y[:m] = 1
-        return F.binary_cross_entropy_with_logits(z, y, reduction="sum")
+        return pairs.loss_sum(h, decoder, m)
 
     @torch.no_grad()
     def scores(self, h: torch.Tensor, decoder: nn.Module) -> np.ndarray:
