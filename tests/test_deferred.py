@@ -37,3 +37,14 @@ def test_outside_deferring_it_is_f_linear():
     assert type(y.grad_fn).__name__ == "MmBackward0"
     with torch.no_grad(), deferring(WeightGrads()):
         assert linear(x, w).grad_fn is None
+
+
+def test_weight_the_only_gradient_is_not_lost():
+    # a cached input product (no gradient) through a layer without bias: the weight's is the only gradient
+    x, w = torch.randn(6, 3), torch.nn.Parameter(torch.randn(2, 3))
+    with deferring(WeightGrads()):
+        y = linear(x, w)
+    (y ** 2).sum().backward()
+    ref = torch.nn.Parameter(w.detach().clone())
+    (torch.nn.functional.linear(x, ref) ** 2).sum().backward()
+    assert w.grad is not None and torch.equal(w.grad, ref.grad)

@@ -92,7 +92,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     gradient is queued there."""
     q = _queue
     if q is None or x.dim() != 2 or x.dtype != torch.float32 or weight.dtype != torch.float32 or \
-            torch.is_autocast_enabled("cpu") or not (torch.is_grad_enabled() and weight.requires_grad):
+            torch.is_autocast_enabled("cpu") or not (torch.is_grad_enabled() and weight.requires_grad) or \
+            not (x.requires_grad or (bias is not None and bias.requires_grad)):
+        # (an input and bias needing no gradient: with the weight detached, backward would never reach it)
         return F.linear(x, weight, bias)
     q.expect(weight)
     # the weight enters detached: autograd has no edge to it, so its accumulation (and hooks) run only here
